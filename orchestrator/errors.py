@@ -1,0 +1,90 @@
+"""Errors a user can act on, each with its documented exit code.
+
+Anything raised as a ``CloudprofError`` is shown by the CLI as one line
+(``error: ...``) and exits with ``exit_code``; anything else is a bug and keeps
+its traceback. Provider code translates SDK exceptions into these classes so
+that the sweep engine can decide (go on with the next machine, retry, stop).
+"""
+
+from __future__ import annotations
+
+# Exit codes (README "Exit codes" lists them).
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_MEMORY_GATE = 3
+EXIT_BUDGET = 4
+EXIT_CREDENTIALS = 5
+EXIT_PARTIAL = 6  # the sweep finished but some machines or trials failed
+EXIT_INTERRUPTED = 130
+
+
+class CloudprofError(Exception):
+    """Base class: a one-line message for the user and an exit code."""
+
+    exit_code = EXIT_ERROR
+
+    def __str__(self) -> str:  # always one line, whatever a cloud SDK put in it
+        return " ".join(super().__str__().split())
+
+
+class UsageError(CloudprofError):
+    """Bad flags, config, machine names, worker lists, paths."""
+
+    exit_code = EXIT_USAGE
+
+
+class UnknownMachineError(UsageError):
+    """A machine type not in the catalog; the message suggests the nearest names."""
+
+
+class MemoryGateError(CloudprofError):
+    """A trial peaked above ``--max-peak-memory``."""
+
+    exit_code = EXIT_MEMORY_GATE
+
+
+class BudgetError(CloudprofError):
+    """The estimated cost is above ``--max-cost``."""
+
+    exit_code = EXIT_BUDGET
+
+
+class CredentialsError(CloudprofError):
+    """No usable credentials; the message says how to set them up."""
+
+    exit_code = EXIT_CREDENTIALS
+
+
+class ProviderError(CloudprofError):
+    """A cloud call failed for one machine; the sweep goes on with the others."""
+
+
+class CapacityError(ProviderError):
+    """The zone has no capacity (ZONE_RESOURCE_POOL_EXHAUSTED, InsufficientInstanceCapacity).
+
+    Worth one try in the next zone of the region.
+    """
+
+
+class QuotaError(ProviderError):
+    """A quota is exhausted; retrying does not help."""
+
+
+class PermissionDeniedError(ProviderError):
+    """The credentials lack a permission; infra/iam lists what is needed."""
+
+
+class UnreachableError(ProviderError):
+    """A host did not answer on SSH in time, or refused the connection."""
+
+
+class RemoteCommandError(ProviderError):
+    """A command on a host failed (bootstrap, fetch); the message has its last stderr line."""
+
+
+class BucketError(CloudprofError):
+    """Invalid bucket name, missing bucket, or no permission on it."""
+
+
+class InputDataError(UsageError):
+    """Corrupt, truncated or missing input files, or frames of different shapes."""

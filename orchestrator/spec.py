@@ -1,0 +1,55 @@
+"""What a sweep is asked to do: the validated ``SweepSpec``.
+
+The CLI and ``--config sweep.toml`` both end here; flags override the file.
+Validation (machine names against the catalog, worker lists, paths) raises
+``UsageError`` with one line, so nothing is provisioned for a bad spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_WORKLOAD = "cube"
+
+
+@dataclass
+class SweepSpec:
+    machines: list[str]
+    workers: list[int] | None = None  # None: powers of two up to vCPUs, vCPUs, one oversubscribed
+    repeats: int = 1
+    duration_s: float = 5.0  # per trial
+    workload: str = DEFAULT_WORKLOAD  # registry name or "module:Class"
+    workload_params: dict[str, Any] = field(default_factory=dict)  # frames, dim, strategy...
+    provider: str | None = None  # None: the machine's provider in the catalog
+    region: str | None = None
+    zone: str | None = None
+    project: str | None = None
+    bucket: str | None = None
+    spot: bool = False
+    max_cost: float | None = None  # USD; refuse to start above it
+    max_peak_memory: int | None = None  # bytes; the memory gate
+    sample_hz: float = 10.0
+    out: Path = Path("runs")
+    dry_run: bool = False
+    hosts_file: Path | None = None
+    hosts: list[str] = field(default_factory=list)
+    ssh_key: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, stored in sweep.json (paths as strings)."""
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, Path):
+                out[key] = str(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepSpec:
+        names = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        for key in ("out", "hosts_file", "ssh_key"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = Path(kwargs[key])
+        return cls(**kwargs)

@@ -1,0 +1,93 @@
+"""The contract between the trial runner (on a VM) and the orchestrator (on the laptop).
+
+The orchestrator never imports the runner's internals: it starts
+``python -m workloads.run`` and reads what this module defines — the exit codes,
+the progress lines on stderr, and the names of the result files and their keys.
+Keeping them in one module is what lets both sides change without drifting.
+"""
+
+from __future__ import annotations
+
+SCHEMA = "cloudprof.trial/1"
+"""Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes."""
+
+SUMMARY_FILE = "summary.json"
+TIMESERIES_FILE = "timeseries.parquet"
+
+# Exit codes of ``python -m workloads.run``.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the workload or the command raised / exited non-zero
+EXIT_USAGE = 2  # bad arguments or bad inputs (corrupt Parquet, missing file...)
+EXIT_MEMORY_BUDGET = 3  # the memory budget was breached and the trial was stopped
+EXIT_INTERRUPTED = 130
+
+# Keys every summary.json has (the runner may add more).
+SUMMARY_KEYS = (
+    "schema",
+    "status",  # "ok" | "failed" | "memory_budget_exceeded" | "interrupted"
+    "error",  # None or a one-line message
+    "params",  # workload, workload_params, workers, duration_s, units_target, sample_hz, ...
+    "host",  # hostname, cpu_model, cores_logical, cores_physical, memory_bytes, platform,
+    #          python, libraries {numpy, pyarrow, psutil}
+    "unit",  # what one unit is, e.g. "cube"
+    "units",
+    "seconds",
+    "units_per_s",
+    "peak_rss_bytes",  # kernel high-water mark (VmHWM / ru_maxrss), exact
+    "peak_rss_sampled_bytes",  # max of the sampled series
+    "cpu_percent_mean",  # 100 = one core busy
+    "cpu_utilisation",  # 0..1 of all logical cores
+    "leak",  # {"verdict": "ok"|"leak"|"inconclusive", "slope_mb_per_s": float, ...}
+    "spikes",  # list of {"t": s, "rss_bytes": int, ...}
+    "memory_budget",  # {"limit_bytes": int|None, "breached": bool}
+    "gpu",  # None when NVML is absent
+    "agent",  # {"samples": int, "rate_hz_target": float, "rate_hz_achieved": float,
+    #          "cpu_seconds": float}
+    "started_at",  # ISO 8601 UTC
+    "finished_at",
+)
+
+# Columns of timeseries.parquet (nullable where marked).
+TIMESERIES_COLUMNS = (
+    "t",  # seconds since the trial started
+    "rss_bytes",
+    "cpu_user_s",  # cumulative
+    "cpu_system_s",  # cumulative
+    "cpu_percent",  # over the last interval, 100 = one core
+    "threads",
+    "read_bytes",  # cumulative I/O
+    "write_bytes",
+    "uss_bytes",  # nullable: sampled at most once a second
+    "pss_bytes",  # nullable
+    "children",  # nullable: number of child processes
+    "units",  # cumulative units done, nullable in --command mode
+    "gpu_mem_bytes",  # nullable
+    "gpu_util",  # nullable, 0..100
+)
+
+PROGRESS_PREFIX = "progress"
+
+
+def format_progress(t: float, units: int, units_per_s: float, rss_bytes: int) -> str:
+    """One progress line, printed once a second to stderr by the runner."""
+    return (
+        f"{PROGRESS_PREFIX} t={t:.1f} units={units} units_per_s={units_per_s:.2f} "
+        f"rss_bytes={rss_bytes}"
+    )
+
+
+def parse_progress(line: str) -> dict[str, float] | None:
+    """Parse a progress line (as streamed over SSH or a pipe); None for any other line."""
+    parts = line.strip().split()
+    if not parts or parts[0] != PROGRESS_PREFIX:
+        return None
+    out: dict[str, float] = {}
+    for part in parts[1:]:
+        key, sep, value = part.partition("=")
+        if not sep:
+            return None
+        try:
+            out[key] = float(value)
+        except ValueError:
+            return None
+    return out
