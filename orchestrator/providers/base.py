@@ -13,7 +13,7 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 # Label keys every resource a sweep creates carries (GCP label keys allow
 # [a-z0-9_-]; AWS tags accept the same), values are lower-case too.
@@ -164,3 +164,5 @@ class ProviderOptions:
     hosts: list[str] = field(default_factory=list)  # ssh provider: user@addr[:port]
     ssh_key: Path | None = None  # use this private key instead of a per-sweep one
     workdir: Path | None = None  # local provider: where its "hosts" live
+    ssh: Any = None  # the sweep's orchestrator.remote.SshKeys, set by the engine
+    sweep_id: str | None = None

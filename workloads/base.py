@@ -1,0 +1,77 @@
+"""The generic workload interface and its registry.
+
+A workload prepares its inputs once, then runs with N worker threads until told
+to stop, counting the units it finished. The trial runner owns timing, the
+profiling agent and the result files, so a user's own workload
+(``--workload mypkg.mod:MyWorkload``) gets all of that by implementing three
+methods.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import threading
+from typing import Any, ClassVar
+
+# name -> "module:Class"; imported only when used.
+REGISTRY: dict[str, str] = {
+    "cube": "workloads.cube:CubeWorkload",
+}
+
+
+class WorkloadInputError(ValueError):
+    """Bad inputs (corrupt/missing file, wrong shapes, bad parameter): a one-line message."""
+
+
+class UnitCounter:
+    """Units done so far, shared by the worker threads and read by the runner."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self._value += n
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+
+class Workload(abc.ABC):
+    name: ClassVar[str] = "workload"
+    unit: ClassVar[str] = "unit"
+
+    def __init__(self, **params: Any) -> None:
+        """``params`` arrive as strings from the command line; convert and validate them."""
+        self.params = params
+
+    @abc.abstractmethod
+    def prepare(self) -> None:
+        """Load or generate inputs once, before timing starts."""
+
+    @abc.abstractmethod
+    def run(self, workers: int, stop: threading.Event, counter: UnitCounter) -> None:
+        """Run ``workers`` threads until ``stop`` is set, adding finished units to ``counter``."""
+
+    def describe(self) -> dict[str, Any]:
+        """The resolved parameters, recorded in summary.json."""
+        return {}
+
+
+def load_workload(name: str) -> type[Workload]:
+    """A registered name (``cube``) or ``module:Class`` for a user's own workload."""
+    target = REGISTRY.get(name, name)
+    module, sep, attr = target.partition(":")
+    if not sep:
+        known = ", ".join(sorted(REGISTRY))
+        raise WorkloadInputError(f"unknown workload {name!r}: use one of {known} or module:Class")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise WorkloadInputError(f"cannot load workload {name!r}: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Workload)):
+        raise WorkloadInputError(f"{name!r} is not a workloads.base.Workload subclass")
+    return cls
