@@ -89,6 +89,12 @@ class Executor(abc.ABC):
     def get(self, remote: str, local: Path) -> None:
         """Copy one file from the host; raise FileNotFoundError when it is absent."""
 
+    def ensure_workloads(self) -> None:  # noqa: B027 - optional hook
+        """Make ``python -m workloads.run`` runnable on the host (ship the wheel over SSH).
+
+        A no-op where the host already runs this checkout (the local provider).
+        """
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
