@@ -1,0 +1,784 @@
+"""What a sweep found, as numbers a user can act on: tables in the terminal, report.md, report.html.
+
+A report answers the question cloudprof exists for: which machine, how many
+workers, what cost, what peak memory. The numbers come straight from the
+results store (``trials.parquet`` and ``sweep.json``), reduced per machine and
+worker count to the median over repeats, so a noisy repeat cannot pick the
+winner on its own. One model (``Report``: headlines and tables of strings) is
+built once and rendered three ways, so the terminal, the Markdown and the HTML
+can never disagree.
+
+Estimates are labelled wherever they appear: a cost is an estimate when the
+trial ran on another host than the machine it stands for (``--dry-run`` runs on
+``local`` and prices the planned machine), and every figure from the plan is an
+estimate by construction.
+
+pandas is imported inside functions: the CLI imports this module lazily, but
+keeping it cheap costs nothing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import CloudprofError, UsageError
+from orchestrator.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import Console
+
+KNEE_GAIN = 0.10
+"""Scaling has stopped at worker count w when no larger tested count gives more
+than this fraction more throughput than w (median over repeats)."""
+
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+PLOTS_DIR = "plots"
+
+OK = "ok"
+DASH = "–"
+EST = " (est.)"
+LOCAL = "local"
+
+_LEAK_ORDER = {"leak": 0, "inconclusive": 1, "ok": 2}
+_GROUP = ["machine", "ran_on"]
+
+
+# ---------------------------------------------------------------- loading
+
+
+@dataclass
+class RunData:
+    """One results store as read from disk."""
+
+    run_dir: Path
+    sweep: dict[str, Any]
+    trials: pd.DataFrame  # all trials, TRIAL_COLUMNS (missing optional ones filled)
+
+    @property
+    def name(self) -> str:
+        return str(self.sweep.get("sweep_id") or self.run_dir.name)
+
+    def timeseries_path(self, trial_id: str) -> Path:
+        return self.run_dir / TIMESERIES_DIR / f"{trial_id}.parquet"
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a store; bad paths are a UsageError, a store without trials a CloudprofError."""
+    import pandas as pd
+
+    path = Path(run_dir)
+    if not path.exists():
+        raise UsageError(f"no results store at {path}: the path does not exist")
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a results store: expected a directory like runs/<id>")
+    sweep_file, trials_file = path / SWEEP_FILE, path / TRIALS_FILE
+    if not sweep_file.exists() and not trials_file.exists():
+        raise UsageError(f"{path} is not a results store: no {SWEEP_FILE} or {TRIALS_FILE}")
+    sweep: dict[str, Any] = {}
+    if sweep_file.exists():
+        try:
+            sweep = json.loads(sweep_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {sweep_file}: {exc}") from exc
+        if not isinstance(sweep, dict):
+            raise UsageError(f"cannot read {sweep_file}: not a JSON object")
+    if not trials_file.exists():
+        raise CloudprofError(f"no trials in {path}")
+    try:
+        trials = pd.read_parquet(trials_file)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise UsageError(f"cannot read {trials_file}: {exc}") from exc
+    if trials.empty:
+        raise CloudprofError(f"no trials in {path}")
+    required = {"machine", "workers", "units_per_s", "status"}
+    missing = sorted(required - set(trials.columns))
+    if missing:
+        raise UsageError(f"{trials_file} lacks columns {', '.join(missing)}")
+    for column in TRIAL_COLUMNS:
+        if column not in trials.columns:
+            trials[column] = None
+    trials["ran_on"] = trials["ran_on"].fillna(trials["machine"])
+    return RunData(run_dir=path, sweep=sweep, trials=trials)
+
+
+# ---------------------------------------------------------------- the numbers
+
+
+def cost_per_million_units(price_per_hour: float | None, units_per_s: float | None) -> float:
+    """USD per million units: what an hour costs over what an hour produces. NaN when unknown."""
+    if price_per_hour is None or units_per_s is None:
+        return math.nan
+    price, rate = float(price_per_hour), float(units_per_s)
+    if not (math.isfinite(price) and math.isfinite(rate)) or rate <= 0:
+        return math.nan
+    return price / (rate * 3600.0) * 1e6
+
+
+def _leak_summary(verdicts: list[Any]) -> str:
+    """The worst verdict over repeats; a mixed result says how many repeats had it."""
+    known = [str(v) for v in verdicts if isinstance(v, str) and v]
+    if not known:
+        return DASH
+    worst = min(known, key=lambda v: _LEAK_ORDER.get(v, 1))
+    count = known.count(worst)
+    return worst if count == len(known) else f"{worst} {count}/{len(known)}"
+
+
+def summarise(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per (machine, ran_on, workers): medians over the repeats that finished ok.
+
+    Peak memory is the max over repeats, not the median: it is what a machine
+    must hold. Cost per million units is computed from the median throughput
+    (the same formula as the stored column). ``failed`` counts the other repeats.
+    """
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    for (machine, ran_on, workers), group in trials.groupby(
+        [*_GROUP, "workers"], sort=True, dropna=False
+    ):
+        ok = group[group["status"] == OK]
+        failed = len(group) - len(ok)
+        if ok.empty:
+            continue
+        ups = float(ok["units_per_s"].astype(float).median())
+        price_values = ok["price_per_hour"].dropna().astype(float)
+        price = float(price_values.iloc[0]) if not price_values.empty else math.nan
+        rows.append(
+            {
+                "machine": machine,
+                "ran_on": ran_on,
+                "workers": int(workers),
+                "vcpus": _first_int(ok["vcpus"]),
+                "repeats": len(ok),
+                "failed": failed,
+                "units_per_s": ups,
+                "units_per_s_per_vcpu": _median(ok["units_per_s_per_vcpu"]),
+                "efficiency": _median(ok["efficiency"]),
+                "peak_rss_bytes": _max(ok["peak_rss_bytes"]),
+                "cpu_utilisation": _median(ok["cpu_utilisation"]),
+                "leak_verdict": _leak_summary(list(ok["leak_verdict"])),
+                "price_per_hour": price,
+                "cost_per_million_units": cost_per_million_units(price, ups),
+                "oversubscribed": bool(ok["oversubscribed"].fillna(False).astype(bool).any()),
+                "estimate": str(ran_on) != str(machine),
+            }
+        )
+    columns = [
+        *_GROUP,
+        "workers",
+        "vcpus",
+        "repeats",
+        "failed",
+        "units_per_s",
+        "units_per_s_per_vcpu",
+        "efficiency",
+        "peak_rss_bytes",
+        "cpu_utilisation",
+        "leak_verdict",
+        "price_per_hour",
+        "cost_per_million_units",
+        "oversubscribed",
+        "estimate",
+    ]
+    summary = pd.DataFrame(rows, columns=columns)
+    summary["pareto"] = pareto_front(summary)
+    return summary.reset_index(drop=True)
+
+
+def _median(series: pd.Series) -> float:
+    values = series.dropna().astype(float)
+    return float(values.median()) if not values.empty else math.nan
+
+
+def _max(series: pd.Series) -> float:
+    values = series.dropna().astype(float)
+    return float(values.max()) if not values.empty else math.nan
+
+
+def _first_int(series: pd.Series) -> int | None:
+    values = series.dropna()
+    return int(values.iloc[0]) if not values.empty else None
+
+
+@dataclass(frozen=True)
+class Knee:
+    """Where scaling stops for one machine: ``workers`` is None when it was not seen."""
+
+    workers: int | None
+    reached: bool  # False: throughput still grew at the largest count, or one count only
+    units_per_s: float = math.nan
+
+    def describe(self, tested: list[int]) -> str:
+        if len(tested) < 2:
+            return f"{DASH} (one worker count tested)"
+        if not self.reached or self.workers is None:
+            return f"not reached (still scaling at {max(tested)} workers)"
+        return f"{self.workers} workers"
+
+
+def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_GAIN) -> Knee:
+    """The smallest worker count that no larger tested count beats by more than ``gain``.
+
+    Comparing against every larger count (not only the next one) keeps one noisy
+    step from hiding a later jump. When that count is the largest tested and
+    the last step still gained more than ``gain``, scaling had not stopped yet.
+    """
+    points = sorted(
+        (int(w), float(u)) for w, u in zip(workers, units_per_s, strict=True) if math.isfinite(u)
+    )
+    if len(points) < 2:
+        return Knee(workers=None, reached=False)
+    for i, (w, ups) in enumerate(points):
+        later = [u for _, u in points[i + 1 :]]
+        if all(u <= ups * (1.0 + gain) for u in later):
+            if i == len(points) - 1:
+                return Knee(workers=None, reached=False)
+            return Knee(workers=w, reached=True, units_per_s=ups)
+    return Knee(workers=None, reached=False)  # unreachable: the last point always qualifies
+
+
+def knees(summary: pd.DataFrame) -> dict[tuple[str, str], Knee]:
+    """The knee of each (machine, ran_on) group of a summary."""
+    out: dict[tuple[str, str], Knee] = {}
+    for (machine, ran_on), group in summary.groupby(_GROUP, sort=True):
+        out[(str(machine), str(ran_on))] = find_knee(
+            list(group["workers"]), list(group["units_per_s"])
+        )
+    return out
+
+
+def pareto_front(summary: pd.DataFrame) -> list[bool]:
+    """Rows no other row beats on both throughput (higher) and cost per million units (lower)."""
+    points = list(zip(summary["units_per_s"], summary["cost_per_million_units"], strict=True))
+    flags: list[bool] = []
+    for i, (ups, cost) in enumerate(points):
+        if not (math.isfinite(ups) and math.isfinite(cost)):
+            flags.append(False)
+            continue
+        dominated = any(
+            j != i
+            and math.isfinite(u2)
+            and math.isfinite(c2)
+            and u2 >= ups
+            and c2 <= cost
+            and (u2 > ups or c2 < cost)
+            for j, (u2, c2) in enumerate(points)
+        )
+        flags.append(not dominated)
+    return flags
+
+
+def best_rows(summary: pd.DataFrame) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The rows with the lowest cost per million units and the highest throughput."""
+    by_cost = summary.dropna(subset=["cost_per_million_units"])
+    cheapest = (
+        by_cost.loc[by_cost["cost_per_million_units"].idxmin()].to_dict()
+        if not by_cost.empty
+        else None
+    )
+    by_rate = summary.dropna(subset=["units_per_s"])
+    fastest = by_rate.loc[by_rate["units_per_s"].idxmax()].to_dict() if not by_rate.empty else None
+    return cheapest, fastest
+
+
+def peak_memory(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (machine, ran_on): the highest peak RSS of any successful trial and its worker count."""
+    import pandas as pd
+
+    rows = []
+    for (machine, ran_on), group in summary.groupby(_GROUP, sort=True):
+        known = group.dropna(subset=["peak_rss_bytes"])
+        if known.empty:
+            rows.append(
+                {"machine": machine, "ran_on": ran_on, "peak_rss_bytes": math.nan, "workers": None}
+            )
+            continue
+        top = known.loc[known["peak_rss_bytes"].idxmax()]
+        rows.append(
+            {
+                "machine": machine,
+                "ran_on": ran_on,
+                "peak_rss_bytes": float(top["peak_rss_bytes"]),
+                "workers": int(top["workers"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*_GROUP, "peak_rss_bytes", "workers"])
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_rate(x: Any) -> str:
+    if not _finite(x):
+        return DASH
+    x = float(x)
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def fmt_pct(x: Any) -> str:
+    return f"{float(x) * 100:.0f}%" if _finite(x) else DASH
+
+
+def fmt_bytes(x: Any) -> str:
+    if not _finite(x):
+        return DASH
+    x = float(x)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= size:
+            return f"{x / size:.3g} {unit}" if x / size < 1000 else f"{x / size:,.0f} {unit}"
+    return f"{x:.0f} B"
+
+
+def fmt_usd(x: Any, estimate: bool = False) -> str:
+    if not _finite(x):
+        return DASH
+    x = float(x)
+    text = f"${x:,.0f}" if abs(x) >= 1000 else f"${x:.3g}"
+    return text + (EST if estimate else "")
+
+
+def fmt_duration(seconds: Any) -> str:
+    if not _finite(seconds):
+        return DASH
+    s = float(seconds)
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass
+class Row:
+    cells: list[str]
+    flags: frozenset[str] = frozenset()  # "oversubscribed", "estimate", "pareto", "failed"
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    title: str
+    headlines: list[str]
+    tables: list[Table]
+    summary: pd.DataFrame
+    plots: list[tuple[str, str]] = field(default_factory=list)  # (relative path, caption)
+
+
+def build_report(run: RunData) -> Report:
+    """The whole report as strings: headlines, then tables."""
+    summary = summarise(run.trials)
+    knee_of = knees(summary)
+    headlines = _headlines(run, summary, knee_of)
+    tables = [_results_table(summary), _knee_table(summary, knee_of), _memory_table(summary)]
+    failed = _failed_table(run.trials)
+    if failed is not None:
+        tables.append(failed)
+    plan = _plan_table(run.sweep)
+    if plan is not None:
+        tables.append(plan)
+    return Report(
+        title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary
+    )
+
+
+def _where(row: dict[str, Any]) -> str:
+    text = f"{row['machine']} × {int(row['workers'])} workers"
+    if row["estimate"]:
+        text += f" (ran on {row['ran_on']})"
+    return text
+
+
+def _headlines(
+    run: RunData, summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]
+) -> list[str]:
+    trials = run.trials
+    n_ok = int((trials["status"] == OK).sum())
+    lines = [
+        f"{len(trials)} trials: {n_ok} ok, {len(trials) - n_ok} not ok"
+        + (f"; sweep status {run.sweep['status']}" if run.sweep.get("status") else "")
+    ]
+    if summary.empty:
+        lines.append("No trial finished ok: there is no throughput, cost or knee to report.")
+        return lines
+    cheapest, fastest = best_rows(summary)
+    if cheapest is not None:
+        estimate = " — an estimate" if cheapest["estimate"] else ""
+        lines.append(
+            f"Best by cost: {_where(cheapest)}, "
+            f"{fmt_usd(cheapest['cost_per_million_units'])} per million units{estimate}"
+        )
+    else:
+        lines.append("Best by cost: – (no price known for these machines)")
+    if fastest is not None:
+        lines.append(
+            f"Best by throughput: {_where(fastest)}, {fmt_rate(fastest['units_per_s'])} units/s"
+        )
+    for (machine, ran_on), knee in knee_of.items():
+        tested = sorted(
+            summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]["workers"]
+        )
+        label = machine if machine == ran_on else f"{machine} (ran on {ran_on})"
+        lines.append(f"Scaling stops for {label}: {knee.describe(tested)}")
+    estimated = summary[summary["estimate"]]
+    if not estimated.empty:
+        hosts = ", ".join(sorted({str(h) for h in estimated["ran_on"]}))
+        lines.append(
+            f"Estimates: trials ran on {hosts} instead of the planned machine, so throughput is "
+            "that host's and every cost marked (est.) prices it at the planned machine's rate."
+        )
+    if bool(summary["oversubscribed"].any()):
+        lines.append("Rows marked oversubscribed ran more workers than the host has logical cores.")
+    return lines
+
+
+def _results_table(summary: pd.DataFrame) -> Table:
+    headers = [
+        "machine",
+        "ran on",
+        "workers",
+        "repeats",
+        "units/s",
+        "units/s/vCPU",
+        "efficiency",
+        "peak RSS",
+        "CPU util",
+        "leak",
+        "$/hour",
+        "$/M units",
+        "notes",
+    ]
+    rows = []
+    for r in summary.to_dict("records"):
+        flags = {name for name in ("oversubscribed", "estimate", "pareto") if r[name]}
+        if r["failed"]:
+            flags.add("failed")
+        notes = []
+        if r["oversubscribed"]:
+            notes.append("oversubscribed")
+        if r["pareto"]:
+            notes.append("Pareto front")
+        if r["failed"]:
+            notes.append(f"{r['failed']} failed")
+        rows.append(
+            Row(
+                cells=[
+                    str(r["machine"]),
+                    str(r["ran_on"]),
+                    str(r["workers"]),
+                    str(r["repeats"]),
+                    fmt_rate(r["units_per_s"]),
+                    fmt_rate(r["units_per_s_per_vcpu"]),
+                    fmt_pct(r["efficiency"]),
+                    fmt_bytes(r["peak_rss_bytes"]),
+                    fmt_pct(r["cpu_utilisation"]),
+                    str(r["leak_verdict"]),
+                    fmt_usd(r["price_per_hour"]),
+                    fmt_usd(r["cost_per_million_units"], estimate=bool(r["estimate"])),
+                    ", ".join(notes),
+                ],
+                flags=frozenset(flags),
+            )
+        )
+    notes = [
+        "Median over the repeats that finished ok; peak RSS is the max over them.",
+        "efficiency = units/s ÷ (workers × units/s at 1 worker on the same machine); "
+        "– when there is no 1-worker baseline.",
+        "$/M units = $/hour ÷ (units/s × 3600) × 1e6; (est.) marks an estimate.",
+        "Pareto front: no other row is both faster and cheaper per unit.",
+    ]
+    return Table("Results per machine and worker count", headers, rows, notes)
+
+
+def _knee_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) -> Table:
+    rows = []
+    for (machine, ran_on), knee in knee_of.items():
+        group = summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]
+        best = group.loc[group["units_per_s"].idxmax()]
+        rows.append(
+            Row(
+                [
+                    machine,
+                    ran_on,
+                    ", ".join(str(w) for w in sorted(group["workers"])),
+                    knee.describe(sorted(group["workers"])),
+                    fmt_rate(knee.units_per_s),
+                    f"{fmt_rate(best['units_per_s'])} at {int(best['workers'])}",
+                ]
+            )
+        )
+    note = (
+        f"The knee is the smallest worker count that no larger tested count beats by more "
+        f"than {KNEE_GAIN:.0%} in median units/s."
+    )
+    headers = [
+        "machine",
+        "ran on",
+        "workers tested",
+        "scaling stops at",
+        "units/s there",
+        "best units/s",
+    ]
+    return Table("Where scaling stops", headers, rows, [note])
+
+
+def _memory_table(summary: pd.DataFrame) -> Table:
+    rows = [
+        Row(
+            [
+                str(r["machine"]),
+                str(r["ran_on"]),
+                fmt_bytes(r["peak_rss_bytes"]),
+                DASH
+                if r["workers"] is None or not _finite(r["workers"])
+                else str(int(r["workers"])),
+            ]
+        )
+        for r in peak_memory(summary).to_dict("records")
+    ]
+    return Table(
+        "Peak memory per machine",
+        ["machine", "ran on", "peak RSS", "at workers"],
+        rows,
+        ["Kernel high-water mark of the trial process (VmHWM), max over its trials."],
+    )
+
+
+def _failed_table(trials: pd.DataFrame) -> Table | None:
+    bad = trials[trials["status"] != OK]
+    if bad.empty:
+        return None
+    rows = []
+    for r in bad.sort_values(["machine", "workers", "repeat"], na_position="last").to_dict(
+        "records"
+    ):
+        error = " ".join(str(r.get("error") or "").split())
+        rows.append(
+            Row(
+                [
+                    str(r.get("trial_id") or DASH),
+                    str(r["machine"]),
+                    str(r["workers"]),
+                    str(r.get("repeat") if r.get("repeat") is not None else DASH),
+                    str(r["status"]),
+                    (error[:160] + "…") if len(error) > 160 else (error or DASH),
+                ],
+                flags=frozenset({"failed"}),
+            )
+        )
+    return Table(
+        "Trials that did not finish ok",
+        ["trial", "machine", "workers", "repeat", "status", "error"],
+        rows,
+        ["These trials are left out of every median above."],
+    )
+
+
+def _plan_table(sweep: dict[str, Any]) -> Table | None:
+    plan = sweep.get("plan")
+    if not isinstance(plan, dict) or not plan.get("vms"):
+        return None
+    rows = []
+    total_cost = 0.0
+    any_cost = False
+    for vm in plan["vms"]:
+        machine = vm.get("machine")
+        name = machine.get("name") if isinstance(machine, dict) else machine
+        est = vm.get("estimate") or {}
+        total_s = est.get("total_s")
+        if total_s is None:
+            parts = [
+                est.get(k) for k in ("boot_s", "bootstrap_s", "staging_s", "trials_s", "teardown_s")
+            ]
+            total_s = (
+                sum(float(p) for p in parts if _finite(p)) if any(map(_finite, parts)) else None
+            )
+        cost = est.get("cost_usd")
+        price = est.get("price_per_hour")
+        if cost is None and _finite(price) and _finite(total_s):
+            cost = float(price) * float(total_s) / 3600.0
+        if _finite(cost):
+            total_cost += float(cost)
+            any_cost = True
+        rows.append(
+            Row(
+                [
+                    str(name),
+                    str(vm.get("provider") or DASH),
+                    str(vm.get("zone") or vm.get("region") or DASH),
+                    "yes" if vm.get("spot") else "no",
+                    str(len(vm.get("trials") or [])),
+                    fmt_usd(price),
+                    fmt_duration(total_s) + EST if _finite(total_s) else DASH,
+                    fmt_usd(cost, estimate=True),
+                ],
+                flags=frozenset({"estimate"}),
+            )
+        )
+    notes = ["Every figure in this table comes from the plan and is an estimate."]
+    if any_cost:
+        notes.append(
+            f"Estimated total cost of the planned VMs: {fmt_usd(total_cost, estimate=True)}."
+        )
+    headers = ["machine", "provider", "zone", "spot", "trials", "$/hour", "est. time", "est. cost"]
+    return Table("Plan (estimates)", headers, rows, notes)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+_ROW_STYLE = {"failed": "red", "oversubscribed": "yellow", "pareto": "bold green"}
+
+
+def render_console(report: Report, console: Console) -> None:
+    from rich.table import Table as RichTable
+
+    console.print(f"[bold]{_rich_escape(report.title)}[/bold]")
+    for line in report.headlines:
+        console.print(f"  {_rich_escape(line)}")
+    for table in report.tables:
+        rich_table = RichTable(
+            title=table.title,
+            caption="\n".join(table.notes),
+            caption_justify="left",
+            show_lines=False,
+        )
+        for header in table.headers:
+            rich_table.add_column(header, overflow="fold")
+        for row in table.rows:
+            style = next((s for f, s in _ROW_STYLE.items() if f in row.flags), None)
+            rich_table.add_row(*(_rich_escape(c) for c in row.cells), style=style)
+        console.print(rich_table)
+
+
+def _rich_escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def render_markdown(report: Report) -> str:
+    out = [f"# {_md(report.title)}", ""]
+    out += [f"- {_md(line)}" for line in report.headlines]
+    for table in report.tables:
+        out += ["", f"## {_md(table.title)}", ""]
+        out.append("| " + " | ".join(_md(h) for h in table.headers) + " |")
+        out.append("|" + "|".join(" --- " for _ in table.headers) + "|")
+        out += ["| " + " | ".join(_md(c) for c in row.cells) + " |" for row in table.rows]
+        out += [""] + [f"*{_md(note)}*  " for note in table.notes]
+    if report.plots:
+        out += ["", "## Plots", ""]
+        for path, caption in report.plots:
+            out += [f"![{_md(caption)}]({path})", "", f"*{_md(caption)}*", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _md(text: str) -> str:
+    """Cell-safe Markdown: no table breaks, no stray emphasis or HTML."""
+    text = " ".join(str(text).split())
+    for ch in "\\|*_`[]<>":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3}
+tr.oversubscribed td{background:#fff6d5}
+tr.failed td{background:#fde2e2}
+tr.pareto td:first-child{font-weight:bold}
+p.note{color:#555;font-size:90%;margin:.2em 0}
+figure{display:inline-block;margin:1em}
+figcaption{color:#555;font-size:90%}
+"""
+
+
+def render_html(report: Report) -> str:
+    e = html.escape
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{e(report.title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{e(report.title)}</h1>",
+        "<ul>",
+        *(f"<li>{e(line)}</li>" for line in report.headlines),
+        "</ul>",
+    ]
+    for table in report.tables:
+        out.append(f"<h2>{e(table.title)}</h2>")
+        out.append("<table>")
+        out.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr>")
+        for row in table.rows:
+            cls = f' class="{" ".join(sorted(row.flags))}"' if row.flags else ""
+            out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row.cells) + "</tr>")
+        out.append("</table>")
+        out += [f'<p class="note">{e(note)}</p>' for note in table.notes]
+    if report.plots:
+        out.append("<h2>Plots</h2>")
+        for path, caption in report.plots:
+            out.append(
+                f'<figure><img src="{e(path, quote=True)}" alt="{e(caption, quote=True)}">'
+                f"<figcaption>{e(caption)}</figcaption></figure>"
+            )
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def print_summary(run_dir: str | Path, console: Console) -> Report:
+    """The terminal report of one store (``cloudprof report`` and the end of a sweep)."""
+    report = build_report(load_run(run_dir))
+    render_console(report, console)
+    return report
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write plots/*.png, report.md and report.html into the store; returns report.html's path.
+
+    Each file is written to a temporary name and renamed, so a reader never sees
+    half a report.
+    """
+    from orchestrator import plots
+
+    run = load_run(run_dir)
+    report = build_report(run)
+    report.plots = plots.render_plots(run, report.summary, run.run_dir / PLOTS_DIR)
+    _write_atomic(run.run_dir / REPORT_MD, render_markdown(report))
+    html_path = run.run_dir / REPORT_HTML
+    _write_atomic(html_path, render_html(report))
+    return html_path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
