@@ -62,8 +62,17 @@ class ProviderError(CloudprofError):
 class CapacityError(ProviderError):
     """The zone has no capacity (ZONE_RESOURCE_POOL_EXHAUSTED, InsufficientInstanceCapacity).
 
-    Worth one try in the next zone of the region.
+    Worth one try in the next zone of the region: ``zone`` is the zone that
+    refused (None when the cloud chose it) and ``next_zones`` the other zones
+    of the region that offer the machine type, best first (may be empty).
     """
+
+    def __init__(
+        self, message: str, *, zone: str | None = None, next_zones: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.zone = zone
+        self.next_zones = tuple(next_zones)
 
 
 class QuotaError(ProviderError):
