@@ -1,0 +1,508 @@
+"""The cube workload's inputs: generated deterministically, cached by content, loaded lazily.
+
+The article's inputs are N frames of R×C random floats rounded to 10 decimals.
+We generate them from a seed so that every VM of a sweep (and every re-run)
+works on the same bytes, and cache them by the hash of their spec so the
+default 800 MB set is written once per machine.
+
+A cube only ever looks at the first ``dim`` rows of each frame, so Parquet files
+are written with small leading row groups (100, 100, 200, 400, ... rows) and
+:func:`load_rows` decodes only the row groups that cover those rows — about a
+tenth of each default file. Pages carry CRC checksums so that a flipped byte is
+an error rather than a silently wrong cube.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workloads.base import WorkloadInputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = "cloudprof.inputs/1"
+LAYOUT_VERSION = 1
+"""Bump when the bytes written for a given spec change, so old caches are not reused."""
+
+FORMATS = ("parquet", "csv")
+LAYOUTS = ("rows", "columns")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """What to generate. Two equal specs always produce the same bytes (same pyarrow)."""
+
+    frames: int = 100
+    rows: int = 1000
+    cols: int = 1000
+    seed: int = 0
+    fmt: str = "parquet"
+    decimals: int = 10
+    row_group_rows: int = 100
+    """Size of the first Parquet row group; later ones double, so reading ``dim`` rows
+    decodes at most about ``2 * dim`` rows whatever ``dim`` is."""
+
+    def __post_init__(self) -> None:
+        for name in ("frames", "rows", "cols", "row_group_rows"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise WorkloadInputError(
+                    f"inputs: {name} must be a positive integer, got {value!r}"
+                )
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise WorkloadInputError(
+                f"inputs: seed must be a non-negative integer, got {self.seed!r}"
+            )
+        if not isinstance(self.decimals, int) or not 0 <= self.decimals <= 15:
+            raise WorkloadInputError(f"inputs: decimals must be 0..15, got {self.decimals!r}")
+        if self.fmt not in FORMATS:
+            raise WorkloadInputError(
+                f"inputs: format must be one of {', '.join(FORMATS)}, got {self.fmt!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def hash(self) -> str:
+        """Content address of the inputs: the spec plus the on-disk layout version."""
+        blob = json.dumps({**self.to_dict(), "layout": LAYOUT_VERSION}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def file_name(self, index: int) -> str:
+        return f"frame_{index:04d}.{self.fmt}"
+
+    @property
+    def nbytes(self) -> int:
+        """Size of all frames in memory as float64."""
+        return self.frames * self.rows * self.cols * 8
+
+
+def column_names(cols: int) -> list[str]:
+    """The article's DataFrames had integer column labels; as strings, "0".."cols-1"."""
+    return [str(c) for c in range(cols)]
+
+
+def frame_columns(spec: InputSpec, index: int) -> np.ndarray:
+    """Frame ``index`` as a (cols, rows) array: row c is column c of the frame.
+
+    Each frame has its own seed (spawned from ``spec.seed``) so frames can be
+    generated in parallel and in any order with the same result.
+    """
+    import numpy as np
+
+    seq = np.random.SeedSequence(spec.seed, spawn_key=(index,))
+    values = np.random.Generator(np.random.PCG64(seq)).random((spec.cols, spec.rows))
+    return np.round(values, spec.decimals, out=values)
+
+
+def row_group_bounds(rows: int, first: int) -> list[tuple[int, int]]:
+    """Row groups of ``first``, ``first``, ``2*first``, ``4*first``... rows covering ``rows``."""
+    bounds, start, size = [], 0, first
+    while start < rows:
+        stop = min(rows, start + size)
+        bounds.append((start, stop))
+        if start > 0:
+            size *= 2
+        start = stop
+    return bounds
+
+
+def _encode(spec: InputSpec, columns: np.ndarray) -> bytes:
+    import pyarrow as pa
+
+    table = pa.Table.from_arrays(list(columns), names=column_names(spec.cols))
+    sink = pa.BufferOutputStream()
+    if spec.fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        pcsv.write_csv(table, sink)
+    else:
+        import pyarrow.parquet as pq
+
+        with pq.ParquetWriter(
+            sink,
+            table.schema,
+            compression="none",  # random doubles do not compress; decoding is faster without
+            use_dictionary=False,
+            write_statistics=False,
+            write_page_checksum=True,
+        ) as writer:
+            for start, stop in row_group_bounds(spec.rows, spec.row_group_rows):
+                writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
+    return sink.getvalue().to_pybytes()
+
+
+def _write_frame(spec: InputSpec, directory: Path, index: int) -> dict[str, Any]:
+    data = _encode(spec, frame_columns(spec, index))
+    name = spec.file_name(index)
+    (directory / name).write_bytes(data)
+    return {"name": name, "bytes": len(data), "md5": hashlib.md5(data).hexdigest()}
+
+
+def _read_manifest(directory: Path) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def is_complete(directory: str | os.PathLike[str], spec: InputSpec) -> bool:
+    """True if ``directory`` holds exactly ``spec``'s inputs (manifest matches, files sized right).
+
+    Checks sizes, not checksums: cheap enough to run before every trial.
+    """
+    directory = Path(directory)
+    manifest = _read_manifest(directory)
+    if not manifest or manifest.get("spec_hash") != spec.hash:
+        return False
+    try:
+        return (
+            all((directory / f["name"]).stat().st_size == f["bytes"] for f in manifest["files"])
+            and len(manifest["files"]) == spec.frames
+        )
+    except (OSError, KeyError, TypeError):
+        return False
+
+
+def _threads(n: int) -> int:
+    return max(1, min(n, os.cpu_count() or 1, 16))
+
+
+def generate(spec: InputSpec, directory: str | os.PathLike[str]) -> Path:
+    """Write ``spec``'s frames and manifest into ``directory``; a no-op if they are already there.
+
+    The manifest is written last (atomically), so a directory whose generation was
+    interrupted never looks complete.
+    """
+    directory = Path(directory)
+    if is_complete(directory, spec):
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MANIFEST).unlink(missing_ok=True)
+    with ThreadPoolExecutor(_threads(spec.frames)) as pool:
+        files = list(pool.map(lambda i: _write_frame(spec, directory, i), range(spec.frames)))
+    content = hashlib.sha256("".join(f"{f['name']}:{f['md5']}\n" for f in files).encode())
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "spec": spec.to_dict(),
+        "spec_hash": spec.hash,
+        "layout": LAYOUT_VERSION,
+        "shape": [spec.frames, spec.rows, spec.cols],
+        "dtype": "float64",
+        "seed": spec.seed,
+        "format": spec.fmt,
+        "row_groups": row_group_bounds(spec.rows, spec.row_group_rows)
+        if spec.fmt == "parquet"
+        else None,
+        "content_hash": content.hexdigest(),
+        "files": files,
+    }
+    tmp = directory / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, directory / MANIFEST)
+    return directory
+
+
+def default_cache_dir() -> Path:
+    """``$CLOUDPROF_CACHE`` if set, else ``~/.cache/cloudprof/inputs``."""
+    env = os.environ.get("CLOUDPROF_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "cloudprof" / "inputs"
+
+
+def ensure_inputs(spec: InputSpec, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``<cache>/<spec hash>/``, generated on first use and reused afterwards.
+
+    Generation happens in a temporary sibling directory renamed into place, so a
+    crash or Ctrl-C mid-way leaves no directory that looks complete, and two
+    processes racing on the same spec both end up with one valid copy.
+    """
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    final = cache / spec.hash
+    if is_complete(final, spec):
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.hash}-", dir=cache))
+    try:
+        generate(spec, tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # ``final`` exists: a concurrent run won, or a stale partial copy
+            if not is_complete(final, spec):
+                shutil.rmtree(final, ignore_errors=True)
+                os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+# ---------------------------------------------------------------- loading
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameFile:
+    path: Path
+    expected_bytes: int | None  # from the manifest, when there is one
+
+
+def frame_files(directory: str | os.PathLike[str]) -> tuple[list[FrameFile], str]:
+    """The frame files of an inputs directory, in order, and their format.
+
+    A directory with a manifest lists its files; one without (a user's own
+    frames) is every ``*.parquet`` — or else every ``*.csv`` — sorted by name.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise WorkloadInputError(f"inputs: {directory} is not a directory")
+    manifest = _read_manifest(directory)
+    if manifest is None and (directory / MANIFEST).exists():
+        raise WorkloadInputError(f"inputs: {directory / MANIFEST} is not valid JSON")
+    if manifest is not None:
+        try:
+            files = [FrameFile(directory / f["name"], int(f["bytes"])) for f in manifest["files"]]
+            fmt = str(manifest["format"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkloadInputError(f"inputs: {directory / MANIFEST} lacks {exc}") from exc
+    else:
+        fmt = "parquet" if any(directory.glob("*.parquet")) else "csv"
+        files = [FrameFile(p, None) for p in sorted(directory.glob(f"*.{fmt}"))]
+    if fmt not in FORMATS:
+        raise WorkloadInputError(f"inputs: unknown format {fmt!r} in {directory / MANIFEST}")
+    if not files:
+        raise WorkloadInputError(f"inputs: no .parquet or .csv frames in {directory}")
+    for f in files:
+        try:
+            size = f.path.stat().st_size
+        except FileNotFoundError:
+            raise WorkloadInputError(f"inputs: missing file {f.path}") from None
+        if f.expected_bytes is not None and size != f.expected_bytes:
+            raise WorkloadInputError(
+                f"inputs: {f.path} is truncated or modified ({size} bytes, manifest says "
+                f"{f.expected_bytes})"
+            )
+    return files, fmt
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turn whatever pyarrow raises on a bad file into a one-line error naming the file."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except WorkloadInputError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WorkloadInputError(f"inputs: cannot read {path}: {first}") from exc
+
+
+def _check_double(path: Path, schema: Any) -> None:
+    import pyarrow as pa
+
+    for field in schema:
+        if not pa.types.is_floating(field.type):
+            raise WorkloadInputError(
+                f"inputs: {path}: column {field.name!r} is {field.type}, expected double"
+            )
+
+
+def _to_columns(path: Path, table: Any) -> np.ndarray:
+    """A pyarrow table of doubles as a (cols, rows) array, its natural column-major form."""
+    import numpy as np
+
+    _check_double(path, table.schema)
+    if table.num_rows == 0:
+        return np.empty((table.num_columns, 0))
+    batch = table.combine_chunks().to_batches()[0]
+    return np.asarray(batch.to_tensor(row_major=False), dtype=np.float64).T
+
+
+class _Reader:
+    """Reads one frame file: its shape cheaply, then its first rows or all of it."""
+
+    def __init__(self, path: Path, fmt: str) -> None:
+        self.path, self.fmt = path, fmt
+        self._pf: Any = None
+        with _reading(path):
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
+
+                self._pf = pq.ParquetFile(path, page_checksum_verification=True)
+                md = self._pf.metadata
+                self.rows: int | None = md.num_rows
+                self.cols = md.num_columns
+                _check_double(path, self._pf.schema_arrow)
+            else:
+                import pyarrow.csv as pcsv
+
+                with open(path, "rb") as fh:
+                    header = next(
+                        pcsv.open_csv(fh, read_options=pcsv.ReadOptions(block_size=1 << 16))
+                    )
+                self.rows = None  # unknown without reading it all
+                self.cols = header.num_columns
+
+    def read(self, nrows: int | None) -> np.ndarray:
+        """The first ``nrows`` rows (all if None), as (cols, nrows)."""
+        with _reading(self.path):
+            if self.fmt == "parquet":
+                return self._read_parquet(nrows)
+            return self._read_csv(nrows)
+
+    def _read_parquet(self, nrows: int | None) -> np.ndarray:
+        md = self._pf.metadata
+        groups, covered = [], 0
+        for i in range(md.num_row_groups):
+            if nrows is not None and covered >= nrows:
+                break
+            groups.append(i)
+            covered += md.row_group(i).num_rows
+        table = self._pf.read_row_groups(groups, use_threads=False)
+        if nrows is not None:
+            table = table.slice(0, nrows)
+        return _to_columns(self.path, table)
+
+    def _read_csv(self, nrows: int | None) -> np.ndarray:
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        opts = pcsv.ReadOptions(use_threads=False, block_size=1 << 20)
+        if nrows is None:
+            return _to_columns(self.path, pcsv.read_csv(self.path, read_options=opts))
+        batches, got = [], 0
+        with pcsv.open_csv(self.path, read_options=opts) as reader:
+            for batch in reader:
+                batches.append(batch)
+                got += batch.num_rows
+                if got >= nrows:
+                    break
+        table = pa.Table.from_batches(batches) if batches else None
+        if table is None or table.num_rows < nrows:
+            have = 0 if table is None else table.num_rows
+            raise WorkloadInputError(f"inputs: {self.path} has {have} rows, need {nrows}")
+        return _to_columns(self.path, table.slice(0, nrows))
+
+
+def _open_all(directory: str | os.PathLike[str]) -> list[_Reader]:
+    files, fmt = frame_files(directory)
+    with ThreadPoolExecutor(_threads(len(files))) as pool:
+        readers = list(pool.map(lambda f: _Reader(f.path, fmt), files))
+    first = readers[0]
+    for r in readers[1:]:
+        if r.cols != first.cols or (r.rows is not None and r.rows != first.rows):
+            raise WorkloadInputError(
+                f"inputs: {r.path} is {r.rows}x{r.cols} (rows x cols) "
+                f"but {first.path} is {first.rows}x{first.cols}"
+            )
+    return readers
+
+
+def _load(
+    directory: str | os.PathLike[str],
+    nrows: int | None,
+    alloc: Callable[[int, int, int], np.ndarray],
+    store: Callable[[np.ndarray, int, np.ndarray], None],
+) -> np.ndarray:
+    readers = _open_all(directory)
+    first = readers[0]
+    if nrows is not None and first.rows is not None and nrows > first.rows:
+        raise WorkloadInputError(
+            f"inputs: dim {nrows} exceeds the {first.rows} rows of {first.path}"
+        )
+    # The first frame fixes the shape (CSV row counts are only known once read).
+    block0 = first.read(nrows)
+    shape = block0.shape
+    out = alloc(len(readers), shape[1], shape[0])
+    store(out, 0, block0)
+
+    def one(index: int) -> None:
+        block = readers[index].read(nrows)
+        if block.shape != shape:
+            raise WorkloadInputError(
+                f"inputs: {readers[index].path} is {block.shape[1]}x{block.shape[0]} "
+                f"but {first.path} is {shape[1]}x{shape[0]}"
+            )
+        store(out, index, block)
+
+    with ThreadPoolExecutor(_threads(len(readers))) as pool:
+        list(pool.map(one, range(1, len(readers))))
+    return out
+
+
+def load_rows(directory: str | os.PathLike[str], dim: int, *, layout: str = "rows") -> np.ndarray:
+    """The first ``dim`` rows of every frame, as an array of shape (frames, dim, cols).
+
+    Reads only the row groups covering those rows. ``layout`` picks the memory
+    order behind that shape: ``"rows"`` is C-contiguous; ``"columns"`` is a view
+    of a C-contiguous (cols, frames, dim) array, where one column of all frames
+    is a single contiguous run — the layout the ``fast`` cube strategy gathers
+    from. Both compare equal.
+    """
+    import numpy as np
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}")
+    if dim < 1:
+        raise WorkloadInputError(f"inputs: dim must be positive, got {dim}")
+    if layout == "columns":
+
+        def alloc(frames: int, rows: int, cols: int) -> np.ndarray:
+            return np.empty((cols, frames, rows))
+
+        def store(out: np.ndarray, f: int, block: np.ndarray) -> None:
+            out[:, f, :] = block
+
+        return _load(directory, dim, alloc, store).transpose(1, 2, 0)
+
+    def alloc_rows(frames: int, rows: int, cols: int) -> np.ndarray:
+        return np.empty((frames, rows, cols))
+
+    def store_rows(out: np.ndarray, f: int, block: np.ndarray) -> None:
+        out[f] = block.T
+
+    return _load(directory, dim, alloc_rows, store_rows)
+
+
+def load_frames(directory: str | os.PathLike[str]) -> np.ndarray:
+    """Every frame whole, as a (frames, rows, cols) array: the article's ``arr_data``."""
+    import numpy as np
+
+    def alloc(frames: int, rows: int, cols: int) -> np.ndarray:
+        return np.empty((frames, rows, cols))
+
+    def store(out: np.ndarray, f: int, block: np.ndarray) -> None:
+        out[f] = block.T
+
+    return _load(directory, None, alloc, store)
+
+
+def read_frame_pandas(path: str | os.PathLike[str]) -> Any:
+    """One frame read whole with pandas, as the article did (``read_parquet``/``read_csv``)."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise WorkloadInputError(f"inputs: missing file {path}")
+    with _reading(path):
+        if path.suffix == ".csv":
+            return pd.read_csv(path)
+        return pd.read_parquet(path)
+
+
+def frame_paths(directory: str | os.PathLike[str]) -> Sequence[Path]:
+    """Paths of the frames, validated (present, sizes as in the manifest)."""
+    return [f.path for f in frame_files(directory)[0]]
