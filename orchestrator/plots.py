@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator import report as rpt
 
@@ -67,7 +67,7 @@ def render_plots(run: rpt.RunData, summary: pd.DataFrame, out_dir: Path) -> list
         save(
             fig,
             f"{name}.png",
-            f"Memory (RSS) and CPU over time per trial: {_label(machine, ran_on)}",
+            f"Memory (RSS) and CPU over time per trial: {rpt.machine_label(machine, ran_on)}",
         )
     return written
 
@@ -78,17 +78,13 @@ def _new_figure(width: float = 7.0, height: float = 4.5) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _label(machine: Any, ran_on: Any) -> str:
-    return str(machine) if machine == ran_on else f"{machine} (on {ran_on})"
-
-
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
 def _groups(summary: pd.DataFrame):
     for (machine, ran_on), group in summary.groupby(["machine", "ran_on"], sort=True):
-        yield _label(machine, ran_on), group.sort_values("workers")
+        yield rpt.machine_label(machine, ran_on), group.sort_values("workers")
 
 
 def _workers_axis(ax: Axes, summary: pd.DataFrame) -> None:
@@ -234,5 +230,5 @@ def timeseries_figure(run: rpt.RunData, group: pd.DataFrame) -> Figure | None:
         ax.set_xlabel("s", fontsize=8)
         ax.tick_params(labelsize=7)
         cpu.tick_params(labelsize=7)
-    fig.suptitle(_label(group["machine"].iloc[0], group["ran_on"].iloc[0]))
+    fig.suptitle(rpt.machine_label(group["machine"].iloc[0], group["ran_on"].iloc[0]))
     return fig

@@ -402,6 +402,11 @@ def build_report(run: RunData) -> Report:
     )
 
 
+def machine_label(machine: Any, ran_on: Any) -> str:
+    """A machine's name, plus where it really ran when that was another host."""
+    return str(machine) if str(machine) == str(ran_on) else f"{machine} (ran on {ran_on})"
+
+
 def _where(row: dict[str, Any]) -> str:
     text = f"{row['machine']} × {int(row['workers'])} workers"
     if row["estimate"]:
@@ -438,8 +443,7 @@ def _headlines(
         tested = sorted(
             summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]["workers"]
         )
-        label = machine if machine == ran_on else f"{machine} (ran on {ran_on})"
-        lines.append(f"Scaling stops for {label}: {knee.describe(tested)}")
+        lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe(tested)}")
     estimated = summary[summary["estimate"]]
     if not estimated.empty:
         hosts = ", ".join(sorted({str(h) for h in estimated["ran_on"]}))

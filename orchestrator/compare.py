@@ -1,0 +1,139 @@
+"""Two or more sweeps side by side: did the new machine, library or code change pay off?
+
+Each run is reduced to the same headline numbers the report leads with (best
+units/s, best units/s per vCPU, best cost per million units, peak memory, the
+knee of its fastest machine), and every later run is shown as a ratio to the
+first, so "1.8×" reads directly as the gain. The numbers come from
+``orchestrator.report``'s summary, never recomputed here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator import report as rpt
+from orchestrator.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import Console
+
+
+@dataclass(frozen=True)
+class Metric:
+    value: float  # NaN when unknown
+    where: str  # "machine × N workers", or "" when unknown
+    estimate: bool = False
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The headline numbers of one run."""
+
+    name: str
+    best_units_per_s: Metric
+    best_units_per_s_per_vcpu: Metric
+    best_cost_per_million_units: Metric
+    peak_rss_bytes: Metric
+    knee_workers: Metric  # of the machine with the best throughput
+
+    def metrics(self) -> dict[str, Metric]:
+        return {label: getattr(self, attr) for label, attr, _ in METRICS}
+
+
+# (label, attribute, formatter); "lower is better" only for cost and memory.
+METRICS: tuple[tuple[str, str, Any], ...] = (
+    ("best units/s", "best_units_per_s", rpt.fmt_rate),
+    ("best units/s per vCPU", "best_units_per_s_per_vcpu", rpt.fmt_rate),
+    ("best $ per million units", "best_cost_per_million_units", rpt.fmt_usd),
+    ("peak memory", "peak_rss_bytes", rpt.fmt_bytes),
+    ("scaling stops at (workers)", "knee_workers", lambda x: rpt.fmt_rate(x)),
+)
+
+
+def _where(row: Any) -> str:
+    text = f"{row['machine']} × {int(row['workers'])}"
+    return text + (f" on {row['ran_on']}" if row["estimate"] else "")
+
+
+def _extreme(summary: pd.DataFrame, column: str, largest: bool, costs: bool = False) -> Metric:
+    """The best row for ``column``; only a cost can be an estimate (throughput is measured)."""
+    known = summary.dropna(subset=[column])
+    if known.empty:
+        return Metric(math.nan, "")
+    row = known.loc[known[column].idxmax() if largest else known[column].idxmin()]
+    return Metric(float(row[column]), _where(row), costs and bool(row["estimate"]))
+
+
+def headline(run: rpt.RunData) -> Headline:
+    """One run's headline numbers (NaN where the run has no successful trial)."""
+    summary = rpt.summarise(run.trials)
+    fastest = _extreme(summary, "units_per_s", largest=True)
+    knee = Metric(math.nan, "")
+    if not summary.empty:
+        top = summary.loc[summary["units_per_s"].idxmax()]
+        found = rpt.knees(summary)[(str(top["machine"]), str(top["ran_on"]))]
+        machine = rpt.machine_label(top["machine"], top["ran_on"])
+        if found.reached and found.workers is not None:
+            knee = Metric(float(found.workers), machine)
+        else:
+            knee = Metric(math.nan, f"{machine}: not reached")
+    cost = _extreme(summary, "cost_per_million_units", largest=False, costs=True)
+    return Headline(
+        name=run.name,
+        best_units_per_s=fastest,
+        best_units_per_s_per_vcpu=_extreme(summary, "units_per_s_per_vcpu", largest=True),
+        best_cost_per_million_units=cost,
+        peak_rss_bytes=_extreme(summary, "peak_rss_bytes", largest=True),
+        knee_workers=knee,
+    )
+
+
+def ratio(value: float, base: float) -> float:
+    """value / base; NaN when either is unknown or the base is zero."""
+    if not (math.isfinite(value) and math.isfinite(base)) or base == 0:
+        return math.nan
+    return value / base
+
+
+def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]:
+    """Print the headline table of two or more runs with ratios to the first; returns the data."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    if len(run_dirs) < 2:
+        raise UsageError("compare needs at least two runs, e.g. cloudprof compare runs/a runs/b")
+    heads = [headline(rpt.load_run(d)) for d in run_dirs]
+    base = heads[0]
+    table = Table(title="cloudprof compare (ratios are run ÷ first run)")
+    table.add_column("metric")
+    table.add_column(escape(base.name), overflow="fold")
+    for head in heads[1:]:
+        table.add_column(escape(head.name), overflow="fold")
+        table.add_column("ratio")
+    for label, _attr, fmt in METRICS:
+        first = base.metrics()[label]
+        cells = [label, escape(_cell(first, fmt))]
+        for head in heads[1:]:
+            metric = head.metrics()[label]
+            r = ratio(metric.value, first.value)
+            cells += [escape(_cell(metric, fmt)), f"×{r:.2f}" if math.isfinite(r) else rpt.DASH]
+        table.add_row(*cells)
+    console.print(table)
+    if any(h.best_cost_per_million_units.estimate for h in heads):
+        console.print(
+            "(est.): the trials ran on another host than the machine priced; "
+            "the cost is an estimate."
+        )
+    console.print("Lower is better for cost and memory; higher for throughput.")
+    return heads
+
+
+def _cell(metric: Metric, fmt: Any) -> str:
+    text = fmt(metric.value)
+    if metric.estimate and math.isfinite(metric.value):
+        text += rpt.EST
+    return f"{text} — {metric.where}" if metric.where else text

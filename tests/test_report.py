@@ -1,0 +1,407 @@
+"""The report's numbers against the stored trials, its files, and its behaviour on odd stores.
+
+Stores are written here with pandas in the results-store layout
+(``orchestrator.store``), the same files the sweep engine writes; one test at
+the end runs a real tiny sweep through the engine and reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from orchestrator import report
+from orchestrator.errors import CloudprofError, UsageError
+from orchestrator.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
+from workloads.protocol import TIMESERIES_COLUMNS
+
+
+def write_store(
+    run_dir: Path,
+    trials: list[dict[str, Any]],
+    sweep: dict[str, Any] | None = None,
+    timeseries: bool = True,
+) -> Path:
+    """A results store with one row per given trial; derived columns computed as documented.
+
+    ``efficiency`` uses the median 1-worker throughput of the same machine (NaN
+    without one), ``cost_per_million_units`` the store's formula.
+    """
+    rows = []
+    for given in trials:
+        row: dict[str, Any] = dict.fromkeys(TRIAL_COLUMNS)
+        row.update(
+            sweep_id=run_dir.name, provider="gcp", vcpus=4, memory_gib=16.0, repeat=0,
+            status="ok", leak_verdict="ok", cpu_utilisation=0.5, price_per_hour=1.0,
+            seconds=2.0, oversubscribed=False, peak_rss_bytes=100 * 2**20,
+        )  # fmt: skip
+        row.update(given)
+        row["ran_on"] = row["ran_on"] or row["machine"]
+        row["trial_id"] = row["trial_id"] or f"{row['machine']}-w{row['workers']}-r{row['repeat']}"
+        ups = row["units_per_s"]
+        ok = row["status"] == "ok" and ups is not None
+        row["units"] = int(ups * row["seconds"]) if ok else 0
+        row["units_per_s_per_vcpu"] = ups / row["vcpus"] if ok else math.nan
+        row["cost_per_million_units"] = (
+            row["price_per_hour"] / (ups * 3600) * 1e6 if ok and row["price_per_hour"] else math.nan
+        )
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS))
+    for i, row in frame.iterrows():
+        base = frame[
+            (frame.machine == row.machine) & (frame.workers == 1) & (frame.status == "ok")
+        ]["units_per_s"]
+        ok = row.status == "ok" and not base.empty
+        frame.loc[i, "efficiency"] = (
+            row.units_per_s / (row.workers * base.median()) if ok else np.nan
+        )
+    frame["efficiency"] = frame["efficiency"].astype(float)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(run_dir / TRIALS_FILE)
+    if timeseries:
+        (run_dir / TIMESERIES_DIR).mkdir(exist_ok=True)
+        for row in rows:
+            t = np.arange(0.0, 1.0, 0.1)
+            series = {c: np.zeros(len(t)) for c in TIMESERIES_COLUMNS}
+            series.update(t=t, rss_bytes=(50 + 20 * t) * 2**20, cpu_percent=90.0 * row["workers"])
+            pd.DataFrame(series).to_parquet(run_dir / TIMESERIES_DIR / f"{row['trial_id']}.parquet")
+    (run_dir / SWEEP_FILE).write_text(json.dumps(sweep or {"sweep_id": run_dir.name}))
+    return run_dir
+
+
+def scaling_trials(machine: str, price: float, rates: dict[int, list[float]], **extra: Any):
+    """Trials of one machine: ``rates`` maps workers to the units/s of each repeat."""
+    return [
+        {"machine": machine, "workers": w, "repeat": r, "units_per_s": ups,
+         "price_per_hour": price, "peak_rss_bytes": (100 + 10 * w + r) * 2**20,
+         "cpu_utilisation": 0.1 * w + 0.01 * r, "leak_verdict": "ok", **extra}
+        for w, reps in rates.items()
+        for r, ups in enumerate(reps)
+    ]  # fmt: skip
+
+
+# n2: fast but expensive, stops scaling at 4; e2: slower, cheaper per unit.
+N2 = {1: [100, 110, 90], 2: [190, 200, 180], 4: [380, 360, 400], 8: [400, 390, 395]}
+E2 = {1: [60, 61, 59], 2: [118, 120, 119], 4: [230, 240, 235]}
+
+
+@pytest.fixture
+def two_machines(tmp_path: Path) -> Path:
+    trials = scaling_trials("n2-highcpu-8", 0.29, N2) + scaling_trials("e2-standard-4", 0.13, E2)
+    return write_store(tmp_path / "sweep-a", trials)
+
+
+def md_rows(md: str, title: str) -> list[str]:
+    """The table rows (header and rule excluded) of one section of report.md."""
+    section = md.split(f"## {title}\n")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return rows[2:]
+
+
+def console_text(run_dir: Path) -> str:
+    console = Console(record=True, width=250)
+    report.print_summary(run_dir, console)
+    return console.export_text()
+
+
+# ------------------------------------------------------------------ numbers
+
+
+def test_summary_medians_match_the_stored_trials(two_machines: Path) -> None:
+    trials = pd.read_parquet(two_machines / TRIALS_FILE)
+    summary = report.summarise(report.load_run(two_machines).trials)
+    assert len(summary) == len(N2) + len(E2)
+    for row in summary.to_dict("records"):
+        mine = trials[(trials.machine == row["machine"]) & (trials.workers == row["workers"])]
+        assert row["units_per_s"] == pytest.approx(mine.units_per_s.median())
+        assert row["units_per_s_per_vcpu"] == pytest.approx(mine.units_per_s_per_vcpu.median())
+        assert row["efficiency"] == pytest.approx(mine.efficiency.median())
+        assert row["cpu_utilisation"] == pytest.approx(mine.cpu_utilisation.median())
+        assert row["peak_rss_bytes"] == mine.peak_rss_bytes.max()
+        assert row["repeats"] == 3
+    n2_4 = summary[(summary.machine == "n2-highcpu-8") & (summary.workers == 4)].iloc[0]
+    assert n2_4.units_per_s == 380
+    assert n2_4.efficiency == pytest.approx(380 / (4 * 100))
+
+
+def test_cost_per_million_units_is_price_over_hourly_output(two_machines: Path) -> None:
+    summary = report.summarise(report.load_run(two_machines).trials)
+    for row in summary.to_dict("records"):
+        expected = row["price_per_hour"] / (row["units_per_s"] * 3600) * 1e6
+        assert row["cost_per_million_units"] == pytest.approx(expected)
+    assert report.cost_per_million_units(3.6, 1000.0) == pytest.approx(1.0)
+    assert math.isnan(report.cost_per_million_units(None, 10.0))
+    assert math.isnan(report.cost_per_million_units(1.0, 0.0))
+
+
+def test_best_machine_by_cost_and_by_throughput(two_machines: Path) -> None:
+    summary = report.summarise(report.load_run(two_machines).trials)
+    cheapest, fastest = report.best_rows(summary)
+    assert (cheapest["machine"], cheapest["workers"]) == ("e2-standard-4", 4)
+    assert cheapest["cost_per_million_units"] == pytest.approx(0.13 / (235 * 3600) * 1e6)
+    assert (fastest["machine"], fastest["workers"]) == ("n2-highcpu-8", 8)
+    text = console_text(two_machines)
+    assert "Best by cost: e2-standard-4 × 4 workers" in text
+    assert "Best by throughput: n2-highcpu-8 × 8 workers, 395 units/s" in text
+
+
+@pytest.mark.parametrize(
+    ("workers", "rates", "knee", "reached"),
+    [
+        ([1, 2, 4, 8, 16], [100, 190, 360, 370, 375], 4, True),  # plateau from 4
+        ([1, 2, 4, 8, 16], [100, 200, 400, 420, 300], 4, True),  # the article: peak, then a drop
+        ([1, 2, 4, 8], [100, 200, 190, 400], None, False),  # a dip does not hide a later jump
+        ([1, 2, 4], [100, 200, 400], None, False),  # still scaling at the largest count
+        ([4], [400], None, False),  # one count: no knee
+        ([8, 1, 4, 2], [395, 100, 380, 190], 4, True),  # order does not matter
+    ],
+)
+def test_knee(workers: list[int], rates: list[float], knee: int | None, reached: bool) -> None:
+    found = report.find_knee(workers, rates)
+    assert (found.workers, found.reached) == (knee, reached)
+
+
+def test_knee_is_shown_per_machine(two_machines: Path) -> None:
+    text = console_text(two_machines)
+    assert "Scaling stops for n2-highcpu-8: 4 workers" in text
+    assert "Scaling stops for e2-standard-4: not reached (still scaling at 4 workers)" in text
+
+
+def test_pareto_front_membership() -> None:
+    summary = pd.DataFrame(
+        {
+            "units_per_s": [100.0, 200.0, 150.0, 300.0, 50.0, math.nan],
+            "cost_per_million_units": [5.0, 4.0, 6.0, 8.0, 5.0, 1.0],
+        }
+    )
+    # 150/$6 is beaten by 200/$4; 50/$5 by 100/$5 (same cost, faster); NaN never on it.
+    assert report.pareto_front(summary) == [False, True, False, True, False, False]
+
+
+def test_pareto_column_in_the_summary(two_machines: Path) -> None:
+    summary = report.summarise(report.load_run(two_machines).trials)
+    front = {(r.machine, r.workers) for r in summary.itertuples() if r.pareto}
+    # e2×4 is the cheapest; n2×8 the fastest; n2×4 is faster than e2×4 but dearer -> on it too
+    # unless n2×8 is both faster and cheaper than n2×4 (395 > 380 at the same price: yes).
+    assert front == {("e2-standard-4", 4), ("n2-highcpu-8", 8)}
+
+
+# ------------------------------------------------------------------ files
+
+
+class _Checker(HTMLParser):
+    VOID = frozenset({"meta", "img", "br", "hr", "link", "input"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.images: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "img":
+            self.images.append(dict(attrs)["src"] or "")
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack.pop() != tag:
+            self.errors.append(f"unexpected </{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse_html(path: Path) -> _Checker:
+    checker = _Checker()
+    checker.feed(path.read_text(encoding="utf-8"))
+    checker.close()
+    assert not checker.errors, checker.errors
+    assert checker.stack == [], f"unclosed tags {checker.stack}"
+    return checker
+
+
+def test_write_report_files_and_plots(two_machines: Path) -> None:
+    html_path = report.write_report(two_machines)
+    assert html_path == two_machines / "report.html"
+    md = (two_machines / "report.md").read_text()
+    plots = {p.name for p in (two_machines / "plots").glob("*.png")}
+    assert {"throughput.png", "efficiency.png", "cost_vs_throughput.png", "peak_memory.png",
+            "timeseries_n2-highcpu-8.png", "timeseries_e2-standard-4.png"} <= plots  # fmt: skip
+    for png in (two_machines / "plots").glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"(plots/{png.name})" in md
+    checker = parse_html(html_path)
+    assert sorted(checker.images) == sorted(f"plots/{name}" for name in plots)
+    for src in checker.images:
+        assert (two_machines / src).is_file()
+    text = " ".join(checker.text)
+    assert "Results per machine and worker count" in text and "Where scaling stops" in text
+    assert "| e2-standard-4 | e2-standard-4 | 4 | 3 | 235 |" in md
+
+
+def test_text_is_escaped_in_html_and_markdown(tmp_path: Path) -> None:
+    evil = "<script>alert(1)</script> | *x*"
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [150]})
+    trials.append({"machine": "n2-highcpu-8", "workers": 2, "repeat": 1, "units_per_s": None,
+                   "status": "failed", "error": evil})  # fmt: skip
+    run = write_store(tmp_path / "evil", trials)
+    html_text = report.write_report(run).read_text()
+    assert "<script>" not in html_text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html_text
+    parse_html(run / "report.html")
+    md = (run / "report.md").read_text()
+    failed_row = next(line for line in md.splitlines() if "alert(1)" in line)
+    assert "\\<script\\>" in failed_row and "\\|" in failed_row
+    # the escaped pipe keeps the row at the table's 6 columns
+    assert failed_row.replace("\\|", "").count("|") == 7
+
+
+# ------------------------------------------------------------------ estimates
+
+
+def test_local_runs_label_every_cost_as_an_estimate(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-80", 2.87, {1: [100], 2: [190], 4: [200]}, ran_on="local")
+    run = write_store(tmp_path / "dry", trials)
+    summary = report.summarise(report.load_run(run).trials)
+    assert summary["estimate"].all()
+    text = console_text(run)
+    assert "an estimate" in text and "ran on local" in text
+    report.write_report(run)
+    md = (run / "report.md").read_text()
+    rows = md_rows(md, "Results per machine and worker count")
+    assert len(rows) == 3
+    for line in rows:
+        assert "(est.)" in line
+    assert "Estimates: trials ran on local" in md
+    assert "(est.)" in (run / "report.html").read_text()
+
+
+def test_measured_costs_are_not_labelled_estimates(two_machines: Path) -> None:
+    report.write_report(two_machines)
+    md = (two_machines / "report.md").read_text()
+    rows = md_rows(md, "Results per machine and worker count")
+    assert len(rows) == len(N2) + len(E2)
+    assert not any("(est.)" in line for line in rows)
+    assert "Estimates:" not in md
+
+
+def test_plan_figures_are_labelled_estimates(tmp_path: Path) -> None:
+    sweep = {
+        "sweep_id": "p",
+        "status": "done",
+        "plan": {
+            "vms": [
+                {"machine": {"name": "n2-highcpu-80"}, "provider": "gcp", "zone": "us-central1-a",
+                 "spot": False, "trials": [{}, {}, {}],
+                 "estimate": {"boot_s": 40, "bootstrap_s": 60, "staging_s": 10, "trials_s": 30,
+                              "teardown_s": 20, "price_per_hour": 2.87}},
+            ]
+        },
+    }  # fmt: skip
+    run = write_store(tmp_path / "p", scaling_trials("n2-highcpu-80", 2.87, {1: [10]}), sweep)
+    text = console_text(run)
+    assert "Plan (estimates)" in text
+    expected = report.fmt_usd(2.87 * 160 / 3600, estimate=True)
+    assert expected in text and expected.endswith("(est.)")
+    assert report.fmt_duration(160) + report.EST in text
+
+
+def test_oversubscribed_rows_are_marked(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [150]})
+    trials += scaling_trials("n2-highcpu-8", 0.29, {4: [160]}, oversubscribed=True)
+    run = write_store(tmp_path / "over", trials)
+    report.write_report(run)
+    md = (run / "report.md").read_text()
+    rows = md_rows(md, "Results per machine and worker count")
+    marked = [line for line in rows if "oversubscribed" in line]
+    assert [line.split("|")[3].strip() for line in marked] == ["4"]
+    assert 'class="oversubscribed' in (run / "report.html").read_text()
+
+
+# ------------------------------------------------------------------ odd stores
+
+
+def test_failed_trials_are_left_out_of_the_medians(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100, 120], 2: [190]})
+    trials.append({"machine": "n2-highcpu-8", "workers": 1, "repeat": 2, "units_per_s": 5.0,
+                   "status": "memory_budget_exceeded", "error": "peak 9 GiB > 8 GiB"})  # fmt: skip
+    run = write_store(tmp_path / "f", trials)
+    summary = report.summarise(report.load_run(run).trials)
+    one = summary[summary.workers == 1].iloc[0]
+    assert one.units_per_s == 110 and one.repeats == 2 and one.failed == 1
+    text = console_text(run)
+    assert "Trials that did not finish ok" in text and "peak 9 GiB > 8 GiB" in text
+
+
+def test_all_trials_failed_still_reports(tmp_path: Path) -> None:
+    trials = [{"machine": "n2-highcpu-8", "workers": 1, "units_per_s": None, "status": "failed",
+               "error": "boom"}]  # fmt: skip
+    run = write_store(tmp_path / "allfail", trials)
+    text = console_text(run)
+    assert "No trial finished ok" in text and "boom" in text
+    report.write_report(run)
+    assert (run / "report.html").is_file()
+
+
+def test_single_worker_count_and_missing_baseline(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {4: [400, 410]})
+    run = write_store(tmp_path / "one", trials)
+    summary = report.summarise(report.load_run(run).trials)
+    assert math.isnan(summary.iloc[0].efficiency)
+    text = console_text(run)
+    assert "one worker count tested" in text
+    report.write_report(run)
+    (row,) = md_rows((run / "report.md").read_text(), "Results per machine and worker count")
+    assert row.split("|")[7].strip() == report.DASH  # the efficiency column
+
+
+def test_empty_store_is_a_one_line_error(tmp_path: Path) -> None:
+    run = tmp_path / "empty"
+    run.mkdir()
+    pd.DataFrame(columns=list(TRIAL_COLUMNS)).to_parquet(run / TRIALS_FILE)
+    with pytest.raises(CloudprofError, match=r"^no trials in .*empty$"):
+        report.print_summary(run, Console())
+    (run / TRIALS_FILE).unlink()
+    (run / SWEEP_FILE).write_text("{}")
+    with pytest.raises(CloudprofError, match="no trials in"):
+        report.write_report(run)
+
+
+@pytest.mark.parametrize("kind", ["missing", "file", "not-a-store", "corrupt", "bad-json"])
+def test_bad_run_paths_are_usage_errors(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "run"
+    if kind == "file":
+        path.write_text("x")
+    elif kind == "not-a-store":
+        path.mkdir()
+    elif kind == "corrupt":
+        path.mkdir()
+        (path / TRIALS_FILE).write_bytes(b"PAR1 not parquet\n" * 10)
+    elif kind == "bad-json":
+        path.mkdir()
+        (path / SWEEP_FILE).write_text("{not json")
+    with pytest.raises(UsageError) as info:
+        report.write_report(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_importing_the_report_modules_loads_no_heavy_library() -> None:
+    code = (
+        "import sys, orchestrator.report, orchestrator.plots, orchestrator.compare\n"
+        "heavy = [m for m in ('pandas', 'numpy', 'matplotlib', 'pyarrow') if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
