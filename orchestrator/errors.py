@@ -87,6 +87,23 @@ class UnreachableError(ProviderError):
     """A host did not answer on SSH in time, or refused the connection."""
 
 
+class HostKeyError(ProviderError):
+    """A host presented an SSH host key other than the one expected, or an unknown one.
+
+    Never retried blindly and never auto-accepted: the message says how to check
+    and add the key.
+    """
+
+
+class ConnectionLostError(ProviderError):
+    """An SSH connection dropped mid-command or mid-copy; reconnecting and retrying may work.
+
+    Distinct from RemoteCommandError (the command itself failed), so the sweep
+    engine retries the trial on the same VM (after fetching a result the VM may
+    already have put in the bucket).
+    """
+
+
 class RemoteCommandError(ProviderError):
     """A command on a host failed (bootstrap, fetch); the message has its last stderr line."""
 

@@ -1,0 +1,884 @@
+"""Remote execution over SSH: the sweep's keys, the VM's first-boot script, and an Executor.
+
+Why it looks like this:
+
+- **Keys per sweep.** A sweep generates its own ed25519 client key (never the
+  user's own key) *and* the VM's host key. The host key goes to the VM in the
+  startup script, so cloudprof knows the key to expect before the VM exists and
+  verifies it on every connection — no trust-on-first-use, no AutoAddPolicy.
+  Both live in ``<run>/keys/`` (0600) and are deleted at teardown.
+- **Nothing reaches a shell unquoted.** Commands are argv lists joined with
+  ``shlex.quote``; values substituted into ``infra/startup.sh`` are quoted too.
+- **Bootstrap is cached on the host.** The ``workloads`` package ships as a
+  wheel named by its content hash and is installed into a venv keyed by that
+  hash, so a second sweep on the same host reuses it and starts in seconds.
+- **Errors are one line** and typed (UnreachableError, HostKeyError,
+  RemoteCommandError, ConnectionLostError) so the engine can decide: next
+  machine, or reconnect and retry the trial.
+
+Settings (environment), documented in README "SSH hosts and remote execution":
+``CLOUDPROF_SSH_ENDPOINT=host:port`` replaces the address a cloud provider
+returns; ``CLOUDPROF_SSH_USER`` the login user; ``CLOUDPROF_SSH_KEY`` a client
+private key to use instead of a generated one; ``CLOUDPROF_SSH_HOST_KEY`` a host
+private key to use instead of a generated one (for an sshd already running with
+it, as in the tests); ``CLOUDPROF_SSH_WORKDIR`` the directory on the host that
+holds cloudprof's files (default ``~/.cloudprof``).
+
+paramiko and cryptography are imported inside functions: the CLI must start
+without them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib.metadata
+import io
+import logging
+import os
+import random
+import re
+import shlex
+import socket
+import tempfile
+import threading
+import time
+import zipfile
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import (
+    ConnectionLostError,
+    HostKeyError,
+    RemoteCommandError,
+    UnreachableError,
+    UsageError,
+)
+from orchestrator.providers.base import CommandResult, Executor, Instance
+
+if TYPE_CHECKING:
+    import paramiko
+
+log = logging.getLogger("cloudprof.remote")
+
+ENV_ENDPOINT = "CLOUDPROF_SSH_ENDPOINT"
+ENV_USER = "CLOUDPROF_SSH_USER"
+ENV_KEY = "CLOUDPROF_SSH_KEY"
+ENV_HOST_KEY = "CLOUDPROF_SSH_HOST_KEY"
+ENV_WORKDIR = "CLOUDPROF_SSH_WORKDIR"
+
+STARTUP_TEMPLATE = Path(__file__).resolve().parent.parent / "infra" / "startup.sh"
+# Files the startup script writes; the bootstrap waits for "done" when "started" exists.
+STARTUP_STATE_DIR = "/var/lib/cloudprof"
+
+USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+PUBLIC_KEY_RE = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+)"
+    r" [A-Za-z0-9+/]+=*( [^\r\n]*)?$"
+)
+WHEEL_DIST = "cloudprof_workloads"  # the wheel's distribution name (not "cloudprof": no clash)
+WHEEL_DEPS = ("numpy", "pyarrow", "psutil")  # the data plane's only run-time dependencies
+TAIL_LINES = 20
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def _serialization() -> Any:
+    from cryptography.hazmat.primitives import serialization
+
+    return serialization
+
+
+def _write_secret(path: Path, data: bytes) -> None:
+    """Create ``path`` with mode 0600 from the start (never briefly world-readable)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _generate_ed25519(path: Path, comment: str) -> str:
+    """Write a new OpenSSH-format ed25519 private key to ``path``; return its public line."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    ser = _serialization()
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+    public = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
+    line = f"{public.decode()} {comment}"
+    _write_secret(path, private)
+    Path(str(path) + ".pub").write_text(line + "\n")
+    return line
+
+
+def public_line(private_key: Path, comment: str = "") -> str:
+    """The OpenSSH public line of a private key file (OpenSSH or PEM format, unencrypted)."""
+    ser = _serialization()
+    try:
+        data = Path(private_key).expanduser().read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read SSH key {private_key}: {exc.strerror or exc}") from None
+    try:
+        if b"BEGIN OPENSSH PRIVATE KEY" in data:
+            key = ser.load_ssh_private_key(data, password=None)
+        else:
+            key = ser.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise UsageError(
+            f"SSH key {private_key} is encrypted: use an unencrypted key for cloudprof "
+            "(or let it generate one per sweep)"
+        ) from None
+    except ValueError as exc:
+        raise UsageError(f"{private_key} is not a usable SSH private key: {exc}") from None
+    public = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
+    return f"{public.decode()} {comment}".strip()
+
+
+@dataclass
+class SshKeys:
+    """The sweep's SSH identity: the client key cloudprof logs in with and the VM's host key.
+
+    ``generated`` lists the files cloudprof made (deleted by ``remove``); keys
+    given by the user (``--ssh-key``, ``CLOUDPROF_SSH_KEY``, ``CLOUDPROF_SSH_HOST_KEY``)
+    are never deleted.
+    """
+
+    user_key: Path  # client private key
+    user_public: str  # its OpenSSH public line (installed in authorized_keys on the VM)
+    host_key: Path  # host private key (installed on the VM by the startup script)
+    host_public: str  # its public line (what cloudprof expects the VM to present)
+    generated: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def for_sweep(cls, sweep_dir: Path, override_key: Path | None = None) -> SshKeys:
+        """Keys of the sweep in ``sweep_dir/keys/``, generated on first use, reused on resume.
+
+        ``override_key`` (``--ssh-key``) or ``$CLOUDPROF_SSH_KEY`` replaces the
+        client key; ``$CLOUDPROF_SSH_HOST_KEY`` replaces the host key.
+        """
+        keys_dir = Path(sweep_dir) / "keys"
+        generated: list[Path] = []
+        tag = f"cloudprof-{Path(sweep_dir).name}"
+
+        def own(name: str, comment: str) -> tuple[Path, str]:
+            path = keys_dir / name
+            pub = Path(str(path) + ".pub")
+            if path.exists() and pub.exists():  # resume: the VMs already trust these
+                line = pub.read_text().strip()
+            else:
+                line = _generate_ed25519(path, comment)
+            generated.extend([path, pub])
+            return path, line
+
+        client = override_key or (Path(os.environ[ENV_KEY]) if os.environ.get(ENV_KEY) else None)
+        if client is not None:
+            client = client.expanduser()
+            user_key, user_public = client, public_line(client, tag)
+        else:
+            user_key, user_public = own("client_ed25519", tag)
+        host = os.environ.get(ENV_HOST_KEY)
+        if host:
+            host_key = Path(host).expanduser()
+            host_public = public_line(host_key, f"{tag}-host")
+        else:
+            host_key, host_public = own("host_ed25519", f"{tag}-host")
+        return cls(user_key, user_public, host_key, host_public, generated)
+
+    def remove(self) -> None:
+        """Delete the keys cloudprof generated (teardown); user-given keys stay."""
+        for path in self.generated:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        parents = {p.parent for p in self.generated}
+        for parent in parents:
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only if empty
+
+
+# --------------------------------------------------------------------------- startup script
+
+
+def _check_public_key(line: str, what: str) -> str:
+    if not PUBLIC_KEY_RE.match(line):
+        raise UsageError(f"{what} is not a one-line OpenSSH public key")
+    return line
+
+
+def startup_script(keys: SshKeys, ssh_user: str, expires_at: int) -> str:
+    """``infra/startup.sh`` with the sweep's values filled in, each shell-quoted.
+
+    Run as root at first boot: installs the sweep's host key, authorises the
+    client key for ``ssh_user``, and schedules power-off at ``expires_at``
+    (unix time) — the provider deletes the VM on shutdown, so it dies even if
+    the laptop running the sweep does.
+    """
+    if not USER_RE.match(ssh_user):
+        raise UsageError(f"invalid SSH user name {ssh_user!r}")
+    try:
+        template = STARTUP_TEMPLATE.read_text()
+        host_private = Path(keys.host_key).read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    values = {
+        "SSH_USER": ssh_user,
+        "CLIENT_PUBLIC_KEY": _check_public_key(keys.user_public, "client public key"),
+        "HOST_PRIVATE_KEY": host_private,
+        "HOST_PUBLIC_KEY": _check_public_key(keys.host_public, "host public key"),
+        "EXPIRES_AT": str(int(expires_at)),
+        "STATE_DIR": STARTUP_STATE_DIR,
+    }
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise UsageError(f"{STARTUP_TEMPLATE}: unknown placeholder @{name}@")
+        return shlex.quote(values[name])
+
+    # One pass, so a value that looks like a placeholder is never substituted again.
+    return re.sub(r"@([A-Z_]+)@", fill, template)
+
+
+# --------------------------------------------------------------------------- connecting
+
+
+@dataclass
+class SshTarget:
+    """Where and how to log in, and which host keys to accept."""
+
+    host: str
+    port: int
+    user: str
+    key_file: Path | None  # None: ssh-agent / ~/.ssh default keys (user hosts only)
+    known_keys: list[str]  # accepted host public lines; empty: ~/.ssh/known_hosts
+    booting: bool = False  # a VM still booting: retry host-key/auth failures until timeout
+
+    @property
+    def label(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+class _Transient(Exception):
+    """A connection attempt failed in a way that may succeed later (the VM boots)."""
+
+    def __init__(self, reason: str, final: Exception | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.final = final  # raised instead of UnreachableError if it is the last failure
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` or ``host`` (port 22)."""
+    text = text.strip()
+    m = re.match(r"^\[([^\]]+)\](?::(\d+))?$", text) or re.match(r"^([^:\[\]]+)(?::(\d+))?$", text)
+    if not m:
+        raise UsageError(f"invalid SSH endpoint {text!r}: use host:port")
+    port = int(m.group(2) or 22)
+    if not 0 < port < 65536:
+        raise UsageError(f"invalid SSH port in {text!r}")
+    return m.group(1), port
+
+
+def _pkey_from_line(line: str) -> paramiko.PKey:
+    import paramiko
+
+    parts = line.split()
+    if len(parts) < 2:
+        raise UsageError(f"invalid host public key {line[:40]!r}")
+    try:
+        return paramiko.PKey.from_type_string(parts[0], base64.b64decode(parts[1]))
+    except Exception as exc:  # paramiko raises several types for bad key data
+        raise UsageError(f"invalid host public key {line[:40]!r}: {exc}") from None
+
+
+def _load_client_key(path: Path) -> paramiko.PKey:
+    import paramiko
+
+    try:
+        return paramiko.PKey.from_path(Path(path).expanduser())
+    except paramiko.PasswordRequiredException:
+        raise UsageError(f"SSH key {path} is encrypted: use an unencrypted key") from None
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        raise UsageError(f"cannot load SSH key {path}: {exc}") from None
+
+
+def _connect_once(target: SshTarget, attempt_timeout: float) -> paramiko.SSHClient:
+    import paramiko
+
+    host_keys_name = target.host if target.port == 22 else f"[{target.host}]:{target.port}"
+
+    class RejectUnknown(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            raise HostKeyError(
+                f"host key of {target.label} ({key.get_name()} {key.fingerprint}) is not known: "
+                f"check it, then add it with `ssh-keyscan -p {target.port} {target.host} "
+                ">> ~/.ssh/known_hosts` or set known_host_key in the hosts file"
+            )
+
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(RejectUnknown())
+    if target.known_keys:
+        store = client.get_host_keys()
+        for line in target.known_keys:
+            key = _pkey_from_line(line)
+            store.add(host_keys_name, key.get_name(), key)
+    else:
+        with contextlib.suppress(OSError):
+            client.load_system_host_keys()
+    pkey = _load_client_key(target.key_file) if target.key_file else None
+    try:
+        sock = socket.create_connection((target.host, target.port), timeout=attempt_timeout)
+    except socket.gaierror as exc:
+        raise UnreachableError(
+            f"cannot reach {target.label} over SSH: cannot resolve {target.host}: {exc.strerror}"
+        ) from None
+    except ConnectionRefusedError:
+        raise _Transient("connection refused") from None
+    except TimeoutError:
+        raise _Transient("timed out") from None
+    except OSError as exc:
+        raise _Transient(exc.strerror or str(exc)) from None
+    try:
+        client.connect(
+            target.host,
+            port=target.port,
+            username=target.user,
+            pkey=pkey,
+            sock=sock,
+            timeout=attempt_timeout,
+            banner_timeout=attempt_timeout,
+            auth_timeout=attempt_timeout,
+            allow_agent=pkey is None,
+            look_for_keys=pkey is None,
+        )
+    except HostKeyError:
+        client.close()
+        raise
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        error = HostKeyError(
+            f"host key of {target.label} does not match: it presented "
+            f"{exc.key.get_name()} {exc.key.fingerprint}, expected {exc.expected_key.fingerprint} "
+            "— refusing to connect"
+        )
+        if target.booting:  # the image's own key until the startup script installs ours
+            raise _Transient("host key does not match (yet)", error) from None
+        raise error from None
+    except paramiko.AuthenticationException:
+        client.close()
+        key = target.key_file or "ssh-agent/default keys"
+        error = UnreachableError(f"SSH authentication failed for {target.label} with key {key}")
+        if target.booting:  # the key is authorised by the startup script
+            raise _Transient("authentication failed (yet)", error) from None
+        raise error from None
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        client.close()
+        raise _Transient(" ".join(str(exc).split()) or type(exc).__name__) from None
+    return client
+
+
+def open_ssh(target: SshTarget, timeout: float = 300) -> SshExecutor:
+    """Log in to ``target``, retrying with exponential backoff and jitter until ``timeout``."""
+    start = time.monotonic()
+    deadline = start + timeout
+    attempt = 0
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            client = _connect_once(target, max(1.0, min(15.0, remaining)))
+            return SshExecutor(client, target)
+        except _Transient as exc:
+            last = exc
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            if last.final is not None:
+                raise last.final
+            waited = time.monotonic() - start
+            raise UnreachableError(
+                f"cannot reach {target.label} over SSH after {waited:.0f}s: {last.reason}"
+            )
+        delay = min(10.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0)
+        log.debug("ssh %s: %s; retrying in %.1fs", target.label, last.reason, delay)
+        time.sleep(min(delay, remaining))
+        attempt += 1
+
+
+def endpoint_of(inst: Instance) -> tuple[str, int, str | None]:
+    """The (host, port, user) to reach ``inst``, after CLOUDPROF_SSH_ENDPOINT/_USER."""
+    host, port = inst.address, inst.port
+    override = os.environ.get(ENV_ENDPOINT)
+    if override:
+        host, port = parse_endpoint(override)
+    user = os.environ.get(ENV_USER) or inst.user
+    if not host:
+        raise UnreachableError(f"instance {inst.name} has no address to reach over SSH")
+    return host, port, user
+
+
+def connect(inst: Instance, keys: SshKeys, timeout: float = 300) -> SshExecutor:
+    """An executor on a VM cloudprof created: the sweep's client key, the sweep's host key.
+
+    While the VM boots its sshd may still present the image's own host key or
+    not yet accept the sweep's client key; both are retried until ``timeout``,
+    then reported (HostKeyError for a key that never matched).
+    """
+    host, port, user = endpoint_of(inst)
+    if not user:
+        raise UsageError(f"no SSH user for instance {inst.name}: set {ENV_USER}")
+    target = SshTarget(
+        host=host,
+        port=port,
+        user=user,
+        key_file=Path(keys.user_key),
+        known_keys=[keys.host_public],
+        booting=True,
+    )
+    return open_ssh(target, timeout)
+
+
+# --------------------------------------------------------------------------- the executor
+
+
+class _Lines:
+    """Splits a byte stream into lines, passes each on, and keeps the last few."""
+
+    def __init__(self, on_line: Callable[[str], None] | None) -> None:
+        self.buf = b""
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.on_line = on_line
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        for raw in lines:
+            self._emit(raw)
+
+    def flush(self) -> None:
+        if self.buf:
+            self._emit(self.buf)
+            self.buf = b""
+
+    def _emit(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").rstrip("\r")
+        self.tail.append(line)
+        if self.on_line is not None:
+            self.on_line(line)
+
+
+_PID_MARK = "cloudprof-pid"
+
+
+class SshExecutor(Executor):
+    """Runs commands and moves files on one host over one SSH connection."""
+
+    def __init__(self, client: paramiko.SSHClient, target: SshTarget) -> None:
+        self.client = client
+        self.target = target
+        self._sftp: Any = None
+        self._lock = threading.Lock()
+        self._running: set[int] = set()  # remote pids of commands in flight
+        self.home = self._sftp_client().normalize(".")
+        self.workdir = os.environ.get(ENV_WORKDIR) or f"{self.home}/.cloudprof"
+        self.python = "python3"
+        self.last_bootstrap: str | None = None  # "installed" | "reused"
+
+    # -- plumbing
+
+    def _transport(self) -> Any:
+        transport = self.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectionLostError(f"SSH connection to {self.target.label} was lost")
+        return transport
+
+    def _sftp_client(self) -> Any:
+        with self._lock:
+            if self._sftp is None:
+                with self._errors("opening SFTP"):
+                    self._sftp = self.client.open_sftp()
+            return self._sftp
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """paramiko/socket errors → ConnectionLostError (connection gone) or RemoteCommandError."""
+        import paramiko
+
+        try:
+            yield
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            transport = self.client.get_transport()
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            if transport is None or not transport.is_active() or isinstance(exc, EOFError):
+                raise ConnectionLostError(
+                    f"SSH connection to {self.target.label} lost while {what}: {reason}"
+                ) from None
+            raise RemoteCommandError(f"{what} on {self.target.label} failed: {reason}") from None
+
+    def _abs(self, remote: str) -> str:
+        if remote == "~" or remote.startswith("~/"):
+            return self.home + remote[1:]
+        return remote
+
+    # -- Executor
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        """Run ``argv`` on the host (each word shell-quoted), streaming stdout and stderr lines.
+
+        The remote shell first reports the command's pid so a timeout, Ctrl-C or
+        ``close`` can stop it instead of leaving it running on the host.
+        """
+        if not argv:
+            raise ValueError("empty command")
+        # No `exec`: the shell waits and reports 128+N when the command dies of
+        # signal N (sshd sends no exit status for a killed process). The shell
+        # leads its own process group, so killing "-pid" stops the command too.
+        command = f"echo {_PID_MARK} $$ >&2; {shlex.join(str(a) for a in argv)}; exit $?"
+        out, err = _Lines(on_line), _Lines(on_line)
+        pid: int | None = None
+        pending_err = b""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._errors(f"running {argv[0]}"):
+            chan = self._transport().open_session()
+            chan.exec_command(command)
+        try:
+            while True:
+                busy = False
+                with self._errors(f"running {argv[0]}"):
+                    if chan.recv_ready():
+                        out.feed(chan.recv(65536))
+                        busy = True
+                    if chan.recv_stderr_ready():
+                        data = chan.recv_stderr(65536)
+                        busy = True
+                        if pid is None:  # the first stderr line is our pid marker
+                            pending_err += data
+                            head, sep, rest = pending_err.partition(b"\n")
+                            if sep:
+                                words = head.decode(errors="replace").split()
+                                if len(words) == 2 and words[0] == _PID_MARK:
+                                    pid = int(words[1])
+                                    self._running.add(pid)
+                                    err.feed(rest)
+                                else:
+                                    pid = -1
+                                    err.feed(pending_err)
+                        else:
+                            err.feed(data)
+                    if (
+                        chan.exit_status_ready()
+                        and not chan.recv_ready()
+                        and not chan.recv_stderr_ready()
+                    ):
+                        break
+                    if not busy and not self._transport_alive():
+                        raise ConnectionLostError(
+                            f"SSH connection to {self.target.label} lost while running {argv[0]}"
+                        )
+                    if chan.closed and not chan.exit_status_ready():
+                        time.sleep(0.2)  # a dying transport closes its channels first
+                        if self._transport_alive():
+                            break  # the remote shell itself was killed: no exit status
+                        raise ConnectionLostError(
+                            f"SSH connection to {self.target.label} lost while running {argv[0]}"
+                        )
+                if deadline is not None and time.monotonic() > deadline:
+                    self._kill(pid)
+                    raise RemoteCommandError(
+                        f"{argv[0]} on {self.target.label} timed out after {timeout:g}s"
+                    )
+                if not busy:
+                    time.sleep(0.01)
+            code = chan.exit_status if chan.exit_status_ready() else -1
+        except KeyboardInterrupt:
+            self._kill(pid)
+            raise
+        finally:
+            if pid is not None:
+                self._running.discard(pid)
+            with contextlib.suppress(Exception):
+                chan.close()
+        out.flush()
+        err.flush()
+        return CommandResult(code, "\n".join(out.tail), "\n".join(err.tail))
+
+    def _transport_alive(self) -> bool:
+        transport = self.client.get_transport()
+        return transport is not None and transport.is_active()
+
+    def _kill(self, pid: int | None) -> None:
+        """Stop a remote command and its process group (best effort)."""
+        if pid is None or pid <= 0 or not self._transport_alive():
+            return
+        script = 'kill -TERM -- "-$1" 2>/dev/null || kill -TERM "$1" 2>/dev/null; exit 0'
+        with contextlib.suppress(Exception):
+            chan = self._transport().open_session()
+            chan.exec_command(shlex.join(["sh", "-c", script, "sh", str(pid)]))
+            chan.recv_exit_status()
+            chan.close()
+        self._running.discard(pid)
+
+    def check(self, argv: Sequence[str], *, what: str, timeout: float | None = None) -> str:
+        """Run ``argv``; its stdout, or RemoteCommandError with the last stderr line."""
+        result = self.run(argv, timeout=timeout)
+        if result.exit_code != 0:
+            last = (result.stderr_tail or result.stdout_tail).strip().splitlines()
+            reason = last[-1] if last else f"exit code {result.exit_code}"
+            raise RemoteCommandError(f"{what} on {self.target.label} failed: {reason}")
+        return result.stdout_tail
+
+    def put(self, local: Path, remote: str) -> None:
+        """Upload to a temp name then rename, so a half-copied file is never seen as whole."""
+        remote = self._abs(remote)
+        sftp = self._sftp_client()
+        tmp = f"{remote}.part-{os.getpid()}-{random.randrange(1 << 30)}"
+        with self._errors(f"uploading {local.name}"):
+            self._mkdirs(sftp, remote.rsplit("/", 1)[0] if "/" in remote else ".")
+            sftp.put(str(local), tmp)
+            sftp.posix_rename(tmp, remote)
+
+    def get(self, remote: str, local: Path) -> None:
+        remote = self._abs(remote)
+        sftp = self._sftp_client()
+        local = Path(local)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.")
+        os.close(fd)
+        try:
+            with self._errors(f"downloading {remote}"):
+                try:
+                    sftp.get(remote, tmp)
+                except FileNotFoundError:
+                    raise FileNotFoundError(
+                        f"{remote} does not exist on {self.target.label}"
+                    ) from None
+            os.replace(tmp, local)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    @staticmethod
+    def _mkdirs(sftp: Any, path: str) -> None:
+        missing: list[str] = []
+        while path not in ("", "/", "."):
+            try:
+                sftp.stat(path)
+                break
+            except FileNotFoundError:
+                missing.append(path)
+                path = path.rsplit("/", 1)[0] if "/" in path else ""
+        for directory in reversed(missing):
+            with contextlib.suppress(OSError):  # created meanwhile by a parallel sweep
+                sftp.mkdir(directory)
+
+    def host_facts(self) -> dict[str, object]:
+        """vCPUs and memory of the host, read from it (nproc, /proc/meminfo)."""
+        text = self.check(
+            [
+                "sh",
+                "-c",
+                "nproc 2>/dev/null || getconf _NPROCESSORS_ONLN; "
+                "grep -m1 '^MemTotal:' /proc/meminfo",
+            ],
+            what="reading cores and memory",
+            timeout=60,
+        )
+        vcpus: int | None = None
+        memory_gib: float | None = None
+        for line in text.splitlines():
+            words = line.split()
+            if len(words) == 1 and words[0].isdigit():
+                vcpus = int(words[0])
+            elif words[:1] == ["MemTotal:"] and len(words) >= 2 and words[1].isdigit():
+                memory_gib = round(int(words[1]) / (1024 * 1024), 2)  # kB → GiB
+        if vcpus is None or memory_gib is None:
+            raise RemoteCommandError(
+                f"cannot read cores and memory of {self.target.label} (not Linux?)"
+            )
+        return {"vcpus": vcpus, "memory_gib": memory_gib}
+
+    def ensure_workloads(self) -> None:
+        """Make ``python -m workloads.run`` runnable: reuse or build the venv for this wheel.
+
+        The venv lives at ``<workdir>/env-<hash>`` (``--system-site-packages``, so
+        numpy/pyarrow/psutil the image already has are reused; pip fetches only
+        what is missing). ``<workdir>/bootstrap.log`` records "install" or
+        "reuse" per sweep, which is how the tests see the second sweep skip it.
+        """
+        with tempfile.TemporaryDirectory(prefix="cloudprof-wheel-") as tmp:
+            wheel, digest = build_workloads_wheel(Path(tmp))
+            env = f"{self.workdir}/env-{digest}"
+            state = self.run(
+                ["sh", "-c", _REUSE_SCRIPT, "sh", self.workdir, env, digest, STARTUP_STATE_DIR],
+                timeout=900,
+            )
+            if state.exit_code == 0:
+                self.last_bootstrap = "reused"
+            else:
+                remote_wheel = f"{self.workdir}/wheels/{wheel.name}"
+                self.put(wheel, remote_wheel)
+                self.check(
+                    ["sh", "-c", _INSTALL_SCRIPT, "sh", self.workdir, env, digest, remote_wheel],
+                    what="installing the workloads wheel",
+                    timeout=1800,
+                )
+                self.last_bootstrap = "installed"
+        self.python = f"{env}/bin/python"
+
+    def close(self) -> None:
+        for pid in list(self._running):
+            self._kill(pid)
+        with contextlib.suppress(Exception):
+            if self._sftp is not None:
+                self._sftp.close()
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+    def reconnect(self, timeout: float = 120) -> SshExecutor:
+        """A fresh executor to the same host (after ConnectionLostError)."""
+        self.close()
+        return open_ssh(self.target, timeout)
+
+
+# Positional parameters: $1 workdir, $2 env dir, $3 hash, $4 startup state dir.
+# Waits for a running first-boot script (it installs python3-venv/pip), then
+# exits 0 when the env for this hash imports workloads and its dependencies.
+_REUSE_SCRIPT = r"""
+i=0
+while [ -e "$4/startup.started" ] && [ ! -e "$4/startup.done" ] && [ "$i" -lt 600 ]; do
+    sleep 1; i=$((i + 1))
+done
+mkdir -p "$1" || exit 2
+if [ -x "$2/bin/python" ] && "$2/bin/python" -c 'import workloads, numpy, pyarrow, psutil' \
+        >/dev/null 2>&1; then
+    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) reuse $3" >> "$1/bootstrap.log"
+    exit 0
+fi
+exit 1
+"""
+
+# $1 workdir, $2 env dir, $3 hash, $4 wheel path. Builds the env beside its
+# final name and renames it, so a half-built env is never taken for a good one
+# (and two sweeps bootstrapping one host at once do not trip over each other).
+_INSTALL_SCRIPT = r"""
+set -e
+tmp="$2.tmp-$$"
+rm -rf "$2"
+python3 -m venv --system-site-packages --without-pip "$tmp" 2>/dev/null || true
+if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
+    rm -rf "$tmp"
+    python3 -m venv --system-site-packages "$tmp" || {
+        echo "python3 cannot create a venv with pip here: install python3-venv python3-pip" >&2
+        exit 1
+    }
+fi
+"$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2
+"$tmp/bin/python" -c 'import workloads, numpy, pyarrow, psutil'
+mv -T "$tmp" "$2" 2>/dev/null || { rm -rf "$tmp"; "$2/bin/python" -c 'import workloads'; }
+echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) install $3" >> "$1/bootstrap.log"
+"""
+
+
+# --------------------------------------------------------------------------- the wheel
+
+
+def _workloads_dir() -> Path:
+    import workloads
+
+    return Path(workloads.__file__).resolve().parent
+
+
+def _package_files(root: Path) -> list[tuple[str, bytes]]:
+    """(archive name, content) of every file of the package, sorted, without caches."""
+    files = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root.parent).as_posix()
+        if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
+            continue
+        files.append((rel, path.read_bytes()))
+    return files
+
+
+def _requirements() -> list[str]:
+    """numpy/pyarrow/psutil with the bounds pyproject gives them (one source of truth)."""
+    try:
+        reqs = importlib.metadata.requires("cloudprof") or []
+    except importlib.metadata.PackageNotFoundError:
+        reqs = []
+    out = []
+    for dep in WHEEL_DEPS:
+        found = [r.split(";")[0].strip() for r in reqs if re.match(rf"^{dep}\b", r)]
+        out.append(found[0] if found else dep)
+    return out
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return f"sha256={digest.decode()}"
+
+
+def build_workloads_wheel(out_dir: Path, source: Path | None = None) -> tuple[Path, str]:
+    """A wheel holding only the ``workloads`` package; returns (path, content hash).
+
+    The hash covers the package files and the requirements, so any change to
+    what runs on the VM gives a new venv there, and an unchanged checkout reuses
+    the old one. The zip is deterministic (fixed timestamps, sorted entries).
+    """
+    import workloads
+
+    files = _package_files(source or _workloads_dir())
+    requires = _requirements()
+    h = hashlib.sha256()
+    for name, data in files:
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    h.update("\n".join(requires).encode())
+    digest = h.hexdigest()[:16]
+    version = f"{workloads.__version__}+h{digest}"
+    dist_info = f"{WHEEL_DIST}-{version}.dist-info"
+    metadata = "\n".join(
+        [
+            "Metadata-Version: 2.1",
+            "Name: cloudprof-workloads",
+            f"Version: {version}",
+            "Summary: cloudprof's data plane (trial runner, workloads, profiling agent)",
+            "Requires-Python: >=3.10",
+            *(f"Requires-Dist: {r}" for r in requires),
+            "",
+        ]
+    ).encode()
+    wheel_meta = (
+        b"Wheel-Version: 1.0\nGenerator: cloudprof\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    entries = [
+        *files,
+        (f"{dist_info}/METADATA", metadata),
+        (f"{dist_info}/WHEEL", wheel_meta),
+        (f"{dist_info}/top_level.txt", b"workloads\n"),
+    ]
+    record = io.StringIO()
+    for name, data in entries:
+        record.write(f"{name},{_record_hash(data)},{len(data)}\n")
+    record.write(f"{dist_info}/RECORD,,\n")
+    entries.append((f"{dist_info}/RECORD", record.getvalue().encode()))
+    path = Path(out_dir) / f"{WHEEL_DIST}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    return path, digest
