@@ -139,10 +139,11 @@ class CubeWorkload(Workload):
         directory = self.inputs_dir or ensure_inputs(self.spec, self.cache_dir)
         strategy = STRATEGIES[self.strategy_name](directory, self.dim)
         strategy.load()
-        if self.dim > strategy.cols:
-            raise WorkloadInputError(
-                f"cube: dim {self.dim} exceeds the {strategy.cols} columns of {directory}"
-            )
+        for axis, size in (("rows", strategy.rows), ("columns", strategy.cols)):
+            if size is not None and self.dim > size:
+                raise WorkloadInputError(
+                    f"cube: dim {self.dim} exceeds the {size} {axis} of {directory}"
+                )
         self.directory, self.strategy = directory, strategy
 
     def describe(self) -> dict[str, Any]:

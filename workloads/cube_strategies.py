@@ -45,10 +45,11 @@ class Strategy(abc.ABC):
     def __init__(self, directory: Path, dim: int) -> None:
         self.directory, self.dim = directory, dim
         self.frames = self.cols = 0
+        self.rows: int | None = None  # None: not known, the loader checked ``dim`` itself
 
     @abc.abstractmethod
     def load(self) -> None:
-        """Read what the strategy needs, once; set ``frames`` and ``cols``."""
+        """Read what the strategy needs, once; set ``frames``, ``cols`` and ``rows``."""
 
     @abc.abstractmethod
     def maker(self) -> CubeMaker:
@@ -101,7 +102,7 @@ class NumpyStrategy(Strategy):
 
     def load(self) -> None:
         self.arr = load_frames(self.directory)
-        self.frames, self.cols = self.arr.shape[0], self.arr.shape[2]
+        self.frames, self.rows, self.cols = self.arr.shape
 
     @property
     def resident_bytes(self) -> int:
@@ -131,7 +132,7 @@ class DataFramesStrategy(Strategy):
     def load(self) -> None:
         self.df_dict = {p.name: read_frame_pandas(p) for p in frame_paths(self.directory)}
         first = next(iter(self.df_dict.values()))
-        self.frames, self.cols = len(self.df_dict), first.shape[1]
+        self.frames, (self.rows, self.cols) = len(self.df_dict), first.shape
 
     @property
     def resident_bytes(self) -> int:
@@ -150,7 +151,7 @@ class NaiveStrategy(Strategy):
     def load(self) -> None:
         self.paths = frame_paths(self.directory)
         first = read_frame_pandas(self.paths[0])
-        self.frames, self.cols = len(self.paths), first.shape[1]
+        self.frames, (self.rows, self.cols) = len(self.paths), first.shape
 
     def maker(self) -> CubeMaker:
         def make(cols: np.ndarray) -> np.ndarray:

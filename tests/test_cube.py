@@ -1,0 +1,196 @@
+"""The cube workload: strategies vs the reference, buffer safety, run-until-stop, params."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workloads.base import UnitCounter, WorkloadInputError, load_workload
+from workloads.cube import Checksum, CubeWorkload, reference_cube
+from workloads.cube_strategies import STRATEGIES
+from workloads.inputs import InputSpec, ensure_inputs, load_frames
+
+SMALL = {"frames": "6", "rows": "40", "cols": "50", "dim": "10"}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cube-cache")
+
+
+def _workload(cache: Path, **params: str) -> CubeWorkload:
+    return CubeWorkload(**{**SMALL, "cache": str(cache), **params})
+
+
+def _frames(cache: Path, seed: int = 0) -> np.ndarray:
+    return load_frames(ensure_inputs(InputSpec(frames=6, rows=40, cols=50, seed=seed), cache))
+
+
+class Keeper:
+    """A consumer that keeps every cube it receives (no copy) with its columns."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.kept: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __call__(self, cube: np.ndarray, cols: np.ndarray) -> None:
+        with self.lock:
+            self.kept.append((cube, cols))
+
+
+def test_reference_cube_is_the_articles_definition() -> None:
+    frames = np.arange(2 * 4 * 5, dtype=float).reshape(2, 4, 5)
+    cube = reference_cube(frames, [4, 0])
+    assert cube.shape == (2, 2, 2)
+    assert cube[1, 0, 0] == frames[1, 0, 4] and cube[0, 1, 1] == frames[0, 1, 0]
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_every_strategy_matches_the_reference(cache: Path, strategy: str, seed: int) -> None:
+    work = _workload(cache, strategy=strategy, seed=str(seed))
+    keeper = Keeper()
+    assert work.produce(4, workers=1, consumer=keeper) == 4
+    frames = _frames(cache, seed)
+    assert len(keeper.kept) == 4
+    for cube, cols in keeper.kept:
+        assert cube.shape == (6, 10, 10)
+        assert len(set(cols.tolist())) == 10 and cols.min() >= 0 and cols.max() < 50
+        assert np.array_equal(cube, reference_cube(frames, cols))
+    # A fresh sample per cube.
+    assert len({tuple(cols) for _, cols in keeper.kept}) == 4
+
+
+def test_column_samples_are_reproducible_per_seed(cache: Path) -> None:
+    def columns(seed: str) -> list[tuple[int, ...]]:
+        keeper = Keeper()
+        _workload(cache, seed=seed).produce(5, consumer=keeper)
+        return [tuple(cols) for _, cols in keeper.kept]
+
+    assert columns("1") == columns("1") != columns("2")
+
+
+@pytest.mark.parametrize("strategy", ["fast", "threads", "numpy"])
+def test_kept_cubes_are_never_overwritten_with_two_workers(cache: Path, strategy: str) -> None:
+    work = _workload(cache, strategy=strategy)
+    keeper = Keeper()
+    assert work.produce(40, workers=2, consumer=keeper) == 40
+    frames = _frames(cache)
+    for cube, cols in keeper.kept:
+        assert np.array_equal(cube, reference_cube(frames, cols))
+    addresses = {cube.__array_interface__["data"][0] for cube, _ in keeper.kept}
+    assert len(addresses) == 40
+
+
+def test_fast_reuses_a_buffer_nobody_kept(cache: Path) -> None:
+    work = _workload(cache)
+    addresses: set[int] = set()
+    kept: list[tuple[np.ndarray, np.ndarray]] = []
+    lock = threading.Lock()
+    seen = [0]
+
+    def keep_every_third(cube: np.ndarray, cols: np.ndarray) -> None:
+        with lock:
+            addresses.add(cube.__array_interface__["data"][0])
+            seen[0] += 1
+            if seen[0] % 3 == 0:
+                kept.append((cube, cols))
+
+    work.produce(30, workers=2, consumer=keep_every_third)
+    # One buffer per worker, plus one fresh buffer per kept cube.
+    assert len(addresses) <= 2 + len(kept)
+    frames = _frames(cache)
+    assert len(kept) == 10
+    for cube, cols in kept:
+        assert np.array_equal(cube, reference_cube(frames, cols))
+
+
+def test_fast_without_keeping_allocates_one_buffer_per_worker(cache: Path) -> None:
+    work = _workload(cache)
+    addresses: set[int] = set()
+    work.produce(
+        50, workers=2, consumer=lambda c, _: addresses.add(c.__array_interface__["data"][0])
+    )
+    assert 1 <= len(addresses) <= 2
+
+
+@pytest.mark.parametrize("strategy", ["fast", "threads"])
+def test_run_until_stop_counts_units(cache: Path, strategy: str) -> None:
+    work = _workload(cache, strategy=strategy)
+    work.prepare()
+    stop, counter, checksum = threading.Event(), UnitCounter(), Checksum()
+    runner = threading.Thread(target=work.run, args=(2, stop, counter, checksum))
+    runner.start()
+    time.sleep(0.3)
+    stop.set()
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert counter.value > 0
+    assert checksum.cubes == counter.value
+    assert checksum.value > 0.0  # uniform values in [0, 1): a positive sum
+
+
+def test_a_failing_consumer_stops_all_workers_and_raises(cache: Path) -> None:
+    work = _workload(cache)
+
+    def fails(cube: np.ndarray, cols: np.ndarray) -> None:
+        raise RuntimeError("consumer broke")
+
+    with pytest.raises(RuntimeError, match="consumer broke"):
+        work.run(2, threading.Event(), UnitCounter(), fails)
+
+
+def test_registered_and_reports_what_it_ran(cache: Path) -> None:
+    assert load_workload("cube") is CubeWorkload
+    work = _workload(cache)
+    work.prepare()
+    info = work.describe()
+    assert info["strategy"] == "fast"
+    assert info["cube_shape"] == [6, 10, 10]
+    assert info["cube_bytes"] == 6 * 10 * 10 * 8
+    assert Path(info["inputs_dir"]).name == InputSpec(frames=6, rows=40, cols=50).hash
+
+
+def test_explicit_inputs_directory(cache: Path, tmp_path: Path) -> None:
+    directory = ensure_inputs(InputSpec(frames=3, rows=12, cols=15, seed=5), tmp_path)
+    work = CubeWorkload(inputs=str(directory), dim="12", seed="5")
+    keeper = Keeper()
+    work.produce(2, consumer=keeper)
+    frames = load_frames(directory)
+    for cube, cols in keeper.kept:
+        assert cube.shape == (3, 12, 12)
+        assert np.array_equal(cube, reference_cube(frames, cols))
+    for strategy in STRATEGIES:
+        with pytest.raises(WorkloadInputError, match="dim 13 exceeds the 12 rows"):
+            CubeWorkload(inputs=str(directory), dim="13", strategy=strategy).prepare()
+    with pytest.raises(WorkloadInputError, match="missing"):
+        (directory / "frame_0001.parquet").unlink()
+        CubeWorkload(inputs=str(directory), dim="5").prepare()
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"dim": "abc"}, "dim must be an integer"),
+        ({"dim": "0"}, "dim must be at least 1"),
+        ({"dim": "55", "rows": "60"}, "dim 55 exceeds cols 50"),
+        ({"dim": "41", "cols": "60"}, "dim 41 exceeds rows 40"),
+        ({"strategy": "gpu"}, "unknown strategy 'gpu'"),
+        ({"format": "xlsx"}, "format must be one of"),
+        ({"colour": "blue"}, "unknown parameter(s) colour"),
+        ({"frames": "-1"}, "frames must be at least 1"),
+    ],
+)
+def test_bad_parameters_are_one_line_errors(cache: Path, params: dict, needle: str) -> None:
+    with pytest.raises(WorkloadInputError) as excinfo:
+        _workload(cache, **params)
+    assert needle in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_bad_worker_count(cache: Path) -> None:
+    with pytest.raises(WorkloadInputError, match="workers must be at least 1"):
+        _workload(cache).run(0, threading.Event(), UnitCounter())
