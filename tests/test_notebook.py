@@ -1,0 +1,96 @@
+"""notebooks/analysis.ipynb executed with nbclient on small inputs, its outputs checked.
+
+The stores it reads hold real measurements of the cube workload, one store per
+strategy, as a user would get from one sweep per ``--strategy``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from nbclient import NotebookClient
+
+from tests.test_report import write_store
+from workloads.base import UnitCounter
+from workloads.cube import CubeWorkload
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "analysis.ipynb"
+STRATEGIES = ["naive", "dataframes", "numpy", "threads", "fast"]
+# Small, yet large enough that a cube's gather dominates the per-cube overhead, so the
+# strategies separate (fast is ~2.5x numpy at this size, ~1.1x at dim 10).
+SMALL = {"frames": 20, "rows": 100, "cols": 200, "dim": 60}
+
+
+def measured_store(root: Path, strategy: str, workers: list[int], cache: Path) -> Path:
+    """A store of real cube-workload throughputs for one strategy (0.3 s per worker count)."""
+    workload = CubeWorkload(**SMALL, strategy=strategy, cache=str(cache))
+    workload.prepare()
+    trials = []
+    for w in workers:
+        stop, counter = threading.Event(), UnitCounter()
+        timer = threading.Timer(0.3, stop.set)
+        start = time.perf_counter()
+        timer.start()
+        workload.run(w, stop, counter)
+        seconds = time.perf_counter() - start
+        trials.append({"machine": "n2-highcpu-8", "ran_on": "local", "workers": w,
+                       "units_per_s": counter.value / seconds, "seconds": seconds})  # fmt: skip
+    params = {**SMALL, "strategy": strategy}
+    sweep = {"sweep_id": strategy, "spec": {"workload": "cube", "workload_params": params}}
+    return write_store(root / f"sweep-{strategy}", trials, sweep, timeseries=False)
+
+
+def run_notebook(tmp_path: Path, runs: Path, out: Path) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert "parameters" in nb.cells[1].metadata.get("tags", [])
+    nb.cells[1].source = (
+        f"RUNS = {str(runs)!r}\n"
+        "FRAMES, ROWS, COLS = 4, 40, 50\n"
+        "SEED = 0\n"
+        f"INPUT_CACHE = {str(tmp_path / 'cache')!r}\n"
+        "READ_REPEATS = 2\n"
+        f"OUT = {str(out)!r}\n"
+    )
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+    return nb
+
+
+@pytest.mark.slow
+def test_notebook_reproduces_the_articles_tables(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for strategy in STRATEGIES:
+        measured_store(runs, strategy, [1, 2], tmp_path / "cache")
+    out = tmp_path / "out"
+    nb = run_notebook(tmp_path, runs, out)
+
+    reads = pd.read_csv(out / "read_formats.csv", index_col="format")
+    assert list(reads.index) == ["csv", "parquet"]
+    assert (reads["files"] == 4).all() and (reads["seconds"] > 0).all()
+    assert reads.loc["csv", "speedup_vs_csv"] == pytest.approx(1.0)
+
+    strategies = pd.read_csv(out / "strategies.csv", index_col="strategy")
+    assert list(strategies.index) == STRATEGIES  # one row per strategy, the article's order
+    assert (strategies["best_units_per_s"] > 0).all()
+    assert strategies.loc["fast", "best_units_per_s"] >= strategies.loc["numpy", "best_units_per_s"]
+    assert strategies.loc["numpy", "best_units_per_s"] > strategies.loc["naive", "best_units_per_s"]
+    assert strategies["speedup"].min() == pytest.approx(1.0)
+    # the table's numbers are the stores' medians
+    for strategy in STRATEGIES:
+        trials = pd.read_parquet(runs / f"sweep-{strategy}" / "trials.parquet")
+        assert strategies.loc[strategy, "best_units_per_s"] == pytest.approx(
+            trials["units_per_s"].max()
+        )
+
+    assert (out / "throughput_vs_workers.png").read_bytes()[:4] == b"\x89PNG"
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    rendered = json.dumps([o.get("data", {}).get("text/plain", "") for o in outputs])
+    assert "fast" in rendered and "naive" in rendered
