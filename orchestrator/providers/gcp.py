@@ -238,6 +238,7 @@ class GcpProvider(Provider):
         self._project: str | None = None
         self._lock = threading.Lock()
         self._creating: dict[str, int] = {}  # sweep id -> creations in flight (firewall guard)
+        self.poll_interval = 1.0  # first wait between instance polls (tests shorten it)
 
     # ---- configuration
 
@@ -502,7 +503,7 @@ class GcpProvider(Provider):
                                         next_zones=self.next_zones(inst.zone, inst.machine)
                                         ) from None
                 raise
-        delay = 1.0
+        delay = self.poll_interval
         while True:
             try:
                 raw = self._client("InstancesClient").get(project=self.project, zone=inst.zone,

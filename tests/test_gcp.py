@@ -1,0 +1,386 @@
+"""Google Cloud provider and GCS bucket against real stand-ins.
+
+Compute Engine: google-cloud-compute's real REST transport against the fake in
+``tests/fixtures/fake_gce.py`` (no unittest.mock). GCS: gcp-storage-emulator.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import (
+    BucketError,
+    CapacityError,
+    PermissionDeniedError,
+    ProviderError,
+    QuotaError,
+    UsageError,
+)
+from orchestrator.providers import get_provider, open_bucket
+from orchestrator.providers.base import (
+    LABEL_CREATED,
+    LABEL_CREATOR,
+    LABEL_EXPIRES,
+    LABEL_SWEEP,
+    ProviderOptions,
+    VmRequest,
+)
+from orchestrator.providers.gcp import (
+    GcpProvider,
+    GcsBucket,
+    firewall_name,
+    label_value,
+    resource_name,
+    sweep_tag,
+)
+from tests.fixtures.fake_gce import PERMISSION, QUOTA, STOCKOUT, FakeGce
+
+ZONE = "us-central1-a"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _provider(sweep: str = "s1") -> GcpProvider:
+    provider = get_provider("gcp", ProviderOptions(project="proj", zone=ZONE, sweep_id=sweep))
+    assert isinstance(provider, GcpProvider)
+    provider.poll_interval = 0.01
+    return provider
+
+
+def _request(sweep: str = "s1", machine: str = "n2-highcpu-2", *, spot: bool = False,
+             zone: str | None = None, image: str | None = None) -> VmRequest:
+    now = int(time.time())
+    return VmRequest(
+        sweep_id=sweep, name=f"cp-{sweep}-{machine}", machine=machine, region=None, zone=zone,
+        spot=spot,
+        labels={LABEL_SWEEP: sweep, LABEL_CREATOR: "Ada.Lovelace@Example.com",
+                LABEL_CREATED: str(now), LABEL_EXPIRES: str(now + 3600)},
+        ssh_user="cloudprof", ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake sweep-s1",
+        startup_script="#!/bin/sh\n# cloudprof first boot\nshutdown -h +90\n", image=image)
+
+
+def _one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
+    text = str(exc.value)
+    assert "\n" not in text and text
+    return text
+
+
+# ------------------------------------------------------------------ compute
+
+
+def test_lifecycle_leaves_no_instance_and_no_firewall(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    inst = provider.create(_request())
+    assert inst.id == "cp-s1-n2-highcpu-2" and inst.zone == ZONE
+    assert inst.facts["vcpus"] == 2
+    ready = provider.wait_ready(inst, timeout=30)
+    assert ready.state == "RUNNING"
+    assert ready.address and ready.address.startswith("203.0.113.")
+    # the zone operation was polled on the fake, not on the public endpoint
+    assert fake_gce.sent("POST", r"/zones/us-central1-a/operations/[^/]+/wait$")
+
+    listed = provider.list({LABEL_SWEEP: "s1"})
+    assert [i.id for i in listed] == [inst.id]
+    assert provider.list({LABEL_SWEEP: "other"}) == []
+    rule = fake_gce.firewalls[("proj", firewall_name("s1"))]
+    assert rule["sourceRanges"] == ["198.51.100.7/32"]
+    assert rule["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
+    assert rule["targetTags"] == [sweep_tag("s1")]
+
+    provider.delete(ready)
+    assert provider.list({LABEL_SWEEP: "s1"}) == []
+    assert fake_gce.instances == {} and fake_gce.firewalls == {}
+    provider.delete(ready)  # idempotent: already gone is fine
+
+
+def test_insert_sends_the_documented_instance(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    req = _request()
+    provider.create(req)
+    (sent,) = fake_gce.sent("POST", r"/projects/proj/zones/us-central1-a/instances$")
+    body = sent.body
+    assert body["name"] == "cp-s1-n2-highcpu-2"
+    assert body["machineType"] == "zones/us-central1-a/machineTypes/n2-highcpu-2"
+    labels = body["labels"]
+    assert labels[LABEL_SWEEP] == "s1"
+    assert labels[LABEL_CREATOR] == "ada-lovelace-example-com"  # sanitized to GCP's rules
+    assert labels[LABEL_EXPIRES] == req.labels[LABEL_EXPIRES]
+    assert labels[LABEL_CREATED] == req.labels[LABEL_CREATED]
+    meta = {item["key"]: item["value"] for item in body["metadata"]["items"]}
+    assert meta["startup-script"] == req.startup_script
+    assert meta["ssh-keys"] == f"cloudprof:{req.ssh_public_key}"
+    assert meta["block-project-ssh-keys"] == "true"
+    sched = body["scheduling"]
+    assert sched["instanceTerminationAction"] == "DELETE"
+    assert sched["provisioningModel"] == "STANDARD"
+    expiry = dt.datetime.fromisoformat(sched["terminationTime"].replace("Z", "+00:00"))
+    assert int(expiry.timestamp()) == int(req.labels[LABEL_EXPIRES])
+    (disk,) = body["disks"]
+    assert disk["boot"] and disk["autoDelete"]
+    assert disk["initializeParams"]["sourceImage"] == (
+        "projects/debian-cloud/global/images/family/debian-12")
+    assert disk["initializeParams"]["diskSizeGb"] == "20"
+    assert disk["initializeParams"]["labels"] == labels  # the disk is labelled too
+    assert body["tags"]["items"] == [sweep_tag("s1")]
+    nic = body["networkInterfaces"][0]
+    assert nic["accessConfigs"][0]["type"] == "ONE_TO_ONE_NAT"
+    assert "serviceAccounts" not in body  # the VM holds no Google credentials
+    (fw,) = fake_gce.sent("POST", r"/global/firewalls$")
+    assert fw.body["targetTags"] == body["tags"]["items"]
+    assert "cloudprof-expires" in fw.body["description"]
+
+
+def test_spot_and_image_override(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    provider.create(_request(spot=True, image="ubuntu-os-cloud/ubuntu-2204-lts"))
+    (sent,) = fake_gce.sent("POST", r"/instances$")
+    sched = sent.body["scheduling"]
+    assert sched["provisioningModel"] == "SPOT"
+    assert sched["instanceTerminationAction"] == "DELETE"
+    assert sched["automaticRestart"] is False and sched["onHostMaintenance"] == "TERMINATE"
+    assert sent.body["disks"][0]["initializeParams"]["sourceImage"] == (
+        "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts")
+
+
+def test_firewall_stays_until_the_last_vm_of_the_sweep_is_gone(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    a = provider.wait_ready(provider.create(_request(machine="n2-highcpu-2")), timeout=30)
+    b = provider.wait_ready(provider.create(_request(machine="n2-highcpu-8")), timeout=30)
+    assert len(fake_gce.sent("POST", r"/global/firewalls$")) == 2  # second one: 409, reused
+    provider.delete(a)
+    assert ("proj", firewall_name("s1")) in fake_gce.firewalls
+    provider.delete(b)
+    assert fake_gce.firewalls == {}
+
+
+def test_stockout_is_a_capacity_error_with_the_next_zone(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    fake_gce.inject(STOCKOUT, zone=ZONE)
+    inst = provider.create(_request())
+    with pytest.raises(CapacityError) as err:
+        provider.wait_ready(inst, timeout=30)
+    text = _one_line(err)
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in text and ZONE in text
+    assert err.value.zone == ZONE
+    assert err.value.next_zones[0] == "us-central1-b"
+    assert ZONE not in err.value.next_zones
+    assert fake_gce.instances == {} and fake_gce.firewalls == {}  # nothing left behind
+    # the engine's one retry, in the next zone, succeeds
+    provider.delete(inst)
+    retry = provider.create(_request(zone=err.value.next_zones[0]))
+    ready = provider.wait_ready(retry, timeout=30)
+    assert ready.zone == "us-central1-b" and ready.state == "RUNNING"
+
+
+def test_quota_is_a_quota_error_and_is_not_retried(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    fake_gce.inject(QUOTA, zone=ZONE)
+    inst = provider.create(_request())
+    with pytest.raises(QuotaError) as err:
+        provider.wait_ready(inst, timeout=30)
+    assert not isinstance(err.value, CapacityError)
+    assert "QUOTA_EXCEEDED" in _one_line(err)
+    assert len(fake_gce.sent("POST", r"/instances$")) == 1
+
+
+def test_permission_denied_is_one_line_pointing_at_the_roles(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    fake_gce.inject(PERMISSION)
+    with pytest.raises(PermissionDeniedError) as err:
+        provider.create(_request())
+    text = _one_line(err)
+    assert "compute.instances.create" in text and "infra/iam/gcp-roles.md" in text
+
+
+def test_unknown_machine_type_is_one_line(fake_gce: FakeGce) -> None:
+    with pytest.raises(ProviderError) as err:
+        _provider().create(_request(machine="n2-nonsense-7"))
+    assert "n2-nonsense-7" in _one_line(err) and ZONE in str(err.value)
+    assert fake_gce.sent("POST", r"/instances$") == []  # nothing was created
+
+
+def test_vm_vanishing_while_starting_is_reported(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    inst = provider.create(_request())
+    fake_gce.instances.clear()  # e.g. spot preemption with instanceTerminationAction DELETE
+    with pytest.raises(ProviderError) as err:
+        provider.wait_ready(inst, timeout=30)
+    assert "disappeared" in _one_line(err)
+
+
+def test_cleanup_listing_finds_instances_and_rules(fake_gce: FakeGce) -> None:
+    provider = _provider("s2")
+    provider.create(_request("s2"))
+    other = _provider("s3")
+    other.create(_request("s3"))
+    found = provider.list_resources({LABEL_SWEEP: "s2"})
+    assert sorted(r.kind for r in found) == ["firewall", "instance"]
+    assert all(r.expires and r.expires > time.time() for r in found)
+    assert len(provider.list_resources({})) == 4  # every cloudprof resource of the project
+    for res in found:
+        provider.delete_resource(res)
+    assert provider.list_resources({LABEL_SWEEP: "s2"}) == []
+    assert len(provider.list_resources({LABEL_SWEEP: "s3"})) == 2
+
+
+def test_zones_in_region(fake_gce: FakeGce) -> None:
+    assert _provider().zones_in_region("europe-west1") == [
+        "europe-west1-b", "europe-west1-c", "europe-west1-d"]
+
+
+def test_missing_project_is_one_line(fake_gce: FakeGce, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(UsageError, match="--project"):
+        GcpProvider(ProviderOptions(zone=ZONE)).check_credentials()
+
+
+def test_missing_adc_is_a_credentials_error(tmp_path: Path) -> None:
+    """A clean environment (no gcloud config, no key file, not on GCE) in a subprocess."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "NO_GCE_CHECK": "true",
+           "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "PYTHONPATH": str(REPO),
+           "GCE_METADATA_HOST": "127.0.0.1:9"}
+    code = (
+        "from orchestrator.errors import CredentialsError\n"
+        "from orchestrator.providers import get_provider\n"
+        "from orchestrator.providers.base import ProviderOptions\n"
+        "try:\n"
+        "    get_provider('gcp', ProviderOptions(project='p', zone='us-central1-a'))"
+        ".check_credentials()\n"
+        "except CredentialsError as exc:\n"
+        "    print('CREDENTIALS', exc.exit_code, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.startswith("CREDENTIALS 5 ")
+    assert "gcloud auth application-default login" in out.stdout
+    assert "--dry-run" in out.stdout
+    assert out.stdout.count("\n") == 1
+
+
+def test_naming_rules() -> None:
+    assert label_value("Ada.Lovelace@Example.com") == "ada-lovelace-example-com"
+    assert len(label_value("x" * 100)) == 63
+    assert resource_name("9-Bad Name_x") == "cp-9-bad-name-x"
+    assert len(resource_name("cp", "y" * 100)) == 63
+
+
+# ------------------------------------------------------------------ storage
+
+
+def _new_bucket(prefix: str = "") -> GcsBucket:
+    from google.cloud import storage
+
+    name = f"cp-test-{uuid.uuid4().hex[:12]}"
+    storage.Client().create_bucket(name)
+    bucket = open_bucket(f"gs://{name}/{prefix}" if prefix else f"gs://{name}")
+    assert isinstance(bucket, GcsBucket)
+    return bucket
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    files = {"frames/f0.parquet": os.urandom(3000), "frames/f1.parquet": os.urandom(2000),
+             "manifest.json": b'{"frames": 2}'}
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+@pytest.mark.parametrize("name", [
+    "ab", "UpperCase", "-leading-dash", "trailing-dash-", "has space", "goog-prefixed",
+    "my-google-bucket", "x" * 64, "192.168.1.1", "semi;colon",
+])
+def test_bucket_name_validation_is_one_line_before_any_call(name: str) -> None:
+    with pytest.raises(BucketError) as err:
+        open_bucket(f"gs://{name}/inputs")
+    assert "invalid GCS bucket name" in _one_line(err)
+
+
+def test_valid_bucket_names_pass() -> None:
+    for name in ("cp-results", "a_b.c-d", "123abc"):
+        assert GcsBucket(f"gs://{name}").name == name
+
+
+def test_missing_bucket_is_one_line_with_a_create_hint(gcs_emulator: str) -> None:
+    bucket = GcsBucket(f"gs://cp-missing-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(BucketError) as err:
+        bucket.list("")
+    assert "gcloud storage buckets create" in _one_line(err)
+
+
+def test_upload_skips_objects_whose_hash_matches(gcs_emulator: str, tmp_path: Path) -> None:
+    bucket = _new_bucket("sweeps")
+    files = _tree(tmp_path)
+    assert sorted(bucket.upload_dir(tmp_path, "in")) == sorted(f"in/{k}" for k in files)
+    listed = bucket.list("in")
+    assert listed == {f"in/{k}": hashlib.md5(v).hexdigest() for k, v in files.items()}
+    assert bucket.upload_dir(tmp_path, "in") == []  # nothing changed, nothing sent
+    (tmp_path / "manifest.json").write_bytes(b'{"frames": 3}')
+    assert bucket.upload_dir(tmp_path, "in") == ["in/manifest.json"]
+    # keys live under the URL's prefix in the real bucket
+    from google.cloud import storage
+
+    names = {b.name for b in storage.Client().list_blobs(bucket.name)}
+    assert "sweeps/in/manifest.json" in names
+
+
+def test_download_dir_round_trip(gcs_emulator: str, tmp_path: Path) -> None:
+    bucket = _new_bucket()
+    files = _tree(tmp_path / "src")
+    bucket.upload_dir(tmp_path / "src", "inputs")
+    got = bucket.download_dir("inputs", tmp_path / "dst")
+    assert len(got) == len(files)
+    for rel, data in files.items():
+        assert (tmp_path / "dst" / rel).read_bytes() == data
+
+
+def test_signed_urls_let_a_vm_get_and_put_with_plain_http(gcs_emulator: str,
+                                                          tmp_path: Path) -> None:
+    bucket = _new_bucket("p")
+    files = _tree(tmp_path)
+    bucket.upload_dir(tmp_path, "inputs")
+    url = bucket.signed_url("inputs/frames/f0.parquet", "GET")
+    assert "X-Goog-Signature=" in url and "/p/inputs/frames/f0.parquet" in url
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.read() == files["frames/f0.parquet"]
+    payload = b'{"trial": "t1", "units": 42}'
+    put = urllib.request.Request(bucket.signed_url("results/t1/summary.json", "PUT"),
+                                 data=payload, method="PUT")
+    with urllib.request.urlopen(put, timeout=10) as resp:
+        assert resp.status == 200
+    assert bucket.list("results") == {
+        "results/t1/summary.json": hashlib.md5(payload).hexdigest()}
+    with pytest.raises(UsageError):
+        bucket.signed_url("inputs/x", "DELETE")
+
+
+def test_delete_prefix(gcs_emulator: str, tmp_path: Path) -> None:
+    bucket = _new_bucket()
+    _tree(tmp_path)
+    bucket.upload_dir(tmp_path, "a")
+    bucket.upload_dir(tmp_path, "b")
+    assert bucket.delete_prefix("a") == 3
+    assert bucket.list("a") == {}
+    assert len(bucket.list("b")) == 3
+
+
+def test_bucket_permission_error_is_one_line() -> None:
+    from google.api_core.exceptions import Forbidden
+
+    bucket = GcsBucket("gs://cp-locked")
+    exc = Forbidden("caller does not have storage.objects.list access to the Google Cloud "
+                    "Storage bucket.\nPermission 'storage.objects.list' denied")
+    err = bucket._error(exc, "listing")
+    assert isinstance(err, BucketError)
+    assert "\n" not in str(err) and "storage.objects.list" in str(err)
+
