@@ -1,0 +1,527 @@
+"""From command-line values and an optional ``sweep.toml`` to a validated SweepSpec.
+
+Every sweep option can be written in the TOML file under the flag's name (dashes
+or underscores); a flag given on the command line overrides the file. All the
+checks that need no cloud call happen here — machine names against the catalog,
+worker lists, sizes, durations, hosts, bucket names, the output directory — so a
+bad spec fails in a second with one line, before anything is provisioned or paid
+for. Paths in the file are relative to the file's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.catalog import check_name, load_catalog, lookup, suggest
+from orchestrator.errors import BucketError, UsageError
+from orchestrator.spec import SweepSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+MAX_WORKERS = 4096  # a guard against typos such as 1-10000
+WORKLOAD_PARAM_KEYS = ("frames", "dim", "rows", "cols", "seed", "strategy")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WORKLOAD_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_HOST_RE = re.compile(
+    r"^(?:(?P<user>[A-Za-z_][A-Za-z0-9._-]*)@)?"
+    r"(?P<addr>[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?$"
+)
+_BUCKET_RE = {
+    # GCS: 3-63 characters per dot-separated name, up to 222 with dots; S3: 3-63.
+    "gs": re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$"),
+    "s3": re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
+}
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._/-]*$")
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "m": 1024**2,
+    "g": 1024**3,
+    "t": 1024**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+}
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+# ---------------------------------------------------------------- value parsers
+
+
+def parse_workers(value: Any, where: str = "--workers") -> list[int]:
+    """Worker counts from ``1,2,4,8``, ranges and a TOML list; sorted, duplicates dropped.
+
+    Items, comma-separated: ``N``; ``A-B`` (every count from A to B); ``A-B:xF``
+    (A, A*F, A*F*F... up to B, e.g. ``1-64:x2`` is 1,2,4,...,64); ``A-B:S``
+    (A, A+S, A+2S... up to B, e.g. ``8-32:8`` is 8,16,24,32).
+    """
+    if isinstance(value, bool):
+        raise UsageError(f"{where}: expected worker counts such as 1,2,4,8, got {value!r}")
+    if isinstance(value, int):
+        items: list[str] = [str(value)]
+    elif isinstance(value, str):
+        items = [p.strip() for p in value.split(",")]
+    elif isinstance(value, list):
+        items = [str(v).strip() for v in value]
+    else:
+        raise UsageError(f"{where}: expected worker counts such as 1,2,4,8, got {value!r}")
+    counts: set[int] = set()
+    for item in items:
+        counts.update(_parse_worker_item(item, where))
+    if not counts:
+        raise UsageError(f"{where}: no worker counts given")
+    return sorted(counts)
+
+
+def _parse_worker_item(item: str, where: str) -> list[int]:
+    if re.fullmatch(r"-?\d+", item):
+        n = int(item)
+        if n <= 0:
+            raise UsageError(f"{where}: worker counts must be 1 or more, got {n}")
+        _check_max(n, where)
+        return [n]
+    m = re.fullmatch(r"(-?\d+)-(-?\d+)(?::(x?)(\d+))?", item)
+    if not m:
+        raise UsageError(
+            f"{where}: cannot read {item!r}; use counts and ranges such as 1,2,4 or 1-8 or 1-64:x2"
+        )
+    start, stop = int(m.group(1)), int(m.group(2))
+    if start <= 0 or stop <= 0:
+        raise UsageError(f"{where}: worker counts must be 1 or more, got {item!r}")
+    if stop < start:
+        raise UsageError(f"{where}: range {item!r} ends before it starts")
+    _check_max(stop, where)
+    geometric, step_text = m.group(3) == "x", m.group(4)
+    step = int(step_text) if step_text is not None else 1
+    if geometric and step < 2:
+        raise UsageError(f"{where}: factor in {item!r} must be 2 or more")
+    if step < 1:
+        raise UsageError(f"{where}: step in {item!r} must be 1 or more")
+    if not geometric:
+        return list(range(start, stop + 1, step))
+    out, n = [], start
+    while n <= stop:
+        out.append(n)
+        n *= step
+    return out
+
+
+def _check_max(n: int, where: str) -> None:
+    if n > MAX_WORKERS:
+        raise UsageError(f"{where}: {n} workers is more than the {MAX_WORKERS} allowed")
+
+
+def parse_size(value: Any, where: str = "--max-peak-memory") -> int:
+    """Bytes from ``2G``, ``512MiB``, ``1.5GB`` or a number of bytes.
+
+    K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024 (as ``free`` and ``ulimit``
+    count); KB/MB/GB/TB are powers of 1000.
+    """
+    if isinstance(value, bool):
+        raise UsageError(f"{where}: expected a size such as 2G or 512MiB, got {value!r}")
+    if isinstance(value, int | float):
+        number, unit = float(value), ""
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise UsageError(f"{where}: expected a size such as 2G or 512MiB, got {value!r}")
+        number, unit = float(m.group(1)), m.group(2).lower()
+    size = int(number * _SIZE_UNITS[unit])
+    if size <= 0 or not math.isfinite(number):
+        raise UsageError(f"{where}: size must be positive, got {value!r}")
+    return size
+
+
+def parse_duration(value: Any, where: str = "--duration") -> float:
+    """Seconds from ``5``, ``90s``, ``2m``, ``1.5h`` or ``1d``."""
+    if isinstance(value, bool):
+        raise UsageError(f"{where}: expected a duration such as 5, 30s, 2m or 1h, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]?)\s*", str(value))
+        if not m or m.group(2).lower() not in _DURATION_UNITS:
+            raise UsageError(
+                f"{where}: expected a duration such as 5, 30s, 2m or 1h, got {value!r}"
+            )
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise UsageError(f"{where}: duration must be positive, got {value!r}")
+    return seconds
+
+
+def parse_param(text: str, where: str = "--param") -> tuple[str, str]:
+    """``key=value`` for a user's workload (values stay strings; the workload converts)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not _IDENT_RE.match(key):
+        raise UsageError(f"{where}: expected key=value with a name as key, got {text!r}")
+    return key, value
+
+
+def parse_host(text: str, where: str = "--host") -> str:
+    """Check ``[user@]address[:port]``; returned unchanged for the ssh provider."""
+    m = _HOST_RE.match(text)
+    if not m or (m.group("port") is not None and not 0 < int(m.group("port")) < 65536):
+        raise UsageError(f"{where}: expected user@address[:port], got {text!r}")
+    return text
+
+
+def check_bucket(url: str, where: str = "--bucket") -> str:
+    """Refuse bucket URLs the cloud would reject, before any VM is created."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme == "file":
+        return url  # a local directory (the local provider's bucket)
+    if scheme not in _BUCKET_RE:
+        raise BucketError(f"{where}: unsupported bucket URL {url!r}: use gs://, s3:// or a path")
+    name, _, prefix = rest.partition("/")
+    if not _BUCKET_RE[scheme].match(name) or ".." in name:
+        raise BucketError(
+            f"{where}: invalid bucket name {name!r}: use 3-63 lower-case letters, digits, "
+            "'-' and '.', starting and ending with a letter or digit"
+        )
+    if not _PREFIX_RE.match(prefix):
+        raise BucketError(f"{where}: invalid characters in bucket prefix {prefix!r}")
+    return url
+
+
+def ensure_writable_dir(path: Path, where: str = "--out") -> Path:
+    """Create ``path`` if needed and prove a file can be written in it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".cloudprof-write-test-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(
+            f"{where}: output directory {str(path)!r} is not writable: {reason}"
+        ) from None
+    return path
+
+
+# ---------------------------------------------------------------- config keys
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{where}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise UsageError(f"{where}: expected a string or a list of strings, got {value!r}")
+    return list(value)
+
+
+def _integer(minimum: int) -> Callable[[Any, str], int]:
+    def convert(value: Any, where: str) -> int:
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"{where}: expected an integer, got {value!r}")
+        if value < minimum:
+            raise UsageError(f"{where}: must be {minimum} or more, got {value}")
+        return value
+
+    return convert
+
+
+def _positive_number(value: Any, where: str) -> float:
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not number > 0 or not math.isfinite(number):
+        raise UsageError(f"{where}: expected a positive number, got {value!r}")
+    return number
+
+
+def _boolean(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _params(value: Any, where: str) -> dict[str, str]:
+    if isinstance(value, dict):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list | str):
+        items = [parse_param(p, where) for p in _strings(value, where)]
+    else:
+        raise UsageError(f"{where}: expected a table of key = value, got {value!r}")
+    out: dict[str, str] = {}
+    for key, raw in items:
+        if not _IDENT_RE.match(key) or isinstance(raw, dict | list):
+            raise UsageError(f"{where}: expected name = scalar value, got {key!r}")
+        out[key] = str(raw).lower() if isinstance(raw, bool) else str(raw)
+    return out
+
+
+def _path(value: Any, where: str) -> str:
+    return _string(str(value) if isinstance(value, Path) else value, where)
+
+
+def _strategy(value: Any, where: str) -> str:
+    value = _string(value, where)
+    if not _IDENT_RE.match(value):
+        raise UsageError(f"{where}: invalid strategy name {value!r}")
+    return value
+
+
+def _workload(value: Any, where: str) -> str:
+    from workloads.base import REGISTRY  # light: no numpy
+
+    value = _string(value, where)
+    if value in REGISTRY or _WORKLOAD_TARGET_RE.match(value):
+        return value
+    close = suggest(value, REGISTRY)
+    hint = f"did you mean {', '.join(close)}?" if close else f"use one of {', '.join(REGISTRY)}"
+    raise UsageError(f"{where}: unknown workload {value!r}; {hint} (or module:Class)")
+
+
+def _provider(value: Any, where: str) -> str:
+    from orchestrator.providers import PROVIDERS  # light: no SDK
+
+    value = _string(value, where)
+    if value not in PROVIDERS:
+        raise UsageError(
+            f"{where}: unknown provider {value!r}; choose one of {', '.join(PROVIDERS)}"
+        )
+    return value
+
+
+# canonical key -> converter(value, where). Keys are the long flag names with "_".
+# "machines" and "hosts" are the repeatable --machine and --host flags, "hosts_file"
+# is --hosts, "duration" is SweepSpec.duration_s, "params" is --param.
+_CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
+    "machines": _strings,
+    "workers": parse_workers,
+    "repeats": _integer(1),
+    "duration": parse_duration,
+    "workload": _workload,
+    "frames": _integer(1),
+    "dim": _integer(1),
+    "rows": _integer(1),
+    "cols": _integer(1),
+    "strategy": _strategy,
+    "seed": _integer(0),
+    "params": _params,
+    "provider": _provider,
+    "region": lambda v, w: check_name(_string(v, w), "region"),
+    "zone": lambda v, w: check_name(_string(v, w), "zone"),
+    "project": lambda v, w: check_name(_string(v, w), "project"),
+    "bucket": lambda v, w: check_bucket(_string(v, w), w),
+    "spot": _boolean,
+    "max_cost": _positive_number,
+    "max_peak_memory": parse_size,
+    "sample_hz": _positive_number,
+    "out": _path,
+    "dry_run": _boolean,
+    "hosts_file": _path,
+    "hosts": lambda v, w: [parse_host(h, w) for h in _strings(v, w)],
+    "ssh_key": _path,
+}
+CONFIG_KEYS = tuple(_CONVERTERS)
+_ALIASES = {"machine": "machines", "host": "hosts", "param": "params", "duration_s": "duration"}
+_PATH_KEYS = ("out", "hosts_file", "ssh_key")
+_FLAG_NAMES = {"machines": "machine", "hosts": "host", "hosts_file": "hosts", "params": "param"}
+
+
+def _flag(key: str) -> str:
+    return "--" + _FLAG_NAMES.get(key, key).replace("_", "-")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The options of a ``sweep.toml``, converted; paths made relative to its directory."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--config: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--config: {str(path)!r} is not UTF-8 text") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    out: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = raw_key.replace("-", "_")
+        key = _ALIASES.get(key, key)
+        if key not in _CONVERTERS:
+            close = suggest(key, [*CONFIG_KEYS, *_ALIASES])
+            hint = (
+                f"; did you mean {close[0]!r}?"
+                if close
+                else f"; valid keys: {', '.join(CONFIG_KEYS)}"
+            )
+            raise UsageError(f"{path}: unknown key {raw_key!r}{hint}")
+        if key in out:
+            raise UsageError(f"{path}: {raw_key!r} given twice (as {key!r} and an alias)")
+        out[key] = _CONVERTERS[key](value, f"{path}: {raw_key}")
+    for key in _PATH_KEYS:
+        if key in out:
+            out[key] = str(path.parent / Path(out[key]).expanduser())
+    return out
+
+
+# ---------------------------------------------------------------- the spec
+
+
+def build_spec(cli: dict[str, Any], config: Path | None = None) -> SweepSpec:
+    """A validated SweepSpec from the values given on the command line and the file.
+
+    ``cli`` maps CONFIG_KEYS to what was given; None (or an empty list) means
+    "not given", so the file's value, then the SweepSpec default, applies.
+    """
+    unknown = set(cli) - set(_CONVERTERS)
+    if unknown:  # a programming error in the caller, not a user error
+        raise ValueError(f"unknown option keys {sorted(unknown)}")
+    values = read_config(config) if config is not None else {}
+    file_params = values.pop("params", {})
+    given = {
+        key: _CONVERTERS[key](value, _flag(key))
+        for key, value in cli.items()
+        if value is not None and value != [] and value != {}
+    }
+    cli_params = given.pop("params", {})
+    values.update(given)
+
+    params: dict[str, Any] = {**file_params}
+    for key in WORKLOAD_PARAM_KEYS:
+        if key in values and key not in given:
+            params[key] = values.pop(key)
+    params.update(cli_params)
+    for key in WORKLOAD_PARAM_KEYS:
+        if key in given:
+            params[key] = values.pop(key)
+
+    spec = SweepSpec(machines=values.pop("machines", []), workload_params=params)
+    renamed = {"duration": "duration_s"}
+    for key, value in values.items():
+        if key in _PATH_KEYS:
+            value = Path(value).expanduser()
+        setattr(spec, renamed.get(key, key), value)
+    return validate_spec(spec)
+
+
+def _region_of_zone(zone: str, provider: str) -> str:
+    if provider == "aws":  # us-east-1a -> us-east-1
+        return zone.rstrip("abcdefghijklmnopqrstuvwxyz")
+    return zone.rsplit("-", 1)[0]  # us-central1-a -> us-central1
+
+
+def resolve_provider(spec: SweepSpec) -> str:
+    """The spec's provider, defaulting to the machines' provider in the catalog."""
+    if spec.provider is not None:
+        return spec.provider
+    if spec.hosts or spec.hosts_file:
+        return "ssh"
+    owners: dict[str, list[str]] = {}
+    for name in spec.machines:
+        owners.setdefault(lookup(name).provider, []).append(name)
+    if len(owners) > 1:
+        parts = "; ".join(f"{p}: {', '.join(names)}" for p, names in sorted(owners.items()))
+        raise UsageError(f"machines from several providers ({parts}); run one sweep per provider")
+    return next(iter(owners))
+
+
+def _check_cloud_machine(name: str, spec: SweepSpec) -> None:
+    provider = spec.provider
+    assert provider is not None
+    known = [m for m in load_catalog() if m.name == name]
+    if known and all(m.provider != provider for m in known):
+        raise UsageError(
+            f"{name!r} is an {known[0].provider} machine type, not {provider}; "
+            f"drop --provider or use --provider {known[0].provider}"
+        )
+    machine = lookup(name, provider, spec.region)
+    if spec.spot and machine.price_spot is None:
+        raise UsageError(f"{name!r} has no spot price in the catalog; drop --spot")
+
+
+def _existing_file(path: Path | None, flag: str) -> None:
+    if path is not None and not path.is_file():
+        raise UsageError(f"{flag}: no such file {str(path)!r}")
+
+
+def _check_workload_params(spec: SweepSpec) -> None:
+    """Let a registered workload reject its parameters now rather than on every VM.
+
+    Constructing a workload only parses its parameters (``prepare`` does the
+    work); a user's ``module:Class`` is checked where it runs instead, because
+    it may not be importable here.
+    """
+    from workloads.base import REGISTRY, WorkloadInputError, load_workload
+
+    if spec.workload not in REGISTRY:
+        return
+    try:
+        load_workload(spec.workload)(**{k: str(v) for k, v in spec.workload_params.items()})
+    except WorkloadInputError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def validate_spec(spec: SweepSpec) -> SweepSpec:
+    """Cross-option checks; fills in the provider and the region (from the zone)."""
+    if not spec.machines:
+        raise UsageError("no machine given: use --machine NAME (see `cloudprof catalog`)")
+    for name in spec.machines:
+        check_name(name)
+    if len(set(spec.machines)) != len(spec.machines):
+        raise UsageError("a machine is given twice; list each machine once")
+    spec.provider = resolve_provider(spec)
+    if spec.provider in ("gcp", "aws"):
+        if spec.zone and not spec.region:
+            spec.region = _region_of_zone(spec.zone, spec.provider)
+        if spec.zone and spec.region and not spec.zone.startswith(spec.region):
+            raise UsageError(f"--zone {spec.zone} is not in --region {spec.region}")
+        for name in spec.machines:
+            _check_cloud_machine(name, spec)
+        if spec.hosts or spec.hosts_file:
+            raise UsageError(f"--host/--hosts are for --provider ssh, not {spec.provider}")
+    else:
+        if spec.spot:
+            raise UsageError(f"--spot applies to gcp and aws, not --provider {spec.provider}")
+        if spec.provider == "ssh" and not (spec.hosts or spec.hosts_file):
+            raise UsageError("--provider ssh needs --host user@address or --hosts hosts.toml")
+    _check_workload_params(spec)
+    _existing_file(spec.hosts_file, "--hosts")
+    _existing_file(spec.ssh_key, "--ssh-key")
+    ensure_writable_dir(spec.out)
+    return spec
+
+
+def load_run_spec(run_dir: Path) -> SweepSpec:
+    """The spec recorded in ``RUN/sweep.json`` (for ``--resume``)."""
+    from orchestrator.store import SWEEP_FILE
+
+    path = run_dir / SWEEP_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        spec = SweepSpec.from_dict(data["spec"])
+    except FileNotFoundError:
+        raise UsageError(
+            f"--resume: {str(run_dir)!r} is not a run directory (no {SWEEP_FILE})"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--resume: cannot read the spec in {path}: {exc}") from None
+    return spec
