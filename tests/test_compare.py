@@ -1,0 +1,104 @@
+"""cloudprof compare: the headline numbers of each run and their ratios to the first."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from orchestrator import compare, report
+from orchestrator.errors import CloudprofError, UsageError
+from tests.test_report import E2, N2, scaling_trials, write_store
+
+
+def doubled(rates: dict[int, list[float]]) -> dict[int, list[float]]:
+    return {w: [2 * r for r in reps] for w, reps in rates.items()}
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[Path, Path]:
+    before = scaling_trials("n2-highcpu-8", 0.29, N2) + scaling_trials("e2-standard-4", 0.13, E2)
+    after = scaling_trials("n2-highcpu-8", 0.29, doubled(N2)) + scaling_trials(
+        "e2-standard-4", 0.13, doubled(E2)
+    )
+    return write_store(tmp_path / "before", before), write_store(tmp_path / "after", after)
+
+
+def compared(run_dirs: list[Path]) -> tuple[list[compare.Headline], str]:
+    console = Console(record=True, width=250)
+    heads = compare.compare_runs(run_dirs, console)
+    return heads, console.export_text()
+
+
+def test_headlines_are_the_reports_numbers(runs: tuple[Path, Path]) -> None:
+    before, _ = runs
+    (head, _) = compared([before, before])[0]
+    summary = report.summarise(report.load_run(before).trials)
+    assert head.best_units_per_s.value == summary["units_per_s"].max() == 395
+    assert head.best_units_per_s.where == "n2-highcpu-8 × 8"
+    assert head.best_units_per_s_per_vcpu.value == summary["units_per_s_per_vcpu"].max()
+    assert head.best_cost_per_million_units.value == pytest.approx(0.13 / (235 * 3600) * 1e6)
+    assert head.best_cost_per_million_units.where == "e2-standard-4 × 4"
+    assert head.peak_rss_bytes.value == summary["peak_rss_bytes"].max()
+    assert head.knee_workers.value == 4  # n2 (the fastest machine) stops scaling at 4
+
+
+def test_ratios_against_the_first_run(runs: tuple[Path, Path]) -> None:
+    before, after = runs
+    heads, text = compared([before, after])
+    assert [h.name for h in heads] == ["before", "after"]
+    assert compare.ratio(heads[1].best_units_per_s.value, heads[0].best_units_per_s.value) == 2.0
+    cost = compare.ratio(
+        heads[1].best_cost_per_million_units.value, heads[0].best_cost_per_million_units.value
+    )
+    assert cost == pytest.approx(0.5)
+    best_line = next(line for line in text.splitlines() if "best units/s " in line)
+    assert "395" in best_line and "790" in best_line and "×2.00" in best_line
+    cost_line = next(line for line in text.splitlines() if "best $ per million" in line)
+    assert "×0.50" in cost_line
+    assert "(est.)" not in text  # both runs ran on the machines they price
+
+
+def test_three_runs_each_get_a_ratio(runs: tuple[Path, Path]) -> None:
+    before, after = runs
+    _, text = compared([before, after, after])
+    best_line = next(line for line in text.splitlines() if "best units/s " in line)
+    assert best_line.count("×2.00") == 2
+
+
+def test_local_runs_label_their_costs_as_estimates(tmp_path: Path) -> None:
+    local = write_store(
+        tmp_path / "dry", scaling_trials("n2-highcpu-80", 2.87, {1: [10], 2: [19]}, ran_on="local")
+    )
+    heads, text = compared([local, local])
+    assert heads[0].best_cost_per_million_units.estimate
+    assert not heads[0].best_units_per_s.estimate  # a measured throughput is not an estimate
+    cost_line = next(line for line in text.splitlines() if "best $ per million" in line)
+    assert "(est.)" in cost_line
+    assert "the cost is an estimate" in text
+
+
+def test_a_run_without_successful_trials_shows_dashes(runs: tuple[Path, Path], tmp_path: Path):
+    failed = write_store(
+        tmp_path / "failed",
+        [{"machine": "n2-highcpu-8", "workers": 1, "units_per_s": None, "status": "failed"}],
+    )
+    heads, text = compared([runs[0], failed])
+    assert math.isnan(heads[1].best_units_per_s.value)
+    best_line = next(line for line in text.splitlines() if "best units/s " in line)
+    cells = [cell.strip() for cell in best_line.split("│")[1:-1]]
+    assert cells[2:] == [report.DASH, report.DASH]
+
+
+def test_needs_two_runs_and_valid_paths(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="at least two runs"):
+        compare.compare_runs([runs[0]], Console())
+    with pytest.raises(UsageError, match="does not exist"):
+        compare.compare_runs([runs[0], tmp_path / "nope"], Console())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "sweep.json").write_text("{}")
+    with pytest.raises(CloudprofError, match="no trials in"):
+        compare.compare_runs([runs[0], empty], Console())
