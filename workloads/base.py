@@ -17,6 +17,12 @@ from typing import Any, ClassVar
 # name -> "module:Class"; imported only when used.
 REGISTRY: dict[str, str] = {
     "cube": "workloads.cube:CubeWorkload",
+    # small workloads with a known memory shape (demos and the agent's test subjects)
+    "sleep": "workloads.synthetic:SleepWorkload",
+    "memory-steady": "workloads.synthetic:MemorySteadyWorkload",
+    "memory-leak": "workloads.synthetic:MemoryLeakWorkload",
+    "memory-spike": "workloads.synthetic:MemorySpikeWorkload",
+    "memcopy": "workloads.synthetic:MemCopyWorkload",
 }
 
 

@@ -1,0 +1,81 @@
+"""Facts about the machine a trial ran on, recorded in every summary.json.
+
+A throughput figure means little without the CPU model, the core counts and the
+library versions behind it; a memory peak means little without the memory (and
+container limit) it had to fit in. Everything here is cheap and never raises:
+a fact we cannot read is None.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from importlib import metadata
+from typing import Any
+
+LIBRARIES = ("numpy", "pyarrow", "psutil")
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model"):
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _cgroup_memory_limit() -> int | None:
+    """The container's memory limit (cgroup v2 or v1), None when unlimited or unknown."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path, encoding="ascii") as f:
+                raw = f.read().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and int(raw) < 1 << 60:  # v1 reports "no limit" as a huge number
+            return int(raw)
+        return None
+    return None
+
+
+def library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def host_facts() -> dict[str, Any]:
+    import psutil
+
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        available = os.cpu_count()
+    try:
+        from workloads import __version__ as workloads_version
+    except ImportError:  # pragma: no cover - the package always has it
+        workloads_version = None
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cores_logical": os.cpu_count(),
+        "cores_physical": psutil.cpu_count(logical=False),
+        "cores_available": available,  # affinity mask: what this process may use
+        "memory_bytes": psutil.virtual_memory().total,
+        "cgroup_memory_limit_bytes": _cgroup_memory_limit(),
+        "platform": platform.platform(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "libraries": library_versions(),
+        "workloads_version": workloads_version,
+    }

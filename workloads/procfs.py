@@ -1,0 +1,175 @@
+"""Cheap reads of Linux /proc for the profiling agent.
+
+The agent samples up to 100 times a second, so the hot path must cost a few
+microseconds: each process's ``stat`` and ``io`` files are opened once and read
+with one ``pread`` per sample (no new file objects, no psutil.Process), and only
+the fields we need are parsed. An open /proc fd stays bound to its process, so
+a recycled pid can never be confused with the one we opened.
+
+The expensive reads (``smaps_rollup`` for USS/PSS, ``status`` for VmHWM) are
+plain functions that the agent calls at most once a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import NamedTuple
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+# Field positions in /proc/PID/stat counted after the ")" that closes comm
+# (comm may contain spaces and parentheses, so we split after the last ")").
+_UTIME, _STIME, _THREADS, _RSS = 11, 12, 17, 21
+
+
+class ProcSample(NamedTuple):
+    rss_bytes: int
+    cpu_user_s: float
+    cpu_system_s: float
+    threads: int
+    read_bytes: int | None
+    write_bytes: int | None
+
+
+class ProcGone(Exception):
+    """The process exited (or its /proc entry is no longer readable)."""
+
+
+def has_procfs() -> bool:
+    return os.path.exists("/proc/self/stat")
+
+
+class ProcReader:
+    """One process's /proc/PID/stat and /proc/PID/io, kept open between samples."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self._stat_fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        except OSError as exc:
+            raise ProcGone(pid) from exc
+        self._io_fd: int | None
+        try:  # /proc/PID/io needs ptrace-read access; absent it, I/O columns are null
+            self._io_fd = os.open(f"/proc/{pid}/io", os.O_RDONLY)
+            os.pread(self._io_fd, 512, 0)
+        except OSError:
+            self._io_fd = None
+
+    def read(self) -> ProcSample:
+        try:
+            raw = os.pread(self._stat_fd, 1024, 0)
+        except OSError as exc:  # ESRCH once the process has been reaped
+            raise ProcGone(self.pid) from exc
+        if not raw:
+            raise ProcGone(self.pid)
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if fields[0] in (b"Z", b"X"):  # exited, not yet reaped: nothing resident any more
+            raise ProcGone(self.pid)
+        read_bytes = write_bytes = None
+        if self._io_fd is not None:
+            try:
+                io = os.pread(self._io_fd, 512, 0).split()
+                # rchar: N wchar: N syscr: N syscw: N read_bytes: N write_bytes: N ...
+                read_bytes, write_bytes = int(io[9]), int(io[11])
+            except (OSError, IndexError, ValueError):
+                pass
+        return ProcSample(
+            int(fields[_RSS]) * PAGE_SIZE,
+            int(fields[_UTIME]) / CLOCK_TICKS,
+            int(fields[_STIME]) / CLOCK_TICKS,
+            int(fields[_THREADS]),
+            read_bytes,
+            write_bytes,
+        )
+
+    def close(self) -> None:
+        for fd in (self._stat_fd, self._io_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._io_fd = None
+
+
+def _status_kb(pid: int | str, key: bytes) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def read_hwm(pid: int | str = "self") -> int | None:
+    """The kernel's resident-set high-water mark (VmHWM) in bytes, None if unavailable."""
+    return _status_kb(pid, b"VmHWM:")
+
+
+def reset_hwm(pid: int | str = "self") -> bool:
+    """Reset VmHWM to the current RSS (Linux ≥ 4.0: write "5" to clear_refs).
+
+    Returns False where that is not possible (not Linux, or no permission); the
+    caller then falls back to ``ru_maxrss`` or the sampled series.
+    """
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    hwm, rss = read_hwm(pid), _status_kb(pid, b"VmRSS:")
+    # After a reset the mark equals the current RSS (give or take pages faulted since).
+    return hwm is not None and rss is not None and hwm <= rss + 16 * PAGE_SIZE
+
+
+def read_uss_pss(pid: int | str) -> tuple[int, int] | None:
+    """(USS, PSS) in bytes from smaps_rollup — walks every mapping, so call it rarely."""
+    uss = pss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:", b"Private_Hugetlb:")):
+                    uss += int(line.split()[1]) * 1024
+                elif line.startswith(b"Pss:"):
+                    pss = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return uss, pss
+
+
+def _kernel_lists_children() -> bool:
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def descendants(pid: int) -> list[int]:
+    """Pids of every live descendant of ``pid`` (children, grandchildren, ...).
+
+    Uses /proc/PID/task/TID/children (one small read per thread) and falls back
+    to psutil's scan of /proc when the kernel lacks CONFIG_PROC_CHILDREN.
+    """
+    if not _kernel_lists_children():
+        import psutil
+
+        try:
+            return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            return []
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        try:
+            tids = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            out.extend(kids)
+            stack.extend(kids)
+    return out

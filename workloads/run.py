@@ -1,0 +1,617 @@
+"""The trial runner: ``python -m workloads.run`` runs one trial under the profiling agent.
+
+One trial = one workload (or any command, like ``mprof run --include-children``)
+at one worker count for a duration or a number of units. What it leaves behind
+is the whole contract with the orchestrator (``workloads.protocol``): the exit
+code, a progress line a second on stderr, ``summary.json`` and
+``timeseries.parquet`` — both written atomically, and the summary written even
+when the trial fails, so a collector never finds half a result.
+
+    python -m workloads.run --workers 2 --duration 4 --out /tmp/trial
+    python -m workloads.run --workload memory-leak --param mb_per_s=50 --duration 5 --out /tmp/leak
+    python -m workloads.run --memory-budget 2G --out /tmp/t --command -- python train.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from workloads import procfs, protocol
+from workloads.agent import MAX_SAMPLE_HZ, Agent, AgentReport
+from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
+from workloads.memory import find_spikes, leak_test
+
+DEFAULT_DURATION_S = 10.0
+TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
+_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class UsageError(Exception):
+    """Bad arguments or inputs: printed as one ``error:`` line, exit EXIT_USAGE."""
+
+
+def parse_bytes(text: str) -> int:
+    """``2G``, ``512M``, ``1.5GiB``, ``1073741824`` → bytes (suffixes are powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtKMGT]?)(?:i?[bB])?\s*", text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (use e.g. 2G, 512M or a number of bytes)")
+    value = int(float(m.group(1)) * _SUFFIXES[m.group(2).upper()])
+    if value <= 0:
+        raise ValueError(f"size must be positive: {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def _positive(kind: type) -> Any:
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        return value
+
+    return convert
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _hz(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= MAX_SAMPLE_HZ:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_SAMPLE_HZ:g} Hz")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m workloads.run",
+        description="Run one trial under the profiling agent and write summary.json "
+        "and timeseries.parquet.",
+    )
+    p.add_argument("--workload", default="cube", help="registered name or module:Class")
+    p.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE",
+        help="workload parameter (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--workers", type=_positive(int), default=1)
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--duration", type=_positive(float), help="seconds (default 10)")
+    length.add_argument("--units", type=_positive(int), help="stop after this many units")
+    p.add_argument("--sample-hz", type=_hz, default=10.0, help="0 = no background sampling")
+    p.add_argument("--memory-budget", type=_size, help="stop the trial above this RSS (e.g. 2G)")
+    p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
+    p.add_argument("--out", required=True, type=Path, help="directory for the result files")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--command", action="store_true",
+        help="profile the command after -- and its children instead of a workload",
+    )  # fmt: skip
+    return p
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, None
+
+
+def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--param wants KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return (
+        text
+        if isinstance(exc, (WorkloadInputError, UsageError))
+        else (f"{type(exc).__name__}: {text}")
+    )
+
+
+# -- result files -------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    _atomic_write(out / protocol.SUMMARY_FILE, write)
+
+
+def write_timeseries(out: Path, report: AgentReport) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    types = {
+        "t": pa.float64(), "rss_bytes": pa.int64(), "cpu_user_s": pa.float64(),
+        "cpu_system_s": pa.float64(), "cpu_percent": pa.float64(), "threads": pa.int32(),
+        "read_bytes": pa.int64(), "write_bytes": pa.int64(), "uss_bytes": pa.int64(),
+        "pss_bytes": pa.int64(), "children": pa.int32(), "units": pa.int64(),
+        "gpu_mem_bytes": pa.int64(), "gpu_util": pa.float64(),
+    }  # fmt: skip
+    cols = protocol.TIMESERIES_COLUMNS
+    arrays = [pa.array(report.column(c), type=types[c]) for c in cols]
+    table = pa.Table.from_arrays(arrays, schema=pa.schema([(c, types[c]) for c in cols]))
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / protocol.TIMESERIES_FILE, lambda tmp: pq.write_table(table, tmp))
+
+
+def base_summary(params: dict[str, Any]) -> dict[str, Any]:
+    """Every key of protocol.SUMMARY_KEYS, filled with "nothing measured yet"."""
+    from workloads.hostinfo import host_facts
+
+    return {
+        "schema": protocol.SCHEMA,
+        "status": "failed",
+        "error": None,
+        "params": params,
+        "host": host_facts(),
+        "unit": None,
+        "units": 0,
+        "seconds": 0.0,
+        "units_per_s": 0.0,
+        "peak_rss_bytes": None,
+        "peak_rss_sampled_bytes": None,
+        "cpu_percent_mean": None,
+        "cpu_utilisation": None,
+        "leak": {"verdict": "inconclusive", "slope_mb_per_s": None},
+        "spikes": [],
+        "memory_budget": {"limit_bytes": params.get("memory_budget_bytes"), "breached": False},
+        "gpu": None,
+        "agent": {"samples": 0, "rate_hz_target": params.get("sample_hz"),
+                  "rate_hz_achieved": 0.0, "cpu_seconds": 0.0},
+        "started_at": _now(),
+        "finished_at": None,
+    }  # fmt: skip
+
+
+def fill_measurements(summary: dict[str, Any], rep: AgentReport, cores: int | None) -> None:
+    """The agent's figures → summary keys (peak, CPU, leak verdict, spikes, budget, cost)."""
+    t, rss = rep.column("t"), rep.column("rss_bytes")
+    summary["peak_rss_bytes"] = rep.peak_rss_bytes
+    summary["peak_rss_source"] = rep.peak_rss_source
+    summary["peak_rss_sampled_bytes"] = rep.peak_rss_sampled_bytes
+    if rep.peak_rss_upper_bound_bytes is not None:
+        summary["peak_rss_upper_bound_bytes"] = rep.peak_rss_upper_bound_bytes
+    summary["cpu_seconds"] = round(rep.cpu_seconds_total, 3)
+    if rep.wall_s > 0:
+        pct = 100.0 * rep.cpu_seconds_total / rep.wall_s
+        summary["cpu_percent_mean"] = round(pct, 2)
+        summary["cpu_utilisation"] = round(pct / 100.0 / (cores or 1), 4)
+    summary["leak"] = leak_test(t, rss)
+    summary["spikes"] = find_spikes(t, rss, rep.peak_rss_bytes)
+    budget = rep.budget_summary()
+    if rep.budget_limit_bytes is not None and rep.peak_rss_bytes > rep.budget_limit_bytes:
+        # A spike between samples can cross the budget unseen; the kernel peak still tells.
+        budget["breached"] = True
+    budget["stopped_trial"] = rep.budget_breached
+    summary["memory_budget"] = budget
+    summary["gpu"] = rep.gpu
+    summary["agent"] = rep.agent_summary()
+
+
+# -- the trial ----------------------------------------------------------------------------
+
+
+class _Signals:
+    """SIGINT/SIGTERM → stop the trial cleanly and report it as interrupted."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        self.wake = wake
+        self.received: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.received = signum
+        self.wake.set()
+
+    def __exit__(self, *_exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+class _Progress:
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.next_at = 1.0
+
+    def due_in(self, t: float) -> float:
+        return max(0.0, self.next_at - t)
+
+    def maybe(self, t: float, units: int, rss: int, force: bool = False) -> None:
+        if t < self.next_at and not force:
+            return
+        while self.next_at <= t:
+            self.next_at += 1.0
+        if not self.quiet:
+            rate = units / t if t > 0 else 0.0
+            print(protocol.format_progress(t, units, rate, rss), file=sys.stderr, flush=True)
+
+
+def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
+    params = summary["params"]
+    cls = load_workload(args.workload)
+    try:
+        workload: Workload = cls(**params["workload_params"])
+    except TypeError as exc:
+        raise WorkloadInputError(f"bad parameters for workload {args.workload!r}: {exc}") from exc
+    summary["unit"] = workload.unit
+    workload.prepare()
+    params["workload_resolved"] = workload.describe()
+    if args.warmup > 0:
+        _drive(workload, args.workers, args.warmup, None, sig, None, None)
+    if sig.received:
+        summary["status"] = "interrupted"
+        return protocol.EXIT_INTERRUPTED
+
+    stop = threading.Event()
+    counter = UnitCounter()
+
+    def on_breach(_rss: int) -> None:
+        stop.set()
+        sig.wake.set()
+
+    agent = Agent(
+        sample_hz=args.sample_hz,
+        memory_budget=args.memory_budget,
+        on_breach=on_breach,
+        units=lambda: counter.value,
+    )
+    summary["started_at"] = _now()
+    agent.start()
+    progress = _Progress(args.quiet)
+    failure: BaseException | None = None
+    start = time.perf_counter()
+    try:
+        seconds = _drive(
+            workload, args.workers, params["duration_s"], params["units_target"], sig, agent,
+            progress, stop=stop, counter=counter,
+        )  # fmt: skip
+    except Exception as exc:  # still record what was measured up to the failure
+        failure, seconds = exc, time.perf_counter() - start
+    finally:
+        report = agent.stop()
+    summary["finished_at"] = _now()
+    summary["units"] = counter.value
+    summary["seconds"] = round(seconds, 6)
+    summary["units_per_s"] = counter.value / seconds if seconds > 0 else 0.0
+    code = _finish(args, summary, report, sig)
+    if failure is not None:
+        raise failure
+    return code
+
+
+def _drive(
+    workload: Workload,
+    workers: int,
+    duration: float | None,
+    units: int | None,
+    sig: _Signals,
+    agent: Agent | None,
+    progress: _Progress | None,
+    *,
+    stop: threading.Event | None = None,
+    counter: UnitCounter | None = None,
+) -> float:
+    """Run the workload in a thread until the duration/units are reached; returns seconds."""
+    stop = stop or threading.Event()
+    counter = counter or UnitCounter()
+    error: list[BaseException] = []
+    wake = sig.wake
+
+    def target() -> None:
+        try:
+            workload.run(workers, stop, counter)
+        except BaseException as exc:
+            error.append(exc)
+        finally:
+            wake.set()
+
+    start = time.perf_counter()
+    thread = threading.Thread(target=target, name="workload", daemon=True)
+    thread.start()
+    end_at = start + duration if duration is not None else None
+    while thread.is_alive():
+        now = time.perf_counter()
+        t = now - start
+        if progress is not None and agent is not None:
+            progress.maybe(t, counter.value, agent.latest_rss)
+        if (
+            sig.received
+            or stop.is_set()
+            or (end_at is not None and now >= end_at)
+            or (units is not None and counter.value >= units)
+        ):
+            stop.set()
+            thread.join()
+            break
+        timeout = progress.due_in(t) if progress is not None else 1.0
+        if end_at is not None:
+            timeout = min(timeout, end_at - now)
+        if units is not None:
+            timeout = min(timeout, 0.02)  # counting units: look often, it is cheap
+        wake.wait(max(timeout, 0.0))
+        wake.clear()
+    seconds = time.perf_counter() - start
+    if progress is not None and agent is not None:
+        progress.maybe(seconds, counter.value, agent.latest_rss, force=True)
+    if error:
+        raise error[0]
+    return seconds
+
+
+def _terminate_tree(root: int, pgid: int) -> None:
+    """SIGTERM the command's process group and every descendant; SIGKILL what is left."""
+    victims = [root, *procfs.descendants(root)]
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGTERM)
+    for pid in victims:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+
+    def finish() -> None:
+        time.sleep(TERMINATE_GRACE_S)
+        for pid in [*victims, *procfs.descendants(root)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=finish, daemon=True).start()
+
+
+def _run_command(
+    args: argparse.Namespace, command: list[str], summary: dict[str, Any], sig: _Signals
+) -> int:
+    summary["unit"] = None
+    wake = sig.wake
+    start = time.perf_counter()
+    summary["started_at"] = _now()
+    try:
+        proc = subprocess.Popen(command, start_new_session=True)
+    except OSError as exc:
+        raise UsageError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
+    waited: dict[str, Any] = {}
+
+    def waiter() -> None:
+        _pid, status, rusage = os.wait4(proc.pid, 0)
+        waited.update(status=status, rusage=rusage, at=time.perf_counter())
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wake.set()
+
+    breach = threading.Event()
+
+    def on_breach(_rss: int) -> None:
+        breach.set()
+        wake.set()
+
+    agent = Agent(
+        proc.pid, include_children=True, sample_hz=args.sample_hz,
+        memory_budget=args.memory_budget, on_breach=on_breach,
+    )  # fmt: skip
+    agent.start()
+    threading.Thread(target=waiter, name="wait4", daemon=True).start()
+    progress = _Progress(args.quiet)
+    end_at = start + args.duration if args.duration is not None else None
+    stopped_by: str | None = None
+    try:
+        while "status" not in waited:
+            now = time.perf_counter()
+            progress.maybe(now - start, 0, agent.latest_rss)
+            reason = (
+                "signal" if sig.received else "memory_budget" if breach.is_set()
+                else "duration" if end_at is not None and now >= end_at else None
+            )  # fmt: skip
+            if reason and stopped_by is None:
+                stopped_by = reason
+                _terminate_tree(proc.pid, proc.pid)
+            timeout = progress.due_in(now - start)
+            if end_at is not None and stopped_by is None:
+                timeout = min(timeout, end_at - now)
+            wake.wait(max(timeout, 0.0))
+            wake.clear()
+    finally:
+        if "status" not in waited:  # an exception in our loop: never leave the tree running
+            _terminate_tree(proc.pid, proc.pid)
+    seconds = waited["at"] - start
+    report = agent.stop(child_rusage=waited["rusage"])
+    progress.maybe(seconds, 0, report.peak_rss_sampled_bytes, force=True)
+    summary["finished_at"] = _now()
+    summary["seconds"] = round(seconds, 6)
+    summary["command"] = {
+        "argv": command, "pid": proc.pid, "exit_code": proc.returncode, "stopped_by": stopped_by,
+    }  # fmt: skip
+    code = _finish(args, summary, report, sig)
+    if code == protocol.EXIT_OK and proc.returncode != 0 and stopped_by != "duration":
+        summary["status"] = "failed"
+        summary["error"] = f"command exited with code {proc.returncode}"
+        code = protocol.EXIT_FAILED
+    return code
+
+
+def _finish(
+    args: argparse.Namespace, summary: dict[str, Any], rep: AgentReport, sig: _Signals
+) -> int:
+    """Fill measurements, write the time series, decide status and exit code."""
+    fill_measurements(summary, rep, summary["host"].get("cores_logical"))
+    write_timeseries(args.out, rep)
+    if rep.budget_breached:
+        summary["status"] = "memory_budget_exceeded"
+        summary["error"] = (
+            f"memory budget of {rep.budget_limit_bytes} bytes exceeded: RSS "
+            f"{rep.budget_breach_rss_bytes} bytes at t={rep.budget_breach_t}s; trial stopped"
+        )
+        return protocol.EXIT_MEMORY_BUDGET
+    if sig.received:
+        summary["status"] = "interrupted"
+        summary["error"] = f"interrupted by {signal.Signals(sig.received).name}"
+        return protocol.EXIT_INTERRUPTED
+    if summary["memory_budget"]["breached"]:
+        summary["status"] = "memory_budget_exceeded"
+        summary["error"] = (
+            f"peak RSS {rep.peak_rss_bytes} bytes exceeded the memory budget of "
+            f"{rep.budget_limit_bytes} bytes between two samples"
+        )
+        return protocol.EXIT_MEMORY_BUDGET
+    summary["status"] = "ok"
+    return protocol.EXIT_OK
+
+
+def _guess_out(argv: list[str]) -> Path | None:
+    """--out from raw argv, so that even a usage error leaves a failed summary.json."""
+    for i, arg in enumerate(argv):
+        if arg == "--out" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--out="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    own, command = _split_command(raw)
+    wake = threading.Event()
+    summary: dict[str, Any] | None = None
+    out: Path | None = _guess_out(own)
+    code = protocol.EXIT_FAILED
+    error: str | None = None
+    with _Signals(wake) as sig:
+        try:
+            args = build_parser().parse_args(own)
+            out = args.out
+            if args.command and not command:
+                raise UsageError("--command needs the command after --, e.g. --command -- sleep 1")
+            if command is not None and not args.command:
+                raise UsageError(f"unexpected arguments after --: {command!r} (add --command)")
+            if args.warmup < 0:
+                raise UsageError("--warmup must be ≥ 0 seconds")
+            if out.exists() and not out.is_dir():
+                raise UsageError(f"--out {str(out)!r} exists and is not a directory")
+            duration = args.duration
+            if duration is None and args.units is None and not args.command:
+                duration = DEFAULT_DURATION_S
+            summary = base_summary(
+                {
+                    "workload": None if args.command else args.workload,
+                    "workload_params": _parse_params(args.param),
+                    "workers": args.workers,
+                    "duration_s": duration,
+                    "units_target": args.units,
+                    "sample_hz": args.sample_hz,
+                    "memory_budget_bytes": args.memory_budget,
+                    "warmup_s": args.warmup,
+                    "command": command if args.command else None,
+                }
+            )
+            if args.command:
+                assert command is not None
+                code = _run_command(args, command, summary, sig)
+            else:
+                code = _run_workload(args, summary, sig)
+        except (UsageError, WorkloadInputError) as exc:
+            code = protocol.EXIT_USAGE
+            error = _report_error(summary, exc)
+        except Exception as exc:
+            code = protocol.EXIT_FAILED
+            error = _report_error(summary, exc)
+            _save_traceback(out, traceback.format_exc())
+        if sig.received and code not in (protocol.EXIT_MEMORY_BUDGET, protocol.EXIT_USAGE):
+            code = protocol.EXIT_INTERRUPTED
+            if summary is not None:
+                summary["status"] = "interrupted"
+                summary["error"] = summary["error"] or "interrupted"
+    if out is not None:
+        if summary is None:  # failed before the parameters were known
+            summary = base_summary({})
+            summary["error"] = error
+        summary["finished_at"] = summary["finished_at"] or _now()
+        try:
+            write_summary(out, summary)
+        except OSError as exc:
+            print(f"error: cannot write {out / protocol.SUMMARY_FILE}: {exc}", file=sys.stderr)
+            return code or protocol.EXIT_FAILED
+    return code
+
+
+def _report_error(summary: dict[str, Any] | None, exc: BaseException) -> str:
+    """The one ``error:`` line on stderr, mirrored in the summary."""
+    message = _one_line(exc)
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    if summary is not None:
+        summary["status"] = "failed"
+        summary["error"] = message
+    return message
+
+
+def _save_traceback(out: Path | None, tb: str) -> None:
+    """An unexpected failure: keep the details next to the summary, not on the terminal."""
+    if out is None:
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "traceback.txt").write_text(tb, encoding="utf-8")
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
