@@ -36,6 +36,8 @@ from orchestrator.providers.base import (
     VmRequest,
 )
 from orchestrator.providers.gcp import (
+    GCE_DELETE_LEAD_S,
+    GCP_PERMISSIONS,
     GcpProvider,
     GcsBucket,
     firewall_name,
@@ -123,7 +125,9 @@ def test_insert_sends_the_documented_instance(fake_gce: FakeGce) -> None:
     assert sched["instanceTerminationAction"] == "DELETE"
     assert sched["provisioningModel"] == "STANDARD"
     expiry = dt.datetime.fromisoformat(sched["terminationTime"].replace("Z", "+00:00"))
-    assert int(expiry.timestamp()) == int(req.labels[LABEL_EXPIRES])
+    # GCE deletes the VM before the guest powers itself off at the expiry (a stopped VM
+    # would lose its termination time and linger)
+    assert int(expiry.timestamp()) == int(req.labels[LABEL_EXPIRES]) - GCE_DELETE_LEAD_S
     (disk,) = body["disks"]
     assert disk["boot"] and disk["autoDelete"]
     assert disk["initializeParams"]["sourceImage"] == (
@@ -265,6 +269,15 @@ def test_missing_adc_is_a_credentials_error(tmp_path: Path) -> None:
     assert "gcloud auth application-default login" in out.stdout
     assert "--dry-run" in out.stdout
     assert out.stdout.count("\n") == 1
+
+
+def test_iam_doc_grants_exactly_what_the_code_uses() -> None:
+    doc = (REPO / "infra/iam/gcp-roles.md").read_text()
+    line = next(ln for ln in doc.splitlines() if ln.strip().startswith("--permissions="))
+    granted = line.strip().removeprefix("--permissions=").split(",")
+    assert sorted(granted) == sorted(GCP_PERMISSIONS)
+    for perm in GCP_PERMISSIONS:  # and each one is explained in the table
+        assert f"| `{perm}` |" in doc
 
 
 def test_naming_rules() -> None:

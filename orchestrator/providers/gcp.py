@@ -66,12 +66,25 @@ REGION_ENV = "CLOUDSDK_COMPUTE_REGION"
 
 DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 DEFAULT_NETWORK = "global/networks/default"
+GCE_DELETE_LEAD_S = 300  # GCE deletes this long before the startup script powers off
 DEFAULT_LIFETIME_S = 6 * 3600  # expiry when the engine gave none: VMs never live unbounded
 IAM_DOC = "infra/iam/gcp-roles.md"
 CREDENTIALS_HINT = (
     "no Google Cloud credentials: run `gcloud auth application-default login` "
     "(or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file); "
     "--dry-run needs none"
+)
+# What the calls in this module need on the project (infra/iam/gcp-roles.md explains each;
+# a test keeps that file's gcloud command equal to this list).
+GCP_PERMISSIONS = (
+    "compute.instances.create", "compute.instances.get", "compute.instances.list",
+    "compute.instances.delete", "compute.instances.setMetadata", "compute.instances.setLabels",
+    "compute.instances.setTags", "compute.instances.setScheduling", "compute.disks.create",
+    "compute.disks.setLabels", "compute.images.useReadOnly", "compute.images.getFromFamily",
+    "compute.subnetworks.use", "compute.subnetworks.useExternalIp", "compute.machineTypes.get",
+    "compute.regions.get", "compute.zoneOperations.get", "compute.globalOperations.get",
+    "compute.firewalls.create", "compute.firewalls.delete", "compute.firewalls.list",
+    "compute.networks.updatePolicy",
 )
 STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
                   "RESOURCE_POOL_EXHAUSTED", "STOCKOUT")
@@ -403,12 +416,13 @@ class GcpProvider(Provider):
         from google.cloud import compute_v1
 
         labels = self._labels_for(req)
-        expires = int(labels[LABEL_EXPIRES])
+        # GCE deletes the VM at terminationTime whatever happened to the laptop, but only
+        # if it is still running then (stopping a VM clears its termination timestamp),
+        # so it fires ahead of the guest's own power-off at the expiry.
+        deletes_at = max(int(labels[LABEL_EXPIRES]) - GCE_DELETE_LEAD_S, int(time.time()) + 60)
         scheduling: dict[str, Any] = {
-            # At the sweep's expiry GCE deletes the VM whatever happened to the laptop;
-            # a spot VM is deleted on preemption too (not merely stopped).
-            "instance_termination_action": "DELETE",
-            "termination_time": dt.datetime.fromtimestamp(expires, dt.timezone.utc)
+            "instance_termination_action": "DELETE",  # also what preemption does to spot VMs
+            "termination_time": dt.datetime.fromtimestamp(deletes_at, dt.timezone.utc)
             .strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         if req.spot:
