@@ -114,3 +114,26 @@ class BucketError(CloudprofError):
 
 class InputDataError(UsageError):
     """Corrupt, truncated or missing input files, or frames of different shapes."""
+
+
+class SweepInterruptedError(CloudprofError):
+    """Ctrl-C or SIGTERM: every VM was torn down and finished trials are in the store.
+
+    The message says how to resume; ``run_dir`` is the store (None before it existed).
+    """
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, run_dir: object = None) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+class PartialSweepError(CloudprofError):
+    """The sweep finished and wrote its report, but some machines or trials failed."""
+
+    exit_code = EXIT_PARTIAL
+
+    def __init__(self, message: str, run_dir: object = None) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir

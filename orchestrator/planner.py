@@ -7,9 +7,19 @@ estimate and is labelled so wherever it is shown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+import secrets
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.catalog import MachineType
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.spec import SweepSpec
 
 
 @dataclass
@@ -77,3 +87,262 @@ class Plan:
         costs = [vm.estimate.cost_usd for vm in self.vms]
         known = [c for c in costs if c is not None]
         return sum(known) if known else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form stored in sweep.json, with the estimated totals spelled out."""
+        out = asdict(self)
+        for vm_dict, vm in zip(out["vms"], self.vms, strict=True):
+            vm_dict["estimate"]["total_s"] = vm.estimate.total_s
+            vm_dict["estimate"]["cost_usd"] = vm.estimate.cost_usd
+        out["estimated_total_s"] = self.total_s
+        out["estimated_total_cost_usd"] = self.total_cost_usd
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """The inverse of :meth:`to_dict`, used by ``--resume``."""
+        vms = []
+        for vm in data["vms"]:
+            est = {k: vm["estimate"][k] for k in _ESTIMATE_FIELDS}
+            vms.append(
+                VmPlan(
+                    machine=MachineType(**vm["machine"]),
+                    provider=vm["provider"],
+                    name=vm["name"],
+                    region=vm.get("region"),
+                    zone=vm.get("zone"),
+                    image=vm.get("image"),
+                    spot=bool(vm.get("spot")),
+                    labels=dict(vm.get("labels") or {}),
+                    trials=[TrialPlan(**t) for t in vm["trials"]],
+                    estimate=Estimate(**est),
+                )
+            )
+        uploads = [Upload(**u) for u in data.get("uploads", [])]
+        return cls(sweep_id=data["sweep_id"], vms=vms, uploads=uploads)
+
+
+_ESTIMATE_FIELDS = ("boot_s", "bootstrap_s", "staging_s", "trials_s", "teardown_s",
+                    "price_per_hour")
+
+# Rough, deliberately conservative figures behind every estimate (seconds unless
+# named otherwise). They are shown as estimates; the store records what happened.
+BOOT_S = {"gcp": 45.0, "aws": 40.0, "ssh": 0.0, "local": 0.0}
+BOOTSTRAP_S = {"gcp": 60.0, "aws": 60.0, "ssh": 30.0, "local": 0.0}
+TEARDOWN_S = {"gcp": 30.0, "aws": 30.0, "ssh": 0.0, "local": 0.0}
+STAGING_FIXED_S = 5.0
+STAGING_BYTES_PER_S = 100e6  # a VM pulling signed URLs from its own region's bucket
+TRIAL_OVERHEAD_S = 4.0  # start the interpreter, load inputs, collect the result files
+OVERSUBSCRIBE_FACTOR = 2  # the one point past the vCPU count that shows oversubscription
+
+# Shown in the plan; the provider module owns the real default (VmRequest.image=None).
+DEFAULT_IMAGES = {"gcp": "debian-12 (provider default)", "aws": "debian-12 (provider default)"}
+
+
+def default_workers(vcpus: int) -> list[int]:
+    """Powers of two up to the vCPU count, the count itself, and one oversubscribed point.
+
+    Powers of two show the scaling curve cheaply; the vCPU count is where a user
+    would run in production; the oversubscribed point shows whether more threads
+    than cores still help (they do when the workload waits on I/O).
+    """
+    if vcpus < 1:
+        raise ValueError(f"vcpus must be >= 1, got {vcpus}")
+    counts = []
+    n = 1
+    while n <= vcpus:
+        counts.append(n)
+        n *= 2
+    counts.append(vcpus)
+    counts.append(vcpus * OVERSUBSCRIBE_FACTOR)
+    return sorted(set(counts))
+
+
+def new_sweep_id() -> str:
+    """Sortable by time, unique across users, and valid as a GCP label value and file name."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def slug(text: str) -> str:
+    """Lower-case ``[a-z0-9-]``: what GCE instance names and label values accept."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def trial_id(machine: str, workers: int, repeat: int) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", machine)
+    return f"{safe}-w{workers}-r{repeat}"
+
+
+def vm_name(sweep_id: str, machine: str) -> str:
+    return f"cp-{slug(sweep_id)}-{slug(machine)}"[:63].rstrip("-")
+
+
+def runner_args(spec: SweepSpec, workers: int) -> list[str]:
+    """Arguments of ``python -m workloads.run`` for one trial, minus ``--out``.
+
+    ``inputs`` is not here: where the inputs land differs per host, so the engine
+    appends ``--param inputs=<dir>`` when it runs the trial.
+    """
+    args = ["--workload", spec.workload]
+    for key, value in sorted(spec.workload_params.items()):
+        if key != "inputs":  # a path on the laptop; the engine passes the host's copy
+            args += ["--param", f"{key}={value}"]
+    args += [
+        "--workers", str(workers),
+        "--duration", f"{spec.duration_s:g}",
+        "--sample-hz", f"{spec.sample_hz:g}",
+    ]
+    return args
+
+
+def estimate_vm(
+    provider: str,
+    price_per_hour: float | None,
+    n_trials: int,
+    duration_s: float,
+    input_bytes: int,
+) -> Estimate:
+    staging = STAGING_FIXED_S + input_bytes / STAGING_BYTES_PER_S if input_bytes else 0.0
+    return Estimate(
+        boot_s=BOOT_S.get(provider, 0.0),
+        bootstrap_s=BOOTSTRAP_S.get(provider, 0.0),
+        staging_s=staging,
+        trials_s=n_trials * (duration_s + TRIAL_OVERHEAD_S),
+        teardown_s=TEARDOWN_S.get(provider, 0.0),
+        price_per_hour=price_per_hour,
+    )
+
+
+def default_zone(provider: str, region: str | None) -> str | None:
+    if not region:
+        return None
+    if provider == "gcp":
+        return f"{region}-a"
+    if provider == "aws":
+        return f"{region}a"
+    return None
+
+
+def make_plan(
+    spec: SweepSpec,
+    sweep_id: str,
+    machines: list[MachineType],
+    *,
+    input_bytes: int = 0,
+    labels: dict[str, str] | None = None,
+) -> Plan:
+    """One VM per machine, each running every worker count × repeat of the spec.
+
+    ``input_bytes`` (the staged inputs' size, when known) feeds the staging
+    estimate; ``labels`` are the sweep's common labels (the engine adds creator
+    and expiry, which depend on when it runs).
+    """
+    from orchestrator.providers.base import LABEL_SWEEP
+
+    vms: list[VmPlan] = []
+    for machine in machines:
+        provider = spec.provider or machine.provider
+        workers = list(spec.workers) if spec.workers else default_workers(machine.vcpus)
+        trials = [
+            TrialPlan(
+                trial_id=trial_id(machine.name, w, r),
+                machine=machine.name,
+                workers=w,
+                repeat=r,
+                runner_args=runner_args(spec, w),
+            )
+            for r in range(spec.repeats)
+            for w in workers
+        ]
+        region = spec.region or machine.region or None
+        vms.append(
+            VmPlan(
+                machine=machine,
+                provider=provider,
+                name=vm_name(sweep_id, machine.name),
+                region=region,
+                zone=spec.zone or default_zone(provider, region),
+                image=DEFAULT_IMAGES.get(provider),
+                spot=spec.spot,
+                labels={LABEL_SWEEP: slug(sweep_id), **(labels or {})},
+                trials=trials,
+                estimate=estimate_vm(
+                    provider, machine.price(spec.spot), len(trials), spec.duration_s, input_bytes
+                ),
+            )
+        )
+    return Plan(sweep_id=sweep_id, vms=vms)
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = round(seconds)
+    minutes, sec = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
+
+
+def _fmt_cost(cost: float | None) -> str:
+    return "unknown (no price)" if cost is None else f"${cost:.4f}"
+
+
+def _fmt_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def render_plan(plan: Plan, console: Console, dry_run: bool) -> None:
+    """Print every cloud action the plan stands for, with its estimated time and cost.
+
+    One short block per VM rather than a wide table: the plan must stay readable
+    in an 80-column terminal and in CI logs.
+    """
+    from rich.markup import escape
+
+    head = ("Plan — dry run: no cloud call is made; the same pipeline runs on this machine"
+            if dry_run else "Plan")
+    console.print(f"[bold]{head}[/bold]\nsweep {plan.sweep_id}", highlight=False)
+    verb = "would be created" if dry_run else "to create"
+    for i, vm in enumerate(plan.vms, 1):
+        m, e = vm.machine, vm.estimate
+        price = "no catalog price" if e.price_per_hour is None else (
+            f"${e.price_per_hour:.4f}/h {'spot' if vm.spot else 'on-demand'} "
+            f"(catalog {m.price_date})")
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
+        console.print(
+            f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
+            f"({m.vcpus} vCPUs, {m.memory_gib:g} GiB) named {vm.name}\n"
+            f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
+            f"spot {'yes' if vm.spot else 'no'} · {price}\n"
+            f"  labels {escape(labels)} + creator, created, expires (set at creation)\n"
+            f"  {len(vm.trials)} trials · estimated {_fmt_s(e.total_s)} = boot "
+            f"{_fmt_s(e.boot_s)} + bootstrap {_fmt_s(e.bootstrap_s)} + staging "
+            f"{_fmt_s(e.staging_s)} + trials {_fmt_s(e.trials_s)} + teardown "
+            f"{_fmt_s(e.teardown_s)} · estimated cost {_fmt_cost(e.cost_usd)}",
+            highlight=False,
+        )
+    if plan.uploads:
+        total = sum(u.size_bytes for u in plan.uploads)
+        console.print(f"[bold]Bucket objects to upload[/bold] ({len(plan.uploads)}, "
+                      f"{_fmt_bytes(total)}; skipped when already there):", highlight=False)
+        many = len(plan.uploads) > 6
+        shown = plan.uploads[:3] + plan.uploads[-2:] if many else plan.uploads
+        for i, up in enumerate(shown):
+            if many and i == 3:
+                console.print(f"  ... {len(plan.uploads) - 5} more")
+            console.print(f"  {up.key}  [dim]{_fmt_bytes(up.size_bytes)}[/dim]",
+                          highlight=False)
+    console.print("[bold]Trial commands[/bold] (each also gets --param inputs=<staged dir> "
+                  "--out <trial dir>):")
+    for vm in plan.vms:
+        for t in vm.trials:
+            console.print(f"  python -m workloads.run {escape(shlex.join(t.runner_args))}",
+                          soft_wrap=True, highlight=False)
+    console.print(
+        f"[bold]Estimated[/bold] wall time {_fmt_s(plan.total_s)} (VMs run concurrently), "
+        f"estimated cost {_fmt_cost(plan.total_cost_usd)} — estimates, not measurements.",
+        highlight=False,
+    )

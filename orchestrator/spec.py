@@ -19,7 +19,7 @@ class SweepSpec:
     machines: list[str]
     workers: list[int] | None = None  # None: powers of two up to vCPUs, vCPUs, one oversubscribed
     repeats: int = 1
-    duration_s: float = 5.0  # per trial
+    duration_s: float = 3.0  # per trial; 9 default trials + inputs fit a 2-minute --dry-run
     workload: str = DEFAULT_WORKLOAD  # registry name or "module:Class"
     workload_params: dict[str, Any] = field(default_factory=dict)  # frames, dim, strategy...
     provider: str | None = None  # None: the machine's provider in the catalog

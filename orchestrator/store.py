@@ -5,13 +5,39 @@ Layout: ``sweep.json`` (spec, plan, prices at launch, status, VMs created),
 ``timeseries/<trial-id>.parquet``, ``report.html``, ``report.md``, ``plots/*.png``.
 Each trial is written atomically the moment it is collected, so a crash never
 loses a finished trial and ``--resume`` knows exactly what is missing.
+
+``trials.parquet`` is the one source of truth for trials: every record rewrites
+it whole (a temp file, then ``os.replace``), which at a few hundred rows costs
+milliseconds and means a reader never sees a half-written file. Removing a row
+from it makes ``--resume`` run that trial again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from orchestrator.catalog import MachineType
+    from orchestrator.planner import TrialPlan
+
 SWEEP_FILE = "sweep.json"
 TRIALS_FILE = "trials.parquet"
 TIMESERIES_DIR = "timeseries"
+SWEEP_SCHEMA = "cloudprof.sweep/1"
 
 TRIAL_COLUMNS = (
     "sweep_id",
@@ -39,3 +65,308 @@ TRIAL_COLUMNS = (
     "started_at",
     "finished_at",
 )
+
+# Extra columns after TRIAL_COLUMNS: what a report needs to label and explain a row.
+EXTRA_COLUMNS = (
+    "unit",  # what one unit is ("cube")
+    "spot",  # the price is the spot price
+    "cost_is_estimate",  # ran_on != machine: local throughput priced at the planned machine
+    "hostname",
+    "cpu_model",
+    "peak_rss_sampled_bytes",
+    "cpu_percent_mean",
+    "leak_slope_mb_per_s",
+    "exit_code",  # of the trial runner; None when it never returned
+)
+ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
+
+# Statuses whose result stands: --resume does not run these again. A failed,
+# interrupted or preempted trial is missing data, so it runs again.
+DONE_STATUSES = frozenset({"ok", "memory_budget_exceeded"})
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` so that ``path`` holds either the old or the new content, never half."""
+    with _atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+@contextlib.contextmanager
+def _atomic_path(path: Path) -> Iterator[Path]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from a shared notebook
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class RunStore:
+    """One sweep's directory; safe to use from the engine's per-machine threads."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._lock = threading.RLock()
+
+    # -- creation -------------------------------------------------------------
+
+    @classmethod
+    def create(cls, run_dir: Path, sweep: dict[str, Any]) -> RunStore:
+        """A new store holding ``sweep`` (spec, plan, prices...) and an empty trials table."""
+        run_dir = Path(run_dir)
+        if (run_dir / SWEEP_FILE).exists():
+            raise UsageError(f"{run_dir} already holds a sweep; use --resume {run_dir}")
+        try:
+            (run_dir / TIMESERIES_DIR).mkdir(parents=True, exist_ok=True)
+            probe = run_dir / ".write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise UsageError(f"cannot write the output directory {run_dir}: "
+                             f"{exc.strerror or exc}") from exc
+        store = cls(run_dir)
+        data = {"schema": SWEEP_SCHEMA, "status": "planned", "created_at": now_iso(),
+                "vms": {}, "machines": {}, **sweep}
+        store._write_sweep(data)
+        store._write_trials(store._empty_frame())
+        return store
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunStore:
+        run_dir = Path(run_dir)
+        if not (run_dir / SWEEP_FILE).is_file():
+            raise UsageError(f"{run_dir} is not a cloudprof run (no {SWEEP_FILE})")
+        store = cls(run_dir)
+        try:
+            store.read_sweep()
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {run_dir / SWEEP_FILE}: {exc}") from exc
+        if not (run_dir / TRIALS_FILE).exists():
+            store._write_trials(store._empty_frame())
+        return store
+
+    # -- sweep.json -----------------------------------------------------------
+
+    @property
+    def sweep_path(self) -> Path:
+        return self.run_dir / SWEEP_FILE
+
+    @property
+    def trials_path(self) -> Path:
+        return self.run_dir / TRIALS_FILE
+
+    def timeseries_path(self, trial_id: str) -> Path:
+        return self.run_dir / TIMESERIES_DIR / f"{trial_id}.parquet"
+
+    def read_sweep(self) -> dict[str, Any]:
+        return json.loads(self.sweep_path.read_text())
+
+    def _write_sweep(self, data: dict[str, Any]) -> None:
+        atomic_write_bytes(self.sweep_path,
+                           json.dumps(data, indent=2, sort_keys=True, default=str).encode())
+
+    def update_sweep(self, **fields: Any) -> dict[str, Any]:
+        """Merge top-level ``fields`` into sweep.json (read, change, atomic replace)."""
+        with self._lock:
+            data = self.read_sweep()
+            data.update(fields)
+            self._write_sweep(data)
+            return data
+
+    def set_status(self, status: str, **fields: Any) -> None:
+        self.update_sweep(status=status, **fields)
+
+    def record_vm(self, name: str, **info: Any) -> None:
+        """Record what a VM is as soon as it is known (its id first: cleanup needs it)."""
+        self._merge("vms", name, info)
+
+    def record_machine(self, machine: str, status: str, error: str | None = None) -> None:
+        self._merge("machines", machine, {"status": status, "error": error, "at": now_iso()})
+
+    def _merge(self, section: str, key: str, info: dict[str, Any]) -> None:
+        with self._lock:
+            data = self.read_sweep()
+            entry = data.setdefault(section, {}).setdefault(key, {})
+            entry.update(info)
+            self._write_sweep(data)
+
+    # -- trials ---------------------------------------------------------------
+
+    def record_trial(
+        self,
+        summary: dict[str, Any] | None,
+        timeseries_path: Path | None,
+        planned_machine: MachineType,
+        *,
+        trial: TrialPlan,
+        sweep_id: str,
+        ran_on: str,
+        provider: str,
+        spot: bool = False,
+        status: str | None = None,
+        error: str | None = None,
+        exit_code: int | None = None,
+    ) -> dict[str, Any]:
+        """Store one trial (its time series first, then its row) and return the row.
+
+        ``summary`` is the runner's summary.json (None when the runner left
+        none); ``status``/``error`` override it (a trial the engine saw fail).
+        A row with the same trial id is replaced: a re-run supersedes a failure.
+        """
+        row = trial_row(summary, planned_machine, trial=trial, sweep_id=sweep_id,
+                        ran_on=ran_on, provider=provider, spot=spot, status=status,
+                        error=error, exit_code=exit_code)
+        with self._lock:
+            if timeseries_path is not None and Path(timeseries_path).is_file():
+                with _atomic_path(self.timeseries_path(trial.trial_id)) as tmp:
+                    shutil.copyfile(timeseries_path, tmp)
+            frame = self._read_trials()
+            frame = frame[frame["trial_id"] != trial.trial_id]
+            import pandas as pd
+
+            new = pd.DataFrame([row], columns=list(ALL_COLUMNS))
+            frame = new if frame.empty else pd.concat([frame, new], ignore_index=True)
+            self._write_trials(derive(frame))
+        return row
+
+    def done_trial_ids(self) -> set[str]:
+        """Trials whose result stands (``DONE_STATUSES``): what ``--resume`` skips."""
+        frame = self._read_trials()
+        return set(frame.loc[frame["status"].isin(list(DONE_STATUSES)), "trial_id"])
+
+    def trials_frame(self) -> pd.DataFrame:
+        """All trials with the derived columns (efficiency, cost per million...) up to date."""
+        return derive(self._read_trials())
+
+    def _read_trials(self) -> pd.DataFrame:
+        import pandas as pd
+
+        with self._lock:
+            if not self.trials_path.exists():
+                return self._empty_frame()
+            frame = pd.read_parquet(self.trials_path)
+        for col in ALL_COLUMNS:
+            if col not in frame.columns:
+                frame[col] = None
+        return frame
+
+    def _write_trials(self, frame: pd.DataFrame) -> None:
+        with self._lock, _atomic_path(self.trials_path) as tmp:
+            frame.to_parquet(tmp, index=False)
+
+    @staticmethod
+    def _empty_frame() -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in ALL_COLUMNS})
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def trial_row(
+    summary: dict[str, Any] | None,
+    planned_machine: MachineType,
+    *,
+    trial: TrialPlan,
+    sweep_id: str,
+    ran_on: str,
+    provider: str,
+    spot: bool = False,
+    status: str | None = None,
+    error: str | None = None,
+    exit_code: int | None = None,
+) -> dict[str, Any]:
+    """One row of trials.parquet from a runner summary; derived columns are filled by derive()."""
+    s = summary or {}
+    host = s.get("host") or {}
+    leak = s.get("leak") or {}
+    cores = host.get("cores_logical")
+    memory = host.get("memory_bytes")
+    err = error if error is not None else s.get("error")
+    return {
+        "sweep_id": sweep_id,
+        "trial_id": trial.trial_id,
+        "machine": planned_machine.name,
+        "ran_on": ran_on,
+        "provider": provider,
+        "vcpus": int(cores) if cores else None,
+        "memory_gib": float(memory) / 2**30 if memory else None,
+        "workers": int(trial.workers),
+        "repeat": int(trial.repeat),
+        "units": int(s["units"]) if s.get("units") is not None else None,
+        "seconds": _num(s.get("seconds")),
+        "units_per_s": _num(s.get("units_per_s")),
+        "units_per_s_per_vcpu": None,
+        "efficiency": None,
+        "peak_rss_bytes": int(s["peak_rss_bytes"]) if s.get("peak_rss_bytes") else None,
+        "cpu_utilisation": _num(s.get("cpu_utilisation")),
+        "leak_verdict": leak.get("verdict"),
+        "price_per_hour": planned_machine.price(spot),
+        "cost_per_million_units": None,
+        "oversubscribed": bool(cores) and int(trial.workers) > int(cores),
+        "status": status or s.get("status") or "failed",
+        "error": " ".join(str(err).split()) if err else None,
+        "started_at": s.get("started_at"),
+        "finished_at": s.get("finished_at") or now_iso(),
+        "unit": s.get("unit"),
+        "spot": bool(spot),
+        "cost_is_estimate": ran_on != planned_machine.name,
+        "hostname": host.get("hostname"),
+        "cpu_model": host.get("cpu_model"),
+        "peak_rss_sampled_bytes": s.get("peak_rss_sampled_bytes"),
+        "cpu_percent_mean": _num(s.get("cpu_percent_mean")),
+        "leak_slope_mb_per_s": _num(leak.get("slope_mb_per_s")),
+        "exit_code": exit_code,
+    }
+
+
+def derive(frame: pd.DataFrame) -> pd.DataFrame:
+    """Recompute the columns that depend on other rows or on prices.
+
+    Efficiency compares each trial with the mean 1-worker throughput of the same
+    sweep, planned machine and real host (``ran_on``), over ok trials only; a
+    machine without a 1-worker trial gets NaN. Cost per million units prices the
+    measured throughput at the planned machine's hourly price — an estimate when
+    the trial ran elsewhere (``cost_is_estimate``).
+    """
+    import numpy as np
+    import pandas as pd
+
+    out = frame.copy()
+    if out.empty:
+        return out
+    ups = pd.to_numeric(out["units_per_s"], errors="coerce")
+    workers = pd.to_numeric(out["workers"], errors="coerce")
+    vcpus = pd.to_numeric(out["vcpus"], errors="coerce")
+    price = pd.to_numeric(out["price_per_hour"], errors="coerce")
+    ok = out["status"] == "ok"
+    out["units_per_s_per_vcpu"] = ups / vcpus.where(vcpus > 0)
+    keys = ["sweep_id", "machine", "ran_on"]
+    base = (out[ok & (workers == 1)].assign(_ups=ups).groupby(keys, dropna=False)["_ups"]
+            .mean().rename("_base"))
+    joined = out[keys].join(base, on=keys)
+    baseline = pd.to_numeric(joined["_base"], errors="coerce").to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eff = ups.to_numpy(dtype=float) / (workers.to_numpy(dtype=float) * baseline)
+    out["efficiency"] = np.where(ok.to_numpy() & (baseline > 0), eff, np.nan)
+    out["cost_per_million_units"] = (price / 3600.0 / ups.where(ups > 0) * 1e6).where(ok)
+    out["oversubscribed"] = (workers > vcpus).fillna(False).astype(bool)
+    return out

@@ -32,6 +32,13 @@ def _load(target: str) -> type:
     return getattr(importlib.import_module(module), attr)
 
 
+def provider_class(name: str) -> type[Provider]:
+    """The class behind ``name`` (the engine reads ``creates_machines`` before building one)."""
+    if name not in PROVIDERS:
+        raise UsageError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
+    return _load(PROVIDERS[name])
+
+
 def get_provider(name: str, options: ProviderOptions | None = None) -> Provider:
     """The provider called ``name``, configured with ``options``."""
     if name not in PROVIDERS:

@@ -1,0 +1,303 @@
+"""The embedded provider: "machines" are work directories on this host, a "bucket" a directory.
+
+``--dry-run`` and ``--provider local`` run the real pipeline through these
+classes — staging through a bucket, fetching inputs with ``workloads.transfer``,
+running ``python -m workloads.run`` in a separate process, collecting its files
+— so what is tested locally is the path a cloud VM takes, minus the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import unquote, urlparse
+
+from orchestrator.errors import BucketError, ProviderError
+from orchestrator.providers.base import (
+    Bucket,
+    CommandResult,
+    Executor,
+    Instance,
+    Provider,
+    ProviderOptions,
+    VmRequest,
+)
+
+# The directory holding the ``workloads`` package of this checkout/installation:
+# local "hosts" import the very code the orchestrator ships to VMs.
+_WORKLOADS_ROOT = str(Path(__import__("workloads").__file__).resolve().parent.parent)
+_TAIL_LINES = 20
+
+
+def host_facts() -> dict[str, object]:
+    """What a trial on this host ran on (shown next to the planned machine)."""
+    import platform
+
+    import psutil
+
+    return {
+        "vcpus": os.cpu_count() or 1,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 2),
+        "hostname": platform.node(),
+    }
+
+
+class LocalExecutor(Executor):
+    """Runs argv in a subprocess (never a shell) inside the host's work directory."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = str(workdir)
+        self.python = sys.executable
+        self._procs: set[subprocess.Popen[str]] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _path(self, remote: str) -> Path:
+        path = Path(remote)
+        return path if path.is_absolute() else Path(self.workdir) / path
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_WORKLOADS_ROOT, env.get("PYTHONPATH")) if p
+        )
+        env["PYTHONUNBUFFERED"] = "1"
+        with self._lock:
+            if self._closed:
+                raise ProviderError("local host closed (the sweep is stopping)")
+            # Own session: a Ctrl-C in the terminal reaches the orchestrator only,
+            # which then stops its children itself, in order.
+            proc = subprocess.Popen(
+                list(argv), cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                start_new_session=True,
+            )
+            self._procs.add(proc)
+        timer = threading.Timer(timeout, _stop, (proc,)) if timeout else None
+        if timer:
+            timer.daemon = True
+            timer.start()
+        tail: list[str] = []
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                tail.append(line)
+                del tail[:-_TAIL_LINES]
+                if on_line is not None:
+                    on_line(line)
+            code = proc.wait()
+        finally:
+            if timer:
+                timer.cancel()
+            if proc.poll() is None:
+                _stop(proc)
+            with self._lock:
+                self._procs.discard(proc)
+        text = "\n".join(tail)
+        return CommandResult(exit_code=code, stdout_tail=text, stderr_tail=text)
+
+    def put(self, local: Path, remote: str) -> None:
+        dest = self._path(remote)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, dest)
+
+    def get(self, remote: str, local: Path) -> None:
+        src = self._path(remote)
+        if not src.is_file():
+            raise FileNotFoundError(str(src))
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, local)
+
+    def close(self) -> None:
+        """Stop every command still running: the sweep is stopping or this host is done."""
+        with self._lock:
+            self._closed = True
+            procs = list(self._procs)
+        for proc in procs:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:
+    """SIGINT first (the runner writes an "interrupted" summary), then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(grace_s)
+    except (ProcessLookupError, PermissionError):
+        return
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        proc.wait()
+
+
+class LocalProvider(Provider):
+    """Hosts are work directories below ``options.workdir`` (the run's ``hosts/``)."""
+
+    name: ClassVar[str] = "local"
+    creates_machines: ClassVar[bool] = False
+    # All "machines" share this host's cores: running them at once would make
+    # each one's measurements wrong, so the engine runs them one after another.
+    concurrent_machines: ClassVar[bool] = False
+
+    def __init__(self, options: ProviderOptions | None = None) -> None:
+        self.options = options or ProviderOptions()
+        self.root = Path(self.options.workdir or Path.cwd() / "cloudprof-local-hosts")
+
+    def check_credentials(self) -> None:
+        """Nothing to check: the local provider uses no cloud."""
+
+    def create(self, req: VmRequest) -> Instance:
+        workdir = self.root / req.name
+        workdir.mkdir(parents=True, exist_ok=True)
+        return Instance(provider=self.name, id=req.name, name=req.name, machine=req.machine,
+                        zone=None, state="running", address=str(workdir),
+                        labels=dict(req.labels), facts=host_facts())
+
+    def wait_ready(self, inst: Instance, timeout: float = 600) -> Instance:
+        if not inst.address or not Path(inst.address).is_dir():
+            raise ProviderError(f"local host {inst.name} has no work directory")
+        return inst
+
+    def connect(self, inst: Instance) -> Executor:
+        return LocalExecutor(Path(inst.address or self.root / inst.name))
+
+    def delete(self, inst: Instance) -> None:
+        """Nothing to release: the work directory stays with the run for inspection."""
+
+    def list(self, labels: dict[str, str]) -> list[Instance]:
+        return []
+
+
+def file_md5(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def default_bucket_dir() -> Path:
+    """The local bucket when none is given: a cache shared by every local sweep."""
+    root = os.environ.get("CLOUDPROF_CACHE") or Path.home() / ".cache" / "cloudprof"
+    return Path(root) / "bucket"
+
+
+class LocalBucket(Bucket):
+    """A directory standing in for object storage; keys are relative paths."""
+
+    def __init__(self, url: str | Path | None = None) -> None:
+        if url is None:
+            root = default_bucket_dir()
+        else:
+            text = str(url)
+            root = Path(unquote(urlparse(text).path)) if text.startswith("file://") \
+                else Path(text)
+        self.root = root.expanduser().resolve()
+        self.url = str(self.root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BucketError(f"cannot use {self.root} as a bucket: {exc.strerror}") from exc
+        # (inode, size, mtime) -> md5: big inputs are hashed once per process.
+        self._md5: dict[tuple[int, int, int], str] = {}
+        self._md5_lock = threading.Lock()
+
+    def _key_path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if path != self.root and self.root not in path.parents:
+            raise BucketError(f"object key {key!r} escapes the bucket")
+        return path
+
+    def md5(self, path: Path) -> str:
+        st = path.stat()
+        ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._md5_lock:
+            if ident in self._md5:
+                return self._md5[ident]
+        digest = file_md5(path)
+        with self._md5_lock:
+            self._md5[ident] = digest
+        return digest
+
+    def _place(self, src: Path, dest: Path) -> None:
+        """Hardlink (inputs are immutable, so sharing the inode is safe), else copy; atomic."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+
+    def _same(self, src: Path, dest: Path) -> bool:
+        if not dest.is_file():
+            return False
+        if os.path.samefile(src, dest):
+            return True
+        return src.stat().st_size == dest.stat().st_size and self.md5(src) == self.md5(dest)
+
+    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+        local_dir = Path(local_dir)
+        files = sorted(p for p in local_dir.rglob("*") if p.is_file())
+
+        def one(path: Path) -> str | None:
+            key = f"{prefix.rstrip('/')}/{path.relative_to(local_dir).as_posix()}"
+            dest = self._key_path(key)
+            if self._same(path, dest):
+                return None
+            self._place(path, dest)
+            return key
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            return [k for k in pool.map(one, files) if k]
+
+    def download_dir(self, prefix: str, local_dir: Path) -> list[Path]:
+        out = []
+        for key in self.list(prefix):
+            dest = Path(local_dir) / key[len(prefix):].lstrip("/")
+            self._place(self._key_path(key), dest)
+            out.append(dest)
+        return out
+
+    def list(self, prefix: str) -> dict[str, str]:
+        base = self._key_path(prefix) if prefix else self.root
+        start = base if base.is_dir() else base.parent
+        out = {}
+        for path in sorted(start.rglob("*")):
+            if not path.is_file() or path.name.startswith("."):
+                continue
+            key = path.relative_to(self.root).as_posix()
+            if key.startswith(prefix):
+                out[key] = self.md5(path)
+        return out
+
+    def signed_url(self, key: str, method: str = "GET", expires_s: int = 6 * 3600) -> str:
+        """A file:// URL: a local host reads (GET) or writes (PUT) the object's path directly."""
+        return self._key_path(key).as_uri()
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = self.list(prefix)
+        for key in keys:
+            self._key_path(key).unlink(missing_ok=True)
+        return len(keys)

@@ -1,0 +1,197 @@
+"""Moves files between a host and the sweep's bucket through pre-signed URLs (stdlib only).
+
+Runs on the VM, so it needs no cloud SDK and holds no credential: the
+orchestrator signs one URL per object and ships a manifest.
+
+    python -m workloads.transfer get MANIFEST.json DEST_DIR
+        MANIFEST: [{"url": ..., "path": "relative/file", "md5": "hex"|null}, ...]
+        Downloads in parallel, verifies md5, retries with backoff; files already
+        present with the right md5 are kept (a retried trial re-runs this cheaply).
+    python -m workloads.transfer put MANIFEST.json
+        MANIFEST: [{"path": "/local/file", "url": ..., "headers": {...}?,
+                    "optional": true?}, ...]  (optional: skip the file when absent)
+        Uploads each file with HTTP PUT, or copies it for file:// URLs — how a
+        VM puts its results in the bucket, where a dropped session cannot lose them.
+
+URLs may be http(s):// or file://; a file:// GET hardlinks when it can (the
+local provider shares one inode between its bucket and each host). Exit code 0
+when every file made it, 1 otherwise with one ``error:`` line per failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlparse
+
+ATTEMPTS = 4
+BACKOFF_S = 0.5  # doubled after each failed attempt
+TIMEOUT_S = 60.0
+CHUNK = 1 << 20
+PARALLEL = 8
+
+T = TypeVar("T")
+
+
+class TransferError(Exception):
+    """One file could not be moved; the message is one line."""
+
+
+def md5_of(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_path(url: str) -> Path:
+    return Path(unquote(urlparse(url).path))
+
+
+def _tmp_beside(dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def _retry(action: Callable[[], T], what: str, attempts: int = ATTEMPTS) -> T:
+    """Retry transient failures with exponential backoff; client errors (4xx) fail at once."""
+    delay = BACKOFF_S
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except urllib.error.HTTPError as exc:
+            if 400 <= exc.code < 500 and exc.code not in (408, 429):
+                raise TransferError(f"{what}: HTTP {exc.code} {exc.reason}") from exc
+            last: Exception = exc
+        except (OSError, TransferError) as exc:  # URLError, timeouts, md5 mismatch
+            last = exc
+        if attempt < attempts:
+            time.sleep(delay)
+            delay *= 2
+    reason = " ".join(str(last).split()) or type(last).__name__
+    raise TransferError(f"{what}: {reason} (after {attempts} attempts)")
+
+
+def _local_dest(dest_dir: Path, rel: str) -> Path:
+    dest = (dest_dir / rel).resolve()
+    if dest_dir.resolve() not in dest.parents:
+        raise TransferError(f"manifest path {rel!r} escapes {dest_dir}")
+    return dest
+
+
+def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
+    """Download one manifest entry to ``dest_dir/entry['path']`` unless already there."""
+    url, expected = entry["url"], entry.get("md5")
+    dest = _local_dest(dest_dir, entry["path"])
+    if expected and dest.is_file() and md5_of(dest) == expected:
+        return dest
+
+    def attempt() -> Path:
+        tmp = _tmp_beside(dest)
+        try:
+            if url.startswith("file://"):
+                src = _file_path(url)
+                tmp.unlink()
+                try:
+                    os.link(src, tmp)
+                except OSError:
+                    shutil.copyfile(src, tmp)
+            else:
+                with urllib.request.urlopen(url, timeout=TIMEOUT_S) as resp, \
+                        open(tmp, "wb") as out:
+                    shutil.copyfileobj(resp, out, CHUNK)
+            if expected and (got := md5_of(tmp)) != expected:
+                raise TransferError(f"md5 mismatch (expected {expected}, got {got})")
+            os.replace(tmp, dest)
+            return dest
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    return _retry(attempt, f"get {entry['path']}")
+
+
+def put_one(entry: dict[str, Any]) -> str:
+    """Upload one file to a pre-signed PUT URL, or copy it to a file:// destination."""
+    src, url = Path(entry["path"]), entry["url"]
+    if not src.is_file():
+        if entry.get("optional"):
+            return ""
+        raise TransferError(f"put {src}: no such file")
+
+    def attempt() -> str:
+        if url.startswith("file://"):
+            dest = _file_path(url)
+            tmp = _tmp_beside(dest)
+            try:
+                shutil.copyfile(src, tmp)
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return url
+        headers = {"Content-Type": "application/octet-stream", **entry.get("headers", {})}
+        headers["Content-Length"] = str(src.stat().st_size)
+        with open(src, "rb") as body:
+            req = urllib.request.Request(url, data=body, method="PUT", headers=headers)
+            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+                resp.read()
+        return url
+
+    return _retry(attempt, f"put {src.name}")
+
+
+def _run_all(func: Callable[[dict[str, Any]], object], entries: list[dict[str, Any]]) -> int:
+    def guarded(entry: dict[str, Any]) -> bool:
+        try:
+            func(entry)
+        except (TransferError, OSError, KeyError) as exc:
+            print(f"error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+            return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        ok = list(pool.map(guarded, entries))
+    return 0 if all(ok) else 1
+
+
+def _load_manifest(path: str) -> list[dict[str, Any]]:
+    data = json.loads(Path(path).read_text())
+    entries = data["files"] if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise ValueError("manifest must be a JSON list of entries")
+    return entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    usage = "usage: python -m workloads.transfer get MANIFEST DEST_DIR | put MANIFEST"
+    if not args or args[0] not in ("get", "put") or len(args) != (3 if args[0] == "get" else 2):
+        print(usage, file=sys.stderr)
+        return 2
+    try:
+        entries = _load_manifest(args[1])
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: cannot read manifest {args[1]}: {exc}", file=sys.stderr)
+        return 2
+    if args[0] == "get":
+        dest_dir = Path(args[2])
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        return _run_all(lambda e: get_one(e, dest_dir), entries)
+    return _run_all(put_one, entries)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
