@@ -462,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, typer.Abort):
         _error("interrupted")
         return EXIT_INTERRUPTED
+    if result == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into this exit code
+        _error("interrupted")
     return result if isinstance(result, int) else 0
 
 

@@ -1,0 +1,240 @@
+"""The machine/price catalog: the shipped CSV files, their validation, lookups and filters."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator import catalog
+from orchestrator.catalog import (
+    COLUMNS,
+    CatalogError,
+    check_name,
+    filter_catalog,
+    load_catalog,
+    lookup,
+    parse_catalog_file,
+    sort_catalog,
+    suggest,
+)
+from orchestrator.errors import UnknownMachineError, UsageError
+
+GOOD_ROW = {
+    "provider": "gcp",
+    "instance_type": "n2-highcpu-2",
+    "family": "n2",
+    "vcpus": "2",
+    "memory_gib": "2",
+    "region": "us-central1",
+    "price_on_demand": "0.07",
+    "price_spot": "0.02",
+    "price_source": "test figure",
+    "price_date": "2024-06-01",
+}
+
+
+def write_csv(path: Path, rows: list[dict[str, str]], columns: tuple[str, ...] = COLUMNS) -> Path:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+# ---------------------------------------------------------------- shipped data
+
+
+def test_shipped_catalog_covers_the_articles_machines_and_aws_families() -> None:
+    names = {m.name for m in load_catalog()}
+    for v in (2, 4, 8, 16, 32, 48, 64, 80, 96):
+        assert f"n2-highcpu-{v}" in names
+    for v in (2, 4, 8, 16, 32, 48, 64, 80, 96, 128):
+        assert f"n2-standard-{v}" in names
+    for v in (4, 8, 16, 30, 60):
+        assert f"c2-standard-{v}" in names
+    assert {"m1-ultramem-40", "m1-ultramem-80", "m1-ultramem-160"} <= names
+    assert any(n.startswith("e2-standard-") for n in names)
+    assert any(n.startswith("e2-highcpu-") for n in names)
+    aws = load_catalog("aws")
+    for family in ("c6i", "c7i", "m6i", "m7i", "r6i"):
+        sizes = {m.name.split(".")[1] for m in aws if m.family == family}
+        assert {"large", "xlarge", "2xlarge", "16xlarge"} <= sizes, family
+    for provider in ("gcp", "aws"):
+        assert len({m.region for m in load_catalog(provider)}) >= 3
+
+
+def test_every_shipped_price_has_a_source_and_a_date_and_approximations_say_so() -> None:
+    for m in load_catalog():
+        assert m.price_on_demand is not None and m.price_on_demand > 0
+        assert m.price_source
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", m.price_date)
+        # none of these figures was fetched live: the source must not pretend otherwise
+        assert "approx." in m.price_source
+
+
+def test_shipped_prices_are_consistent_within_a_family_and_region() -> None:
+    """A price typo (a misplaced digit) shows up as an outlier in USD per vCPU-hour."""
+    groups: dict[tuple[str, str, float], list[float]] = {}
+    for m in load_catalog():
+        if m.provider == "gcp" and m.family == "m1":
+            continue  # memory-dominated: priced per machine
+        ratio = m.memory_gib / m.vcpus
+        groups.setdefault((m.name.rsplit("-", 1)[0].split(".")[0], m.region, ratio), []).append(
+            m.price_on_demand / m.vcpus  # type: ignore[operator]
+        )
+    for key, per_vcpu in groups.items():
+        assert max(per_vcpu) <= min(per_vcpu) * 1.01, key
+
+
+def test_default_region_is_the_first_row_and_a_region_can_be_asked_for() -> None:
+    assert lookup("n2-highcpu-80").region == "us-central1"
+    assert lookup("c6i.large").provider == "aws"
+    eu = lookup("n2-highcpu-80", region="europe-west4")
+    assert eu.region == "europe-west4"
+    assert eu.price_on_demand != lookup("n2-highcpu-80").price_on_demand
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"vcpus": "two"}, "vcpus must be an integer"),
+        ({"vcpus": "0"}, "vcpus must be positive"),
+        ({"memory_gib": "-4"}, "memory_gib must be positive"),
+        ({"price_on_demand": "abc"}, "price_on_demand must be a number"),
+        ({"price_on_demand": "0"}, "price_on_demand must be positive"),
+        ({"price_on_demand": ""}, "empty price_on_demand"),
+        ({"price_spot": "0.5"}, "price_spot 0.5 is above price_on_demand 0.07"),
+        ({"price_date": "06/01/2024"}, "price_date must be YYYY-MM-DD"),
+        ({"price_date": "2024-13-01"}, "price_date must be YYYY-MM-DD"),
+        ({"price_source": ""}, "empty price_source"),
+        ({"provider": "aws"}, "provider 'aws' in the gcp catalog"),
+        ({"instance_type": "n2;reboot"}, "invalid instance_type"),
+    ],
+)
+def test_a_bad_row_is_reported_with_file_and_line(
+    tmp_path: Path, change: dict[str, str], expected: str
+) -> None:
+    bad = {**GOOD_ROW, "instance_type": "n2-highcpu-4", **change}
+    path = write_csv(tmp_path / "gcp.csv", [GOOD_ROW, bad])
+    with pytest.raises(CatalogError) as info:
+        parse_catalog_file(path, "gcp")
+    message = str(info.value)
+    assert message.startswith(f"{path}:3: ")  # header is line 1, the bad row line 3
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_missing_column_duplicate_row_extra_cell_and_empty_file(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "a.csv", [], columns=tuple(c for c in COLUMNS if c != "price_date"))
+    with pytest.raises(CatalogError, match=r"a\.csv:1: missing column\(s\) price_date"):
+        parse_catalog_file(path, "gcp")
+
+    path = write_csv(tmp_path / "b.csv", [GOOD_ROW, GOOD_ROW])
+    with pytest.raises(
+        CatalogError, match=r"b\.csv:3: n2-highcpu-2 in us-central1 already on line 2"
+    ):
+        parse_catalog_file(path, "gcp")
+
+    path = write_csv(tmp_path / "c.csv", [GOOD_ROW])
+    path.write_text(path.read_text() + "gcp,x,n2,2,2,us-central1,0.1,,src,2024-06-01,extra\n")
+    with pytest.raises(CatalogError, match=r"c\.csv:3: more cells"):
+        parse_catalog_file(path, "gcp")
+
+    path = write_csv(tmp_path / "d.csv", [])
+    with pytest.raises(CatalogError, match="no machine types"):
+        parse_catalog_file(path, "gcp")
+
+
+def test_an_empty_spot_price_means_none(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "gcp.csv", [{**GOOD_ROW, "price_spot": ""}])
+    (machine,) = parse_catalog_file(path, "gcp")
+    assert machine.price_spot is None
+    assert machine.price(spot=True) is None
+    assert machine.price(spot=False) == 0.07
+
+
+def test_catalog_dir_from_the_environment_and_a_broken_file_fails_the_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_csv(tmp_path / "gcp.csv", [GOOD_ROW])
+    write_csv(tmp_path / "aws.csv", [{**GOOD_ROW, "provider": "aws", "instance_type": "c6i.large"}])
+    monkeypatch.setenv(catalog.CATALOG_ENV, str(tmp_path))
+    assert [m.name for m in load_catalog()] == ["n2-highcpu-2", "c6i.large"]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    write_csv(broken / "gcp.csv", [{**GOOD_ROW, "vcpus": "-1"}])
+    monkeypatch.setenv(catalog.CATALOG_ENV, str(broken))
+    with pytest.raises(CatalogError, match=r"gcp\.csv:2: vcpus must be positive"):
+        load_catalog()
+    (broken / "gcp.csv").write_text((tmp_path / "gcp.csv").read_text())
+    with pytest.raises(CatalogError, match=r"cannot read catalog .*aws\.csv"):
+        load_catalog()
+
+
+# ---------------------------------------------------------------- lookups
+
+
+def test_unknown_machine_suggests_the_nearest_names() -> None:
+    with pytest.raises(UnknownMachineError) as info:
+        lookup("n2-highcpu-81")
+    message = str(info.value)
+    assert message.startswith("unknown machine type 'n2-highcpu-81'; did you mean n2-highcpu-80")
+    with pytest.raises(UnknownMachineError, match=r"did you mean c6i\.large"):
+        lookup("c6i.larg")
+    with pytest.raises(UnknownMachineError, match="for provider aws"):
+        lookup("n2-highcpu-80", provider="aws")
+    assert suggest("m1-ultramem-4", [m.name for m in load_catalog()])[0] == "m1-ultramem-40"
+
+
+def test_a_region_without_a_price_lists_the_regions_that_have_one() -> None:
+    with pytest.raises(UsageError, match=r"no catalog price in region 'asia-east1'.*us-central1"):
+        lookup("m1-ultramem-40", region="asia-east1")
+
+
+@pytest.mark.parametrize("name", ["n2;rm -rf /", "$(reboot)", "a b", "`id`", "x|y", "-rf", ""])
+def test_names_with_shell_metacharacters_are_refused(name: str) -> None:
+    with pytest.raises(UsageError, match="use only letters, digits"):
+        check_name(name)
+    with pytest.raises(UsageError):
+        lookup(name)
+
+
+# ---------------------------------------------------------------- filters and sort
+
+
+def test_filters() -> None:
+    rows = load_catalog()
+    highcpu = filter_catalog(rows, family="n2-highcpu", region="us-central1")
+    assert {m.name for m in highcpu} == {
+        f"n2-highcpu-{v}" for v in (2, 4, 8, 16, 32, 48, 64, 80, 96)
+    }
+    n2 = filter_catalog(rows, family="n2")
+    assert {m.name.rsplit("-", 1)[0] for m in n2} == {"n2-highcpu", "n2-standard"}
+    sized = filter_catalog(rows, provider="aws", min_vcpus=64, max_vcpus=96)
+    assert sized and all(m.provider == "aws" and 64 <= m.vcpus <= 96 for m in sized)
+    cheap = filter_catalog(rows, max_price=0.1)
+    assert cheap and all(m.price_on_demand <= 0.1 for m in cheap)  # type: ignore[operator]
+    cheap_spot = filter_catalog(rows, max_price=0.1, spot=True)
+    assert len(cheap_spot) > len(cheap)
+    assert all(m.price_spot is not None and m.price_spot <= 0.1 for m in cheap_spot)
+    assert not any(m.family == "m1" for m in filter_catalog(rows, spot=True))
+
+
+def test_sorts() -> None:
+    rows = filter_catalog(load_catalog(), family="n2-highcpu", region="us-central1")
+    by_name = [m.name for m in sort_catalog(rows, "name")]
+    assert by_name[:3] == ["n2-highcpu-2", "n2-highcpu-4", "n2-highcpu-8"]  # natural order
+    prices = [m.price_on_demand for m in sort_catalog(load_catalog(), "price")]
+    assert prices == sorted(prices)  # type: ignore[type-var]
+    memory = [m.memory_gib for m in sort_catalog(load_catalog("aws"), "memory")]
+    assert memory == sorted(memory)
+    vcpus = [m.vcpus for m in sort_catalog(rows, "vcpus")]
+    assert vcpus == sorted(vcpus)
+    with pytest.raises(UsageError, match="cannot sort by 'cost'"):
+        sort_catalog(rows, "cost")

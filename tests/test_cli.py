@@ -1,0 +1,317 @@
+"""The cloudprof command line: commands, one-line errors and exit codes, and a fast --help."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import cli
+from orchestrator.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_MEMORY_GATE,
+    EXIT_USAGE,
+    CloudprofError,
+    MemoryGateError,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = {
+    "boto3",
+    "botocore",
+    "google",
+    "pandas",
+    "numpy",
+    "matplotlib",
+    "paramiko",
+    "pyarrow",
+    "moto",
+}
+
+
+def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cloudprof(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as a user runs it."""
+    return subprocess.run(["cloudprof", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def imported_modules(*args: str) -> tuple[set[str], str]:
+    """Top-level modules imported by ``python -m orchestrator.cli ARGS`` (from -X importtime)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "orchestrator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "HOME": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "orchestrator.errors" in names and "typer" in names  # the parse found real lines
+    return names, proc.stdout
+
+
+# ---------------------------------------------------------------- fast start
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["sweep", "--help"], ["catalog", "--help"], ["catalog", "--provider", "gcp"]],
+)
+def test_help_and_catalog_import_no_heavy_library(args: list[str]) -> None:
+    names, out = imported_modules(*args)
+    heavy = {n for n in names if n.split(".")[0] in HEAVY}
+    assert not heavy, f"cloudprof {' '.join(args)} imported {sorted(heavy)}"
+    assert not {"orchestrator.sweep", "orchestrator.report"} & names
+    assert ("Usage: cloudprof" in out) if "--help" in args else ("n2-highcpu-80" in out)
+
+
+def test_python_dash_m_orchestrator_runs_the_cli() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "cloudprof 0.1.0"
+
+
+# ---------------------------------------------------------------- errors through the real script
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["sweep", "-m", "n2-highcpu-81"], "did you mean n2-highcpu-80"),
+        (["sweep", "-m", "n2-highcpu-80", "--workers", "1,0"], "must be 1 or more, got 0"),
+        (["sweep", "-m", "n2-highcpu-80", "--workers", "-4"], "must be 1 or more, got -4"),
+        (["sweep", "-m", "n2;rm -rf ~"], "invalid machine type 'n2;rm -rf ~'"),
+        (["sweep", "--machin", "x"], "No such option: --machin"),
+        (["sweep", "-m", "c6i.large", "--max-peak-memory", "lots"], "expected a size"),
+        (["catalog", "--sort", "cost"], "cannot sort by 'cost'"),
+        (["compare", "only-one-run"], "compare needs at least two runs"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_without_traceback(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    proc = cloudprof(*args, "--out", str(tmp_path)) if args[0] == "sweep" else cloudprof(*args)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_config_errors_and_unwritable_out_through_the_real_script(tmp_path: Path) -> None:
+    bad = tmp_path / "sweep.toml"
+    bad.write_text('machines = ["n2-highcpu-80"]\nworkers = 1,2\n')
+    proc = cloudprof("sweep", "--config", str(bad))
+    assert proc.returncode == EXIT_USAGE
+    assert proc.stderr.count("\n") == 1 and "invalid TOML" in proc.stderr
+    assert "line 2" in proc.stderr
+
+    bad.write_text('machines = ["n2-highcpu-80"]\nrepeat = 2\n')
+    proc = cloudprof("sweep", "--config", str(bad))
+    assert proc.returncode == EXIT_USAGE
+    assert proc.stderr == f"error: {bad}: unknown key 'repeat'; did you mean 'repeats'?\n"
+
+    a_file = tmp_path / "plain-file"
+    a_file.write_text("")
+    proc = cloudprof("sweep", "-m", "n2-highcpu-80", "--dry-run", "--out", str(a_file / "runs"))
+    assert proc.returncode == EXIT_USAGE
+    assert (
+        proc.stderr.startswith("error: --out: output directory") and "Traceback" not in proc.stderr
+    )
+
+    proc = cloudprof("report", str(tmp_path / "no-such-run"))
+    assert proc.returncode == EXIT_USAGE and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("error: ")
+
+
+# ---------------------------------------------------------------- catalog command
+
+
+def catalog_csv(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, str]]:
+    code, out, err = run_main(["catalog", "--format", "csv", *args], capsys)
+    assert code == 0, err
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+def test_catalog_filters_and_sorts(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = catalog_csv(capsys, "--provider", "gcp", "--family", "n2-highcpu", "--min-vcpus", "32",
+                       "--region", "us-central1", "--sort", "vcpus")  # fmt: skip
+    assert [r["instance_type"] for r in rows] == [
+        "n2-highcpu-32", "n2-highcpu-48", "n2-highcpu-64", "n2-highcpu-80", "n2-highcpu-96",
+    ]  # fmt: skip
+    assert all(r["price_source"] and r["price_date"] for r in rows)
+
+    rows = catalog_csv(capsys, "--provider", "aws", "--max-vcpus", "4", "--sort", "price")
+    prices = [float(r["price_on_demand"]) for r in rows]
+    assert rows and prices == sorted(prices)
+    assert {r["provider"] for r in rows} == {"aws"} and max(int(r["vcpus"]) for r in rows) <= 4
+
+    rows = catalog_csv(capsys, "--max-price", "0.05", "--spot", "--sort", "price")
+    spot = [float(r["price_spot"]) for r in rows]
+    assert rows and spot == sorted(spot) and max(spot) <= 0.05
+    assert any(float(r["price_on_demand"]) > 0.05 for r in rows)  # on-demand is not the filter
+
+    rows = catalog_csv(capsys, "--sort", "memory", "--family", "m1")
+    assert [r["instance_type"] for r in rows][-1] == "m1-ultramem-160"
+
+
+def test_catalog_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(["catalog", "--family", "c2", "--region", "us-central1"], capsys)
+    assert code == 0
+    assert "c2-standard-60" in out and "c2-standard-4" in out and "n2-" not in out
+    assert "[1]" in out and "approx." in out and "2024-06-01" in out
+    code, _, err = run_main(["catalog", "--min-vcpus", "500"], capsys)
+    assert code == 0 and "no machine type matches" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--provider", "ssh"], "the catalog covers gcp, aws, not 'ssh'"),
+        (["--family", "n2-highcpo"], "'n2-highcpo' is not in the catalog; did you mean n2-highcpu"),
+        (["--region", "us-central"], "did you mean us-central1"),
+        (["--min-vcpus", "8", "--max-vcpus", "4"], "--min-vcpus 8 is above --max-vcpus 4"),
+        (["--min-vcpus", "0"], "--min-vcpus: must be 1 or more"),
+        (["--max-price", "-1"], "--max-price: must be positive"),
+        (["--format", "xml"], "--format: choose table or csv"),
+    ],
+)
+def test_catalog_errors(capsys: pytest.CaptureFixture[str], args: list[str], expected: str) -> None:
+    code, out, err = run_main(["catalog", *args], capsys)
+    assert code == EXIT_USAGE and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and expected in err
+
+
+# ---------------------------------------------------------------- wiring to the other parts
+
+
+@pytest.fixture
+def fake_module(monkeypatch: pytest.MonkeyPatch):
+    """Install a stand-in for one of cloudprof's own lazily imported modules.
+
+    This checks the CLI's wiring (arguments passed, errors mapped to exit codes),
+    not the engine behind it, which has its own tests.
+    """
+
+    def install(name: str, **attrs: Any) -> None:
+        module = types.ModuleType(name)
+        for key, value in attrs.items():
+            setattr(module, key, value)
+        monkeypatch.setitem(sys.modules, name, module)
+
+    return install
+
+
+def test_cleanup_passes_its_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_module: Any
+) -> None:
+    calls: list[tuple[Any, ...]] = []
+    fake_module(
+        "orchestrator.cleanup",
+        cleanup=lambda provider, older_than_s, sweep_id, yes, console: (
+            calls.append((provider, older_than_s, sweep_id, yes)) or 0
+        ),
+    )
+    run = tmp_path / "runs" / "some-dir"
+    run.mkdir(parents=True)
+    (run / "sweep.json").write_text(json.dumps({"sweep_id": "sw-20260101-abc"}))
+    assert run_main(["cleanup"], capsys)[0] == 0
+    assert run_main(["cleanup", "--provider", "aws", "--older-than", "2h", "--yes"], capsys)[0] == 0
+    assert run_main(["cleanup", "--sweep", str(run)], capsys)[0] == 0
+    assert run_main(["cleanup", "--sweep", "sw-x1"], capsys)[0] == 0
+    assert calls == [
+        (None, None, None, False),
+        ("aws", 7200.0, None, True),
+        (None, None, "sw-20260101-abc", False),
+        (None, None, "sw-x1", False),
+    ]
+    for args, expected in (
+        (["--provider", "local"], "cleanup applies to gcp and aws"),
+        (["--older-than", "soon"], "--older-than: expected a duration"),
+        (["--sweep", "x;reboot"], "invalid sweep id"),
+    ):
+        code, _, err = run_main(["cleanup", *args], capsys)
+        assert code == EXIT_USAGE and err.count("\n") == 1 and expected in err
+    assert len(calls) == 4
+
+
+def test_a_missing_part_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(CloudprofError, match=r"cleanup is not available .*orchestrator\.nope"):
+        cli._lazy("orchestrator.nope", "cleanup")
+
+
+def test_sweep_maps_engine_errors_and_ctrl_c_to_exit_codes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_module: Any
+) -> None:
+    seen: list[Any] = []
+
+    def gate(spec: Any, *, resume: Path | None = None, console: Any = None) -> Path:
+        seen.append((spec, resume))
+        raise MemoryGateError("trial n2-highcpu-80-w2-r0 peaked at 3.1 GiB,\n above 2.0 GiB")
+
+    fake_module("orchestrator.sweep", run_sweep=gate)
+    argv = ["sweep", "-m", "n2-highcpu-80", "--dry-run", "--max-peak-memory", "2G",
+            "--out", str(tmp_path)]  # fmt: skip
+    code, _, err = run_main(argv, capsys)
+    assert code == EXIT_MEMORY_GATE
+    assert err == "error: trial n2-highcpu-80-w2-r0 peaked at 3.1 GiB, above 2.0 GiB\n"
+    spec, resume = seen[0]
+    assert spec.max_peak_memory == 2 * 1024**3 and spec.dry_run and resume is None
+
+    def interrupted(spec: Any, *, resume: Path | None = None, console: Any = None) -> Path:
+        raise KeyboardInterrupt
+
+    fake_module("orchestrator.sweep", run_sweep=interrupted)
+    code, _, err = run_main(argv, capsys)
+    assert code == EXIT_INTERRUPTED and err == "error: interrupted\n"
+
+
+def test_resume_uses_the_recorded_spec_and_refuses_stray_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_module: Any
+) -> None:
+    from orchestrator.spec import SweepSpec
+
+    seen: list[Any] = []
+    fake_module(
+        "orchestrator.sweep",
+        run_sweep=lambda spec, *, resume=None, console=None: seen.append((spec, resume)) or resume,
+    )
+    run = tmp_path / "run1"
+    run.mkdir()
+    recorded = SweepSpec(machines=["c6i.large"], workers=[1, 2], provider="aws", out=tmp_path)
+    (run / "sweep.json").write_text(json.dumps({"spec": recorded.to_dict()}))
+    code, out, err = run_main(["sweep", "--resume", str(run)], capsys)
+    assert code == 0, err
+    assert seen == [(recorded, run)] and f"results: {run}" in out.replace("\n", "")
+    code, _, err = run_main(["sweep", "--resume", str(run), "--workers", "4"], capsys)
+    assert code == EXIT_USAGE and "--resume takes the spec from RUN/sweep.json" in err
+    code, _, err = run_main(["sweep", "--resume", str(tmp_path / "nope")], capsys)
+    assert code == EXIT_USAGE and "is not a run directory" in err
+
+
+def test_version_and_bare_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(["--version"], capsys)[:2] == (0, "cloudprof 0.1.0\n")
+    code, out, _ = run_main([], capsys)
+    assert code == 0 and "catalog" in out and "cleanup" in out
