@@ -145,6 +145,7 @@ class Agent:
         on_breach: Callable[[int], None] | None = None,
         units: Callable[[], int] | None = None,
         slow_interval_s: float = 1.0,
+        children_interval_s: float | None = None,
         gpu: bool = True,
     ) -> None:
         if not 0 <= sample_hz <= MAX_SAMPLE_HZ:
@@ -157,6 +158,15 @@ class Agent:
         self.on_breach = on_breach
         self.units = units
         self.slow_interval_s = slow_interval_s
+        # Finding a tree's new children costs a few small /proc reads (~70 µs), not a psutil
+        # scan, so a command's tree is refreshed 5x a second: a child is not missed for long.
+        self.children_interval_s = (
+            children_interval_s
+            if children_interval_s is not None
+            else (0.2 if include_children else slow_interval_s)
+        )
+        self._next_children = 0.0
+        self._joined_cpu = 0.0
         self._want_gpu = gpu
         self._gpu: _Gpu | None = None
         self._readers: dict[int, procfs.ProcReader] = {}
@@ -198,6 +208,7 @@ class Agent:
         if first is not None:
             _rss, user, system, _thr, rd, wr = first
             self._base = (user, system, rd or 0, wr or 0) if self.in_process else (0, 0, 0, 0)
+        self._discover(self._t0)
         self._slow_tick(self._t0)
         self._sample(self._t0, first)
         if self.sample_hz > 0:
@@ -278,11 +289,25 @@ class Agent:
 
     # -- sampling ---------------------------------------------------------------------------
 
-    def _add_process(self, pid: int) -> None:
+    def _add_process(self, pid: int, joined: bool = False) -> None:
         if pid in self._readers:
             return
-        with contextlib.suppress(procfs.ProcGone):
-            self._readers[pid] = procfs.ProcReader(pid)
+        try:
+            reader = procfs.ProcReader(pid)
+            first = reader.read()
+        except procfs.ProcGone:
+            return
+        self._readers[pid] = reader
+        if joined:  # CPU it used before we saw it is real, but not this interval's
+            self._joined_cpu += first.cpu_user_s + first.cpu_system_s
+
+    def _discover(self, now: float) -> None:
+        self._next_children = now + self.children_interval_s
+        kids = procfs.descendants(self.pid)
+        self._children = len(kids)
+        if self.include_children:
+            for pid in kids:
+                self._add_process(pid, joined=True)
 
     def _read_tree(self) -> tuple[int, float, float, int, int, int | None] | None:
         """Sum of every tracked process; exited ones keep contributing their CPU and I/O."""
@@ -333,7 +358,9 @@ class Agent:
             cpu_pct = 0.0
         else:
             dt = now - self._prev_cpu[0]
-            cpu_pct = 100.0 * (cpu_now - self._prev_cpu[1]) / dt if dt > 0 else 0.0
+            used = cpu_now - self._prev_cpu[1] - self._joined_cpu
+            cpu_pct = 100.0 * used / dt if dt > 0 else 0.0
+        self._joined_cpu = 0.0
         self._prev_cpu = (now, cpu_now)
         if rd is not None:
             rd -= self._base[2]
@@ -372,13 +399,8 @@ class Agent:
                     rep.error = f"on_breach failed: {exc}"
 
     def _slow_tick(self, now: float) -> None:
-        """Once a second: new children, USS/PSS, per-process VmHWM, GPU."""
+        """Once a second: USS/PSS, per-process VmHWM, GPU."""
         self._next_slow = now + self.slow_interval_s
-        kids = procfs.descendants(self.pid)
-        self._children = len(kids)
-        if self.include_children:
-            for pid in kids:
-                self._add_process(pid)
         uss = pss = 0
         got = False
         for pid in list(self._readers):
@@ -405,6 +427,8 @@ class Agent:
                 if select.select([wake], [], [], max(0.0, next_t - time.perf_counter()))[0]:
                     break
                 now = time.perf_counter()
+                if now >= self._next_children:
+                    self._discover(now)
                 if now >= self._next_slow:
                     self._slow_tick(now)
                 self._sample(now)

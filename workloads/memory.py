@@ -6,7 +6,8 @@ trial) and call it a leak when the line's growth across that phase is a large
 enough fraction of the steady RSS. Too few samples or too short a phase gives
 "inconclusive" rather than a guess.
 
-A spike is a short excursion above that baseline. Samples catch the spikes that
+A spike is a short excursion (under about a second) above the local median.
+Samples catch the spikes that
 last longer than the sampling interval; the kernel's high-water mark catches
 the rest — a peak far above every sample means a spike happened between two
 samples, and we report it as one.
@@ -22,6 +23,9 @@ MB = 1_000_000
 # A spike must rise above the baseline by this fraction of it AND by this many bytes.
 SPIKE_RELATIVE = 0.25
 SPIKE_MIN_BYTES = 32 * 1024 * 1024
+# ... measured against the median of the surrounding ±SPIKE_WINDOW_S: a spike is shorter.
+SPIKE_WINDOW_S = 1.0
+SPIKE_BUCKET_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -113,27 +117,49 @@ def leak_test(
     growth = slope * window
     rel = growth / median if median > 0 else 0.0
     out["relative_growth"] = round(rel, 4)
-    leaking = rel >= th.relative_growth and growth >= th.min_growth_bytes
+    # "Keeps growing": a single step up (data loaded mid-run) also has a slope, but not
+    # growth in every third of the window. Each third's median must rise by at least a
+    # quarter of what the line predicts.
+    k = len(ys) // 3
+    thirds = [_median(ys[:k]), _median(ys[k : 2 * k]), _median(ys[2 * k :])]
+    step = growth / 3
+    steady_growth = thirds[1] - thirds[0] >= step / 4 and thirds[2] - thirds[1] >= step / 4
+    out["median_by_thirds_bytes"] = [int(m) for m in thirds]
+    leaking = rel >= th.relative_growth and growth >= th.min_growth_bytes and steady_growth
     out["verdict"] = "leak" if leaking else "ok"
     return out
 
 
-def find_spikes(
-    t: list[float],
-    rss: list[int],
-    peak_bytes: int | None,
-    warmup_fraction: float = LeakThresholds.warmup_fraction,
-) -> list[dict[str, Any]]:
-    """Runs of samples well above the steady baseline, plus a between-samples spike.
+def _local_baseline(t: list[float], rss: list[int]) -> list[float]:
+    """Per sample, the median RSS of the surrounding ±SPIKE_WINDOW_S.
 
-    The baseline is the steady-phase line (so a slow leak is not a spike). When
-    the exact peak (kernel high-water mark) is above the largest sample by more
-    than the spike threshold, the memory rose and fell between two samples: we
+    Computed on bucket medians (SPIKE_BUCKET_S wide) so that it stays linear in the
+    number of samples at 100 Hz over hours. A rise shorter than the window stands
+    out against it; a step up or a slow leak does not, because the window follows it.
+    """
+    t0 = t[0]
+    buckets: dict[int, list[int]] = {}
+    for a, b in zip(t, rss, strict=True):
+        buckets.setdefault(int((a - t0) / SPIKE_BUCKET_S), []).append(b)
+    medians = {k: _median(v) for k, v in buckets.items()}
+    reach = round(SPIKE_WINDOW_S / SPIKE_BUCKET_S)
+    local: dict[int, float] = {}
+    for k in medians:
+        near = [medians[j] for j in range(k - reach, k + reach + 1) if j in medians]
+        local[k] = _median(near)
+    return [local[int((a - t0) / SPIKE_BUCKET_S)] for a in t]
+
+
+def find_spikes(t: list[float], rss: list[int], peak_bytes: int | None) -> list[dict[str, Any]]:
+    """Runs of samples well above their local baseline, plus a between-samples spike.
+
+    When the exact peak (kernel high-water mark) is above the largest sample by
+    more than the spike threshold, memory rose and fell between two samples: we
     report it with ``t`` None and ``between_samples`` True.
     """
     if not t:
         return []
-    slope, icpt, _r2, _ts, ys = baseline_fit(t, rss, warmup_fraction)
+    base = _local_baseline(t, rss)
     spikes: list[dict[str, Any]] = []
     run: list[int] = []
 
@@ -141,12 +167,11 @@ def find_spikes(
         if not run:
             return
         top = max(run, key=lambda i: rss[i])
-        base = slope * t[top] + icpt
         spikes.append(
             {
                 "t": round(t[top], 3),
                 "rss_bytes": int(rss[top]),
-                "above_baseline_bytes": int(rss[top] - base),
+                "above_baseline_bytes": int(rss[top] - base[top]),
                 "samples": len(run),
                 "duration_s": round(t[run[-1]] - t[run[0]], 3),
                 "between_samples": False,
@@ -154,9 +179,8 @@ def find_spikes(
         )
         run.clear()
 
-    for i, (a, b) in enumerate(zip(t, rss, strict=True)):
-        base = slope * a + icpt
-        if b - base > _spike_threshold(base):
+    for i, b in enumerate(rss):
+        if b - base[i] > _spike_threshold(base[i]):
             run.append(i)
         else:
             close_run()
@@ -164,13 +188,13 @@ def find_spikes(
 
     sampled_max = max(rss)
     if peak_bytes is not None:
-        base = _median(ys) if ys else float(sampled_max)
-        if peak_bytes - sampled_max > _spike_threshold(base):
+        typical = _median([float(b) for b in rss])
+        if peak_bytes - sampled_max > _spike_threshold(typical):
             spikes.append(
                 {
                     "t": None,
                     "rss_bytes": int(peak_bytes),
-                    "above_baseline_bytes": int(peak_bytes - base),
+                    "above_baseline_bytes": int(peak_bytes - typical),
                     "samples": 0,
                     "duration_s": None,
                     "between_samples": True,

@@ -579,6 +579,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if summary is not None:
                 summary["status"] = "interrupted"
                 summary["error"] = summary["error"] or "interrupted"
+        if error is None and summary is not None and summary["error"]:
+            print(f"error: {summary['error']}", file=sys.stderr, flush=True)
     if out is not None:
         if summary is None:  # failed before the parameters were known
             summary = base_summary({})

@@ -1,0 +1,183 @@
+"""The profiling agent on real processes: leak verdicts, kernel peaks, budget, its own cost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from workloads import procfs
+from workloads.agent import Agent
+from workloads.base import UnitCounter
+from workloads.memory import find_spikes, leak_test
+from workloads.synthetic import MemoryLeakWorkload, MemorySteadyWorkload
+
+MIB = 1024 * 1024
+
+
+def _profile(workload, seconds: float, hz: float = 20.0):
+    workload.prepare()
+    stop, counter = threading.Event(), UnitCounter()
+    agent = Agent(sample_hz=hz, units=lambda: counter.value).start()
+    runner = threading.Thread(target=workload.run, args=(2, stop, counter))
+    runner.start()
+    time.sleep(seconds)
+    stop.set()
+    runner.join()
+    return agent.stop(), counter.value
+
+
+def test_leaking_workload_gets_the_leak_verdict_and_its_rate():
+    report, units = _profile(MemoryLeakWorkload(mb_per_s="40"), 2.5)
+    leak = leak_test(report.column("t"), report.column("rss_bytes"))
+    assert leak["verdict"] == "leak", leak
+    # 40 MiB/s = 41.9 MB/s; loose bounds, the machine is shared
+    assert 25 < leak["slope_mb_per_s"] < 60, leak
+    assert units > 50
+    assert report.column("units")[-1] == units
+
+
+def test_steady_workload_is_not_a_leak():
+    report, units = _profile(MemorySteadyWorkload(mb="48"), 2.0)
+    leak = leak_test(report.column("t"), report.column("rss_bytes"))
+    assert leak["verdict"] == "ok", leak
+    assert abs(leak["slope_mb_per_s"]) < 5
+    assert units > 0
+    # the 48 MiB block allocated in prepare() is resident throughout
+    assert min(report.column("rss_bytes")) > 48 * MIB
+
+
+def test_leak_test_is_inconclusive_with_too_few_samples_and_ignores_a_step():
+    few = leak_test([0.0, 0.5, 1.0], [100 * MIB, 150 * MIB, 200 * MIB])
+    assert few["verdict"] == "inconclusive"
+    t = [i / 10 for i in range(100)]
+    step = [100 * MIB if x < 5 else 300 * MIB for x in t]  # data loaded mid-run, then flat
+    assert leak_test(t, step)["verdict"] == "ok"
+    ramp = [100 * MIB + int(x * 20 * MIB) for x in t]
+    assert leak_test(t, ramp)["verdict"] == "leak"
+
+
+def test_short_spike_between_two_samples_is_missed_by_sampling_but_not_by_the_kernel():
+    block = None
+    agent = Agent(sample_hz=1.0).start()  # samples at t=0 and t=1 s; the spike is in between
+    baseline = agent.latest_rss
+    t0 = time.perf_counter()
+    block = np.ones(96 * MIB // 8)
+    del block
+    spike_s = time.perf_counter() - t0
+    time.sleep(max(0.0, 1.2 - (time.perf_counter() - t0)))
+    report = agent.stop()
+    assert spike_s < 0.9, "the spike took longer than the sampling interval; cannot test"
+    assert report.peak_rss_source == "vmhwm"
+    assert report.peak_rss_sampled_bytes < baseline + 32 * MIB  # every sample missed it
+    assert report.peak_rss_bytes >= baseline + 90 * MIB  # the high-water mark did not
+    spikes = find_spikes(report.column("t"), report.column("rss_bytes"), report.peak_rss_bytes)
+    assert [s["between_samples"] for s in spikes] == [True]
+    assert spikes[0]["rss_bytes"] == report.peak_rss_bytes
+
+
+def test_sampled_spike_is_reported_with_its_time():
+    t = [i / 10 for i in range(50)]
+    rss = [100 * MIB] * 50
+    rss[20] = rss[21] = 400 * MIB
+    spikes = find_spikes(t, rss, 400 * MIB)
+    assert len(spikes) == 1 and spikes[0]["t"] == 2.0 and spikes[0]["samples"] == 2
+    assert not spikes[0]["between_samples"]
+
+
+def test_memory_budget_breach_calls_back_once_and_is_recorded():
+    breached = threading.Event()
+    calls: list[int] = []
+
+    def on_breach(rss: int) -> None:
+        calls.append(rss)
+        breached.set()
+
+    base = psutil.Process().memory_info().rss
+    agent = Agent(sample_hz=50, memory_budget=base + 40 * MIB, on_breach=on_breach).start()
+    block = np.ones(80 * MIB // 8)
+    assert breached.wait(5.0)
+    time.sleep(0.1)
+    report = agent.stop()
+    del block
+    assert len(calls) == 1 and calls[0] > base + 40 * MIB
+    assert report.budget_breached and report.budget_breach_rss_bytes == calls[0]
+
+
+def test_achieved_rate_and_own_cost_are_reported():
+    agent = Agent(sample_hz=50).start()
+    time.sleep(1.0)
+    report = agent.stop()
+    # loose: a shared 2-core machine may delay wake-ups, never should it double the rate
+    assert 25 <= report.rate_hz_achieved <= 55, report.rate_hz_achieved
+    assert report.samples == len(report.rows) >= 26
+    assert 0 < report.cpu_seconds < report.wall_s
+    s = report.agent_summary()
+    assert s["samples"] == report.samples and s["rate_hz_target"] == 50
+
+
+def test_no_background_sampling_at_zero_hz_still_gives_the_kernel_peak():
+    agent = Agent(sample_hz=0).start()
+    block = np.ones(64 * MIB // 8)
+    del block
+    report = agent.stop()
+    assert report.samples == 2  # start and stop only
+    assert report.cpu_seconds == 0.0
+    assert report.peak_rss_bytes >= report.peak_rss_sampled_bytes + 60 * MIB
+
+
+def test_gpu_absent_is_none_not_an_error():
+    report = Agent(sample_hz=0).start().stop()
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        assert report.gpu is None
+    else:  # a machine with NVML: either no device (None) or a described device list
+        assert report.gpu is None or report.gpu["count"] >= 1
+
+
+def test_procreader_agrees_with_psutil_and_hwm_resets():
+    reader = procfs.ProcReader(os.getpid())
+    sample = reader.read()
+    info = psutil.Process().memory_info()
+    reader.close()
+    assert abs(sample.rss_bytes - info.rss) < 8 * MIB
+    assert sample.threads == psutil.Process().num_threads()
+    block = np.ones(64 * MIB // 8)
+    del block
+    assert procfs.read_hwm() >= info.rss + 60 * MIB
+    assert procfs.reset_hwm()
+    assert procfs.read_hwm() < info.rss + 32 * MIB
+
+
+def test_tree_agent_follows_children_and_takes_the_peak_from_wait4():
+    child = "import time; b = bytearray(48 * 1024 * 1024); time.sleep(1.2)"
+    parent = (
+        "import subprocess, sys; "
+        f"ps = [subprocess.Popen([sys.executable, '-c', {child!r}]) for _ in range(2)]; "
+        "[p.wait() for p in ps]"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent])
+    agent = Agent(proc.pid, include_children=True, sample_hz=20).start()
+    _pid, status, rusage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    report = agent.stop(child_rusage=rusage)
+    assert proc.returncode == 0
+    assert max(c for c in report.column("children") if c is not None) == 2
+    # two children of 48 MiB each were resident together: the tree's sampled sum saw both
+    assert report.peak_rss_sampled_bytes > 2 * 48 * MIB
+    assert report.peak_rss_bytes >= report.peak_rss_sampled_bytes
+    assert report.peak_rss_upper_bound_bytes >= report.peak_rss_bytes
+    assert report.cpu_seconds_total > 0
+
+
+@pytest.mark.parametrize("hz", [-1, 101])
+def test_rate_outside_range_is_refused(hz):
+    with pytest.raises(ValueError):
+        Agent(sample_hz=hz)

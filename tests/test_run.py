@@ -1,0 +1,283 @@
+"""The trial runner as the orchestrator sees it: a command line, an exit code, stderr, files."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from workloads import protocol
+from workloads.run import parse_bytes
+
+MIB = 1024 * 1024
+
+
+def run(out: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / protocol.SUMMARY_FILE).read_text())
+
+
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def steady(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("steady")
+    proc = run(
+        out, "--workload", "memory-steady", "--param", "mb=32", "--workers", "2",
+        "--duration", "2.2", "--sample-hz", "20",
+    )  # fmt: skip
+    return out, proc
+
+
+def test_summary_has_every_key_with_the_right_types(steady):
+    out, proc = steady
+    assert proc.returncode == protocol.EXIT_OK, proc.stderr
+    s = summary(out)
+    assert set(protocol.SUMMARY_KEYS) <= set(s)
+    assert s["schema"] == protocol.SCHEMA and s["status"] == "ok" and s["error"] is None
+    assert s["params"]["workers"] == 2 and s["params"]["workload"] == "memory-steady"
+    assert s["params"]["workload_params"] == {"mb": "32"}
+    assert s["unit"] == "pass"
+    assert isinstance(s["units"], int) and s["units"] > 0
+    assert 2.0 <= s["seconds"] < 4.0
+    assert s["units_per_s"] == pytest.approx(s["units"] / s["seconds"])
+    assert isinstance(s["peak_rss_bytes"], int) and s["peak_rss_bytes"] > 32 * MIB
+    assert s["peak_rss_bytes"] >= s["peak_rss_sampled_bytes"] > 32 * MIB
+    assert 0 <= s["cpu_utilisation"] <= 1 and s["cpu_percent_mean"] >= 0
+    assert s["leak"]["verdict"] == "ok" and isinstance(s["leak"]["slope_mb_per_s"], float)
+    assert s["spikes"] == []
+    assert s["memory_budget"] == {
+        "limit_bytes": None, "breached": False, "breach_t": None, "breach_rss_bytes": None,
+        "stopped_trial": False,
+    }  # fmt: skip
+    assert s["gpu"] is None or isinstance(s["gpu"], dict)
+    agent = s["agent"]
+    assert agent["samples"] >= 30 and agent["rate_hz_target"] == 20.0
+    assert 10 <= agent["rate_hz_achieved"] <= 22  # loose: not a timing test
+    assert 0 < agent["cpu_seconds"] < s["seconds"]
+    host = s["host"]
+    for key in ("cpu_model", "cores_logical", "cores_physical", "memory_bytes", "platform"):
+        assert host[key], key
+    assert set(host["libraries"]) == {"numpy", "pyarrow", "psutil"}
+    assert s["started_at"] < s["finished_at"]
+
+
+def test_timeseries_has_the_protocol_columns(steady):
+    out, _proc = steady
+    table = pq.read_table(out / protocol.TIMESERIES_FILE)
+    assert tuple(table.column_names) == protocol.TIMESERIES_COLUMNS
+    rows = table.to_pylist()
+    assert len(rows) == summary(out)["agent"]["samples"]
+    ts = [r["t"] for r in rows]
+    assert ts == sorted(ts) and ts[0] == 0.0
+    assert all(r["rss_bytes"] > 32 * MIB for r in rows)
+    assert rows[-1]["units"] == summary(out)["units"]
+    assert any(r["uss_bytes"] is not None for r in rows)  # the once-a-second reads
+    assert sum(r["uss_bytes"] is not None for r in rows) <= 4  # ... and only those
+
+
+def test_progress_lines_parse(steady):
+    _out, proc = steady
+    lines = proc.stderr.strip().splitlines()
+    parsed = [protocol.parse_progress(line) for line in lines]
+    assert len(parsed) >= 2 and all(p is not None for p in parsed), proc.stderr
+    assert [p["t"] for p in parsed] == sorted(p["t"] for p in parsed)
+    assert all(p["rss_bytes"] > 32 * MIB and p["units"] >= 0 for p in parsed)
+
+
+def test_units_mode_stops_after_the_units(tmp_path):
+    proc = run(
+        tmp_path, "--workload", "sleep", "--param", "unit_ms=5", "--workers", "2",
+        "--units", "40", "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = summary(tmp_path)
+    assert 40 <= s["units"] < 60 and s["params"]["units_target"] == 40
+    assert s["seconds"] < 2
+    assert proc.stderr == ""
+
+
+def test_leaking_workload_is_flagged(tmp_path):
+    proc = run(
+        tmp_path, "--workload", "memory-leak", "--param", "mb_per_s=40", "--duration", "2.5",
+        "--sample-hz", "20", "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert summary(tmp_path)["leak"]["verdict"] == "leak"
+
+
+def test_spike_between_samples_is_caught_by_the_kernel_peak(tmp_path):
+    proc = run(
+        tmp_path, "--workload", "memory-spike", "--param", "mb=96", "--param", "at_s=0.2",
+        "--duration", "1.5", "--sample-hz", "1", "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = summary(tmp_path)
+    first = pq.read_table(tmp_path / protocol.TIMESERIES_FILE).column("rss_bytes")[0].as_py()
+    assert s["peak_rss_source"] == "vmhwm"
+    assert s["peak_rss_bytes"] >= first + 90 * MIB
+    if s["peak_rss_sampled_bytes"] < first + 32 * MIB:  # the 1 Hz samples missed the spike
+        assert [x["between_samples"] for x in s["spikes"]] == [True]
+
+
+def test_memory_budget_breach_stops_the_trial(tmp_path):
+    started = time.perf_counter()
+    proc = run(
+        tmp_path, "--workload", "memory-leak", "--param", "mb_per_s=150", "--duration", "20",
+        "--memory-budget", "160M", "--sample-hz", "20", "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == protocol.EXIT_MEMORY_BUDGET, proc.stderr
+    assert time.perf_counter() - started < 10  # stopped long before the 20 s
+    s = summary(tmp_path)
+    assert s["status"] == "memory_budget_exceeded"
+    budget = s["memory_budget"]
+    assert budget["limit_bytes"] == 160 * MIB and budget["breached"] and budget["stopped_trial"]
+    assert budget["breach_rss_bytes"] > 160 * MIB
+    assert s["peak_rss_bytes"] < 400 * MIB  # stopped promptly, not after growing for 20 s
+    error_line(proc)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--workload", "no-such-workload"], "unknown workload"),
+        (["--workload", "nosuchmodule:Thing"], "cannot load workload"),
+        (["--workload", "memory-leak", "--param", "mb_per_s=fast"], "not a number"),
+        (["--workload", "memory-leak", "--param", "colour=blue"], "unknown parameter"),
+        (["--workload", "sleep", "--param", "novalue"], "KEY=VALUE"),
+        (["--workers", "0"], "must be positive"),
+        (["--memory-budget", "lots"], "not a size"),
+        (["--sample-hz", "500"], "between 0 and 100"),
+        (["--duration", "1", "--units", "5"], "not allowed with"),
+        (["--command"], "needs the command"),
+    ],
+)
+def test_bad_input_is_one_error_line_and_exit_2(tmp_path, args, fragment):
+    proc = run(tmp_path, *args, timeout=30)
+    assert proc.returncode == protocol.EXIT_USAGE
+    assert fragment in error_line(proc)
+    s = summary(tmp_path)
+    assert s["status"] == "failed" and fragment in s["error"]
+    assert set(protocol.SUMMARY_KEYS) <= set(s)
+
+
+def test_missing_out_is_a_usage_error():
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--workload", "sleep"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == protocol.EXIT_USAGE
+    assert "--out" in error_line(proc)
+
+
+TREE = """
+import subprocess, sys, time
+child = "import time; b = bytearray(48 * 1024 * 1024); time.sleep(1.5)"
+procs = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(2)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def test_command_mode_accounts_for_the_whole_tree(tmp_path):
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    out = tmp_path / "out"
+    proc = run(out, "--sample-hz", "20", "--command", "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr
+    s = summary(out)
+    assert s["status"] == "ok" and s["units"] == 0 and s["unit"] is None
+    assert s["command"]["exit_code"] == 0
+    assert s["command"]["argv"] == [sys.executable, str(script)]
+    assert 1.5 <= s["seconds"] < 10
+    # both 48 MiB children at once, plus two Python interpreters and the parent
+    assert s["peak_rss_bytes"] > 2 * 48 * MIB
+    assert s["peak_rss_upper_bound_bytes"] >= s["peak_rss_bytes"]
+    table = pq.read_table(out / protocol.TIMESERIES_FILE).to_pylist()
+    assert max(r["children"] or 0 for r in table) == 2
+    assert all(r["units"] is None for r in table)
+    assert s["cpu_seconds"] > 0
+
+
+def test_command_failure_mirrors_in_exit_code(tmp_path):
+    proc = run(
+        tmp_path, "--quiet", "--command", "--", sys.executable, "-c", "raise SystemExit(3)"
+    )
+    assert proc.returncode == protocol.EXIT_FAILED
+    s = summary(tmp_path)
+    assert s["status"] == "failed" and s["command"]["exit_code"] == 3
+    assert "code 3" in s["error"]
+
+
+def test_command_not_found_is_a_usage_error(tmp_path):
+    proc = run(tmp_path, "--command", "--", "/no/such/program")
+    assert proc.returncode == protocol.EXIT_USAGE
+    assert "/no/such/program" in error_line(proc)
+
+
+def test_command_over_budget_is_killed(tmp_path):
+    hog = "import time; b = bytearray(200 * 1024 * 1024); time.sleep(30)"
+    started = time.perf_counter()
+    proc = run(
+        tmp_path, "--quiet", "--memory-budget", "100M", "--sample-hz", "20",
+        "--command", "--", sys.executable, "-c", hog,
+    )  # fmt: skip
+    assert proc.returncode == protocol.EXIT_MEMORY_BUDGET, proc.stderr
+    assert time.perf_counter() - started < 15
+    s = summary(tmp_path)
+    assert s["status"] == "memory_budget_exceeded"
+    assert s["command"]["stopped_by"] == "memory_budget"
+
+
+def test_sigterm_stops_cleanly_with_an_interrupted_summary(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path), "--workload", "sleep",
+         "--duration", "60"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the first progress line: the trial is running
+    assert protocol.parse_progress(first) is not None, first
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == protocol.EXIT_INTERRUPTED
+    s = summary(tmp_path)
+    assert s["status"] == "interrupted" and s["seconds"] < 30 and s["units"] > 0
+    assert (tmp_path / protocol.TIMESERIES_FILE).exists()
+
+
+def test_parse_bytes():
+    assert parse_bytes("2G") == 2 * 1024**3
+    assert parse_bytes("512M") == 512 * MIB
+    assert parse_bytes("1.5GiB") == int(1.5 * 1024**3)
+    assert parse_bytes("4096") == 4096
+    for bad in ("", "2X", "-1G", "0"):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
+
+
+@pytest.mark.slow
+def test_default_cube_trial_works_with_nothing_else(tmp_path):
+    proc = run(tmp_path, "--workers", "2", "--duration", "2", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    s = summary(tmp_path)
+    assert s["params"]["workload"] == "cube" and s["unit"] == "cube"
+    assert s["units"] > 0 and s["units_per_s"] > 0 and s["peak_rss_bytes"] > 0
