@@ -1,0 +1,1072 @@
+"""AWS: EC2 machines (``AwsProvider``) and S3 buckets (``S3Bucket``) through boto3.
+
+Everything a sweep makes here carries cloudprof's tags (sweep id, creator,
+creation and expiry time) so that teardown, ``cloudprof cleanup`` and the
+least-privilege policy in ``infra/iam/aws-policy.json`` can find it by tag:
+
+- one key pair per sweep, imported from the sweep's generated public key (never
+  the user's own key), deleted with the sweep's last instance;
+- one security group per sweep in the region's default VPC, admitting TCP 22
+  from the caller's address only, deleted with the sweep's last instance;
+- instances with ``InstanceInitiatedShutdownBehavior=terminate`` and root
+  volumes that die with them, so the startup script's self-shutdown deletes
+  the VM even when the laptop that started it is gone.
+
+VMs get no AWS credentials: they read inputs and write results through
+presigned S3 URLs made here (``S3Bucket.signed_url``), scoped to one object and
+a few hours. boto3 is imported inside functions so the CLI starts without it;
+every SDK error is translated to a one-line ``CloudprofError`` (see
+``translate_error``) that the engine can act on.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import getpass
+import hashlib
+import ipaddress
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import (
+    BucketError,
+    CapacityError,
+    CloudprofError,
+    CredentialsError,
+    PermissionDeniedError,
+    ProviderError,
+    QuotaError,
+    UsageError,
+)
+from orchestrator.providers.base import (
+    LABEL_CREATED,
+    LABEL_CREATOR,
+    LABEL_EXPIRES,
+    LABEL_SWEEP,
+    Bucket,
+    Executor,
+    Instance,
+    Provider,
+    ProviderOptions,
+    VmRequest,
+)
+
+if TYPE_CHECKING:
+    import boto3
+
+DEFAULT_REGION = "us-east-1"
+IMAGE_ENV = "CLOUDPROF_AWS_IMAGE"  # default image when the request names none
+SOURCE_CIDR_ENV = "CLOUDPROF_SSH_SOURCE_CIDR"  # who may reach port 22 (else: our public IP)
+DEFAULT_TTL_S = 6 * 3600  # expiry tag when the engine gives none
+USER_DATA_LIMIT = 16 * 1024  # EC2 refuses larger user data
+
+# Images by short name → SSM public parameter per CPU architecture. Ubuntu 24.04
+# is the default: its Python (3.12) runs the workloads wheel as it is.
+_UBUNTU = "/aws/service/canonical/ubuntu/server"
+IMAGES: dict[str, dict[str, str]] = {
+    "ubuntu-24.04": {
+        "x86_64": f"{_UBUNTU}/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id",
+        "arm64": f"{_UBUNTU}/24.04/stable/current/arm64/hvm/ebs-gp3/ami-id",
+    },
+    "ubuntu-22.04": {
+        "x86_64": f"{_UBUNTU}/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id",
+        "arm64": f"{_UBUNTU}/22.04/stable/current/arm64/hvm/ebs-gp2/ami-id",
+    },
+    "debian-12": {
+        "x86_64": "/aws/service/debian/release/12/latest/amd64",
+        "arm64": "/aws/service/debian/release/12/latest/arm64",
+    },
+    "al2023": {
+        "x86_64": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64",
+        "arm64": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64",
+    },
+}
+DEFAULT_IMAGE = "ubuntu-24.04"
+
+# Every state but "terminated": what still costs money or may come back.
+LIVE_STATES = ["pending", "running", "shutting-down", "stopping", "stopped"]
+
+CAPACITY_CODES = {
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientReservedInstanceCapacity",
+    "InsufficientCapacity",
+    "Unsupported",  # the type is not offered in that zone: another zone may have it
+    "Server.InsufficientInstanceCapacity",
+}
+QUOTA_CODES = {
+    "MaxSpotInstanceCountExceeded",
+    "SpotMaxPriceTooLow",
+    "InsufficientFreeAddressesInSubnet",
+}
+PERMISSION_CODES = {
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "AccessDeniedException",
+    "AllAccessDisabled",
+    "OptInRequired",
+    "Blocked",
+}
+CREDENTIAL_CODES = {
+    "AuthFailure",
+    "InvalidClientTokenId",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "RequestExpired",
+    "SignatureDoesNotMatch",
+    "UnrecognizedClientException",
+    "InvalidAccessKeyId",
+}
+UNKNOWN_TYPE_CODES = {"InvalidInstanceType", "InvalidInstanceType.NotFound"}
+NOT_FOUND_SUFFIXES = (".NotFound", ".Malformed")
+
+CREDENTIALS_HELP = (
+    "set up AWS credentials with `aws configure` (access keys in ~/.aws), "
+    "`aws sso login --profile NAME` plus AWS_PROFILE=NAME, or the AWS_ACCESS_KEY_ID/"
+    "AWS_SECRET_ACCESS_KEY environment variables; `cloudprof sweep --dry-run` needs none"
+)
+POLICY_HINT = "infra/iam/aws-policy.json lists what cloudprof needs"
+
+
+# ---------------------------------------------------------------- errors
+
+
+def error_code(err: BaseException) -> tuple[str, str]:
+    """(code, message) of a botocore ClientError; ("", str(err)) for anything else."""
+    response = getattr(err, "response", None) or {}
+    error = response.get("Error") or {}
+    code = str(error.get("Code") or "")
+    message = str(error.get("Message") or "") or str(err)
+    return code, message
+
+
+def translate_error(
+    err: BaseException,
+    action: str,
+    *,
+    zone: str | None = None,
+    next_zones: tuple[str, ...] = (),
+) -> CloudprofError:
+    """The one-line CloudprofError for an SDK exception raised while doing ``action``.
+
+    The class tells the engine what to do: CapacityError → one try in
+    ``next_zones[0]``; QuotaError and PermissionDeniedError → no retry, go on with
+    the other machines; CredentialsError → stop the sweep.
+    """
+    from botocore.exceptions import (
+        ClientError,
+        NoCredentialsError,
+        NoRegionError,
+        PartialCredentialsError,
+        TokenRetrievalError,
+    )
+
+    if isinstance(err, CloudprofError):
+        return err
+    if isinstance(err, NoCredentialsError | PartialCredentialsError | TokenRetrievalError):
+        return CredentialsError(f"{action}: no usable AWS credentials ({err}); {CREDENTIALS_HELP}")
+    if isinstance(err, NoRegionError):
+        return UsageError(f"{action}: no AWS region; pass --region or set AWS_DEFAULT_REGION")
+    if not isinstance(err, ClientError):
+        return ProviderError(f"{action}: {type(err).__name__}: {err}")
+    code, message = error_code(err)
+    line = f"{action}: {code}: {message}"
+    if code in CAPACITY_CODES:
+        where = f" (also offered in: {', '.join(next_zones)})" if next_zones else ""
+        return CapacityError(line + where, zone=zone, next_zones=next_zones)
+    if code in QUOTA_CODES or code.endswith("LimitExceeded"):
+        return QuotaError(f"{line} (raise the quota in the Service Quotas console)")
+    if code in PERMISSION_CODES:
+        return PermissionDeniedError(f"{line} ({POLICY_HINT})")
+    if code in CREDENTIAL_CODES:
+        return CredentialsError(f"{line}; {CREDENTIALS_HELP}")
+    if code in UNKNOWN_TYPE_CODES or (
+        code == "InvalidParameterValue" and "instancetype" in message.lower().replace(" ", "")
+    ):
+        return ProviderError(f"{action}: unknown instance type ({code}: {message})")
+    return ProviderError(line)
+
+
+@contextmanager
+def _translated(action: str, **context: Any) -> Iterator[None]:
+    """Turn any SDK exception raised inside into translate_error(...)."""
+    try:
+        yield
+    except CloudprofError:
+        raise
+    except Exception as err:  # SDK errors of every kind end as one line
+        if type(err).__module__.split(".")[0] not in ("botocore", "boto3", "urllib3"):
+            raise
+        raise translate_error(err, action, **context) from err
+
+
+def _is_not_found(err: BaseException) -> bool:
+    code, _ = error_code(err)
+    return code.endswith(NOT_FOUND_SUFFIXES) or code in {"NoSuchKey", "NoSuchBucket", "404"}
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def _session(region: str | None = None) -> boto3.session.Session:
+    """A boto3 session on the standard chain (env, ~/.aws, SSO, instance role)."""
+    import boto3
+
+    return boto3.session.Session(region_name=region)
+
+
+def resolve_region(explicit: str | None = None) -> str:
+    """--region, else AWS_REGION/AWS_DEFAULT_REGION or the profile's region, else us-east-1."""
+    return explicit or _session().region_name or DEFAULT_REGION
+
+
+def check_credentials(session: boto3.session.Session | None = None) -> str:
+    """The caller's ARN; CredentialsError (one line, with setup help) when there is none."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = session or _session()
+    try:
+        creds = session.get_credentials()
+        if creds is None or not creds.get_frozen_credentials().access_key:
+            raise CredentialsError(f"no AWS credentials found; {CREDENTIALS_HELP}")
+        identity = session.client("sts").get_caller_identity()
+    except (BotoCoreError, ClientError) as err:
+        found = translate_error(err, "checking AWS credentials")
+        if isinstance(found, CredentialsError):
+            raise found from err
+        raise CredentialsError(f"{found}; {CREDENTIALS_HELP}") from err
+    return str(identity.get("Arn", ""))
+
+
+# ---------------------------------------------------------------- tags
+
+
+def _creator() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in some containers
+        user = "unknown"
+    return re.sub(r"[^a-z0-9_-]", "-", user.lower())[:63] or "unknown"
+
+
+def resource_tags(req: VmRequest) -> dict[str, str]:
+    """cloudprof's four tags for a request (the engine's labels win over these defaults)."""
+    now = int(time.time())
+    tags = {
+        LABEL_SWEEP: req.sweep_id,
+        LABEL_CREATOR: _creator(),
+        LABEL_CREATED: str(now),
+        LABEL_EXPIRES: str(now + DEFAULT_TTL_S),
+    }
+    tags.update(req.labels)
+    tags[LABEL_SWEEP] = req.sweep_id
+    return tags
+
+
+def _tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def _tag_dict(tag_list: list[dict[str, str]] | None) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in tag_list or []}
+
+
+def _tag_filters(labels: dict[str, str]) -> list[dict[str, Any]]:
+    filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in labels.items()]
+    if not labels:  # "everything cloudprof made"
+        filters.append({"Name": "tag-key", "Values": [LABEL_SWEEP]})
+    return filters
+
+
+def sweep_resource_name(sweep_id: str) -> str:
+    """Name of the sweep's key pair and security group."""
+    return f"cloudprof-{sweep_id}"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _arch(machine: str) -> str:
+    """arm64 for Graviton families (c6g, m7gd, t4g, x2gd, c7gn...), else x86_64."""
+    family = machine.split(".", 1)[0]
+    return "arm64" if re.fullmatch(r"[a-z]+\d+g[a-z]*", family) else "x86_64"
+
+
+def image_parameter(image: str | None, machine: str) -> str | None:
+    """SSM parameter for ``image`` (short name, parameter path); None for a literal AMI id."""
+    image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+    if image.startswith("ami-"):
+        return None
+    if image.startswith("/"):
+        return image
+    if image not in IMAGES:
+        raise UsageError(
+            f"unknown AWS image {image!r}: use one of {', '.join(IMAGES)}, "
+            "an SSM parameter path (/aws/service/...) or an AMI id (ami-...)"
+        )
+    return IMAGES[image][_arch(machine)]
+
+
+def ssh_source_cidr() -> str:
+    """The CIDR allowed on port 22: $CLOUDPROF_SSH_SOURCE_CIDR, else this machine's public IP.
+
+    The same rule as the GCP firewall's, so it lives in one place (gcp.caller_cidr).
+    """
+    from orchestrator.providers.gcp import caller_cidr
+
+    cidr = caller_cidr()
+    if ipaddress.ip_network(cidr).prefixlen == 0:
+        raise UsageError(f"{SOURCE_CIDR_ENV}={cidr} would admit the whole internet to SSH")
+    return cidr
+
+
+# ---------------------------------------------------------------- resources (cleanup)
+
+
+@dataclass
+class AwsResource:
+    """Something a sweep made in AWS, as ``cloudprof cleanup`` lists it."""
+
+    kind: str  # "instance", "security-group", "key-pair"
+    id: str
+    name: str
+    region: str
+    state: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def sweep_id(self) -> str | None:
+        return self.labels.get(LABEL_SWEEP)
+
+    @property
+    def expires_at(self) -> float | None:
+        """Unix time of the expiry tag (None when absent or unreadable)."""
+        try:
+            return float(self.labels[LABEL_EXPIRES])
+        except (KeyError, ValueError):
+            return None
+
+    @property
+    def created_at(self) -> float | None:
+        try:
+            return float(self.labels[LABEL_CREATED])
+        except (KeyError, ValueError):
+            return None
+
+
+def list_resources(
+    labels: dict[str, str] | None = None,
+    region: str | None = None,
+    session: boto3.session.Session | None = None,
+) -> list[AwsResource]:
+    """Live instances, key pairs and security groups carrying all of ``labels``.
+
+    With no labels: everything that carries a cloudprof sweep tag.
+    """
+    region = resolve_region(region)
+    ec2 = (session or _session(region)).client("ec2", region_name=region)
+    filters = _tag_filters(labels or {})
+    out: list[AwsResource] = []
+    with _translated(f"listing cloudprof resources in {region}"):
+        for inst in _describe_instances(ec2, filters):
+            tags = _tag_dict(inst.get("Tags"))
+            out.append(
+                AwsResource(
+                    "instance",
+                    inst["InstanceId"],
+                    tags.get("Name", ""),
+                    region,
+                    inst["State"]["Name"],
+                    tags,
+                )
+            )
+        for group in ec2.describe_security_groups(Filters=filters)["SecurityGroups"]:
+            out.append(
+                AwsResource(
+                    "security-group",
+                    group["GroupId"],
+                    group["GroupName"],
+                    region,
+                    "",
+                    _tag_dict(group.get("Tags")),
+                )
+            )
+        for pair in ec2.describe_key_pairs(Filters=filters)["KeyPairs"]:
+            out.append(
+                AwsResource(
+                    "key-pair",
+                    pair.get("KeyPairId", pair["KeyName"]),
+                    pair["KeyName"],
+                    region,
+                    "",
+                    _tag_dict(pair.get("Tags")),
+                )
+            )
+    return out
+
+
+def delete_resources(
+    resources: list[AwsResource],
+    wait_s: float = 600,
+    session: boto3.session.Session | None = None,
+) -> None:
+    """Delete what ``list_resources`` found: instances first, then groups and keys they used."""
+    by_region: dict[str, list[AwsResource]] = {}
+    for res in resources:
+        by_region.setdefault(res.region, []).append(res)
+    for region, items in by_region.items():
+        ec2 = (session or _session(region)).client("ec2", region_name=region)
+        instance_ids = [r.id for r in items if r.kind == "instance"]
+        if instance_ids:
+            _terminate(ec2, instance_ids, wait_s)
+        for res in items:
+            if res.kind == "security-group":
+                _delete_security_group(ec2, res.id, wait_s)
+            elif res.kind == "key-pair":
+                _delete_key_pair(ec2, res.name)
+
+
+def _describe_instances(ec2: Any, filters: list[dict[str, Any]]) -> Iterator[dict]:
+    filters = [*filters, {"Name": "instance-state-name", "Values": LIVE_STATES}]
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        for reservation in page["Reservations"]:
+            yield from reservation["Instances"]
+
+
+def _describe_one(ec2: Any, instance_id: str) -> dict[str, Any]:
+    return ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+
+
+def _terminate(ec2: Any, instance_ids: list[str], wait_s: float) -> None:
+    """Terminate and wait until gone; ids that no longer exist are fine."""
+    from botocore.exceptions import ClientError
+
+    with _translated(f"terminating {', '.join(instance_ids)}"):
+        gone: list[str] = []
+        for iid in instance_ids:
+            try:
+                ec2.terminate_instances(InstanceIds=[iid])
+                gone.append(iid)
+            except ClientError as err:
+                if not _is_not_found(err):
+                    raise
+        if gone:
+            _wait(ec2, "instance_terminated", gone, wait_s)
+
+
+def _wait(ec2: Any, waiter: str, instance_ids: list[str], wait_s: float) -> None:
+    delay = max(1, min(AwsProvider.poll_s, wait_s))
+    ec2.get_waiter(waiter).wait(
+        InstanceIds=instance_ids,
+        WaiterConfig={"Delay": delay, "MaxAttempts": max(1, int(wait_s / delay))},
+    )
+
+
+def _delete_security_group(ec2: Any, group_id: str, wait_s: float = 300) -> None:
+    """Delete a group; retry while a terminating instance's interface still holds it."""
+    from botocore.exceptions import ClientError
+
+    deadline = time.monotonic() + wait_s
+    delay = 1.0
+    with _translated(f"deleting security group {group_id}"):
+        while True:
+            try:
+                ec2.delete_security_group(GroupId=group_id)
+                return
+            except ClientError as err:
+                code, _ = error_code(err)
+                if _is_not_found(err):
+                    return
+                if code != "DependencyViolation" or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 15)
+
+
+def _delete_key_pair(ec2: Any, key_name: str) -> None:
+    from botocore.exceptions import ClientError
+
+    with _translated(f"deleting key pair {key_name}"):
+        try:
+            ec2.delete_key_pair(KeyName=key_name)
+        except ClientError as err:
+            if not _is_not_found(err):
+                raise
+
+
+# ---------------------------------------------------------------- provider
+
+
+class AwsProvider(Provider):
+    """EC2 instances in one region, each sweep with its own key pair and security group."""
+
+    name = "aws"
+    poll_s: float = 5.0  # waiter delay; EC2 needs ~30 s to boot anyway
+
+    def __init__(self, options: ProviderOptions | None = None) -> None:
+        self.options = options or ProviderOptions()
+        self.region = resolve_region(self.options.region or _region_of(self.options.zone))
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._lock = threading.RLock()  # per-sweep resources, made once across threads
+        self._creating: dict[str, int] = {}  # sweep id → creates in flight
+        self._session: boto3.session.Session | None = None
+
+    # -- plumbing
+
+    @property
+    def session(self) -> boto3.session.Session:
+        if self._session is None:
+            self._session = _session(self.region)
+        return self._session
+
+    def _client(self, service: str, region: str | None = None) -> Any:
+        key = (service, region or self.region)
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = self.session.client(service, region_name=key[1])
+            return self._clients[key]
+
+    def _region_for(self, zone: str | None, region: str | None = None) -> str:
+        return region or _region_of(zone) or self.region
+
+    # -- Provider
+
+    def check_credentials(self) -> None:
+        check_credentials(self.session)
+
+    def create(self, req: VmRequest) -> Instance:
+        zone = req.zone or self.options.zone
+        region = self._region_for(zone, req.region)
+        ec2 = self._client("ec2", region)
+        tags = resource_tags(req)
+        script = req.startup_script or ""
+        size = len(script.encode())
+        if size > USER_DATA_LIMIT:
+            raise ProviderError(
+                f"startup script is {size} bytes; EC2 user data allows {USER_DATA_LIMIT}"
+            )
+        with self._lock:
+            self._creating[req.sweep_id] = self._creating.get(req.sweep_id, 0) + 1
+        try:
+            with self._lock:
+                key_name = self._ensure_key_pair(ec2, req, tags)
+                group_id = self._ensure_security_group(ec2, req, tags, region)
+            image_id, root_device = self._image(region, req)
+            params = self._run_params(req, tags, zone, image_id, root_device, key_name, group_id)
+            described = self._run_instance(ec2, params, req, zone, region)
+        except BaseException:
+            with self._lock:
+                self._creating[req.sweep_id] -= 1
+            # Nothing runs: leave no key pair or group behind (unless others still use them).
+            with contextlib.suppress(CloudprofError):
+                self._release_sweep_resources(region, req.sweep_id)
+            raise
+        with self._lock:
+            self._creating[req.sweep_id] -= 1
+        inst = _to_instance(described, region)
+        inst.user = req.ssh_user
+        return inst
+
+    def wait_ready(self, inst: Instance, timeout: float = 600) -> Instance:
+        from botocore.exceptions import WaiterError
+
+        region = self._region_for(inst.zone)
+        ec2 = self._client("ec2", region)
+        with _translated(f"waiting for {inst.name or inst.id}", zone=inst.zone):
+            try:
+                _wait(ec2, "instance_running", [inst.id], timeout)
+            except WaiterError as err:
+                raise self._not_running(ec2, inst, timeout) from err
+            described = _describe_one(ec2, inst.id)
+        ready = _to_instance(described, region)
+        ready.user = inst.user
+        if not ready.facts.get("public_ip"):
+            raise ProviderError(
+                f"{inst.id} is running without a public IP: the default VPC's subnet in "
+                f"{ready.zone} does not assign one (enable auto-assign public IPv4)"
+            )
+        return ready
+
+    def connect(self, inst: Instance) -> Executor:
+        from orchestrator import remote
+
+        return remote.connect(inst, self.options.ssh)
+
+    def delete(self, inst: Instance) -> None:
+        region = self._region_for(inst.zone)
+        ec2 = self._client("ec2", region)
+        _terminate(ec2, [inst.id], wait_s=900)
+        sweep_id = inst.labels.get(LABEL_SWEEP) or self.options.sweep_id
+        if sweep_id:
+            self._release_sweep_resources(region, sweep_id)
+
+    def list(self, labels: dict[str, str]) -> list[Instance]:
+        ec2 = self._client("ec2")
+        with _translated(f"listing instances in {self.region}"):
+            found = _describe_instances(ec2, _tag_filters(labels))
+            return [_to_instance(i, self.region) for i in found]
+
+    # -- per-sweep key pair and security group
+
+    def _ensure_key_pair(self, ec2: Any, req: VmRequest, tags: dict[str, str]) -> str:
+        from botocore.exceptions import ClientError
+
+        key_name = sweep_resource_name(req.sweep_id)
+        if not req.ssh_public_key.strip():
+            raise ProviderError("no SSH public key for the sweep (the engine makes one per sweep)")
+        with _translated(f"importing key pair {key_name}"):
+            try:
+                ec2.import_key_pair(
+                    KeyName=key_name,
+                    PublicKeyMaterial=req.ssh_public_key.strip().encode(),
+                    TagSpecifications=_shared_tags("key-pair", tags, key_name),
+                )
+            except ClientError as err:
+                # Same sweep (resume, or a second machine): the same key was imported.
+                if error_code(err)[0] != "InvalidKeyPair.Duplicate":
+                    raise
+        return key_name
+
+    def _ensure_security_group(
+        self, ec2: Any, req: VmRequest, tags: dict[str, str], region: str
+    ) -> str:
+        from botocore.exceptions import ClientError
+
+        name = sweep_resource_name(req.sweep_id)
+        cidr = ssh_source_cidr()
+        with _translated(f"creating security group {name}"):
+            vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
+            if not vpcs:
+                raise ProviderError(
+                    f"no default VPC in {region}; create one with `aws ec2 create-default-vpc "
+                    f"--region {region}`"
+                )
+            vpc_id = vpcs[0]["VpcId"]
+            try:
+                group_id = ec2.create_security_group(
+                    GroupName=name,
+                    Description=f"cloudprof sweep {req.sweep_id}: SSH from the caller only",
+                    VpcId=vpc_id,
+                    TagSpecifications=_shared_tags("security-group", tags, name),
+                )["GroupId"]
+            except ClientError as err:
+                if error_code(err)[0] != "InvalidGroup.Duplicate":
+                    raise
+                group_id = ec2.describe_security_groups(
+                    Filters=[
+                        {"Name": "group-name", "Values": [name]},
+                        {"Name": "vpc-id", "Values": [vpc_id]},
+                    ]
+                )["SecurityGroups"][0]["GroupId"]
+            ranges = (
+                {"Ipv6Ranges": [{"CidrIpv6": cidr, "Description": "cloudprof: the caller"}]}
+                if ":" in cidr
+                else {"IpRanges": [{"CidrIp": cidr, "Description": "cloudprof: the caller"}]}
+            )
+            try:
+                ec2.authorize_security_group_ingress(
+                    GroupId=group_id,
+                    IpPermissions=[{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}],
+                )
+            except ClientError as err:
+                if error_code(err)[0] != "InvalidPermission.Duplicate":
+                    raise
+        return group_id
+
+    def _release_sweep_resources(self, region: str, sweep_id: str) -> None:
+        """Delete the sweep's key pair and group once no instance of the sweep remains."""
+        ec2 = self._client("ec2", region)
+        with self._lock:
+            if self._creating.get(sweep_id, 0) > 0:
+                return
+            with _translated(f"listing instances of sweep {sweep_id}"):
+                sweep_filter = _tag_filters({LABEL_SWEEP: sweep_id})
+                if next(_describe_instances(ec2, sweep_filter), None) is not None:
+                    return
+                groups = ec2.describe_security_groups(Filters=sweep_filter)["SecurityGroups"]
+            for group in groups:
+                _delete_security_group(ec2, group["GroupId"])
+            _delete_key_pair(ec2, sweep_resource_name(sweep_id))
+
+    # -- run_instances
+
+    def _image(self, region: str, req: VmRequest) -> tuple[str, str]:
+        """(AMI id, root device name) for the request's image in ``region``."""
+        from botocore.exceptions import ClientError
+
+        parameter = image_parameter(req.image, req.machine)
+        image_id = req.image or os.environ.get(IMAGE_ENV, "")
+        with _translated(f"resolving the image for {req.machine} in {region}"):
+            if parameter is not None:
+                try:
+                    image_id = self._client("ssm", region).get_parameter(Name=parameter)[
+                        "Parameter"
+                    ]["Value"]
+                except ClientError as err:
+                    if error_code(err)[0] == "ParameterNotFound":
+                        raise ProviderError(
+                            f"image parameter {parameter} does not exist in SSM in {region}"
+                        ) from err
+                    raise
+            images = self._client("ec2", region).describe_images(ImageIds=[image_id])["Images"]
+        # Ubuntu and Debian boot from /dev/sda1 or /dev/xvda: ask the image.
+        root_device = images[0].get("RootDeviceName", "/dev/sda1") if images else "/dev/sda1"
+        return image_id, root_device
+
+    def _run_params(
+        self,
+        req: VmRequest,
+        tags: dict[str, str],
+        zone: str | None,
+        image_id: str,
+        root_device: str,
+        key_name: str,
+        group_id: str,
+    ) -> dict[str, Any]:
+        instance_tags = _tag_list({**tags, "Name": req.name})
+        tagged = ["instance", "volume"] + (["spot-instances-request"] if req.spot else [])
+        params: dict[str, Any] = {
+            "ImageId": image_id,
+            "InstanceType": req.machine,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "KeyName": key_name,
+            "SecurityGroupIds": [group_id],
+            "UserData": req.startup_script or "",
+            # The startup script's self-shutdown deletes the VM, not just stops it.
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "BlockDeviceMappings": [
+                {
+                    "DeviceName": root_device,
+                    "Ebs": {
+                        "VolumeSize": int(req.disk_gb),
+                        "VolumeType": "gp3",
+                        "DeleteOnTermination": True,
+                    },
+                }
+            ],
+            "TagSpecifications": [{"ResourceType": t, "Tags": instance_tags} for t in tagged],
+            # IMDSv2 only: nothing on the VM can be tricked into leaking metadata.
+            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        }
+        if zone:
+            params["Placement"] = {"AvailabilityZone": zone}
+        if req.spot:
+            params["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {
+                    "SpotInstanceType": "one-time",
+                    "InstanceInterruptionBehavior": "terminate",
+                },
+            }
+        return params
+
+    def _run_instance(
+        self, ec2: Any, params: dict[str, Any], req: VmRequest, zone: str | None, region: str
+    ) -> dict[str, Any]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return ec2.run_instances(**params)["Instances"][0]
+        except (BotoCoreError, ClientError) as err:
+            capacity = error_code(err)[0] in CAPACITY_CODES
+            next_zones = self._other_zones(ec2, req.machine, zone) if capacity else ()
+            action = f"creating {req.machine} in {zone or region}"
+            raise translate_error(err, action, zone=zone, next_zones=next_zones) from err
+
+    def _other_zones(self, ec2: Any, machine: str, tried: str | None) -> tuple[str, ...]:
+        """Zones of the region offering ``machine``, except ``tried`` (best effort)."""
+        try:
+            offers = ec2.describe_instance_type_offerings(
+                LocationType="availability-zone",
+                Filters=[{"Name": "instance-type", "Values": [machine]}],
+            )["InstanceTypeOfferings"]
+        except Exception:  # only a hint for the retry; the capacity error is what matters
+            return ()
+        return tuple(sorted({o["Location"] for o in offers} - {tried}))
+
+    def _not_running(self, ec2: Any, inst: Instance, timeout: float) -> CloudprofError:
+        """Why an instance did not reach "running" (capacity, spot, or a timeout)."""
+        try:
+            described = _describe_one(ec2, inst.id)
+        except Exception as err:
+            return translate_error(err, f"waiting for {inst.id}")
+        state = described["State"]["Name"]
+        reason = described.get("StateReason") or {}
+        code, message = str(reason.get("Code", "")), str(reason.get("Message", ""))
+        line = f"{inst.id} ({inst.machine}) is {state}"
+        if code.endswith("InsufficientInstanceCapacity"):
+            zone = described.get("Placement", {}).get("AvailabilityZone")
+            return CapacityError(
+                f"{line}: {code}", zone=zone, next_zones=self._other_zones(ec2, inst.machine, zone)
+            )
+        if state in ("pending",):
+            return ProviderError(f"{line} after {timeout:.0f} s")
+        return ProviderError(f"{line}: {code or 'no reason given'} {message}".strip())
+
+
+def _region_of(zone: str | None) -> str | None:
+    """us-east-1 from us-east-1b (and from local zones like us-west-2-lax-1a)."""
+    if not zone:
+        return None
+    match = re.match(r"^([a-z]{2}(?:-gov)?-[a-z]+-\d+)", zone)
+    return match.group(1) if match else None
+
+
+def _shared_tags(resource_type: str, tags: dict[str, str], name: str) -> list[dict[str, Any]]:
+    """TagSpecifications of per-sweep resources: cloudprof's labels only, no machine ones."""
+    keys = (LABEL_SWEEP, LABEL_CREATOR, LABEL_CREATED, LABEL_EXPIRES)
+    shared = {**{k: tags[k] for k in keys if k in tags}, "Name": name}
+    return [{"ResourceType": resource_type, "Tags": _tag_list(shared)}]
+
+
+def _to_instance(described: dict[str, Any], region: str) -> Instance:
+    tags = _tag_dict(described.get("Tags"))
+    public_ip = described.get("PublicIpAddress")
+    return Instance(
+        provider="aws",
+        id=described["InstanceId"],
+        name=tags.get("Name", described["InstanceId"]),
+        machine=described.get("InstanceType", ""),
+        zone=(described.get("Placement") or {}).get("AvailabilityZone") or None,
+        state=described["State"]["Name"],
+        address=public_ip,  # orchestrator.remote applies CLOUDPROF_SSH_ENDPOINT
+        port=22,
+        labels=tags,
+        facts={
+            "public_ip": public_ip,
+            "region": region,
+            "spot": described.get("InstanceLifecycle") == "spot",
+        },
+    )
+
+
+# ---------------------------------------------------------------- bucket
+
+_BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_MD5_META = "cloudprof-md5"  # S3 metadata key: content md5 of multipart uploads
+_OPEN = "open the bucket"  # the first call: a 404 here means no bucket
+
+
+def validate_bucket_name(name: str) -> None:
+    """S3's naming rules, checked before any call so a typo costs nothing."""
+    url = f"s3://{name}"
+    if not 3 <= len(name) <= 63:
+        raise BucketError(f"invalid bucket name {url!r}: S3 names have 3 to 63 characters")
+    if not _BUCKET_RE.fullmatch(name):
+        raise BucketError(
+            f"invalid bucket name {url!r}: S3 names use lowercase letters, digits, dots and "
+            "hyphens, and start and end with a letter or digit"
+        )
+    if ".." in name or ".-" in name or "-." in name:
+        raise BucketError(f"invalid bucket name {url!r}: no adjacent dots or dot-hyphen pairs")
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name):
+        raise BucketError(f"invalid bucket name {url!r}: S3 names must not look like an IP address")
+    if name.startswith(("xn--", "sthree-")) or name.endswith(("-s3alias", "--ol-s3")):
+        raise BucketError(f"invalid bucket name {url!r}: reserved prefix or suffix")
+
+
+def _md5_file(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class S3Bucket(Bucket):
+    """``s3://name[/prefix]``: keys given to and returned by the methods are below the prefix."""
+
+    workers = 8  # parallel transfers
+
+    def __init__(self, url: str) -> None:
+        if not url.startswith("s3://"):
+            raise BucketError(f"not an S3 URL: {url!r}")
+        name, _, prefix = url[len("s3://") :].partition("/")
+        validate_bucket_name(name)
+        self.url = url.rstrip("/")
+        self.name = name
+        self.base = prefix.strip("/")
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._session: boto3.session.Session | None = None
+
+    @property
+    def session(self) -> boto3.session.Session:
+        if self._session is None:
+            self._session = _session()
+        return self._session
+
+    # -- plumbing
+
+    def _full(self, key: str) -> str:
+        key = key.lstrip("/")
+        return f"{self.base}/{key}" if self.base and key else (self.base or key)
+
+    def _relative(self, full: str) -> str:
+        return full[len(self.base) + 1 :] if self.base else full
+
+    def _prefix(self, prefix: str) -> str:
+        full = self._full(prefix.strip("/"))
+        return f"{full}/" if full else ""
+
+    def _bucket_error(self, err: BaseException, action: str) -> CloudprofError:
+        code, message = error_code(err)
+        status = (
+            (getattr(err, "response", None) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+        )
+        if code == "NoSuchBucket" or (status == 404 and action == _OPEN):
+            return BucketError(
+                f"bucket s3://{self.name} does not exist (create it with: aws s3 mb s3://{self.name})"
+            )
+        if code in ("NoSuchKey", "404") or status == 404:
+            return BucketError(f"cannot {action} s3://{self.name}: no such object")
+        if code in PERMISSION_CODES or code == "403" or status == 403:
+            return BucketError(
+                f"no permission to {action} s3://{self.name} ({code} {message}; {POLICY_HINT})"
+            )
+        found = translate_error(err, f"{action} in s3://{self.name}")
+        if isinstance(found, CredentialsError):
+            return found
+        return BucketError(str(found))
+
+    @contextmanager
+    def _calls(self, action: str) -> Iterator[None]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (BotoCoreError, ClientError) as err:
+            raise self._bucket_error(err, action) from err
+
+    @property
+    def client(self) -> Any:
+        """An S3 client in the bucket's own region (checked once: exists, reachable)."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._open()
+            return self._client
+
+    def _open(self) -> Any:
+        from botocore.config import Config
+        from botocore.exceptions import ClientError
+
+        # SigV4 everywhere: presigned URLs then sign only the host, so a VM's
+        # plain HTTP PUT works whatever Content-Type it sends.
+        config = Config(signature_version="s3v4", retries={"mode": "standard"})
+        region = resolve_region(None)
+        client = self.session.client("s3", region_name=region, config=config)
+        with self._calls(_OPEN):
+            try:
+                head = client.head_bucket(Bucket=self.name)
+                headers = head["ResponseMetadata"].get("HTTPHeaders", {})
+            except ClientError as err:
+                headers = err.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+                if err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 301:
+                    raise
+        bucket_region = headers.get("x-amz-bucket-region")
+        if bucket_region and bucket_region != region:
+            client = self.session.client("s3", region_name=bucket_region, config=config)
+        return client
+
+    # -- Bucket
+
+    def list(self, prefix: str = "") -> dict[str, str]:
+        client = self.client
+        out: dict[str, str] = {}
+        with self._calls("list objects"):
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.name, Prefix=self._prefix(prefix)
+            )
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    etag = obj.get("ETag", "").strip('"')
+                    if "-" in etag:  # multipart: the ETag is not the md5, the metadata is
+                        head = client.head_object(Bucket=self.name, Key=obj["Key"])
+                        etag = head.get("Metadata", {}).get(_MD5_META, "")
+                    out[self._relative(obj["Key"])] = etag
+        return out
+
+    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+        local_dir = Path(local_dir)
+        if not local_dir.is_dir():
+            raise BucketError(f"nothing to upload: {local_dir} is not a directory")
+        existing = self.list(prefix)
+        base = self._prefix(prefix)
+        todo: list[tuple[Path, str, str]] = []
+        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+            key = self._relative(base + path.relative_to(local_dir).as_posix())
+            md5 = _md5_file(path)
+            if existing.get(key) != md5:
+                todo.append((path, key, md5))
+        client = self.client
+
+        def upload(item: tuple[Path, str, str]) -> str:
+            path, key, md5 = item
+            with self._calls(f"upload {key}"):
+                client.upload_file(
+                    str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}}
+                )
+            return key
+
+        with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(upload, todo))
+
+    def download_dir(self, prefix: str, local_dir: Path) -> list[Path]:
+        local_dir = Path(local_dir)
+        root = self._prefix(prefix)
+        root_rel = self._relative(root) if root else ""
+        keys = list(self.list(prefix))
+        client = self.client
+
+        def download(key: str) -> Path:
+            target = local_dir / key[len(root_rel) :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".part")
+            with self._calls(f"download {key}"):
+                client.download_file(self.name, self._full(key), str(tmp))
+            tmp.replace(target)  # a crash never leaves a half file under the real name
+            return target
+
+        with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(download, keys))
+
+    def signed_url(self, key: str, method: str = "GET", expires_s: int = 6 * 3600) -> str:
+        operations = {"GET": "get_object", "PUT": "put_object"}
+        if method.upper() not in operations:
+            raise BucketError(f"signed URLs are for GET or PUT, not {method!r}")
+        with self._calls(f"sign {method} {key}"):
+            return self.client.generate_presigned_url(
+                operations[method.upper()],
+                Params={"Bucket": self.name, "Key": self._full(key)},
+                ExpiresIn=int(expires_s),
+            )
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = [self._full(k) for k in self.list(prefix)]
+        client = self.client
+        deleted = 0
+        with self._calls(f"delete {prefix}"):
+            for start in range(0, len(keys), 1000):  # DeleteObjects takes 1000 at most
+                batch = keys[start : start + 1000]
+                resp = client.delete_objects(
+                    Bucket=self.name,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+                errors = resp.get("Errors", [])
+                if errors:
+                    first = errors[0]
+                    raise BucketError(
+                        f"could not delete {len(errors)} objects in s3://{self.name}, e.g. "
+                        f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}"
+                    )
+                deleted += len(batch)
+        return deleted

@@ -1,0 +1,578 @@
+"""AWS provider and S3 bucket against moto in server mode (real boto3, real HTTP).
+
+No SDK is patched: boto3 reaches the moto server through AWS_ENDPOINT_URL
+(fixture ``moto_env``), and error paths use moto's own behaviour (instance type
+validation, IAM enforcement, missing SSM parameters) or botocore's own
+``ClientError`` type built with the codes AWS sends.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import (
+    BucketError,
+    CapacityError,
+    CloudprofError,
+    CredentialsError,
+    PermissionDeniedError,
+    ProviderError,
+    QuotaError,
+)
+from orchestrator.providers import get_provider, open_bucket
+from orchestrator.providers.aws import (
+    AwsProvider,
+    S3Bucket,
+    delete_resources,
+    image_parameter,
+    list_resources,
+    sweep_resource_name,
+    translate_error,
+)
+from orchestrator.providers.base import (
+    LABEL_CREATED,
+    LABEL_CREATOR,
+    LABEL_EXPIRES,
+    LABEL_SWEEP,
+    ProviderOptions,
+    VmRequest,
+)
+from orchestrator.remote import SshKeys, startup_script
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY = REPO / "infra" / "iam" / "aws-policy.json"
+SOURCE_CIDR = "203.0.113.7/32"  # set by moto_env
+
+
+@pytest.fixture
+def keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SshKeys:
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    return SshKeys.for_sweep(tmp_path / "sweep-run")
+
+
+def make_request(keys: SshKeys, sweep: str = "s-test1", **overrides: object) -> VmRequest:
+    expires = int(time.time()) + 3600
+    fields: dict = {
+        "sweep_id": sweep,
+        "name": f"cp-{sweep}-c6i-large",
+        "machine": "c6i.large",
+        "region": None,
+        "zone": None,
+        "spot": False,
+        "labels": {
+            LABEL_SWEEP: sweep,
+            LABEL_CREATOR: "tester",
+            LABEL_CREATED: str(int(time.time())),
+            LABEL_EXPIRES: str(expires),
+            "cloudprof-machine": "c6i-large",
+        },
+        "ssh_user": "ubuntu",
+        "ssh_public_key": keys.user_public,
+        "startup_script": startup_script(keys, "ubuntu", expires),
+        "image": "al2023",  # moto serves Amazon Linux's public SSM parameters, not Ubuntu's
+        "disk_gb": 30,
+    }
+    fields.update(overrides)
+    return VmRequest(**fields)
+
+
+def provider(**options: object) -> AwsProvider:
+    prov = get_provider("aws", ProviderOptions(**options))
+    assert isinstance(prov, AwsProvider)
+    prov.poll_s = 1
+    return prov
+
+
+def ec2():
+    import boto3
+
+    return boto3.client("ec2")
+
+
+def live_instances(sweep: str) -> list[dict]:
+    pages = ec2().describe_instances(
+        Filters=[
+            {"Name": f"tag:{LABEL_SWEEP}", "Values": [sweep]},
+            {
+                "Name": "instance-state-name",
+                "Values": ["pending", "running", "stopping", "stopped"],
+            },
+        ]
+    )
+    return [i for r in pages["Reservations"] for i in r["Instances"]]
+
+
+def sweep_groups(sweep: str) -> list[dict]:
+    return ec2().describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [sweep_resource_name(sweep)]}]
+    )["SecurityGroups"]
+
+
+def sweep_keys(sweep: str) -> list[dict]:
+    return ec2().describe_key_pairs(
+        Filters=[{"Name": "key-name", "Values": [sweep_resource_name(sweep)]}]
+    )["KeyPairs"]
+
+
+def assert_one_line(err: BaseException) -> str:
+    text = str(err)
+    assert text and "\n" not in text and "Traceback" not in text
+    return text
+
+
+# ---------------------------------------------------------------- provider
+
+
+def test_create_wait_list_delete_leaves_nothing(moto_env, keys: SshKeys) -> None:
+    prov = provider(region="us-east-1")
+    req = make_request(keys)
+    created = prov.create(req)
+    assert created.id.startswith("i-") and created.provider == "aws"
+
+    ready = prov.wait_ready(created, timeout=30)
+    assert ready.state == "running"
+    assert ready.address and ready.address == ready.facts["public_ip"]
+    assert ready.user == "ubuntu"
+
+    listed = prov.list({LABEL_SWEEP: req.sweep_id})
+    assert [i.id for i in listed] == [created.id]
+    assert prov.list({LABEL_SWEEP: "some-other-sweep"}) == []
+    assert len(sweep_groups(req.sweep_id)) == 1 and len(sweep_keys(req.sweep_id)) == 1
+
+    prov.delete(ready)
+    assert live_instances(req.sweep_id) == []
+    assert prov.list({LABEL_SWEEP: req.sweep_id}) == []
+    assert sweep_groups(req.sweep_id) == []
+    assert sweep_keys(req.sweep_id) == []
+    prov.delete(ready)  # idempotent: absent is fine
+
+
+def test_instance_gets_tags_key_group_user_data_and_shutdown_terminate(
+    moto_env, keys: SshKeys
+) -> None:
+    prov = provider()
+    req = make_request(keys, zone="us-east-1b")
+    inst = prov.create(req)
+    client = ec2()
+    described = client.describe_instances(InstanceIds=[inst.id])["Reservations"][0]["Instances"][0]
+
+    tags = {t["Key"]: t["Value"] for t in described["Tags"]}
+    for key in (LABEL_SWEEP, LABEL_CREATOR, LABEL_CREATED, LABEL_EXPIRES):
+        assert tags[key] == req.labels[key]
+    assert tags["Name"] == req.name
+    assert described["InstanceType"] == "c6i.large"
+    assert described["Placement"]["AvailabilityZone"] == "us-east-1b"
+    assert described["KeyName"] == sweep_resource_name(req.sweep_id)
+    assert described.get("InstanceLifecycle") != "spot"
+
+    # The security group admits TCP 22 from the caller only, and nothing else.
+    (group_ref,) = described["SecurityGroups"]
+    group = client.describe_security_groups(GroupIds=[group_ref["GroupId"]])["SecurityGroups"][0]
+    assert group["GroupName"] == sweep_resource_name(req.sweep_id)
+    (rule,) = group["IpPermissions"]
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 22, 22)
+    assert [r["CidrIp"] for r in rule["IpRanges"]] == [SOURCE_CIDR]
+    assert rule.get("Ipv6Ranges", []) == []
+    group_tags = {t["Key"]: t["Value"] for t in group["Tags"]}
+    assert group_tags[LABEL_SWEEP] == req.sweep_id
+    assert group_tags[LABEL_EXPIRES] == req.labels[LABEL_EXPIRES]
+
+    pair = sweep_keys(req.sweep_id)[0]
+    assert {t["Key"]: t["Value"] for t in pair["Tags"]}[LABEL_EXPIRES] == req.labels[LABEL_EXPIRES]
+
+    user_data = client.describe_instance_attribute(InstanceId=inst.id, Attribute="userData")
+    assert base64.b64decode(user_data["UserData"]["Value"]).decode() == req.startup_script
+    shutdown = client.describe_instance_attribute(
+        InstanceId=inst.id, Attribute="instanceInitiatedShutdownBehavior"
+    )
+    assert shutdown["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+
+    # The root volume is tagged too and dies with the instance.
+    (mapping,) = described["BlockDeviceMappings"]
+    assert mapping["Ebs"]["DeleteOnTermination"] is True
+    volume = client.describe_volumes(VolumeIds=[mapping["Ebs"]["VolumeId"]])["Volumes"][0]
+    assert volume["Size"] == 30
+    assert {t["Key"]: t["Value"] for t in volume["Tags"]}[LABEL_SWEEP] == req.sweep_id
+
+    prov.delete(inst)
+    assert client.describe_volumes()["Volumes"] == []
+
+
+def test_spot_request_and_shared_resources_live_until_the_last_instance(
+    moto_env, keys: SshKeys
+) -> None:
+    prov = provider()
+    first = prov.create(make_request(keys, spot=True))
+    second = prov.create(make_request(keys, name="cp-s-test1-m6i-large", machine="m6i.large"))
+    described = ec2().describe_instances(InstanceIds=[first.id])["Reservations"][0]["Instances"][0]
+    assert described["InstanceLifecycle"] == "spot"
+    assert len(sweep_groups("s-test1")) == 1  # one group and one key for the whole sweep
+
+    prov.delete(first)
+    assert [i["InstanceId"] for i in live_instances("s-test1")] == [second.id]
+    assert len(sweep_groups("s-test1")) == 1 and len(sweep_keys("s-test1")) == 1
+
+    prov.delete(second)
+    assert sweep_groups("s-test1") == [] and sweep_keys("s-test1") == []
+
+
+def test_unknown_instance_type_is_one_line_and_leaves_nothing(moto_env, keys: SshKeys) -> None:
+    prov = provider()
+    with pytest.raises(ProviderError) as info:
+        prov.create(make_request(keys, machine="c6i.enormous"))
+    text = assert_one_line(info.value)
+    assert "unknown instance type" in text and "c6i.enormous" in text
+    assert not isinstance(info.value, CapacityError | QuotaError)
+    assert live_instances("s-test1") == []
+    assert sweep_groups("s-test1") == [] and sweep_keys("s-test1") == []
+
+
+def test_missing_image_parameter_is_one_line(moto_env, keys: SshKeys) -> None:
+    # moto has no Canonical parameters: the same answer AWS gives for a wrong path.
+    with pytest.raises(ProviderError) as info:
+        provider().create(make_request(keys, image="ubuntu-24.04"))
+    text = assert_one_line(info.value)
+    assert "/aws/service/canonical/ubuntu/server/24.04" in text and "does not exist" in text
+    assert sweep_groups("s-test1") == [] and sweep_keys("s-test1") == []
+
+
+def test_image_choice_follows_architecture_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLOUDPROF_AWS_IMAGE", raising=False)
+    assert "/amd64/" in image_parameter(None, "c6i.large")
+    assert "/arm64/" in image_parameter(None, "c7g.large")
+    assert image_parameter("al2023", "m7gd.xlarge").endswith("arm64")
+    assert image_parameter("ami-0123456789abcdef0", "c6i.large") is None
+    monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "debian-12")
+    assert image_parameter(None, "c6i.large") == "/aws/service/debian/release/12/latest/amd64"
+    with pytest.raises(CloudprofError) as info:
+        image_parameter("windows-95", "c6i.large")
+    assert "windows-95" in assert_one_line(info.value)
+
+
+def test_bad_source_cidr_is_refused(moto_env, keys: SshKeys, monkeypatch) -> None:
+    monkeypatch.setenv("CLOUDPROF_SSH_SOURCE_CIDR", "0.0.0.0/0")
+    with pytest.raises(CloudprofError) as info:
+        provider().create(make_request(keys))
+    assert "whole internet" in assert_one_line(info.value)
+    assert live_instances("s-test1") == [] and sweep_keys("s-test1") == []
+
+
+def test_list_resources_and_delete_resources_for_cleanup(moto_env, keys: SshKeys) -> None:
+    prov = provider()
+    inst = prov.create(make_request(keys, sweep="s-old"))
+    prov.create(make_request(keys, sweep="s-keep"))
+
+    found = list_resources({LABEL_SWEEP: "s-old"})
+    kinds = sorted(r.kind for r in found)
+    assert kinds == ["instance", "key-pair", "security-group"]
+    assert all(r.sweep_id == "s-old" and r.expires_at and r.expires_at > time.time() for r in found)
+    assert next(r for r in found if r.kind == "instance").id == inst.id
+    assert len(list_resources()) == 6  # no labels: everything carrying a sweep tag
+
+    delete_resources(found)
+    assert list_resources({LABEL_SWEEP: "s-old"}) == []
+    assert len(list_resources({LABEL_SWEEP: "s-keep"})) == 3
+
+
+# ---------------------------------------------------------------- credentials and permissions
+
+
+def test_no_credentials_is_one_line_with_setup_help(
+    moto_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("AWS_") and key != "AWS_ENDPOINT_URL":
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role on this box
+    with pytest.raises(CredentialsError) as info:
+        provider().check_credentials()
+    text = assert_one_line(info.value)
+    assert "aws configure" in text and "--dry-run" in text and "sso" in text.lower()
+    assert info.value.exit_code == 5
+
+
+def iam_user(policy: dict | None) -> tuple[str, str]:
+    """A moto IAM user with ``policy`` attached; its access key pair."""
+    import boto3
+
+    iam = boto3.client("iam")
+    iam.create_user(UserName="cp-user")
+    if policy is not None:
+        iam.put_user_policy(
+            UserName="cp-user", PolicyName="cloudprof", PolicyDocument=json.dumps(policy)
+        )
+    key = iam.create_access_key(UserName="cp-user")["AccessKey"]
+    return key["AccessKeyId"], key["SecretAccessKey"]
+
+
+def test_unknown_keys_and_missing_permissions_are_one_line(
+    moto_env, keys: SshKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="cp-perm-bucket")
+    key_id, secret = iam_user(policy=None)
+    moto_env.enforce_iam(True)
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWNKEY000000")
+    with pytest.raises(CredentialsError) as info:
+        provider().create(make_request(keys))
+    assert "InvalidClientTokenId" in assert_one_line(info.value) or "AuthFailure" in str(info.value)
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    with pytest.raises(PermissionDeniedError) as denied:
+        provider().create(make_request(keys))
+    text = assert_one_line(denied.value)
+    # AWS says UnauthorizedOperation for EC2, moto says AccessDenied: both are this class.
+    assert "ec2:ImportKeyPair" in text and "aws-policy.json" in text
+
+    with pytest.raises(BucketError) as bucket_denied:
+        S3Bucket("s3://cp-perm-bucket").list("")
+    assert "no permission" in assert_one_line(bucket_denied.value) and "403" in str(
+        bucket_denied.value
+    )
+
+
+# ---------------------------------------------------------------- error translation
+
+
+def client_error(code: str, message: str, operation: str = "RunInstances"):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"),
+    [
+        ("InsufficientInstanceCapacity", CapacityError),
+        ("Unsupported", CapacityError),
+        ("InstanceLimitExceeded", QuotaError),
+        ("VcpuLimitExceeded", QuotaError),
+        ("MaxSpotInstanceCountExceeded", QuotaError),
+        ("UnauthorizedOperation", PermissionDeniedError),
+        ("AccessDenied", PermissionDeniedError),
+        ("AuthFailure", CredentialsError),
+        ("InvalidAMIID.NotFound", ProviderError),
+    ],
+)
+def test_translate_error_classes(code: str, cls: type) -> None:
+    err = translate_error(
+        client_error(code, "We currently do not have\nsufficient capacity."), "creating c6i.large"
+    )
+    assert type(err) is cls
+    text = assert_one_line(err)
+    assert code in text and text.startswith("creating c6i.large")
+
+
+def test_capacity_error_names_the_zones_to_try_next(moto_env) -> None:
+    prov = provider()
+    zones = prov._other_zones(ec2(), "c6i.large", "us-east-1a")
+    assert zones and "us-east-1a" not in zones and all(z.startswith("us-east-1") for z in zones)
+    err = translate_error(
+        client_error("InsufficientInstanceCapacity", "no capacity"),
+        "creating c6i.large in us-east-1a",
+        zone="us-east-1a",
+        next_zones=zones,
+    )
+    assert isinstance(err, CapacityError)
+    assert err.zone == "us-east-1a" and err.next_zones == zones
+    assert zones[0] in str(err)
+
+
+def test_unknown_type_from_aws_invalid_parameter_value() -> None:
+    err = translate_error(
+        client_error("InvalidParameterValue", "Invalid value 'c6i.huge' for InstanceType."),
+        "creating c6i.huge",
+    )
+    assert type(err) is ProviderError and "unknown instance type" in str(err)
+
+
+# ---------------------------------------------------------------- bucket
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ab",
+        "a" * 64,
+        "My-Bucket",
+        "bad_name",
+        "bad name",
+        "-start",
+        "end-",
+        "a..b",
+        "192.168.1.2",
+        "semi;colon",
+        "xn--bucket",
+    ],
+)
+def test_invalid_bucket_names_fail_before_any_call(name: str, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: no call made
+    with pytest.raises(BucketError) as info:
+        open_bucket(f"s3://{name}")
+    assert "invalid bucket name" in assert_one_line(info.value)
+
+
+def test_missing_bucket_says_how_to_create_it(moto_env) -> None:
+    with pytest.raises(BucketError) as info:
+        S3Bucket("s3://cp-no-such-bucket").list("inputs")
+    assert assert_one_line(info.value) == (
+        "bucket s3://cp-no-such-bucket does not exist "
+        "(create it with: aws s3 mb s3://cp-no-such-bucket)"
+    )
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def test_upload_skips_matching_hashes_download_list_delete(moto_env, tmp_path: Path) -> None:
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="cp-data")
+    bucket = open_bucket("s3://cp-data/runs")
+    assert isinstance(bucket, S3Bucket)
+    big = os.urandom(9 * 1024 * 1024)  # above boto3's multipart threshold: ETag is not the md5
+    files = {"a.parquet": b"alpha", "sub/b.parquet": b"beta" * 100, "big.bin": big}
+    src = tmp_path / "src"
+    write_tree(src, files)
+
+    first = bucket.upload_dir(src, "s1/inputs")
+    assert sorted(first) == ["s1/inputs/a.parquet", "s1/inputs/big.bin", "s1/inputs/sub/b.parquet"]
+    listed = bucket.list("s1/inputs")
+    assert listed == {f"s1/inputs/{k}": hashlib.md5(v).hexdigest() for k, v in files.items()}
+    raw_keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="cp-data")["Contents"]]
+    assert all(k.startswith("runs/s1/inputs/") for k in raw_keys)
+
+    assert bucket.upload_dir(src, "s1/inputs") == []  # every hash matches: nothing uploaded
+    (src / "a.parquet").write_bytes(b"changed")
+    assert bucket.upload_dir(src, "s1/inputs") == ["s1/inputs/a.parquet"]
+    assert bucket.list("s1/in") == {}  # a prefix is a directory, not a string prefix
+
+    out = tmp_path / "out"
+    got = bucket.download_dir("s1/inputs", out)
+    assert sorted(p.relative_to(out).as_posix() for p in got) == sorted(files)
+    assert (out / "sub" / "b.parquet").read_bytes() == files["sub/b.parquet"]
+    assert (out / "big.bin").read_bytes() == big
+    assert (out / "a.parquet").read_bytes() == b"changed"
+
+    assert bucket.delete_prefix("s1/inputs") == 3
+    assert bucket.list("") == {}
+
+
+def test_presigned_urls_work_with_plain_http(moto_env) -> None:
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="cp-signed")
+    bucket = S3Bucket("s3://cp-signed")
+    put_url = bucket.signed_url("s1/results/summary.json", "PUT", expires_s=600)
+    assert "X-Amz-Signature=" in put_url and "cp-signed" in put_url
+    body = b'{"units": 42}'
+    request = urllib.request.Request(
+        put_url, data=body, method="PUT", headers={"Content-Type": "application/octet-stream"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status == 200
+    assert bucket.list("s1/results") == {"s1/results/summary.json": hashlib.md5(body).hexdigest()}
+
+    with urllib.request.urlopen(bucket.signed_url("s1/results/summary.json"), timeout=10) as resp:
+        assert resp.read() == body
+    with pytest.raises(BucketError):
+        bucket.signed_url("x", "DELETE")
+
+
+# ---------------------------------------------------------------- IAM policy
+
+
+def _iam_action(service: str, operation: str) -> str:
+    """The IAM action an API call needs (S3 names differ from its operations)."""
+    s3 = {
+        "HeadBucket": "ListBucket",
+        "ListObjectsV2": "ListBucket",
+        "HeadObject": "GetObject",
+        "DeleteObjects": "DeleteObject",
+        "CreateMultipartUpload": "PutObject",
+        "UploadPart": "PutObject",
+        "CompleteMultipartUpload": "PutObject",
+    }
+    return f"s3:{s3.get(operation, operation)}" if service == "s3" else f"{service}:{operation}"
+
+
+def _policy_allows(policy: dict, action: str) -> bool:
+    import fnmatch
+
+    for statement in policy["Statement"]:
+        actions = statement["Action"]
+        actions = [actions] if isinstance(actions, str) else actions
+        if statement["Effect"] == "Allow" and any(fnmatch.fnmatch(action, a) for a in actions):
+            return True
+    return False
+
+
+def test_iam_policy_covers_every_call_cloudprof_makes(
+    moto_env, keys: SshKeys, tmp_path: Path
+) -> None:
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="cp-policy")
+    calls: set[tuple[str, str]] = set()
+
+    def record(model, **_: object) -> None:
+        calls.add((model.service_model.signing_name, model.name))
+
+    prov = provider()
+    bucket = S3Bucket("s3://cp-policy")
+    for session in (prov.session, bucket.session):
+        session.events.register("before-call", record)
+    prov.check_credentials()
+    inst = prov.wait_ready(prov.create(make_request(keys, spot=True)), timeout=30)
+    prov.list({LABEL_SWEEP: "s-test1"})
+    prov.delete(inst)
+    leftover = prov.create(make_request(keys, sweep="s-crashed"))
+    delete_resources(
+        list_resources({LABEL_SWEEP: "s-crashed"}, session=prov.session), session=prov.session
+    )
+    assert prov.list({LABEL_SWEEP: "s-crashed"}) == [] and leftover.id
+    write_tree(tmp_path / "in", {"x.parquet": b"x"})
+    bucket.upload_dir(tmp_path / "in", "p")
+    bucket.download_dir("p", tmp_path / "out")
+    bucket.signed_url("p/x.parquet")
+    bucket.delete_prefix("p")
+
+    policy = json.loads(POLICY.read_text())
+    assert policy["Version"] == "2012-10-17"
+    needed = {_iam_action(service, op) for service, op in calls if service != "sts"}
+    assert {"ec2:RunInstances", "ec2:TerminateInstances", "s3:PutObject"} <= needed
+    missing = sorted(a for a in needed if not _policy_allows(policy, a))
+    assert missing == []
+    # Least privilege: no wildcard actions, nothing to pass roles or touch IAM users.
+    granted = {
+        a
+        for s in policy["Statement"]
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
+    assert not any("*" in a for a in granted)
+    assert not any(a.startswith("iam:") and a != "iam:CreateServiceLinkedRole" for a in granted)
+    # Everything granted is used (or is implied by a call: tags at creation, spot's role).
+    implied = {
+        "ec2:CreateTags",  # tags given at creation (TagSpecifications)
+        "iam:CreateServiceLinkedRole",  # the first spot request of an account
+        "ec2:DescribeInstanceTypeOfferings",  # after a capacity error: zones to try next
+        "s3:AbortMultipartUpload",  # boto3 cleans up a failed multipart upload
+    }
+    assert granted - needed - implied == set()
