@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-MAX_PANELS = 12
-"""Time-series panels per machine figure: beyond this, one repeat per worker count."""
+MAX_SERIES = 8
+"""Time-series lines per machine figure (one per worker count), so it stays readable."""
 
 DPI = 90
 
@@ -42,9 +42,12 @@ def render_plots(run: rpt.RunData, summary: pd.DataFrame, out_dir: Path) -> list
     if not summary.empty:
         estimated = bool(summary["estimate"].any())
         est = " (costs are estimates)" if estimated else ""
-        save(throughput_figure(summary), "throughput.png",
-             "Throughput vs workers per machine (median over repeats; dots are single repeats, "
-             "hollow markers oversubscribed, ★ the knee)")  # fmt: skip
+        save(
+            throughput_figure(summary),
+            "throughput.png",
+            "Throughput vs workers per machine (median over repeats; dots are single repeats, "
+            "hollow markers oversubscribed, ★ the knee)",
+        )
         save(
             efficiency_figure(summary),
             "efficiency.png",
@@ -103,8 +106,15 @@ def _line_with_oversubscription(ax: Axes, group: pd.DataFrame, y: str, label: st
     colour = line.get_color()
     over = group[group["oversubscribed"]]
     if not over.empty:
-        ax.plot(over["workers"], over[y], linestyle="none", marker="o", markersize=9,
-                markerfacecolor="white", markeredgecolor=colour)  # fmt: skip
+        ax.plot(
+            over["workers"],
+            over[y],
+            linestyle="none",
+            marker="o",
+            markersize=9,
+            markerfacecolor="white",
+            markeredgecolor=colour,
+        )
     return colour
 
 
@@ -116,8 +126,14 @@ def throughput_figure(summary: pd.DataFrame) -> Figure:
         colour = _line_with_oversubscription(ax, group, "units_per_s", label)
         knee = knee_of[(str(group["machine"].iloc[0]), str(group["ran_on"].iloc[0]))]
         if knee.reached and knee.workers is not None:
-            ax.plot([knee.workers], [knee.units_per_s], marker="*", markersize=16, color=colour,
-                    linestyle="none")  # fmt: skip
+            ax.plot(
+                [knee.workers],
+                [knee.units_per_s],
+                marker="*",
+                markersize=16,
+                color=colour,
+                linestyle="none",
+            )
     ax.set_ylabel("units/s (median)")
     ax.set_title("Throughput vs workers")
     _workers_axis(ax, summary)
@@ -140,8 +156,13 @@ def efficiency_figure(summary: pd.DataFrame) -> Figure:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
     else:
-        ax.text(0.5, 0.5, "no 1-worker baseline: efficiency unknown", ha="center",
-                transform=ax.transAxes)  # fmt: skip
+        ax.text(
+            0.5,
+            0.5,
+            "no 1-worker baseline: efficiency unknown",
+            ha="center",
+            transform=ax.transAxes,
+        )
     return fig
 
 
@@ -154,13 +175,25 @@ def cost_figure(summary: pd.DataFrame) -> Figure:
     for label, group in _groups(known):
         ax.scatter(group["units_per_s"], group["cost_per_million_units"], label=label, s=30)
         for r in group.to_dict("records"):
-            ax.annotate(f"{r['workers']}", (r["units_per_s"], r["cost_per_million_units"]),
-                        textcoords="offset points", xytext=(4, 4), fontsize=7)  # fmt: skip
+            ax.annotate(
+                f"{r['workers']}",
+                (r["units_per_s"], r["cost_per_million_units"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+            )
     front = known[known["pareto"]].sort_values("units_per_s")
     if not front.empty:
-        ax.plot(front["units_per_s"], front["cost_per_million_units"], color="black",
-                linewidth=1.2, marker="D", markerfacecolor="none", markersize=10,
-                label="Pareto front")  # fmt: skip
+        ax.plot(
+            front["units_per_s"],
+            front["cost_per_million_units"],
+            color="black",
+            linewidth=1.2,
+            marker="D",
+            markerfacecolor="none",
+            markersize=10,
+            label="Pareto front",
+        )
     estimated = bool(known["estimate"].any()) if not known.empty else False
     ax.set_xlabel("units/s (median)")
     ax.set_ylabel("USD per million units" + (" (estimate)" if estimated else ""))
@@ -186,18 +219,24 @@ def memory_figure(summary: pd.DataFrame) -> Figure:
 
 
 def _pick_trials(group: pd.DataFrame) -> pd.DataFrame:
-    """All trials when few; else the first repeat of each worker count, thinned evenly."""
-    chosen = group.sort_values(["workers", "repeat"], na_position="last")
-    if len(chosen) > MAX_PANELS:
-        chosen = chosen.drop_duplicates("workers", keep="first")
-    if len(chosen) > MAX_PANELS:
-        step = math.ceil(len(chosen) / MAX_PANELS)
+    """One trial per worker count (its first repeat that finished ok, else its first), at most
+    ``MAX_SERIES`` of them spread evenly over the worker counts."""
+    ordered = group.assign(_bad=group["status"] != rpt.OK).sort_values(
+        ["workers", "_bad", "repeat"], na_position="last"
+    )
+    chosen = ordered.drop_duplicates("workers", keep="first")
+    if len(chosen) > MAX_SERIES:
+        step = math.ceil(len(chosen) / MAX_SERIES)
         chosen = chosen.iloc[::step]
     return chosen
 
 
 def timeseries_figure(run: rpt.RunData, group: pd.DataFrame) -> Figure | None:
-    """Small multiples, one panel per trial: RSS (left axis) and CPU % (right axis) over time."""
+    """RSS (top) and CPU % (bottom) over time, one line per worker count, for one machine.
+
+    Two shared panels rather than one panel per trial: the lines are directly
+    comparable, and the figure stays cheap to draw however many trials ran.
+    """
     import pandas as pd
 
     series = []
@@ -213,22 +252,23 @@ def timeseries_figure(run: rpt.RunData, group: pd.DataFrame) -> Figure | None:
             series.append((r, frame))
     if not series:
         return None
-    cols = min(3, len(series))
-    rows = math.ceil(len(series) / cols)
-    fig = _new_figure(3.6 * cols, 2.4 * rows)
-    for i, (r, frame) in enumerate(series):
-        ax = fig.add_subplot(rows, cols, i + 1)
-        ax.plot(frame["t"], frame["rss_bytes"] / 2**20, color="tab:blue", linewidth=1)
-        ax.set_ylabel("RSS MiB", color="tab:blue", fontsize=8)
-        ax.set_ylim(bottom=0)
-        cpu = ax.twinx()
-        cpu.plot(frame["t"], frame["cpu_percent"], color="tab:orange", linewidth=1)
-        cpu.set_ylabel("CPU %", color="tab:orange", fontsize=8)
-        cpu.set_ylim(bottom=0)
+    fig = _new_figure(7.0, 5.5)
+    rss, cpu = fig.subplots(2, 1, sharex=True)
+    for r, frame in series:
         status = "" if r["status"] == rpt.OK else f" [{r['status']}]"
-        ax.set_title(f"{r['workers']} workers, repeat {r['repeat']}{status}", fontsize=9)
-        ax.set_xlabel("s", fontsize=8)
-        ax.tick_params(labelsize=7)
-        cpu.tick_params(labelsize=7)
-    fig.suptitle(rpt.machine_label(group["machine"].iloc[0], group["ran_on"].iloc[0]))
+        label = f"{r['workers']} workers, repeat {r['repeat']}{status}"
+        rss.plot(frame["t"], frame["rss_bytes"] / 2**20, linewidth=1.2, label=label)
+        cpu.plot(frame["t"], frame["cpu_percent"], linewidth=1.2, label=label)
+    rss.set_ylabel("RSS (MiB)")
+    rss.set_ylim(bottom=0)
+    rss.grid(True, alpha=0.3)
+    rss.legend(fontsize="x-small", ncols=2)
+    cpu.set_ylabel("CPU % (100 = one core)")
+    cpu.set_ylim(bottom=0)
+    cpu.set_xlabel("seconds since the trial started")
+    cpu.grid(True, alpha=0.3)
+    fig.suptitle(
+        "Memory and CPU over time: "
+        + rpt.machine_label(group["machine"].iloc[0], group["ran_on"].iloc[0])
+    )
     return fig

@@ -390,7 +390,7 @@ def build_report(run: RunData) -> Report:
     summary = summarise(run.trials)
     knee_of = knees(summary)
     headlines = _headlines(run, summary, knee_of)
-    tables = [_results_table(summary), _knee_table(summary, knee_of), _memory_table(summary)]
+    tables = [] if summary.empty else [_results_table(summary), _machine_table(summary, knee_of)]
     failed = _failed_table(run.trials)
     if failed is not None:
         tables.append(failed)
@@ -457,115 +457,104 @@ def _headlines(
 
 
 def _results_table(summary: pd.DataFrame) -> Table:
-    headers = [
-        "machine",
-        "ran on",
-        "workers",
-        "repeats",
-        "units/s",
-        "units/s/vCPU",
-        "efficiency",
-        "peak RSS",
-        "CPU util",
-        "leak",
-        "$/hour",
-        "$/M units",
-        "notes",
-    ]
+    show_ran_on, title_note = _ran_on_column(summary)
+    all_estimates = bool(summary["estimate"].all())
+    cost_header = "$/M units" + (EST if all_estimates else "")
     rows = []
     for r in summary.to_dict("records"):
         flags = {name for name in ("oversubscribed", "estimate", "pareto") if r[name]}
-        if r["failed"]:
-            flags.add("failed")
         notes = []
         if r["oversubscribed"]:
             notes.append("oversubscribed")
         if r["pareto"]:
-            notes.append("Pareto front")
+            notes.append("Pareto")
         if r["failed"]:
+            flags.add("failed")
             notes.append(f"{r['failed']} failed")
-        rows.append(
-            Row(
-                cells=[
-                    str(r["machine"]),
-                    str(r["ran_on"]),
-                    str(r["workers"]),
-                    str(r["repeats"]),
-                    fmt_rate(r["units_per_s"]),
-                    fmt_rate(r["units_per_s_per_vcpu"]),
-                    fmt_pct(r["efficiency"]),
-                    fmt_bytes(r["peak_rss_bytes"]),
-                    fmt_pct(r["cpu_utilisation"]),
-                    str(r["leak_verdict"]),
-                    fmt_usd(r["price_per_hour"]),
-                    fmt_usd(r["cost_per_million_units"], estimate=bool(r["estimate"])),
-                    ", ".join(notes),
-                ],
-                flags=frozenset(flags),
-            )
-        )
+        cells = {
+            "machine": str(r["machine"]),
+            "ran on": str(r["ran_on"]),
+            "workers": str(r["workers"]),
+            "n": str(r["repeats"]),
+            "units/s": fmt_rate(r["units_per_s"]),
+            "per vCPU": fmt_rate(r["units_per_s_per_vcpu"]),
+            "eff.": fmt_pct(r["efficiency"]),
+            "peak RSS": fmt_bytes(r["peak_rss_bytes"]),
+            "CPU": fmt_pct(r["cpu_utilisation"]),
+            "leak": str(r["leak_verdict"]),
+            cost_header: fmt_usd(
+                r["cost_per_million_units"], estimate=bool(r["estimate"]) and not all_estimates
+            ),
+            "notes": ", ".join(notes),
+        }
+        if not show_ran_on:
+            del cells["ran on"]
+        rows.append(Row(list(cells.values()), frozenset(flags)))
+    headers = list(cells)
     notes = [
-        "Median over the repeats that finished ok; peak RSS is the max over them.",
-        "efficiency = units/s ÷ (workers × units/s at 1 worker on the same machine); "
-        "– when there is no 1-worker baseline.",
+        "n = repeats that finished ok; every figure is their median, except peak RSS (their max).",
+        "eff. = efficiency = units/s ÷ (workers × units/s at 1 worker on the same machine), "
+        "– without a 1-worker baseline; CPU = mean utilisation of the host's cores.",
         "$/M units = $/hour ÷ (units/s × 3600) × 1e6; (est.) marks an estimate.",
-        "Pareto front: no other row is both faster and cheaper per unit.",
+        "Pareto: no other row is both faster and cheaper per unit.",
     ]
-    return Table("Results per machine and worker count", headers, rows, notes)
+    return Table("Results per machine and worker count" + title_note, headers, rows, notes)
 
 
-def _knee_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) -> Table:
+def _ran_on_column(summary: pd.DataFrame) -> tuple[bool, str]:
+    """Whether to show the "ran on" column, or a title note when all trials ran on one host."""
+    elsewhere = summary["machine"].astype(str) != summary["ran_on"].astype(str)
+    if not elsewhere.any():
+        return False, ""
+    hosts = sorted({str(h) for h in summary["ran_on"]})
+    if elsewhere.all() and len(hosts) == 1:
+        return False, f" (all trials ran on {hosts[0]})"
+    return True, ""
+
+
+def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) -> Table:
+    show_ran_on, title_note = _ran_on_column(summary)
+    memory = {
+        (str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary).to_dict("records")
+    }
     rows = []
     for (machine, ran_on), knee in knee_of.items():
         group = summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]
         best = group.loc[group["units_per_s"].idxmax()]
-        rows.append(
-            Row(
-                [
-                    machine,
-                    ran_on,
-                    ", ".join(str(w) for w in sorted(group["workers"])),
-                    knee.describe(sorted(group["workers"])),
-                    fmt_rate(knee.units_per_s),
-                    f"{fmt_rate(best['units_per_s'])} at {int(best['workers'])}",
-                ]
-            )
-        )
-    note = (
-        f"The knee is the smallest worker count that no larger tested count beats by more "
-        f"than {KNEE_GAIN:.0%} in median units/s."
-    )
+        tested = sorted(int(w) for w in group["workers"])
+        peak = memory[(machine, ran_on)]
+        where = f" at {int(peak['workers'])}" if _finite(peak["workers"]) else ""
+        cells = [
+            machine,
+            ran_on,
+            str(best["vcpus"]) if best["vcpus"] is not None else DASH,
+            fmt_usd(best["price_per_hour"]),
+            ", ".join(map(str, tested)),
+            knee.describe(tested),
+            f"{fmt_rate(best['units_per_s'])} at {int(best['workers'])}",
+            fmt_bytes(peak["peak_rss_bytes"]) + where,
+        ]
+        rows.append(Row(cells if show_ran_on else cells[:1] + cells[2:]))
     headers = [
         "machine",
         "ran on",
+        "vCPUs",
+        "$/hour",
         "workers tested",
         "scaling stops at",
-        "units/s there",
         "best units/s",
+        "peak RSS",
     ]
-    return Table("Where scaling stops", headers, rows, [note])
-
-
-def _memory_table(summary: pd.DataFrame) -> Table:
-    rows = [
-        Row(
-            [
-                str(r["machine"]),
-                str(r["ran_on"]),
-                fmt_bytes(r["peak_rss_bytes"]),
-                DASH
-                if r["workers"] is None or not _finite(r["workers"])
-                else str(int(r["workers"])),
-            ]
-        )
-        for r in peak_memory(summary).to_dict("records")
+    if not show_ran_on:
+        headers.remove("ran on")
+    notes = [
+        f"Scaling stops at the smallest worker count that no larger tested count beats by more "
+        f"than {KNEE_GAIN:.0%} in median units/s (the knee).",
+        "vCPUs of the host the trials ran on; $/hour is the catalog price of the planned machine "
+        "at launch.",
+        "Peak RSS: the kernel's high-water mark of the trial process (VmHWM), max over trials.",
     ]
-    return Table(
-        "Peak memory per machine",
-        ["machine", "ran on", "peak RSS", "at workers"],
-        rows,
-        ["Kernel high-water mark of the trial process (VmHWM), max over its trials."],
-    )
+    return Table("Per machine: where scaling stops, peak memory" + title_note, headers, rows, notes)
 
 
 def _failed_table(trials: pd.DataFrame) -> Table | None:
@@ -654,25 +643,43 @@ def _plan_table(sweep: dict[str, Any]) -> Table | None:
 _ROW_STYLE = {"failed": "red", "oversubscribed": "yellow", "pareto": "bold green"}
 
 
+_NUMERIC = frozenset(
+    {"workers", "n", "units/s", "per vCPU", "eff.", "peak RSS", "CPU", "vCPUs", "trials", "repeat"}
+)
+
+
 def render_console(report: Report, console: Console) -> None:
+    """Compact tables (no vertical rules) so the main one fits a 100-column terminal."""
+    from rich import box
     from rich.table import Table as RichTable
 
     console.print(f"[bold]{_rich_escape(report.title)}[/bold]")
     for line in report.headlines:
-        console.print(f"  {_rich_escape(line)}")
+        console.print(f"• {_rich_escape(line)}")
     for table in report.tables:
         rich_table = RichTable(
             title=table.title,
-            caption="\n".join(table.notes),
-            caption_justify="left",
-            show_lines=False,
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            collapse_padding=True,
+            title_justify="left",
+            title_style="bold",
         )
         for header in table.headers:
-            rich_table.add_column(header, overflow="fold")
+            numeric = header in _NUMERIC or header.startswith("$")
+            rich_table.add_column(
+                header,
+                justify="right" if numeric else "left",
+                no_wrap=header == "machine",
+                overflow="fold",
+            )
         for row in table.rows:
             style = next((s for f, s in _ROW_STYLE.items() if f in row.flags), None)
             rich_table.add_row(*(_rich_escape(c) for c in row.cells), style=style)
         console.print(rich_table)
+        for note in table.notes:
+            console.print(f"[dim]{_rich_escape(note)}[/dim]")
+        console.print()
 
 
 def _rich_escape(text: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -41,10 +42,19 @@ def write_store(
     for given in trials:
         row: dict[str, Any] = dict.fromkeys(TRIAL_COLUMNS)
         row.update(
-            sweep_id=run_dir.name, provider="gcp", vcpus=4, memory_gib=16.0, repeat=0,
-            status="ok", leak_verdict="ok", cpu_utilisation=0.5, price_per_hour=1.0,
-            seconds=2.0, oversubscribed=False, peak_rss_bytes=100 * 2**20,
-        )  # fmt: skip
+            sweep_id=run_dir.name,
+            provider="gcp",
+            vcpus=4,
+            memory_gib=16.0,
+            repeat=0,
+            status="ok",
+            leak_verdict="ok",
+            cpu_utilisation=0.5,
+            price_per_hour=1.0,
+            seconds=2.0,
+            oversubscribed=False,
+            peak_rss_bytes=100 * 2**20,
+        )
         row.update(given)
         row["ran_on"] = row["ran_on"] or row["machine"]
         row["trial_id"] = row["trial_id"] or f"{row['machine']}-w{row['workers']}-r{row['repeat']}"
@@ -82,12 +92,20 @@ def write_store(
 def scaling_trials(machine: str, price: float, rates: dict[int, list[float]], **extra: Any):
     """Trials of one machine: ``rates`` maps workers to the units/s of each repeat."""
     return [
-        {"machine": machine, "workers": w, "repeat": r, "units_per_s": ups,
-         "price_per_hour": price, "peak_rss_bytes": (100 + 10 * w + r) * 2**20,
-         "cpu_utilisation": 0.1 * w + 0.01 * r, "leak_verdict": "ok", **extra}
+        {
+            "machine": machine,
+            "workers": w,
+            "repeat": r,
+            "units_per_s": ups,
+            "price_per_hour": price,
+            "peak_rss_bytes": (100 + 10 * w + r) * 2**20,
+            "cpu_utilisation": 0.1 * w + 0.01 * r,
+            "leak_verdict": "ok",
+            **extra,
+        }
         for w, reps in rates.items()
         for r, ups in enumerate(reps)
-    ]  # fmt: skip
+    ]
 
 
 # n2: fast but expensive, stops scaling at 4; e2: slower, cheaper per unit.
@@ -101,11 +119,17 @@ def two_machines(tmp_path: Path) -> Path:
     return write_store(tmp_path / "sweep-a", trials)
 
 
-def md_rows(md: str, title: str) -> list[str]:
-    """The table rows (header and rule excluded) of one section of report.md."""
-    section = md.split(f"## {title}\n")[1].split("\n## ")[0]
-    rows = [line for line in section.splitlines() if line.startswith("|")]
-    return rows[2:]
+def md_table(md: str, title: str) -> list[dict[str, str]]:
+    """The rows of the table under the report.md heading starting with ``title``, by header."""
+    section = md.split(f"\n## {title}")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+
+    headers = cells(lines[0])
+    rows = [dict(zip(headers, cells(line), strict=True)) for line in lines[2:]]
+    return rows
 
 
 def console_text(run_dir: Path) -> str:
@@ -237,8 +261,14 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
     assert html_path == two_machines / "report.html"
     md = (two_machines / "report.md").read_text()
     plots = {p.name for p in (two_machines / "plots").glob("*.png")}
-    assert {"throughput.png", "efficiency.png", "cost_vs_throughput.png", "peak_memory.png",
-            "timeseries_n2-highcpu-8.png", "timeseries_e2-standard-4.png"} <= plots  # fmt: skip
+    assert {
+        "throughput.png",
+        "efficiency.png",
+        "cost_vs_throughput.png",
+        "peak_memory.png",
+        "timeseries_n2-highcpu-8.png",
+        "timeseries_e2-standard-4.png",
+    } <= plots
     for png in (two_machines / "plots").glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(plots/{png.name})" in md
@@ -247,15 +277,29 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
     for src in checker.images:
         assert (two_machines / src).is_file()
     text = " ".join(checker.text)
-    assert "Results per machine and worker count" in text and "Where scaling stops" in text
-    assert "| e2-standard-4 | e2-standard-4 | 4 | 3 | 235 |" in md
+    assert "Results per machine and worker count" in text and "where scaling stops" in text
+    rows = md_table(md, "Results per machine and worker count")
+    e2_4 = next(r for r in rows if r["machine"] == "e2-standard-4" and r["workers"] == "4")
+    assert (e2_4["n"], e2_4["units/s"], e2_4["$/M units"]) == ("3", "235", "$0.154")
+    assert "ran on" not in e2_4  # every trial ran where it was planned
+    (n2,) = [r for r in md_table(md, "Per machine") if r["machine"] == "n2-highcpu-8"]
+    assert n2["scaling stops at"] == "4 workers" and n2["peak RSS"] == "182 MiB at 8"
+    assert n2["$/hour"] == "$0.29" and n2["workers tested"] == "1, 2, 4, 8"
 
 
 def test_text_is_escaped_in_html_and_markdown(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script> | *x*"
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [150]})
-    trials.append({"machine": "n2-highcpu-8", "workers": 2, "repeat": 1, "units_per_s": None,
-                   "status": "failed", "error": evil})  # fmt: skip
+    trials.append(
+        {
+            "machine": "n2-highcpu-8",
+            "workers": 2,
+            "repeat": 1,
+            "units_per_s": None,
+            "status": "failed",
+            "error": evil,
+        }
+    )
     run = write_store(tmp_path / "evil", trials)
     html_text = report.write_report(run).read_text()
     assert "<script>" not in html_text
@@ -280,20 +324,33 @@ def test_local_runs_label_every_cost_as_an_estimate(tmp_path: Path) -> None:
     assert "an estimate" in text and "ran on local" in text
     report.write_report(run)
     md = (run / "report.md").read_text()
-    rows = md_rows(md, "Results per machine and worker count")
+    assert "## Results per machine and worker count (all trials ran on local)" in md
+    rows = md_table(md, "Results per machine and worker count")
     assert len(rows) == 3
-    for line in rows:
-        assert "(est.)" in line
+    for row in rows:  # the whole column is labelled
+        assert row["$/M units (est.)"].startswith("$")
     assert "Estimates: trials ran on local" in md
     assert "(est.)" in (run / "report.html").read_text()
+
+
+def test_mixed_hosts_label_each_estimated_cost(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [190]})
+    trials += scaling_trials("c2-standard-60", 3.0, {1: [120], 2: [230]}, ran_on="local")
+    run = write_store(tmp_path / "mixed", trials)
+    report.write_report(run)
+    rows = md_table((run / "report.md").read_text(), "Results per machine and worker count")
+    for row in rows:
+        estimated = row["machine"] == "c2-standard-60"
+        assert row["ran on"] == ("local" if estimated else "n2-highcpu-8")
+        assert row["$/M units"].endswith("(est.)") == estimated
 
 
 def test_measured_costs_are_not_labelled_estimates(two_machines: Path) -> None:
     report.write_report(two_machines)
     md = (two_machines / "report.md").read_text()
-    rows = md_rows(md, "Results per machine and worker count")
+    rows = md_table(md, "Results per machine and worker count")
     assert len(rows) == len(N2) + len(E2)
-    assert not any("(est.)" in line for line in rows)
+    assert not any("(est.)" in cell for row in rows for cell in [*row, *row.values()])
     assert "Estimates:" not in md
 
 
@@ -303,13 +360,24 @@ def test_plan_figures_are_labelled_estimates(tmp_path: Path) -> None:
         "status": "done",
         "plan": {
             "vms": [
-                {"machine": {"name": "n2-highcpu-80"}, "provider": "gcp", "zone": "us-central1-a",
-                 "spot": False, "trials": [{}, {}, {}],
-                 "estimate": {"boot_s": 40, "bootstrap_s": 60, "staging_s": 10, "trials_s": 30,
-                              "teardown_s": 20, "price_per_hour": 2.87}},
+                {
+                    "machine": {"name": "n2-highcpu-80"},
+                    "provider": "gcp",
+                    "zone": "us-central1-a",
+                    "spot": False,
+                    "trials": [{}, {}, {}],
+                    "estimate": {
+                        "boot_s": 40,
+                        "bootstrap_s": 60,
+                        "staging_s": 10,
+                        "trials_s": 30,
+                        "teardown_s": 20,
+                        "price_per_hour": 2.87,
+                    },
+                },
             ]
         },
-    }  # fmt: skip
+    }
     run = write_store(tmp_path / "p", scaling_trials("n2-highcpu-80", 2.87, {1: [10]}), sweep)
     text = console_text(run)
     assert "Plan (estimates)" in text
@@ -324,9 +392,8 @@ def test_oversubscribed_rows_are_marked(tmp_path: Path) -> None:
     run = write_store(tmp_path / "over", trials)
     report.write_report(run)
     md = (run / "report.md").read_text()
-    rows = md_rows(md, "Results per machine and worker count")
-    marked = [line for line in rows if "oversubscribed" in line]
-    assert [line.split("|")[3].strip() for line in marked] == ["4"]
+    rows = md_table(md, "Results per machine and worker count")
+    assert [r["workers"] for r in rows if "oversubscribed" in r["notes"]] == ["4"]
     assert 'class="oversubscribed' in (run / "report.html").read_text()
 
 
@@ -335,8 +402,16 @@ def test_oversubscribed_rows_are_marked(tmp_path: Path) -> None:
 
 def test_failed_trials_are_left_out_of_the_medians(tmp_path: Path) -> None:
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100, 120], 2: [190]})
-    trials.append({"machine": "n2-highcpu-8", "workers": 1, "repeat": 2, "units_per_s": 5.0,
-                   "status": "memory_budget_exceeded", "error": "peak 9 GiB > 8 GiB"})  # fmt: skip
+    trials.append(
+        {
+            "machine": "n2-highcpu-8",
+            "workers": 1,
+            "repeat": 2,
+            "units_per_s": 5.0,
+            "status": "memory_budget_exceeded",
+            "error": "peak 9 GiB > 8 GiB",
+        }
+    )
     run = write_store(tmp_path / "f", trials)
     summary = report.summarise(report.load_run(run).trials)
     one = summary[summary.workers == 1].iloc[0]
@@ -346,8 +421,15 @@ def test_failed_trials_are_left_out_of_the_medians(tmp_path: Path) -> None:
 
 
 def test_all_trials_failed_still_reports(tmp_path: Path) -> None:
-    trials = [{"machine": "n2-highcpu-8", "workers": 1, "units_per_s": None, "status": "failed",
-               "error": "boom"}]  # fmt: skip
+    trials = [
+        {
+            "machine": "n2-highcpu-8",
+            "workers": 1,
+            "units_per_s": None,
+            "status": "failed",
+            "error": "boom",
+        }
+    ]
     run = write_store(tmp_path / "allfail", trials)
     text = console_text(run)
     assert "No trial finished ok" in text and "boom" in text
@@ -363,8 +445,8 @@ def test_single_worker_count_and_missing_baseline(tmp_path: Path) -> None:
     text = console_text(run)
     assert "one worker count tested" in text
     report.write_report(run)
-    (row,) = md_rows((run / "report.md").read_text(), "Results per machine and worker count")
-    assert row.split("|")[7].strip() == report.DASH  # the efficiency column
+    (row,) = md_table((run / "report.md").read_text(), "Results per machine and worker count")
+    assert row["eff."] == report.DASH
 
 
 def test_empty_store_is_a_one_line_error(tmp_path: Path) -> None:
