@@ -22,7 +22,8 @@ returns; ``CLOUDPROF_SSH_USER`` the login user; ``CLOUDPROF_SSH_KEY`` a client
 private key to use instead of a generated one; ``CLOUDPROF_SSH_HOST_KEY`` a host
 private key to use instead of a generated one (for an sshd already running with
 it, as in the tests); ``CLOUDPROF_SSH_WORKDIR`` the directory on the host that
-holds cloudprof's files (default ``~/.cloudprof``).
+holds cloudprof's files (default ``~/.cloudprof``); ``CLOUDPROF_SSH_PYTHON`` the
+host's interpreter the bootstrap venv is built from (default ``python3``).
 
 paramiko and cryptography are imported inside functions: the CLI must start
 without them.
@@ -70,6 +71,7 @@ ENV_USER = "CLOUDPROF_SSH_USER"
 ENV_KEY = "CLOUDPROF_SSH_KEY"
 ENV_HOST_KEY = "CLOUDPROF_SSH_HOST_KEY"
 ENV_WORKDIR = "CLOUDPROF_SSH_WORKDIR"
+ENV_PYTHON = "CLOUDPROF_SSH_PYTHON"
 
 STARTUP_TEMPLATE = Path(__file__).resolve().parent.parent / "infra" / "startup.sh"
 # Files the startup script writes; the bootstrap waits for "done" when "started" exists.
@@ -83,6 +85,7 @@ PUBLIC_KEY_RE = re.compile(
 WHEEL_DIST = "cloudprof_workloads"  # the wheel's distribution name (not "cloudprof": no clash)
 WHEEL_DEPS = ("numpy", "pyarrow", "psutil")  # the data plane's only run-time dependencies
 TAIL_LINES = 20
+REFUSED_GRACE_S = 3.0  # how long a host that is not booting may refuse connections
 
 
 # --------------------------------------------------------------------------- keys
@@ -260,6 +263,7 @@ class SshTarget:
     key_file: Path | None  # None: ssh-agent / ~/.ssh default keys (user hosts only)
     known_keys: list[str]  # accepted host public lines; empty: ~/.ssh/known_hosts
     booting: bool = False  # a VM still booting: retry host-key/auth failures until timeout
+    python: str | None = None  # interpreter the venv is built from (else $CLOUDPROF_SSH_PYTHON)
 
     @property
     def label(self) -> str:
@@ -278,7 +282,9 @@ class _Transient(Exception):
 def parse_endpoint(text: str) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port`` or ``host`` (port 22)."""
     text = text.strip()
-    m = re.match(r"^\[([^\]]+)\](?::(\d+))?$", text) or re.match(r"^([^:\[\]]+)(?::(\d+))?$", text)
+    m = re.match(r"^\[([0-9A-Fa-f:.]+)\](?::(\d+))?$", text) or re.match(
+        r"^([A-Za-z0-9._-]+)(?::(\d+))?$", text
+    )
     if not m:
         raise UsageError(f"invalid SSH endpoint {text!r}: use host:port")
     port = int(m.group(2) or 22)
@@ -398,6 +404,9 @@ def open_ssh(target: SshTarget, timeout: float = 300) -> SshExecutor:
         except _Transient as exc:
             last = exc
         remaining = deadline - time.monotonic()
+        if not target.booting and last.reason == "connection refused":
+            # A host that is up but refuses SSH is misconfigured, not booting.
+            remaining = min(remaining, start + REFUSED_GRACE_S - time.monotonic())
         if remaining <= 0:
             if last.final is not None:
                 raise last.final
@@ -487,7 +496,10 @@ class SshExecutor(Executor):
         self._running: set[int] = set()  # remote pids of commands in flight
         self.home = self._sftp_client().normalize(".")
         self.workdir = os.environ.get(ENV_WORKDIR) or f"{self.home}/.cloudprof"
-        self.python = "python3"
+        # The host's interpreter the bootstrap venv is made from; ``python`` becomes
+        # the venv's own interpreter once ``ensure_workloads`` ran.
+        self.base_python = target.python or os.environ.get(ENV_PYTHON) or "python3"
+        self.python = self.base_python
         self.last_bootstrap: str | None = None  # "installed" | "reused"
 
     # -- plumbing
@@ -579,23 +591,14 @@ class SshExecutor(Executor):
                                     err.feed(pending_err)
                         else:
                             err.feed(data)
+                    # status_event is also set when the channel closes without a status,
+                    # which is what a dropped connection looks like: told apart below.
                     if (
-                        chan.exit_status_ready()
+                        (chan.status_event.is_set() or chan.closed)
                         and not chan.recv_ready()
                         and not chan.recv_stderr_ready()
                     ):
                         break
-                    if not busy and not self._transport_alive():
-                        raise ConnectionLostError(
-                            f"SSH connection to {self.target.label} lost while running {argv[0]}"
-                        )
-                    if chan.closed and not chan.exit_status_ready():
-                        time.sleep(0.2)  # a dying transport closes its channels first
-                        if self._transport_alive():
-                            break  # the remote shell itself was killed: no exit status
-                        raise ConnectionLostError(
-                            f"SSH connection to {self.target.label} lost while running {argv[0]}"
-                        )
                 if deadline is not None and time.monotonic() > deadline:
                     self._kill(pid)
                     raise RemoteCommandError(
@@ -603,7 +606,15 @@ class SshExecutor(Executor):
                     )
                 if not busy:
                     time.sleep(0.01)
-            code = chan.exit_status if chan.exit_status_ready() else -1
+            if chan.exit_status != -1:  # paramiko's value until an exit-status arrives
+                code = chan.exit_status
+            else:
+                time.sleep(0.2)  # a dying transport closes its channels before it stops
+                if not self._transport_alive():
+                    raise ConnectionLostError(
+                        f"SSH connection to {self.target.label} lost while running {argv[0]}"
+                    )
+                code = -1  # the remote shell itself was killed: sshd sent no status
         except KeyboardInterrupt:
             self._kill(pid)
             raise
@@ -624,7 +635,13 @@ class SshExecutor(Executor):
         """Stop a remote command and its process group (best effort)."""
         if pid is None or pid <= 0 or not self._transport_alive():
             return
-        script = 'kill -TERM -- "-$1" 2>/dev/null || kill -TERM "$1" 2>/dev/null; exit 0'
+        # TERM to the command's process group (the remote shell leads it), KILL
+        # what is left after 3 s. `kill -SIG -PGID` is the form dash and bash accept.
+        script = (
+            'kill -TERM -"$1" 2>/dev/null || kill -TERM "$1" 2>/dev/null; i=0; '
+            'while kill -0 -"$1" 2>/dev/null && [ "$i" -lt 30 ]; do sleep 0.1; i=$((i+1)); done; '
+            'kill -KILL -"$1" 2>/dev/null; exit 0'
+        )
         with contextlib.suppress(Exception):
             chan = self._transport().open_session()
             chan.exec_command(shlex.join(["sh", "-c", script, "sh", str(pid)]))
@@ -732,7 +749,17 @@ class SshExecutor(Executor):
                 remote_wheel = f"{self.workdir}/wheels/{wheel.name}"
                 self.put(wheel, remote_wheel)
                 self.check(
-                    ["sh", "-c", _INSTALL_SCRIPT, "sh", self.workdir, env, digest, remote_wheel],
+                    [
+                        "sh",
+                        "-c",
+                        _INSTALL_SCRIPT,
+                        "sh",
+                        self.workdir,
+                        env,
+                        digest,
+                        remote_wheel,
+                        self.base_python,
+                    ],
                     what="installing the workloads wheel",
                     timeout=1800,
                 )
@@ -771,24 +798,29 @@ fi
 exit 1
 """
 
-# $1 workdir, $2 env dir, $3 hash, $4 wheel path. Builds the env beside its
+# $1 workdir, $2 env dir, $3 hash, $4 wheel path, $5 base python. Builds the env beside its
 # final name and renames it, so a half-built env is never taken for a good one
 # (and two sweeps bootstrapping one host at once do not trip over each other).
 _INSTALL_SCRIPT = r"""
 set -e
 tmp="$2.tmp-$$"
-rm -rf "$2"
-python3 -m venv --system-site-packages --without-pip "$tmp" 2>/dev/null || true
+"$5" -m venv --system-site-packages --without-pip "$tmp" 2>/dev/null || true
 if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
     rm -rf "$tmp"
-    python3 -m venv --system-site-packages "$tmp" || {
-        echo "python3 cannot create a venv with pip here: install python3-venv python3-pip" >&2
+    "$5" -m venv --system-site-packages "$tmp" || {
+        echo "$5 cannot create a venv with pip here: install python3-venv python3-pip" >&2
         exit 1
     }
 fi
 "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2
 "$tmp/bin/python" -c 'import workloads, numpy, pyarrow, psutil'
-mv -T "$tmp" "$2" 2>/dev/null || { rm -rf "$tmp"; "$2/bin/python" -c 'import workloads'; }
+if ! mv -T "$tmp" "$2" 2>/dev/null; then
+    if "$2/bin/python" -c 'import workloads, numpy, pyarrow, psutil' >/dev/null 2>&1; then
+        rm -rf "$tmp"  # another sweep installed the same wheel meanwhile
+    else
+        rm -rf "$2" && mv -T "$tmp" "$2"  # a broken env (its base python changed?)
+    fi
+fi
 echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) install $3" >> "$1/bootstrap.log"
 """
 

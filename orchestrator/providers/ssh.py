@@ -1,0 +1,291 @@
+"""The ``ssh`` provider: machines the user already has, reached over SSH.
+
+Nothing is created or deleted, so nothing can leak: ``create`` hands back the
+host as an Instance and ``delete`` only closes the connection. The machine's
+size is read from the host itself (``nproc``, ``/proc/meminfo``) rather than
+trusted from a file, and its price is whatever the hosts file says (or none —
+reports then show no cost rather than a made-up one).
+
+Hosts come from a TOML file (``--hosts FILE``) or ``--host user@addr[:port]``.
+The file's schema (README "SSH hosts and remote execution")::
+
+    [[hosts]]
+    name = "bigbox"                 # what --machine and the reports call it (default: address)
+    address = "10.0.0.5"            # required: IP or DNS name
+    port = 22
+    user = "alice"                  # default: the local user name
+    key_file = "~/.ssh/id_ed25519"  # default: --ssh-key / $CLOUDPROF_SSH_KEY / ssh-agent
+    price_per_hour = 1.20           # USD, optional
+    known_host_key = "ssh-ed25519 AAAA..."  # optional; else ~/.ssh/known_hosts
+    python = "/usr/bin/python3"     # optional; interpreter the bootstrap venv is built from
+
+Host keys are always verified: the file's ``known_host_key``, else the user's
+``~/.ssh/known_hosts``. An unknown host is refused with a one-line error that
+says how to add it — never accepted blindly.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.catalog import check_name
+from orchestrator.errors import UsageError
+from orchestrator.providers.base import Executor, Instance, Provider, ProviderOptions, VmRequest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+HOST_KEYS = {
+    "name",
+    "address",
+    "port",
+    "user",
+    "key_file",
+    "price_per_hour",
+    "known_host_key",
+    "python",
+}
+_ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*|[0-9A-Fa-f:]+)$")
+_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
+_SPEC_RE = re.compile(r"^(?:([^@\s]+)@)?(\[[^\]]+\]|[^:@\s]+)(?::(\d+))?$")
+
+# A host that is up but refuses or drops the connection is misconfigured, not
+# booting: give up on it after this long instead of the cloud VMs' minutes.
+CONNECT_TIMEOUT_S = 20.0
+
+
+@dataclass
+class SshHost:
+    """One machine of the user's, as the hosts file or --host describes it."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str | None = None
+    key_file: Path | None = None
+    price_per_hour: float | None = None
+    known_host_key: str | None = None
+    python: str | None = None
+
+
+def _name_from_address(address: str, port: int) -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", address).strip("-._") or "host"
+    return base if port == 22 else f"{base}-{port}"
+
+
+def _check_address(address: str, where: str) -> str:
+    if not _ADDRESS_RE.match(address):
+        raise UsageError(f"{where}: invalid address {address!r}")
+    return address.strip("[]")
+
+
+def _check_port(port: object, where: str) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise UsageError(f"{where}: port must be an integer 1-65535, got {port!r}")
+    return port
+
+
+def _check_user(user: object, where: str) -> str:
+    if not isinstance(user, str) or not _USER_RE.match(user):
+        raise UsageError(f"{where}: invalid user {user!r}")
+    return user
+
+
+def parse_host_spec(text: str) -> SshHost:
+    """``user@addr[:port]`` (``--host``) as an SshHost named after the address."""
+    m = _SPEC_RE.match(text.strip())
+    if not m:
+        raise UsageError(f"invalid --host {text!r}: use user@address[:port]")
+    user, address, port = m.group(1), m.group(2), m.group(3)
+    where = f"--host {text!r}"
+    address = _check_address(address, where)
+    port_no = _check_port(int(port), where) if port else 22
+    return SshHost(
+        name=_name_from_address(address, port_no),
+        address=address,
+        port=port_no,
+        user=_check_user(user, where) if user else None,
+    )
+
+
+def load_hosts_file(path: Path) -> list[SshHost]:
+    """Hosts of a TOML hosts file, validated; every problem is one line naming the file."""
+    from orchestrator.remote import PUBLIC_KEY_RE
+
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read hosts file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"hosts file {path} is not valid TOML: {exc}") from None
+    extra = set(data) - {"hosts"}
+    if extra:
+        raise UsageError(f"hosts file {path}: unknown key(s) {', '.join(sorted(extra))}")
+    entries = data.get("hosts")
+    if not isinstance(entries, list) or not entries:
+        raise UsageError(f"hosts file {path}: no [[hosts]] entries")
+    hosts: list[SshHost] = []
+    for i, entry in enumerate(entries, 1):
+        where = f"hosts file {path}, host #{i}"
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where}: expected a [[hosts]] table")
+        unknown = set(entry) - HOST_KEYS
+        if unknown:
+            raise UsageError(
+                f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
+                f"allowed: {', '.join(sorted(HOST_KEYS))}"
+            )
+        address = entry.get("address")
+        if not isinstance(address, str) or not address:
+            raise UsageError(f"{where}: address is required")
+        address = _check_address(address, where)
+        port = _check_port(entry.get("port", 22), where)
+        name = entry.get("name", _name_from_address(address, port))
+        if not isinstance(name, str):
+            raise UsageError(f"{where}: name must be a string")
+        try:
+            check_name(name, "host name")
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+        user = _check_user(entry["user"], where) if "user" in entry else None
+        key_file = entry.get("key_file")
+        if key_file is not None:
+            if not isinstance(key_file, str) or not key_file:
+                raise UsageError(f"{where}: key_file must be a path")
+            key_path = Path(key_file).expanduser()
+            key_file = key_path if key_path.is_absolute() else Path(path).parent / key_path
+        price = entry.get("price_per_hour")
+        if price is not None and (
+            isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0
+        ):
+            raise UsageError(f"{where}: price_per_hour must be a number >= 0, got {price!r}")
+        known = entry.get("known_host_key")
+        if known is not None and (not isinstance(known, str) or not PUBLIC_KEY_RE.match(known)):
+            raise UsageError(f"{where}: known_host_key must be one OpenSSH public key line")
+        python = entry.get("python")
+        if python is not None and (not isinstance(python, str) or not python):
+            raise UsageError(f"{where}: python must be a path")
+        hosts.append(
+            SshHost(
+                name=name,
+                address=address,
+                port=port,
+                user=user,
+                key_file=key_file,
+                price_per_hour=float(price) if price is not None else None,
+                known_host_key=known,
+                python=python,
+            )
+        )
+    return hosts
+
+
+class SshProvider(Provider):
+    """The user's own machines; cloudprof only logs in, runs trials and copies files."""
+
+    name = "ssh"
+    creates_machines = False
+
+    def __init__(self, options: ProviderOptions) -> None:
+        self.options = options
+        hosts: list[SshHost] = []
+        if options.hosts_file is not None:
+            hosts.extend(load_hosts_file(options.hosts_file))
+        hosts.extend(parse_host_spec(text) for text in options.hosts)
+        self.hosts: dict[str, SshHost] = {}
+        for host in hosts:
+            if host.name in self.hosts:
+                raise UsageError(f"SSH host name {host.name!r} is given twice")
+            self.hosts[host.name] = host
+        self._executors: dict[str, Any] = {}
+
+    def machines(self) -> list[str]:
+        """The host names, in the order given (what ``--machine`` selects from)."""
+        return list(self.hosts)
+
+    def host(self, name: str) -> SshHost:
+        if name not in self.hosts:
+            known = ", ".join(self.hosts) or "none: give --hosts FILE or --host user@addr[:port]"
+            raise UsageError(f"unknown SSH host {name!r}; hosts: {known}")
+        return self.hosts[name]
+
+    def _key_file(self, host: SshHost) -> Path | None:
+        if host.key_file is not None:
+            return host.key_file
+        if self.options.ssh_key is not None:
+            return Path(self.options.ssh_key).expanduser()
+        env = os.environ.get("CLOUDPROF_SSH_KEY")
+        return Path(env).expanduser() if env else None
+
+    def check_credentials(self) -> None:
+        """SSH hosts need no cloud credentials; only the key files must be readable."""
+        if not self.hosts:
+            raise UsageError(
+                "the ssh provider needs hosts: --hosts FILE or --host user@addr[:port]"
+            )
+        for host in self.hosts.values():
+            key = self._key_file(host)
+            if key is not None and not os.access(key, os.R_OK):
+                raise UsageError(f"SSH key {key} of host {host.name} is not readable")
+
+    def create(self, req: VmRequest) -> Instance:
+        host = self.host(req.machine)
+        return Instance(
+            provider=self.name,
+            id=host.name,
+            name=host.name,
+            machine=host.name,
+            state="running",
+            address=host.address,
+            port=host.port,
+            user=host.user or getpass.getuser(),
+            labels=dict(req.labels),
+            facts={"price_per_hour": host.price_per_hour},
+        )
+
+    def _open(self, inst: Instance, timeout: float) -> Executor:
+        from orchestrator.remote import SshTarget, open_ssh
+
+        cached = self._executors.get(inst.id)
+        if cached is not None and cached._transport_alive():
+            return cached
+        host = self.host(inst.id)
+        target = SshTarget(
+            host=host.address,
+            port=host.port,
+            user=inst.user or host.user or getpass.getuser(),
+            key_file=self._key_file(host),
+            known_keys=[host.known_host_key] if host.known_host_key else [],
+            booting=False,
+            python=host.python,
+        )
+        executor = open_ssh(target, min(timeout, CONNECT_TIMEOUT_S))
+        self._executors[inst.id] = executor
+        return executor
+
+    def wait_ready(self, inst: Instance, timeout: float = 600) -> Instance:
+        """Log in once and read the host's size (vcpus, memory_gib) into ``inst.facts``."""
+        executor = self._open(inst, timeout)
+        inst.facts.update(executor.host_facts())  # type: ignore[attr-defined]
+        inst.facts.setdefault("price_per_hour", self.host(inst.id).price_per_hour)
+        return inst
+
+    def connect(self, inst: Instance) -> Executor:
+        return self._open(inst, CONNECT_TIMEOUT_S)
+
+    def delete(self, inst: Instance) -> None:
+        """Nothing to delete on a user's host; close the connection."""
+        executor = self._executors.pop(inst.id, None)
+        if executor is not None:
+            executor.close()
+
+    def list(self, labels: dict[str, str]) -> list[Instance]:
+        return []  # cloudprof never creates anything on SSH hosts

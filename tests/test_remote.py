@@ -1,0 +1,451 @@
+"""Remote execution against a real OpenSSH sshd on loopback (tests/fixtures/sshd.py).
+
+No paramiko mocks: every test logs in to a real sshd, which is what a VM runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import stat
+import subprocess
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from orchestrator import remote
+from orchestrator.errors import (
+    ConnectionLostError,
+    HostKeyError,
+    RemoteCommandError,
+    UnreachableError,
+    UsageError,
+)
+from orchestrator.providers.base import Instance
+from orchestrator.remote import SshKeys, SshTarget, build_workloads_wheel, connect, open_ssh
+from tests.fixtures.sshd import free_port, sshd_env
+
+HOSTILE = ["$(touch {d}/pwned1)", "; touch {d}/pwned2", "`touch {d}/pwned3`", "a'b\"c", "*", "~"]
+
+
+@pytest.fixture
+def vm_env(sshd, monkeypatch, tmp_path):
+    """The settings that make a cloud VM's address land on the loopback sshd."""
+    for key, value in sshd_env(sshd).items():
+        monkeypatch.setenv(key, value)
+    return sshd
+
+
+@pytest.fixture
+def ex(sshd):
+    target = SshTarget(sshd.host, sshd.port, sshd.user, sshd.client_key, [sshd.host_public])
+    executor = open_ssh(target, timeout=20)
+    yield executor
+    executor.close()
+
+
+def _vm(address: str = "203.0.113.7", user: str | None = "cloudprof") -> Instance:
+    return Instance(provider="aws", id="i-0123", name="cp-test", machine="c6i.large",
+                    address=address, user=user)
+
+
+# ------------------------------------------------------------------ keys
+
+
+def test_for_sweep_generates_private_keys_0600_and_reuses_them(tmp_path, monkeypatch):
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path / "run1")
+    assert keys.user_key.parent == tmp_path / "run1" / "keys"
+    for private in (keys.user_key, keys.host_key):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+        # ssh-keygen agrees the file is a valid key, and derives the same public line
+        derived = subprocess.run(["ssh-keygen", "-y", "-f", str(private)], check=True,
+                                 capture_output=True, text=True).stdout.split()[:2]
+        expected = keys.user_public if private == keys.user_key else keys.host_public
+        assert derived == expected.split()[:2]
+        assert derived[0] == "ssh-ed25519"
+    assert keys.user_public.split()[1] != keys.host_public.split()[1]
+    # a resume finds the same keys (the VMs already trust them)
+    again = SshKeys.for_sweep(tmp_path / "run1")
+    assert (again.user_public, again.host_public) == (keys.user_public, keys.host_public)
+    # another sweep gets its own
+    other = SshKeys.for_sweep(tmp_path / "run2")
+    assert other.user_public.split()[1] != keys.user_public.split()[1]
+    keys.remove()
+    assert not (tmp_path / "run1" / "keys").exists()
+
+
+def test_override_keys_are_used_and_never_removed(tmp_path, monkeypatch, sshd):
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.setenv("CLOUDPROF_SSH_HOST_KEY", str(sshd.host_key))
+    keys = SshKeys.for_sweep(tmp_path, override_key=sshd.client_key)
+    assert keys.user_key == sshd.client_key
+    assert keys.user_public.split()[:2] == sshd.client_public.split()[:2]
+    assert keys.host_public.split()[:2] == sshd.host_public.split()[:2]
+    assert keys.generated == []
+    keys.remove()
+    assert sshd.client_key.exists() and sshd.host_key.exists()
+    monkeypatch.setenv("CLOUDPROF_SSH_KEY", str(sshd.client_key))
+    assert SshKeys.for_sweep(tmp_path).user_key == sshd.client_key
+
+
+def test_encrypted_or_bogus_override_key_is_one_line_usage_error(tmp_path):
+    enc = tmp_path / "enc"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(enc)],
+                   check=True)
+    with pytest.raises(UsageError, match="encrypted"):
+        SshKeys.for_sweep(tmp_path / "run", override_key=enc)
+    bogus = tmp_path / "bogus"
+    bogus.write_text("not a key")
+    with pytest.raises(UsageError, match="not a usable SSH private key"):
+        SshKeys.for_sweep(tmp_path / "run", override_key=bogus)
+    with pytest.raises(UsageError, match="cannot read SSH key"):
+        SshKeys.for_sweep(tmp_path / "run", override_key=tmp_path / "missing")
+
+
+# ------------------------------------------------------------------ startup script
+
+
+def _header(script: str) -> str:
+    """The variable assignments of the rendered script (everything before the marker)."""
+    return script.split("# --- end of substituted values ---")[0]
+
+
+def test_startup_script_is_valid_sh_and_carries_the_values(tmp_path, monkeypatch):
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path)
+    script = remote.startup_script(keys, "cloudprof", 1_900_000_000)
+    path = tmp_path / "startup.sh"
+    path.write_text(script)
+    subprocess.run(["sh", "-n", str(path)], check=True)
+    assert not re.search(r"@[A-Z_]+@", script)  # every placeholder filled
+    # Evaluate just the assignments: the values come back byte for byte.
+    probe = _header(script) + 'printf "%s\\n--\\n" "$SSH_USER" "$CLIENT_PUBLIC_KEY" ' \
+        '"$HOST_PUBLIC_KEY" "$EXPIRES_AT"; printf "%s" "$HOST_PRIVATE_KEY"'
+    out = subprocess.run(["sh", "-c", probe], check=True, capture_output=True, text=True).stdout
+    parts = out.split("\n--\n")
+    assert parts[:4] == ["cloudprof", keys.user_public, keys.host_public, "1900000000"]
+    assert parts[4] == keys.host_key.read_text().strip()
+    # The self-destruct and the delete-on-shutdown pieces are there.
+    assert "systemd-run" in script and "shutdown -h" in script
+    assert "cloudprof_host_ed25519_key" in script
+
+
+def test_startup_script_quotes_hostile_values(tmp_path, monkeypatch):
+    """A public key comment full of shell syntax stays data: nothing runs, value intact."""
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path)
+    marker = tmp_path / "pwned"
+    evil_comment = f"x'$(touch {marker})\"`touch {marker}`; touch {marker} @SSH_USER@ \\"
+    keys.user_public = keys.user_public.split(" ", 2)[0] + " " + \
+        keys.user_public.split(" ", 2)[1] + " " + evil_comment
+    script = remote.startup_script(keys, "cloudprof", 1_900_000_000)
+    path = tmp_path / "startup.sh"
+    path.write_text(script)
+    subprocess.run(["sh", "-n", str(path)], check=True)
+    out = subprocess.run(["sh", "-c", _header(script) + 'printf "%s" "$CLIENT_PUBLIC_KEY"'],
+                         check=True, capture_output=True, text=True).stdout
+    assert out == keys.user_public
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("user", ["root; rm -rf /", "a b", "$(id)", "", "Ünïcode"])
+def test_startup_script_refuses_bad_user_names(tmp_path, monkeypatch, user):
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path)
+    with pytest.raises(UsageError, match="invalid SSH user"):
+        remote.startup_script(keys, user, 1)
+
+
+def test_startup_script_refuses_multiline_public_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path)
+    keys.user_public += "\nssh-ed25519 AAAAinjected attacker"
+    with pytest.raises(UsageError, match="one-line OpenSSH public key"):
+        remote.startup_script(keys, "cloudprof", 1)
+
+
+# ------------------------------------------------------------------ connect
+
+
+def test_connect_uses_endpoint_and_user_overrides(vm_env, tmp_path):
+    keys = SshKeys.for_sweep(tmp_path)
+    ex = connect(_vm(), keys, timeout=20)
+    try:
+        result = ex.run(["id", "-un"])
+        assert result.exit_code == 0
+        assert result.stdout_tail.strip() == vm_env.user
+        assert ex.workdir == sshd_env(vm_env)["CLOUDPROF_SSH_WORKDIR"]
+    finally:
+        ex.close()
+
+
+def test_parse_endpoint():
+    assert remote.parse_endpoint("127.0.0.1:2222") == ("127.0.0.1", 2222)
+    assert remote.parse_endpoint("example.org") == ("example.org", 22)
+    assert remote.parse_endpoint("[::1]:2200") == ("::1", 2200)
+    for bad in ("a:b", "host:0", "host:70000", "a b:22"):
+        with pytest.raises(UsageError):
+            remote.parse_endpoint(bad)
+
+
+def test_closed_port_is_unreachable_within_the_timeout(sshd, tmp_path, monkeypatch):
+    monkeypatch.setenv("CLOUDPROF_SSH_ENDPOINT", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("CLOUDPROF_SSH_KEY", str(sshd.client_key))
+    monkeypatch.setenv("CLOUDPROF_SSH_HOST_KEY", str(sshd.host_key))
+    keys = SshKeys.for_sweep(tmp_path)
+    start = time.monotonic()
+    with pytest.raises(UnreachableError) as err:
+        connect(_vm(), keys, timeout=2)
+    elapsed = time.monotonic() - start
+    assert 1.5 <= elapsed < 6
+    message = str(err.value)
+    assert "\n" not in message
+    assert re.match(r"cannot reach cloudprof@127\.0\.0\.1:\d+ over SSH after 2s: connection "
+                    r"refused$", message), message
+
+
+def test_host_key_mismatch_is_refused(sshd, tmp_path, monkeypatch):
+    """A sweep expecting its own host key never logs in to a host presenting another."""
+    monkeypatch.setenv("CLOUDPROF_SSH_ENDPOINT", f"{sshd.host}:{sshd.port}")
+    monkeypatch.setenv("CLOUDPROF_SSH_USER", sshd.user)
+    monkeypatch.setenv("CLOUDPROF_SSH_KEY", str(sshd.client_key))
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path)  # a freshly generated host key sshd does not have
+    start = time.monotonic()
+    with pytest.raises(HostKeyError) as err:
+        connect(_vm(), keys, timeout=2)  # a booting VM: retried until the timeout
+    assert time.monotonic() - start < 8
+    assert "does not match" in str(err.value) and "\n" not in str(err.value)
+    # A host that is not booting is refused at once.
+    target = SshTarget(sshd.host, sshd.port, sshd.user, sshd.client_key, [keys.host_public])
+    start = time.monotonic()
+    with pytest.raises(HostKeyError, match="does not match"):
+        open_ssh(target, timeout=30)
+    assert time.monotonic() - start < 5
+
+
+def test_unknown_host_is_refused_with_how_to_add_it(sshd, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # an empty ~/.ssh/known_hosts
+    target = SshTarget(sshd.host, sshd.port, sshd.user, sshd.client_key, [])
+    with pytest.raises(HostKeyError) as err:
+        open_ssh(target, timeout=10)
+    message = str(err.value)
+    assert "is not known" in message and f"ssh-keyscan -p {sshd.port}" in message
+    # ...and a known_hosts entry for it is honoured.
+    ssh_dir = tmp_path / ".ssh"
+    ssh_dir.mkdir()
+    entry = " ".join(sshd.host_public.split()[:2])
+    (ssh_dir / "known_hosts").write_text(f"[{sshd.host}]:{sshd.port} {entry}\n")
+    ex = open_ssh(target, timeout=10)
+    assert ex.run(["true"]).exit_code == 0
+    ex.close()
+
+
+def test_wrong_client_key_fails_authentication(sshd, tmp_path, monkeypatch):
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path)  # not in authorized_keys
+    target = SshTarget(sshd.host, sshd.port, sshd.user, keys.user_key, [sshd.host_public])
+    with pytest.raises(UnreachableError, match="authentication failed"):
+        open_ssh(target, timeout=10)
+
+
+# ------------------------------------------------------------------ run
+
+
+def test_hostile_arguments_reach_the_command_verbatim(ex, tmp_path):
+    args = [a.format(d=tmp_path) for a in HOSTILE]
+    result = ex.run(["sh", "-c", 'printf "%s\\n" "$@"', "sh", *args])
+    assert result.exit_code == 0
+    assert result.stdout_tail.split("\n") == args
+    result = ex.run(["echo", *args])
+    assert result.stdout_tail == " ".join(args)
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_lines_stream_as_they_arrive_and_exit_codes(ex):
+    seen: list[tuple[float, str]] = []
+    script = "echo first; sleep 1; echo second >&2; sleep 0.3; echo third; exit 7"
+    start = time.monotonic()
+    result = ex.run(["sh", "-c", script], on_line=lambda line: seen.append(
+        (time.monotonic() - start, line)))
+    end = time.monotonic() - start
+    assert [line for _, line in seen] == ["first", "second", "third"]
+    # "first" was delivered while the command was still sleeping, not at the end
+    assert end - seen[0][0] >= 0.7
+    assert result.exit_code == 7
+    assert result.stdout_tail == "first\nthird"
+    assert result.stderr_tail == "second"
+    assert ex.run(["false"]).exit_code == 1
+    assert ex.run(["sh", "-c", "kill -9 $$"]).exit_code in (137, -1)
+
+
+def test_timeout_stops_the_remote_command(ex):
+    tag = f"{time.time_ns() % 10**6}.5"  # a unique sleep argument to find it by
+    start = time.monotonic()
+    with pytest.raises(RemoteCommandError, match="timed out after 1s"):
+        ex.run(["sleep", tag], timeout=1)
+    assert time.monotonic() - start < 5
+    time.sleep(0.3)
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"sleep {tag}" not in procs
+
+
+def test_put_and_get_roundtrip(ex, tmp_path):
+    data = os.urandom(300_000)
+    local = tmp_path / "blob.bin"
+    local.write_bytes(data)
+    remote_path = str(tmp_path / "remote" / "deep" / "dir" / "blob.bin")
+    ex.put(local, remote_path)
+    assert Path(remote_path).read_bytes() == data
+    assert not list(Path(remote_path).parent.glob("*.part-*"))
+    back = tmp_path / "back" / "blob.bin"
+    ex.get(remote_path, back)
+    assert back.read_bytes() == data
+    with pytest.raises(FileNotFoundError):
+        ex.get(str(tmp_path / "nope.json"), tmp_path / "nope.json")
+    assert not (tmp_path / "nope.json").exists()
+    assert not list((tmp_path).glob(".nope.json.*"))
+
+
+def test_dropped_connection_is_connection_lost_and_reconnect_works(ex, sshd):
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def go():
+        try:
+            ex.run(["sh", "-c", "echo started; sleep 20"],
+                   on_line=lambda line: started.set())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    assert started.wait(10)
+    assert sshd.kill_sessions() >= 1
+    thread.join(15)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], ConnectionLostError), errors
+    assert "lost" in str(errors[0])
+    fresh = ex.reconnect(timeout=10)
+    try:
+        assert fresh.run(["true"]).exit_code == 0
+    finally:
+        fresh.close()
+
+
+def test_host_facts_are_read_from_the_host(ex):
+    facts = ex.host_facts()
+    nproc = int(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
+    assert facts["vcpus"] == nproc
+    meminfo = Path("/proc/meminfo").read_text().split("\n")[0].split()
+    assert facts["memory_gib"] == pytest.approx(int(meminfo[1]) / 2**20, abs=0.01)
+
+
+# ------------------------------------------------------------------ the wheel and bootstrap
+
+
+def test_workloads_wheel_is_a_valid_wheel_of_only_workloads(tmp_path):
+    import base64
+    import hashlib
+
+    wheel, digest = build_workloads_wheel(tmp_path)
+    (tmp_path / "again").mkdir()
+    again, digest2 = build_workloads_wheel(tmp_path / "again")
+    assert digest == digest2 and wheel.read_bytes() == again.read_bytes()  # deterministic
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        top = {n.split("/")[0] for n in names}
+        dist_info = [t for t in top if t.endswith(".dist-info")]
+        assert top == {"workloads", *dist_info} and len(dist_info) == 1
+        assert "workloads/protocol.py" in names
+        assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+        meta = zf.read(f"{dist_info[0]}/METADATA").decode()
+        requires = [line.split(":", 1)[1].strip() for line in meta.splitlines()
+                    if line.startswith("Requires-Dist:")]
+        assert [re.split(r"[<>=! ]", r)[0] for r in requires] == ["numpy", "pyarrow", "psutil"]
+        assert "Tag: py3-none-any" in zf.read(f"{dist_info[0]}/WHEEL").decode()
+        record = zf.read(f"{dist_info[0]}/RECORD").decode().splitlines()
+        assert len(record) == len(names)
+        for line in record:
+            name, hash_, size = line.rsplit(",", 2)
+            if name.endswith("RECORD"):
+                continue
+            data = zf.read(name)
+            expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            assert hash_ == f"sha256={expected.decode()}" and int(size) == len(data)
+    # Any change to the shipped code gives another hash (and so another venv on the host).
+    import shutil
+
+    import workloads
+
+    copy = tmp_path / "src" / "workloads"
+    shutil.copytree(Path(workloads.__file__).parent, copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert build_workloads_wheel(tmp_path, source=copy)[1] == digest
+    (copy / "protocol.py").write_text((copy / "protocol.py").read_text() + "\n# changed\n")
+    (tmp_path / "changed").mkdir()
+    assert build_workloads_wheel(tmp_path / "changed", source=copy)[1] != digest
+
+
+@pytest.mark.slow
+def test_bootstrap_installs_once_then_reuses(vm_env, tmp_path, monkeypatch):
+    """Two sweeps on one host: the second finds the env for this wheel and skips the install."""
+    workdir = tmp_path / "host-workdir"
+    monkeypatch.setenv("CLOUDPROF_SSH_WORKDIR", str(workdir))
+    keys = SshKeys.for_sweep(tmp_path / "run")
+    timings = {}
+    for sweep in ("first", "second"):
+        ex = connect(_vm(), keys, timeout=20)
+        try:
+            start = time.monotonic()
+            ex.ensure_workloads()
+            timings[sweep] = time.monotonic() - start
+            assert ex.last_bootstrap == ("installed" if sweep == "first" else "reused")
+            out = ex.run([ex.python, "-c", "import workloads, numpy; print(workloads.__file__)"])
+            assert out.exit_code == 0, out.stderr_tail
+            # the package imported is the wheel's copy in the hash-keyed env, not the checkout
+            assert out.stdout_tail.startswith(str(workdir / "env-"))
+            assert ex.python.startswith(str(workdir / "env-"))
+        finally:
+            ex.close()
+    log = (workdir / "bootstrap.log").read_text().split("\n")
+    actions = [line.split()[1:] for line in log if line]
+    digest = Path(ex.python).parent.parent.name.removeprefix("env-")
+    assert actions == [["install", digest], ["reuse", digest]]
+    print(f"bootstrap: first {timings['first']:.2f}s, second {timings['second']:.2f}s")
+
+
+def test_bootstrap_failure_is_one_line_remote_command_error(vm_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("CLOUDPROF_SSH_WORKDIR", str(tmp_path / "wd"))
+    monkeypatch.setenv("CLOUDPROF_SSH_PYTHON", str(tmp_path / "no-such-python"))
+    ex = connect(_vm(), SshKeys.for_sweep(tmp_path / "run"), timeout=20)
+    try:
+        with pytest.raises(RemoteCommandError) as err:
+            ex.ensure_workloads()
+    finally:
+        ex.close()
+    assert "installing the workloads wheel" in str(err.value)
+    assert "no-such-python" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_commands_are_quoted_not_interpolated_by_the_login_shell(ex, tmp_path):
+    """The exact string sent is shlex-quoted; even a command name with spaces stays one word."""
+    odd = tmp_path / "dir with space;$(x)"
+    odd.mkdir()
+    script = odd / "tool"
+    script.write_text("#!/bin/sh\necho ran \"$1\"\n")
+    script.chmod(0o755)
+    result = ex.run([str(script), "a b"])
+    assert result.exit_code == 0 and result.stdout_tail == "ran a b"
+    assert shlex.split(shlex.join([str(script)])) == [str(script)]

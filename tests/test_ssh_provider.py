@@ -1,0 +1,189 @@
+"""The ssh provider: hosts files, --host specs, and a real sshd on loopback as "the user's host"."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import HostKeyError, UnreachableError, UsageError
+from orchestrator.providers import get_provider
+from orchestrator.providers.base import ProviderOptions, VmRequest
+from orchestrator.providers.ssh import SshProvider, load_hosts_file, parse_host_spec
+from tests.fixtures.sshd import free_port
+
+
+def _req(machine: str) -> VmRequest:
+    return VmRequest(sweep_id="s1", name=f"cp-s1-{machine}", machine=machine, region=None,
+                     zone=None, spot=False, labels={"cloudprof-sweep": "s1"}, ssh_user="x",
+                     ssh_public_key="", startup_script="")
+
+
+def _hosts_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "hosts.toml"
+    path.write_text(text)
+    return path
+
+
+def _loopback_hosts(tmp_path: Path, sshd, **extra: object) -> Path:
+    lines = [
+        "[[hosts]]",
+        'name = "box"',
+        f'address = "{sshd.host}"',
+        f"port = {sshd.port}",
+        f'user = "{sshd.user}"',
+        f'key_file = "{sshd.client_key}"',
+        f'known_host_key = "{sshd.host_public}"',
+    ]
+    lines += [f"{k} = {v!r}".replace("'", '"') for k, v in extra.items()]
+    return _hosts_file(tmp_path, "\n".join(lines) + "\n")
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_hosts_file_full_schema(tmp_path):
+    path = _hosts_file(tmp_path, """
+[[hosts]]
+name = "big-box"
+address = "10.0.0.5"
+port = 2222
+user = "alice"
+key_file = "keys/id_ed25519"
+price_per_hour = 1.25
+known_host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ7q host"
+python = "/opt/py/bin/python3"
+
+[[hosts]]
+address = "gpu.example.org"
+""")
+    first, second = load_hosts_file(path)
+    assert (first.name, first.address, first.port, first.user) == ("big-box", "10.0.0.5", 2222,
+                                                                   "alice")
+    assert first.key_file == tmp_path / "keys" / "id_ed25519"  # relative to the file
+    assert first.price_per_hour == 1.25 and first.python == "/opt/py/bin/python3"
+    assert first.known_host_key.startswith("ssh-ed25519 ")
+    assert (second.name, second.port, second.user, second.price_per_hour) == (
+        "gpu.example.org", 22, None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[hosts]]\naddress = "a"\ncolour = "red"\n', "unknown key(s) colour"),
+        ('[[hosts]]\nname = "x"\n', "address is required"),
+        ('[[hosts]]\naddress = "a"\nport = 0\n', "port must be an integer"),
+        ('[[hosts]]\naddress = "a"\nport = "22"\n', "port must be an integer"),
+        ('[[hosts]]\naddress = "a;rm -rf /"\n', "invalid address"),
+        ('[[hosts]]\naddress = "a"\nname = "$(id)"\n', "invalid host name"),
+        ('[[hosts]]\naddress = "a"\nuser = "bob smith"\n', "invalid user"),
+        ('[[hosts]]\naddress = "a"\nprice_per_hour = -1\n', "price_per_hour must be"),
+        ('[[hosts]]\naddress = "a"\nknown_host_key = "hello"\n', "known_host_key must be"),
+        ("[[hosts]\naddress = \n", "not valid TOML"),
+        ('title = "x"\n', "unknown key(s) title"),
+        ("", "no [[hosts]] entries"),
+    ],
+)
+def test_hosts_file_errors_are_one_line(tmp_path, text, message):
+    with pytest.raises(UsageError) as err:
+        load_hosts_file(_hosts_file(tmp_path, text))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_missing_hosts_file(tmp_path):
+    with pytest.raises(UsageError, match="cannot read hosts file"):
+        load_hosts_file(tmp_path / "nope.toml")
+
+
+def test_host_specs():
+    host = parse_host_spec("alice@10.0.0.7:2200")
+    assert (host.user, host.address, host.port, host.name) == ("alice", "10.0.0.7", 2200,
+                                                               "10.0.0.7-2200")
+    assert parse_host_spec("box.lan").name == "box.lan"
+    assert parse_host_spec("bob@[::1]:22").address == "::1"
+    for bad in ("alice@", "a@b@c", "x@host:99999", "x@ho st", "x@$(id)"):
+        with pytest.raises(UsageError):
+            parse_host_spec(bad)
+
+
+def test_duplicate_names_and_unknown_machine(tmp_path):
+    path = _hosts_file(tmp_path, '[[hosts]]\naddress = "a"\n[[hosts]]\naddress = "a"\n')
+    with pytest.raises(UsageError, match="given twice"):
+        SshProvider(ProviderOptions(hosts_file=path))
+    provider = SshProvider(ProviderOptions(hosts=["u@one", "u@two:2022"]))
+    assert provider.machines() == ["one", "two-2022"]
+    with pytest.raises(UsageError, match="unknown SSH host 'three'; hosts: one, two-2022"):
+        provider.create(_req("three"))
+    with pytest.raises(UsageError, match="needs hosts"):
+        SshProvider(ProviderOptions()).check_credentials()
+
+
+# ------------------------------------------------------------------ against the loopback sshd
+
+
+def test_create_wait_ready_reads_facts_and_runs(sshd, tmp_path):
+    provider = get_provider("ssh", ProviderOptions(hosts_file=_loopback_hosts(
+        tmp_path, sshd, price_per_hour=0.5)))
+    assert provider.name == "ssh" and provider.creates_machines is False
+    provider.check_credentials()
+    inst = provider.create(_req("box"))
+    assert (inst.address, inst.port, inst.user, inst.state) == (sshd.host, sshd.port, sshd.user,
+                                                                "running")
+    inst = provider.wait_ready(inst, timeout=20)
+    nproc = int(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
+    assert inst.facts["vcpus"] == nproc
+    assert inst.facts["memory_gib"] > 0
+    assert inst.facts["price_per_hour"] == 0.5
+    ex = provider.connect(inst)
+    assert ex.run(["echo", "hi"]).stdout_tail == "hi"
+    assert provider.list({"cloudprof-sweep": "s1"}) == []
+    provider.delete(inst)  # closes the connection, deletes nothing
+    assert not ex._transport_alive()
+    assert provider.connect(inst).run(["true"]).exit_code == 0  # reconnects
+    provider.delete(inst)
+
+
+def test_closed_port_is_one_line_unreachable_quickly(tmp_path, sshd):
+    port = free_port()
+    path = _hosts_file(tmp_path, f'[[hosts]]\nname = "gone"\naddress = "127.0.0.1"\n'
+                                 f'port = {port}\nkey_file = "{sshd.client_key}"\n')
+    provider = SshProvider(ProviderOptions(hosts_file=path))
+    inst = provider.create(_req("gone"))
+    start = time.monotonic()
+    with pytest.raises(UnreachableError) as err:
+        provider.wait_ready(inst, timeout=600)
+    assert time.monotonic() - start < 8
+    assert str(err.value).startswith(f"cannot reach {inst.user}@127.0.0.1:{port} over SSH after")
+    assert str(err.value).endswith("connection refused")
+
+
+def test_unknown_host_key_is_refused_not_accepted(sshd, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # empty ~/.ssh/known_hosts
+    provider = SshProvider(ProviderOptions(hosts=[f"{sshd.user}@{sshd.host}:{sshd.port}"],
+                                           ssh_key=sshd.client_key))
+    inst = provider.create(_req(provider.machines()[0]))
+    with pytest.raises(HostKeyError, match="is not known: check it, then add it"):
+        provider.wait_ready(inst, timeout=10)
+    assert not (tmp_path / ".ssh" / "known_hosts").exists()  # nothing was written
+
+
+def test_wrong_known_host_key_is_refused(sshd, tmp_path):
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    path = _loopback_hosts(tmp_path, sshd)
+    text = path.read_text().replace(sshd.host_public,
+                                    Path(f"{other}.pub").read_text().strip())
+    path.write_text(text)
+    provider = SshProvider(ProviderOptions(hosts_file=path))
+    with pytest.raises(HostKeyError, match="does not match"):
+        provider.wait_ready(provider.create(_req("box")), timeout=10)
+
+
+def test_unreadable_key_file_is_a_usage_error(tmp_path):
+    path = _hosts_file(tmp_path, '[[hosts]]\naddress = "a"\nkey_file = "/nonexistent/key"\n')
+    with pytest.raises(UsageError, match="not readable"):
+        SshProvider(ProviderOptions(hosts_file=path)).check_credentials()
+    assert not os.path.exists("/nonexistent/key")
