@@ -360,7 +360,8 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
     ok = out["status"] == "ok"
     out["units_per_s_per_vcpu"] = ups / vcpus.where(vcpus > 0)
     keys = ["sweep_id", "machine", "ran_on"]
-    base = (out[ok & (workers == 1)].assign(_ups=ups).groupby(keys, dropna=False)["_ups"]
+    rated = out[keys].assign(_ups=ups)
+    base = (rated[ok & (workers == 1)].groupby(keys, dropna=False)["_ups"]
             .mean().rename("_base"))
     joined = out[keys].join(base, on=keys)
     baseline = pd.to_numeric(joined["_base"], errors="coerce").to_numpy()

@@ -1,0 +1,124 @@
+"""The planner's arithmetic: worker lists, trial expansion, estimates and cost."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from orchestrator import planner
+from orchestrator.catalog import MachineType
+from orchestrator.planner import Plan, default_workers, make_plan, new_sweep_id, render_plan
+from orchestrator.providers.base import LABEL_SWEEP
+from orchestrator.spec import SweepSpec
+
+
+def machine(name: str = "n2-highcpu-8", vcpus: int = 8, price: float | None = 0.36,
+            spot: float | None = 0.09, provider: str = "gcp") -> MachineType:
+    return MachineType(provider=provider, name=name, family=name.split("-")[0], vcpus=vcpus,
+                       memory_gib=8.0, region="us-central1", price_on_demand=price,
+                       price_spot=spot, price_source="test", price_date="2024-06-01")
+
+
+@pytest.mark.parametrize(
+    ("vcpus", "expected"),
+    [
+        (80, [1, 2, 4, 8, 16, 32, 64, 80, 160]),
+        (60, [1, 2, 4, 8, 16, 32, 60, 120]),
+        (64, [1, 2, 4, 8, 16, 32, 64, 128]),
+        (6, [1, 2, 4, 6, 12]),
+        (2, [1, 2, 4]),
+        (1, [1, 2]),
+    ],
+)
+def test_default_workers(vcpus: int, expected: list[int]) -> None:
+    assert default_workers(vcpus) == expected
+
+
+def test_default_workers_rejects_zero() -> None:
+    with pytest.raises(ValueError):
+        default_workers(0)
+
+
+def test_make_plan_expands_trials_per_machine_and_estimates() -> None:
+    spec = SweepSpec(machines=["n2-highcpu-8", "c2-standard-4"], workers=[1, 2, 4], repeats=2,
+                     duration_s=10.0, workload_params={"frames": "4", "inputs": "/x"})
+    m1, m2 = machine(), machine("c2-standard-4", vcpus=4, price=0.2, spot=None)
+    plan = make_plan(spec, "20260101-000000-abcd", [m1, m2], input_bytes=200_000_000)
+
+    assert [vm.machine.name for vm in plan.vms] == ["n2-highcpu-8", "c2-standard-4"]
+    vm = plan.vms[0]
+    assert len(vm.trials) == 6  # 3 worker counts x 2 repeats, one VM
+    ids = [t.trial_id for t in vm.trials]
+    assert len(set(ids)) == 6 and "n2-highcpu-8-w4-r1" in ids
+    assert [(t.workers, t.repeat) for t in vm.trials][:3] == [(1, 0), (2, 0), (4, 0)]
+    args = vm.trials[2].runner_args
+    assert args[args.index("--workers") + 1] == "4"
+    assert args[args.index("--duration") + 1] == "10"
+    assert "frames=4" in args and not any(a.startswith("inputs=") for a in args)
+
+    e = vm.estimate
+    assert e.boot_s == planner.BOOT_S["gcp"] and e.teardown_s == planner.TEARDOWN_S["gcp"]
+    assert e.trials_s == pytest.approx(6 * (10.0 + planner.TRIAL_OVERHEAD_S))
+    assert e.staging_s == pytest.approx(
+        planner.STAGING_FIXED_S + 200_000_000 / planner.STAGING_BYTES_PER_S)
+    total = e.boot_s + e.bootstrap_s + e.staging_s + e.trials_s + e.teardown_s
+    assert e.total_s == pytest.approx(total)
+    assert e.cost_usd == pytest.approx(0.36 * total / 3600)
+
+    # VMs run concurrently: wall time is the longest VM, cost is the sum.
+    assert plan.total_s == pytest.approx(max(v.estimate.total_s for v in plan.vms))
+    assert plan.total_cost_usd == pytest.approx(
+        sum(v.estimate.cost_usd for v in plan.vms))  # type: ignore[misc]
+    assert vm.labels[LABEL_SWEEP] == "20260101-000000-abcd"
+    assert vm.zone == "us-central1-a" and vm.region == "us-central1"
+
+
+def test_default_workers_used_when_spec_has_none_and_spot_price() -> None:
+    spec = SweepSpec(machines=["n2-highcpu-8"], spot=True, duration_s=3)
+    plan = make_plan(spec, "s", [machine()])
+    assert [t.workers for t in plan.vms[0].trials] == default_workers(8)
+    assert plan.vms[0].spot and plan.vms[0].estimate.price_per_hour == 0.09
+
+
+def test_unknown_price_gives_unknown_cost() -> None:
+    spec = SweepSpec(machines=["box"], workers=[1], provider="ssh")
+    plan = make_plan(spec, "s", [machine("box", price=None, spot=None, provider="ssh")])
+    assert plan.vms[0].estimate.cost_usd is None and plan.total_cost_usd is None
+    assert plan.vms[0].estimate.boot_s == 0  # an existing host does not boot
+
+
+def test_names_are_cloud_safe() -> None:
+    sid = new_sweep_id()
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", sid)
+    assert new_sweep_id() != new_sweep_id()
+    name = planner.vm_name(sid, "c6i.Large_x" + "y" * 80)
+    assert re.fullmatch(r"[a-z][a-z0-9-]{0,61}[a-z0-9]", name)
+    assert planner.trial_id("a b/c", 4, 0) == "a-b-c-w4-r0"
+
+
+def test_plan_round_trips_through_json() -> None:
+    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 2])
+    plan = make_plan(spec, "s1", [machine()])
+    plan.uploads = [planner.Upload("inputs/h/frame_0000.parquet", 10)]
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["estimated_total_cost_usd"] == pytest.approx(plan.total_cost_usd)
+    back = Plan.from_dict(data)
+    assert back == plan
+
+
+def test_render_plan_lists_every_action() -> None:
+    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 16])
+    plan = make_plan(spec, "s2", [machine()])
+    plan.uploads = [planner.Upload(f"inputs/h/frame_{i:04d}.parquet", 1000) for i in range(10)]
+    out = io.StringIO()
+    render_plan(plan, Console(file=out, width=200), dry_run=True)
+    text = out.getvalue()
+    assert "would be created" in text and plan.vms[0].name in text
+    assert "us-central1-a" in text and "spot no" in text
+    assert "inputs/h/frame_0000.parquet" in text and "5 more" in text
+    assert text.count("python -m workloads.run") == 2 and "--workers 16" in text
+    assert "estimated cost $" in text and "estimates, not measurements" in text

@@ -1,0 +1,124 @@
+"""The results store: atomic records, derived columns, resume bookkeeping."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.catalog import MachineType
+from orchestrator.errors import UsageError
+from orchestrator.planner import TrialPlan
+from orchestrator.store import TRIAL_COLUMNS, RunStore
+
+MACHINE = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,
+                      memory_gib=8.0, region="us-central1", price_on_demand=0.36,
+                      price_spot=0.09, price_source="test", price_date="2024-06-01")
+
+
+def trial(workers: int, repeat: int = 0) -> TrialPlan:
+    return TrialPlan(f"n2-highcpu-8-w{workers}-r{repeat}", "n2-highcpu-8", workers, repeat, [])
+
+
+def summary(units_per_s: float, status: str = "ok", peak: int = 100 << 20) -> dict:
+    return {
+        "schema": "cloudprof.trial/1", "status": status, "error": None, "unit": "cube",
+        "units": int(units_per_s * 2), "seconds": 2.0, "units_per_s": units_per_s,
+        "peak_rss_bytes": peak, "cpu_utilisation": 0.5, "leak": {"verdict": "ok",
+                                                                 "slope_mb_per_s": 0.01},
+        "host": {"hostname": "h", "cores_logical": 2, "memory_bytes": 4 << 30},
+        "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:02Z",
+    }
+
+
+def record(store: RunStore, workers: int, ups: float, **kw) -> dict:
+    return store.record_trial(summary(ups, kw.pop("status", "ok")), kw.pop("ts", None), MACHINE,
+                              trial=trial(workers, kw.pop("repeat", 0)), sweep_id="s",
+                              ran_on="local", provider="local", **kw)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> RunStore:
+    return RunStore.create(tmp_path / "run", {"sweep_id": "s", "spec": {}, "plan": {}})
+
+
+def test_create_writes_readable_empty_store(store: RunStore) -> None:
+    frame = pd.read_parquet(store.trials_path)
+    assert frame.empty and list(frame.columns)[: len(TRIAL_COLUMNS)] == list(TRIAL_COLUMNS)
+    data = json.loads(store.sweep_path.read_text())
+    assert data["status"] == "planned" and data["sweep_id"] == "s"
+    with pytest.raises(UsageError, match="--resume"):
+        RunStore.create(store.run_dir, {"sweep_id": "s"})
+
+
+def test_open_rejects_non_runs(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not a cloudprof run"):
+        RunStore.open(tmp_path)
+
+
+def test_output_dir_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError, match="cannot write"):
+        RunStore.create(tmp_path / "file" / "run", {})
+
+
+def test_record_trial_and_derived_columns(store: RunStore, tmp_path: Path) -> None:
+    ts = tmp_path / "ts.parquet"
+    pd.DataFrame({"t": [0.0, 0.1], "rss_bytes": [1, 2]}).to_parquet(ts)
+    record(store, 1, 100.0, ts=ts)
+    record(store, 2, 150.0)
+    record(store, 4, 160.0)
+    frame = pd.read_parquet(store.trials_path).set_index("workers")  # what a notebook reads
+    assert frame.loc[1, "efficiency"] == pytest.approx(1.0)
+    assert frame.loc[2, "efficiency"] == pytest.approx(150.0 / (2 * 100.0))
+    assert frame.loc[4, "efficiency"] == pytest.approx(160.0 / (4 * 100.0))
+    assert frame.loc[2, "units_per_s_per_vcpu"] == pytest.approx(150.0 / 2)
+    assert frame.loc[2, "cost_per_million_units"] == pytest.approx(0.36 / 3600 / 150.0 * 1e6)
+    assert not frame.loc[2, "oversubscribed"] and frame.loc[4, "oversubscribed"]
+    assert frame.loc[1, "memory_gib"] == pytest.approx(4.0)
+    assert frame.loc[1, "leak_verdict"] == "ok" and frame.loc[1, "cost_is_estimate"]
+    assert pd.read_parquet(store.timeseries_path("n2-highcpu-8-w1-r0"))["rss_bytes"].tolist() \
+        == [1, 2]
+    assert not list(store.run_dir.glob(".*.tmp"))  # no temp file left behind
+
+
+def test_efficiency_nan_without_one_worker_baseline(store: RunStore) -> None:
+    record(store, 2, 150.0)
+    assert math.isnan(store.trials_frame()["efficiency"].iloc[0])
+
+
+def test_rerun_replaces_row_and_failed_is_not_done(store: RunStore) -> None:
+    record(store, 1, 100.0)
+    store.record_trial(None, None, MACHINE, trial=trial(2), sweep_id="s", ran_on="local",
+                       provider="local", status="failed", error="boom\nsecond line")
+    frame = store.trials_frame()
+    failed = frame[frame["workers"] == 2].iloc[0]
+    assert failed["status"] == "failed" and failed["error"] == "boom second line"
+    assert math.isnan(failed["cost_per_million_units"])
+    assert store.done_trial_ids() == {"n2-highcpu-8-w1-r0"}
+    record(store, 2, 150.0)
+    frame = store.trials_frame()
+    assert len(frame) == 2 and set(frame["status"]) == {"ok"}
+    assert store.done_trial_ids() == {"n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"}
+
+
+def test_concurrent_records_are_all_kept(store: RunStore) -> None:
+    threads = [threading.Thread(target=record, args=(store, w, 10.0 * w)) for w in range(1, 9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(store.trials_frame()["workers"]) == list(range(1, 9))
+
+
+def test_vm_and_machine_state_merge(store: RunStore) -> None:
+    store.record_vm("cp-s-n2", id="123", state="created")
+    store.record_vm("cp-s-n2", state="deleted")
+    store.record_machine("n2-highcpu-8", "failed", "quota")
+    data = RunStore.open(store.run_dir).read_sweep()
+    assert data["vms"]["cp-s-n2"] == {"id": "123", "state": "deleted"}
+    assert data["machines"]["n2-highcpu-8"]["error"] == "quota"
