@@ -225,7 +225,7 @@ def sweep(
     ] = None,
 ) -> None:
     """Run a workload at several worker counts on each machine type and record the results."""
-    from orchestrator.config import build_spec, load_run_spec
+    from orchestrator.config import build_spec, flag_name, load_run_spec
 
     values: dict[str, Any] = {
         "machines": machine, "workers": workers, "repeats": repeats, "duration": duration,
@@ -235,20 +235,16 @@ def sweep(
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,
         "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host, "ssh_key": ssh_key,
     }  # fmt: skip
-    if resume is not None and not machine and config is None:
-        spec = load_run_spec(resume)  # the run's own spec; flags that were given still apply
-        spec_values = {k: v for k, v in values.items() if v not in (None, [])}
-        if spec_values:
-            raise UsageError(
-                "--resume takes the spec from RUN/sweep.json; give --machine or --config "
-                "to change it, or drop "
-                + ", ".join(f"--{k.replace('_', '-')}" for k in spec_values)
-            )
+    if resume is not None:
+        given = [k for k, v in values.items() if v not in (None, [])]
+        if given or config is not None:
+            flags = ", ".join(flag_name(k) for k in given) or "--config"
+            raise UsageError(f"--resume takes the spec from RUN/sweep.json; drop {flags}")
+        spec = load_run_spec(resume)
     else:
         spec = build_spec(values, config)
     engine = _lazy("orchestrator.sweep", "the sweep engine")
-    run_dir = engine.run_sweep(spec, resume=resume, console=_console())
-    _console().print(f"results: {run_dir}")
+    engine.run_sweep(spec, resume=resume, console=_console())  # prints the plan, report, store
 
 
 @app.command()

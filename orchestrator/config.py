@@ -201,11 +201,22 @@ def check_bucket(url: str, where: str = "--bucket") -> str:
     return url
 
 
-def ensure_writable_dir(path: Path, where: str = "--out") -> Path:
-    """Create ``path`` if needed and prove a file can be written in it."""
+def check_output_dir(path: Path, where: str = "--out") -> Path:
+    """Prove that ``path`` can be created (if missing) and written, without leaving anything.
+
+    A refused spec must leave nothing behind, so the probe file goes into the
+    nearest existing ancestor and is removed; the sweep creates ``path`` itself.
+    """
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(
+            f"{where}: output directory {str(path)!r} cannot be created: "
+            f"{str(probe)!r} is not a directory"
+        )
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".cloudprof-write-test-"):
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".cloudprof-write-test-"):
             pass
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
@@ -346,7 +357,8 @@ _PATH_KEYS = ("out", "hosts_file", "ssh_key")
 _FLAG_NAMES = {"machines": "machine", "hosts": "host", "hosts_file": "hosts", "params": "param"}
 
 
-def _flag(key: str) -> str:
+def flag_name(key: str) -> str:
+    """The command-line flag of a config key (``hosts_file`` is ``--hosts``)."""
     return "--" + _FLAG_NAMES.get(key, key).replace("_", "-")
 
 
@@ -398,7 +410,7 @@ def build_spec(cli: dict[str, Any], config: Path | None = None) -> SweepSpec:
     values = read_config(config) if config is not None else {}
     file_params = values.pop("params", {})
     given = {
-        key: _CONVERTERS[key](value, _flag(key))
+        key: _CONVERTERS[key](value, flag_name(key))
         for key, value in cli.items()
         if value is not None and value != [] and value != {}
     }
@@ -506,7 +518,7 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
     _check_workload_params(spec)
     _existing_file(spec.hosts_file, "--hosts")
     _existing_file(spec.ssh_key, "--ssh-key")
-    ensure_writable_dir(spec.out)
+    check_output_dir(spec.out)
     return spec
 
 

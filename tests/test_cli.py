@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 import types
@@ -15,6 +16,7 @@ import pytest
 
 from orchestrator import cli
 from orchestrator.errors import (
+    EXIT_CREDENTIALS,
     EXIT_INTERRUPTED,
     EXIT_MEMORY_GATE,
     EXIT_USAGE,
@@ -42,9 +44,13 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return code, out, err
 
 
-def cloudprof(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cloudprof(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """The installed console script, as a user runs it."""
-    return subprocess.run(["cloudprof", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run(
+        ["cloudprof", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
 
 
 def imported_modules(*args: str) -> tuple[set[str], str]:
@@ -120,6 +126,7 @@ def test_bad_input_is_one_line_and_exit_2_without_traceback(
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 def test_config_errors_and_unwritable_out_through_the_real_script(tmp_path: Path) -> None:
     bad = tmp_path / "sweep.toml"
     bad.write_text('machines = ["n2-highcpu-80"]\nworkers = 1,2\n')
@@ -302,11 +309,12 @@ def test_resume_uses_the_recorded_spec_and_refuses_stray_flags(
     run.mkdir()
     recorded = SweepSpec(machines=["c6i.large"], workers=[1, 2], provider="aws", out=tmp_path)
     (run / "sweep.json").write_text(json.dumps({"spec": recorded.to_dict()}))
-    code, out, err = run_main(["sweep", "--resume", str(run)], capsys)
+    code, _, err = run_main(["sweep", "--resume", str(run)], capsys)
     assert code == 0, err
-    assert seen == [(recorded, run)] and f"results: {run}" in out.replace("\n", "")
-    code, _, err = run_main(["sweep", "--resume", str(run), "--workers", "4"], capsys)
-    assert code == EXIT_USAGE and "--resume takes the spec from RUN/sweep.json" in err
+    assert seen == [(recorded, run)]
+    code, _, err = run_main(["sweep", "--resume", str(run), "--workers", "4", "-m", "x"], capsys)
+    assert code == EXIT_USAGE
+    assert err == "error: --resume takes the spec from RUN/sweep.json; drop --machine, --workers\n"
     code, _, err = run_main(["sweep", "--resume", str(tmp_path / "nope")], capsys)
     assert code == EXIT_USAGE and "is not a run directory" in err
 
@@ -315,3 +323,67 @@ def test_version_and_bare_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_main(["--version"], capsys)[:2] == (0, "cloudprof 0.1.0\n")
     code, out, _ = run_main([], capsys)
     assert code == 0 and "catalog" in out and "cleanup" in out
+
+
+# ---------------------------------------------------------------- the real pipeline
+
+
+@pytest.mark.parametrize(
+    ("machine", "expected"),
+    [("n2-highcpu-2", "no Google Cloud credentials"), ("c6i.large", "no AWS credentials")],
+)
+def test_without_credentials_the_error_says_how_and_mentions_dry_run(
+    tmp_path: Path, machine: str, expected: str
+) -> None:
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    out = tmp_path / "runs"
+    proc = cloudprof("sweep", "-m", machine, "--workers", "1", "--out", str(out), env=env)
+    assert proc.returncode == EXIT_CREDENTIALS, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+    assert "--dry-run" in lines[0]
+    assert not out.exists()  # a refused sweep leaves nothing behind
+
+
+@pytest.mark.slow
+def test_dry_run_sweep_then_report_compare_resume_and_the_memory_gate(tmp_path: Path) -> None:
+    import pandas as pd
+
+    tiny = ["--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10", "--duration", "1"]
+    out = tmp_path / "runs"
+    proc = cloudprof("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--workers", "1,2",
+                     "--out", str(out), timeout=240)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run1,) = out.iterdir()
+    trials = pd.read_parquet(run1 / "trials.parquet")
+    assert sorted(trials["workers"]) == [1, 2] and set(trials["status"]) == {"ok"}
+    assert set(trials["machine"]) == {"n2-highcpu-80"} and (trials["units"] > 0).all()
+    sweep = json.loads((run1 / "sweep.json").read_text())
+    assert sweep["spec"]["workload_params"] == {"frames": 4, "rows": 40, "cols": 50, "dim": 10}
+    assert "dry run" in proc.stdout and (run1 / "report.html").is_file()
+
+    # the memory gate: a limit no trial can stay under fails the sweep with exit 3
+    proc = cloudprof("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--workers", "1",
+                     "--max-peak-memory", "1M", "--out", str(out), timeout=240)  # fmt: skip
+    assert proc.returncode == EXIT_MEMORY_GATE, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("error: memory gate")
+        and "Traceback" not in proc.stdout
+    )
+    (run2,) = set(out.iterdir()) - {run1}
+    assert len(pd.read_parquet(run2 / "trials.parquet")) == 1  # recorded before the gate failed
+
+    proc = cloudprof("report", str(run1), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {run1 / 'report.html'}" in proc.stdout.replace("\n", "")
+
+    proc = cloudprof("compare", str(run1), str(run2), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert run1.name in proc.stdout and run2.name in proc.stdout
+
+    proc = cloudprof("sweep", "--resume", str(run1), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 trial(s) already done" in proc.stdout
+    assert len(pd.read_parquet(run1 / "trials.parquet")) == 2  # nothing ran twice

@@ -12,7 +12,7 @@ from orchestrator.config import (
     CONFIG_KEYS,
     build_spec,
     check_bucket,
-    ensure_writable_dir,
+    check_output_dir,
     load_run_spec,
     parse_duration,
     parse_host,
@@ -144,14 +144,19 @@ def test_params_hosts_and_buckets() -> None:
 def test_unwritable_output_directory_is_a_usage_error(tmp_path: Path) -> None:
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    with pytest.raises(UsageError) as info:
-        ensure_writable_dir(a_file / "runs")
-    assert "output directory" in one_line_usage_error(info)
-    assert "not writable" in str(info.value)
-    with pytest.raises(UsageError, match="not writable"):
+    for bad in (a_file, a_file / "runs", a_file / "deeper" / "runs"):
+        with pytest.raises(UsageError) as info:
+            check_output_dir(bad)
+        message = one_line_usage_error(info)
+        assert message.startswith(f"--out: output directory '{bad}' cannot be created")
+        assert f"'{a_file}' is not a directory" in message
+    with pytest.raises(UsageError, match="cannot be created"):
         spec_of(tmp_path, machines=["n2-highcpu-80"], out=str(a_file))
-    made = ensure_writable_dir(tmp_path / "new" / "runs")
-    assert made.is_dir() and list(made.iterdir()) == []
+    # a good directory is checked without being created, and nothing is left behind
+    assert check_output_dir(tmp_path / "new" / "runs") == tmp_path / "new" / "runs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    spec_of(tmp_path, machines=["n2-highcpu-80"], out=str(tmp_path / "later"))
+    assert not (tmp_path / "later").exists()
 
 
 # ---------------------------------------------------------------- spec from flags
@@ -176,7 +181,7 @@ def test_flags_become_a_spec_with_the_catalog_provider(tmp_path: Path) -> None:
     assert spec.workload_params == {"frames": 4, "strategy": "numpy", "cache": "/tmp/c"}
     assert spec.max_peak_memory == 2 * 1024**3
     assert spec.dry_run is True and spec.spot is False
-    assert spec.out == tmp_path / "runs" and spec.out.is_dir()
+    assert spec.out == tmp_path / "runs"
     assert spec_of(tmp_path, machines=["c6i.large", "m7i.xlarge"]).provider == "aws"
 
 
