@@ -40,6 +40,7 @@ from orchestrator.providers.gcp import (
     GCP_PERMISSIONS,
     GcpProvider,
     GcsBucket,
+    delete_resources,
     firewall_name,
     label_value,
     resource_name,
@@ -203,6 +204,7 @@ def test_permission_denied_is_one_line_pointing_at_the_roles(fake_gce: FakeGce) 
         provider.create(_request())
     text = _one_line(err)
     assert "compute.instances.create" in text and "infra/iam/gcp-roles.md" in text
+    assert fake_gce.firewalls == {}  # the rule made for it went with it
 
 
 def test_unknown_machine_type_is_one_line(fake_gce: FakeGce) -> None:
@@ -228,10 +230,10 @@ def test_cleanup_listing_finds_instances_and_rules(fake_gce: FakeGce) -> None:
     other.create(_request("s3"))
     found = provider.list_resources({LABEL_SWEEP: "s2"})
     assert sorted(r.kind for r in found) == ["firewall", "instance"]
-    assert all(r.expires and r.expires > time.time() for r in found)
+    assert all(r.expires_at and r.expires_at > time.time() for r in found)
+    assert {r.sweep_id for r in found} == {"s2"}
     assert len(provider.list_resources({})) == 4  # every cloudprof resource of the project
-    for res in found:
-        provider.delete_resource(res)
+    delete_resources(found, project="proj")
     assert provider.list_resources({LABEL_SWEEP: "s2"}) == []
     assert len(provider.list_resources({LABEL_SWEEP: "s3"})) == 2
 
@@ -397,3 +399,74 @@ def test_bucket_permission_error_is_one_line() -> None:
     assert isinstance(err, BucketError)
     assert "\n" not in str(err) and "storage.objects.list" in str(err)
 
+
+
+# ------------------------------------------------------------------ end to end
+
+
+def _sweep_argv(bucket: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "orchestrator", "sweep", "--provider", "gcp",
+            "--machine", "n2-highcpu-2", "--workers", "1,2", "--duration", "1",
+            "--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10",
+            "--bucket", f"gs://{bucket}", "--project", "proj", "--zone", ZONE, "--out", str(out)]
+
+
+def _run_cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=280, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+@pytest.mark.slow
+def test_sweep_end_to_end_after_a_stockout_in_the_first_zone(
+    fake_gce: FakeGce, gcs_emulator: str, sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """provision (stockout → next zone once) → stage → bootstrap → trials → collect →
+    teardown, through the CLI, with the "VM" being the loopback sshd."""
+    import pandas as pd
+
+    from tests.fixtures.sshd import sshd_env
+
+    for key, value in sshd_env(sshd).items():
+        monkeypatch.setenv(key, value)
+    bucket = _new_bucket()
+    out = tmp_path / "runs"
+    fake_gce.inject(STOCKOUT, zone=ZONE)
+    proc = _run_cli(_sweep_argv(bucket.name, out), tmp_path)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in proc.stdout + proc.stderr
+
+    # one refused insert in the first zone, one VM in the next, and nothing is left
+    inserts = fake_gce.sent("POST", r"/instances$")
+    assert [r.path.split("/")[6] for r in inserts] == [ZONE, "us-central1-b"]
+    sweep_label = inserts[-1].body["labels"][LABEL_SWEEP]
+    assert fake_gce.instances == {} and fake_gce.firewalls == {}
+    assert fake_gce.sent("DELETE", rf"/zones/us-central1-b/instances/{inserts[-1].body['name']}$")
+    assert _provider().list({LABEL_SWEEP: sweep_label}) == []
+
+    (run_dir,) = [p for p in out.iterdir() if (p / "trials.parquet").exists()]
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    assert sorted(trials["workers"]) == [1, 2]
+    assert set(trials["status"]) == {"ok"} and set(trials["machine"]) == {"n2-highcpu-2"}
+    assert (trials["units_per_s"] > 0).all()
+    # the "VM" fetched the staged inputs and put its results through signed URLs (the
+    # engine says so when a PUT fails); the results prefix is emptied after collection
+    keys = bucket.list("")
+    assert sum(k.endswith(".parquet") and k.startswith("inputs/") for k in keys) == 4, keys
+    assert "not copied to the bucket" not in proc.stdout + proc.stderr
+    assert not any(k.startswith("results/") for k in keys), keys
+
+
+@pytest.mark.parametrize(("fault", "text"), [(QUOTA, "QUOTA_EXCEEDED"),
+                                             (PERMISSION, "compute.instances.create")])
+def test_sweep_with_quota_or_permission_error_is_one_line_and_leaves_nothing(
+    fake_gce: FakeGce, gcs_emulator: str, tmp_path: Path, fault: str, text: str,
+) -> None:
+    bucket = _new_bucket()
+    fake_gce.inject(fault, zone=ZONE)
+    proc = _run_cli(_sweep_argv(bucket.name, tmp_path / "runs"), tmp_path)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and text in errors[0], proc.stderr[-2000:]
+    assert len(fake_gce.sent("POST", r"/instances$")) == 1  # not retried elsewhere
+    assert fake_gce.instances == {} and fake_gce.firewalls == {}

@@ -69,6 +69,7 @@ DEFAULT_NETWORK = "global/networks/default"
 GCE_DELETE_LEAD_S = 300  # GCE deletes this long before the startup script powers off
 DEFAULT_LIFETIME_S = 6 * 3600  # expiry when the engine gave none: VMs never live unbounded
 IAM_DOC = "infra/iam/gcp-roles.md"
+FIREWALL_DESCRIPTION = "cloudprof per-sweep SSH rule "  # then the labels as JSON
 CREDENTIALS_HINT = (
     "no Google Cloud credentials: run `gcloud auth application-default login` "
     "(or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file); "
@@ -137,10 +138,13 @@ def caller_cidr() -> str:
     cidr = os.environ.get(SOURCE_CIDR_ENV)
     if cidr:
         try:
-            return str(ipaddress.ip_network(cidr.strip(), strict=False))
+            network = ipaddress.ip_network(cidr.strip(), strict=False)
         except ValueError:
             raise UsageError(f"{SOURCE_CIDR_ENV}={cidr!r} is not an address range "
                              "like 203.0.113.7/32") from None
+        if network.prefixlen == 0:
+            raise UsageError(f"{SOURCE_CIDR_ENV}={cidr} would admit the whole internet to SSH")
+        return str(network)
     for url in ("https://checkip.amazonaws.com", "https://api.ipify.org"):
         try:
             with urllib.request.urlopen(url, timeout=5) as resp:
@@ -225,18 +229,51 @@ def translate_operation_error(op: Any, what: str) -> Exception | None:
 
 
 @dataclass
-class CloudResource:
-    """Anything cloudprof made in a project, for ``cloudprof cleanup``."""
+class GcpResource:
+    """Anything cloudprof made in a project, for ``cloudprof cleanup`` (same shape as AWS's)."""
 
     kind: str  # "instance" | "firewall"
+    id: str  # the GCE name
     name: str
-    zone: str | None
+    zone: str | None  # None for global resources (firewall rules)
+    state: str = ""
     labels: dict[str, str] = field(default_factory=dict)
 
     @property
-    def expires(self) -> int | None:
-        value = self.labels.get(LABEL_EXPIRES)
-        return int(value) if value and value.isdigit() else None
+    def region(self) -> str | None:
+        return region_of(self.zone) if self.zone else None
+
+    @property
+    def sweep_id(self) -> str | None:
+        return self.labels.get(LABEL_SWEEP)
+
+    @property
+    def expires_at(self) -> float | None:
+        """Unix time of the expiry label (None when absent or unreadable)."""
+        try:
+            return float(self.labels[LABEL_EXPIRES])
+        except (KeyError, ValueError):
+            return None
+
+    @property
+    def created_at(self) -> float | None:
+        try:
+            return float(self.labels[LABEL_CREATED])
+        except (KeyError, ValueError):
+            return None
+
+
+def list_resources(labels: dict[str, str] | None = None,
+                   project: str | None = None) -> list[GcpResource]:
+    """What cloudprof made in the project carrying all of ``labels`` (all of it when empty)."""
+    return GcpProvider(ProviderOptions(project=project)).list_resources(labels or {})
+
+
+def delete_resources(resources: list[GcpResource], project: str | None = None) -> None:
+    """Delete what ``list_resources`` found: instances first, then the rules they used."""
+    provider = GcpProvider(ProviderOptions(project=project))
+    for res in sorted(resources, key=lambda r: r.kind != "instance"):
+        provider.delete_resource(res)
 
 
 class GcpProvider(Provider):
@@ -367,7 +404,7 @@ class GcpProvider(Provider):
             source_ranges=[caller_cidr()],
             target_tags=[sweep_tag(sweep_id)],
             # Firewall rules carry no labels on GCE: the description holds them for cleanup.
-            description="cloudprof per-sweep SSH rule " + json.dumps(labels, sort_keys=True),
+            description=FIREWALL_DESCRIPTION + json.dumps(labels, sort_keys=True),
         )
         what = f"firewall rule {name}"
         try:
@@ -477,11 +514,16 @@ class GcpProvider(Provider):
             self._ensure_firewall(req.sweep_id, labels)
             op = self._client("InstancesClient").insert(project=self.project, zone=zone,
                                                         instance_resource=body)
-        except gexc.GoogleAPICallError as exc:
-            raise translate_api_error(exc, what) from None
+        except _api_errors() as exc:
+            error = translate_api_error(exc, what)
+        else:
+            error = None
         finally:
             with self._lock:
                 self._creating[req.sweep_id] -= 1
+        if error is not None:  # no instance to hand back, so nobody else would clean up
+            self._after_failed_create(req.sweep_id)
+            raise error
         return Instance(
             provider=self.name, id=body.name, name=body.name, machine=req.machine, zone=zone,
             state="PROVISIONING", user=req.ssh_user, labels=labels,
@@ -511,7 +553,7 @@ class GcpProvider(Provider):
                     project=self.project, zone=inst.zone, operation=op_name)
                 self._wait(op, what, inst.zone, timeout)
             except ProviderError as exc:
-                self._after_failed_create(inst)
+                self._after_failed_create(inst.labels.get(LABEL_SWEEP) or self.options.sweep_id)
                 if isinstance(exc, CapacityError) and inst.zone:
                     raise CapacityError(str(exc), zone=inst.zone,
                                         next_zones=self.next_zones(inst.zone, inst.machine)
@@ -558,9 +600,8 @@ class GcpProvider(Provider):
             offered.append(other)
         return tuple(offered)
 
-    def _after_failed_create(self, inst: Instance) -> None:
+    def _after_failed_create(self, sweep_id: str | None) -> None:
         """No VM came of it: drop the sweep's firewall rule if nothing else uses it."""
-        sweep_id = inst.labels.get(LABEL_SWEEP) or self.options.sweep_id
         if sweep_id:
             with contextlib.suppress(ProviderError):
                 self._maybe_delete_firewall(sweep_id)
@@ -613,33 +654,34 @@ class GcpProvider(Provider):
         """Instances with all ``labels`` in every zone (all of cloudprof's when empty)."""
         return self._list_raw(labels)
 
-    def list_resources(self, labels: dict[str, str]) -> list[CloudResource]:
+    def list_resources(self, labels: dict[str, str]) -> list[GcpResource]:
         """Instances and SSH firewall rules carrying ``labels``, for ``cloudprof cleanup``."""
-        found = [CloudResource("instance", i.id, i.zone, i.labels) for i in self.list(labels)]
+        found = [GcpResource("instance", i.id, i.name, i.zone, i.state, i.labels)
+                 for i in self.list(labels)]
         wanted = gce_labels(labels)
         try:
             rules = self._client("FirewallsClient").list(project=self.project)
         except _api_errors() as exc:
             raise translate_api_error(exc, "listing firewall rules") from None
-        prefix = "cloudprof per-sweep SSH rule "
         for rule in rules:
-            if not rule.description.startswith(prefix):
+            if not rule.description.startswith(FIREWALL_DESCRIPTION):
                 continue
             try:
-                rule_labels = json.loads(rule.description[len(prefix):])
+                rule_labels = json.loads(rule.description[len(FIREWALL_DESCRIPTION):])
             except ValueError:
                 continue
             if all(rule_labels.get(k) == v for k, v in wanted.items()):
-                found.append(CloudResource("firewall", rule.name, None, rule_labels))
+                found.append(GcpResource("firewall", rule.name, rule.name, None, "",
+                                         rule_labels))
         return found
 
-    def delete_resource(self, res: CloudResource) -> None:
+    def delete_resource(self, res: GcpResource) -> None:
         """Delete one thing ``list_resources`` found (absent is fine)."""
         if res.kind == "instance":
-            self.delete(Instance(provider=self.name, id=res.name, name=res.name, machine="",
+            self.delete(Instance(provider=self.name, id=res.id, name=res.name, machine="",
                                  zone=res.zone, labels=res.labels))
         else:
-            self._delete_firewall(res.name)
+            self._delete_firewall(res.id)
 
 
 # ---------------------------------------------------------------- storage
