@@ -19,6 +19,7 @@ import typer
 
 from orchestrator import __version__
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, CloudprofError, UsageError
+from orchestrator.spec import SweepSpec
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,6 +36,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+_DEFAULTS = SweepSpec(machines=[])  # help texts show the spec's own defaults
 SWEEP = "Sweep"
 WORKLOAD = "Workload"
 CLOUD = "Provider"
@@ -100,10 +102,17 @@ def sweep(
         ),
     ] = None,
     repeats: Annotated[
-        int | None, typer.Option(help="Trials per worker count.", rich_help_panel=SWEEP)
+        int | None,
+        typer.Option(
+            help=f"Trials per worker count (default: {_DEFAULTS.repeats}).", rich_help_panel=SWEEP
+        ),
     ] = None,
     duration: Annotated[
-        str | None, typer.Option(help="Seconds per trial: 5, 30s, 2m.", rich_help_panel=SWEEP)
+        str | None,
+        typer.Option(
+            help=f"Time per trial: 5, 30s, 2m (default: {_DEFAULTS.duration_s:g}s).",
+            rich_help_panel=SWEEP,
+        ),
     ] = None,
     config: Annotated[
         Path | None,
@@ -133,7 +142,10 @@ def sweep(
     ] = None,
     workload: Annotated[
         str | None,
-        typer.Option(help="Registered workload (cube) or module:Class.", rich_help_panel=WORKLOAD),
+        typer.Option(
+            help=f"Registered workload or module:Class (default: {_DEFAULTS.workload}).",
+            rich_help_panel=WORKLOAD,
+        ),
     ] = None,
     frames: Annotated[
         int | None, typer.Option(help="Input frames (Parquet files).", rich_help_panel=WORKLOAD)
@@ -218,10 +230,15 @@ def sweep(
         ),
     ] = None,
     sample_hz: Annotated[
-        float | None, typer.Option(help="Profiling samples per second.", rich_help_panel=LIMITS)
+        float | None,
+        typer.Option(
+            help=f"Profiling samples per second (default: {_DEFAULTS.sample_hz:g}).",
+            rich_help_panel=LIMITS,
+        ),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Results directory [default: runs].", rich_help_panel=LIMITS)
+        Path | None,
+        typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", rich_help_panel=LIMITS),
     ] = None,
 ) -> None:
     """Run a workload at several worker counts on each machine type and record the results."""

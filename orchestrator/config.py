@@ -32,10 +32,6 @@ MAX_WORKERS = 4096  # a guard against typos such as 1-10000
 WORKLOAD_PARAM_KEYS = ("frames", "dim", "rows", "cols", "seed", "strategy")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WORKLOAD_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_HOST_RE = re.compile(
-    r"^(?:(?P<user>[A-Za-z_][A-Za-z0-9._-]*)@)?"
-    r"(?P<addr>[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?$"
-)
 _BUCKET_RE = {
     # GCS: 3-63 characters per dot-separated name, up to 222 with dots; S3: 3-63.
     "gs": re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$"),
@@ -176,10 +172,10 @@ def parse_param(text: str, where: str = "--param") -> tuple[str, str]:
 
 
 def parse_host(text: str, where: str = "--host") -> str:
-    """Check ``[user@]address[:port]``; returned unchanged for the ssh provider."""
-    m = _HOST_RE.match(text)
-    if not m or (m.group("port") is not None and not 0 < int(m.group("port")) < 65536):
-        raise UsageError(f"{where}: expected user@address[:port], got {text!r}")
+    """Check ``user@address[:port]`` with the ssh provider's own parser; returned unchanged."""
+    from orchestrator.providers.ssh import parse_host_spec  # light: paramiko loads on connect
+
+    parse_host_spec(text)
     return text
 
 
@@ -492,14 +488,23 @@ def _check_workload_params(spec: SweepSpec) -> None:
         raise UsageError(str(exc)) from None
 
 
+def _ssh_machines(spec: SweepSpec) -> list[str]:
+    """The ssh hosts' names (what --machine selects from), parsed by the ssh provider."""
+    from orchestrator.providers.base import ProviderOptions
+    from orchestrator.providers.ssh import SshProvider
+
+    options = ProviderOptions(hosts_file=spec.hosts_file, hosts=list(spec.hosts))
+    return SshProvider(options).machines()
+
+
 def validate_spec(spec: SweepSpec) -> SweepSpec:
-    """Cross-option checks; fills in the provider and the region (from the zone)."""
-    if not spec.machines:
-        raise UsageError("no machine given: use --machine NAME (see `cloudprof catalog`)")
+    """Cross-option checks; fills in the provider, the region (from the zone), ssh machines."""
     for name in spec.machines:
         check_name(name)
     if len(set(spec.machines)) != len(spec.machines):
         raise UsageError("a machine is given twice; list each machine once")
+    if not spec.machines and spec.provider != "ssh" and not (spec.hosts or spec.hosts_file):
+        raise UsageError("no machine given: use --machine NAME (see `cloudprof catalog`)")
     spec.provider = resolve_provider(spec)
     if spec.provider in ("gcp", "aws"):
         if spec.zone and not spec.region:
@@ -513,10 +518,20 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
     else:
         if spec.spot:
             raise UsageError(f"--spot applies to gcp and aws, not --provider {spec.provider}")
-        if spec.provider == "ssh" and not (spec.hosts or spec.hosts_file):
-            raise UsageError("--provider ssh needs --host user@address or --hosts hosts.toml")
+        if spec.provider == "ssh":
+            if not (spec.hosts or spec.hosts_file):
+                raise UsageError("--provider ssh needs --host user@address or --hosts hosts.toml")
+            _existing_file(spec.hosts_file, "--hosts")
+            hosts = _ssh_machines(spec)
+            unknown = [name for name in spec.machines if name not in hosts]
+            if unknown:
+                raise UsageError(
+                    f"--machine {unknown[0]!r} is not one of the ssh hosts: {', '.join(hosts)}"
+                )
+            spec.machines = spec.machines or hosts
+        elif not spec.machines:
+            raise UsageError("no machine given: use --machine NAME (see `cloudprof catalog`)")
     _check_workload_params(spec)
-    _existing_file(spec.hosts_file, "--hosts")
     _existing_file(spec.ssh_key, "--ssh-key")
     check_output_dir(spec.out)
     return spec

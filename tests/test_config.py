@@ -129,10 +129,10 @@ def test_params_hosts_and_buckets() -> None:
     for bad in ("novalue", "=x", "two words=1", "a-b=1"):
         with pytest.raises(UsageError):
             parse_param(bad)
-    for good in ("me@10.0.0.5", "me@host.example:2222", "10.0.0.5", "me@[::1]:22"):
+    for good in ("me@10.0.0.5", "me@host.example:2222", "10.0.0.5"):
         assert parse_host(good) == good
     for bad in ("me@host;id", "me@host:99999", "me@$(id)", "me@host:", "@host"):
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match="--host"):
             parse_host(bad)
     for good in ("gs://my-bucket", "s3://my.bucket-1/prefix/x", "/tmp/local-bucket", "file:///x"):
         assert check_bucket(good) == good
@@ -198,8 +198,13 @@ def test_provider_defaults_and_conflicts(tmp_path: Path) -> None:
         spec_of(tmp_path, machines=["n2-highcpu-81"])
     # local and ssh take any (safe) name: the machine is whatever the host is
     assert spec_of(tmp_path, machines=["my-laptop"], provider="local").provider == "local"
-    ssh = spec_of(tmp_path, machines=["lab-box"], hosts=["me@10.0.0.5:2222"])
-    assert ssh.provider == "ssh" and ssh.hosts == ["me@10.0.0.5:2222"]
+    ssh = spec_of(tmp_path, hosts=["me@10.0.0.5:2222", "me@10.0.0.6"])
+    assert ssh.provider == "ssh" and ssh.hosts == ["me@10.0.0.5:2222", "me@10.0.0.6"]
+    assert ssh.machines == ["10.0.0.5-2222", "10.0.0.6"]  # every host, named by the provider
+    one = spec_of(tmp_path, machines=["10.0.0.6"], hosts=["me@10.0.0.5:2222", "me@10.0.0.6"])
+    assert one.machines == ["10.0.0.6"]
+    with pytest.raises(UsageError, match="--machine 'lab-box' is not one of the ssh hosts: 10"):
+        spec_of(tmp_path, machines=["lab-box"], hosts=["me@10.0.0.5:2222"])
     with pytest.raises(UsageError, match="--provider ssh needs --host"):
         spec_of(tmp_path, machines=["lab-box"], provider="ssh")
     with pytest.raises(UsageError, match="--host/--hosts are for --provider ssh, not gcp"):
@@ -252,7 +257,14 @@ def test_hosts_file_and_ssh_key_must_exist(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--hosts: no such file"):
         spec_of(tmp_path, machines=["box"], hosts_file=str(tmp_path / "none.toml"))
     with pytest.raises(UsageError, match="--ssh-key: no such file"):
-        spec_of(tmp_path, machines=["box"], hosts=["me@h"], ssh_key=str(tmp_path / "id"))
+        spec_of(tmp_path, machines=["h"], hosts=["me@h"], ssh_key=str(tmp_path / "id"))
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[[hosts]]\nname = "bigbox"\naddress = "10.0.0.5"\nuser = "alice"\n')
+    spec = spec_of(tmp_path, hosts_file=str(hosts))
+    assert spec.provider == "ssh" and spec.machines == ["bigbox"] and spec.hosts_file == hosts
+    hosts.write_text('[[hosts]]\naddress = "10.0.0.5"\ncolour = "red"\n')
+    with pytest.raises(UsageError, match=r"hosts\.toml"):
+        spec_of(tmp_path, hosts_file=str(hosts))
 
 
 # ---------------------------------------------------------------- sweep.toml
