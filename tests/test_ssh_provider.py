@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -187,3 +188,57 @@ def test_unreadable_key_file_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="not readable"):
         SshProvider(ProviderOptions(hosts_file=path)).check_credentials()
     assert not os.path.exists("/nonexistent/key")
+
+
+# ------------------------------------------------------------------ end to end through the CLI
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+TINY = ["--workers", "1,2", "--duration", "1", "--frames", "4", "--rows", "40", "--cols", "50",
+        "--dim", "10"]
+
+
+@pytest.mark.slow
+def test_sweep_end_to_end_on_an_ssh_host(sshd, tmp_path):
+    """`cloudprof sweep --provider ssh` against the loopback sshd: bootstrap, trials, store."""
+    hosts = _loopback_hosts(tmp_path, sshd, price_per_hour=0.1, python=sys.executable)
+    workdir = tmp_path / "host-workdir"
+    env = {**os.environ, "CLOUDPROF_SSH_WORKDIR": str(workdir)}
+    for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
+        env.pop(key, None)
+    out = tmp_path / "runs"
+    result = _cli("sweep", "--provider", "ssh", "--hosts", str(hosts), "--machine", "box",
+                  *TINY, "--out", str(out), env=env)
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
+    (run,) = list(out.iterdir())
+    import pandas as pd
+
+    trials = pd.read_parquet(run / "trials.parquet")
+    assert sorted(trials["workers"]) == [1, 2]
+    assert set(trials["status"]) == {"ok"} and set(trials["provider"]) == {"ssh"}
+    assert (trials["units"] > 0).all()
+    nproc = int(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
+    assert set(trials["vcpus"]) == {nproc}  # read from the host, not from a catalog
+    for trial_id in trials["trial_id"]:
+        assert (run / "timeseries" / f"{trial_id}.parquet").stat().st_size > 0
+    # The trials ran in the bootstrapped env on the host, installed once.
+    log = (workdir / "bootstrap.log").read_text().split()
+    assert log.count("install") == 1 and "reuse" not in log
+    assert not (run / "keys").exists()  # nothing made for a host cloudprof does not own
+
+
+@pytest.mark.slow
+def test_sweep_on_a_closed_port_is_one_line_error(tmp_path):
+    hosts = _hosts_file(tmp_path, f'[[hosts]]\nname = "gone"\naddress = "127.0.0.1"\n'
+                                  f"port = {free_port()}\n")
+    result = _cli("sweep", "--provider", "ssh", "--hosts", str(hosts), "--machine", "gone",
+                  *TINY, "--out", str(tmp_path / "runs"), env=dict(os.environ))
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    assert "cannot reach" in errors[0] and "connection refused" in errors[0]
+    assert "Traceback" not in result.stderr
