@@ -381,3 +381,20 @@ def test_resume_reads_the_recorded_spec(tmp_path: Path) -> None:
     spec = SweepSpec(machines=["n2-highcpu-4"], workers=[1, 2], out=tmp_path)
     (tmp_path / "sweep.json").write_text(json.dumps({"spec": spec.to_dict()}))
     assert load_run_spec(tmp_path) == spec
+
+
+def test_the_readme_example_config_is_valid(tmp_path: Path) -> None:
+    """The sweep.toml shown in README's command-line reference reads back as documented."""
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Command-line reference", 1)[1]
+    example = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert example is not None
+    config = tmp_path / "sweep.toml"
+    config.write_text(example.group(1))
+    spec = build_spec({}, config)
+    assert spec.machines == ["n2-highcpu-80", "c2-standard-60"]
+    assert spec.workers == [1, 2, 4, 8, 16, 32, 60, 64, 80]
+    assert spec.provider == "gcp" and spec.max_peak_memory == 8 * 1024**3
+    assert spec.out == tmp_path / "runs"
