@@ -220,8 +220,8 @@ class Knee:
         if len(tested) < 2:
             return f"{DASH} (one worker count tested)"
         if not self.reached or self.workers is None:
-            return f"not reached (still scaling at {max(tested)} workers)"
-        return f"{self.workers} workers"
+            return f"not reached (still scaling at {n_workers(max(tested))})"
+        return n_workers(self.workers)
 
 
 def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_GAIN) -> Knee:
@@ -323,6 +323,10 @@ def _finite(x: Any) -> bool:
         return False
 
 
+def n_workers(n: int) -> str:
+    return f"{n} worker" if n == 1 else f"{n} workers"
+
+
 def fmt_rate(x: Any) -> str:
     if not _finite(x):
         return DASH
@@ -408,7 +412,7 @@ def machine_label(machine: Any, ran_on: Any) -> str:
 
 
 def _where(row: dict[str, Any]) -> str:
-    text = f"{row['machine']} × {int(row['workers'])} workers"
+    text = f"{row['machine']} × {n_workers(int(row['workers']))}"
     if row["estimate"]:
         text += f" (ran on {row['ran_on']})"
     return text
@@ -419,8 +423,13 @@ def _headlines(
 ) -> list[str]:
     trials = run.trials
     n_ok = int((trials["status"] == OK).sum())
+    spec = run.sweep.get("spec") if isinstance(run.sweep.get("spec"), dict) else {}
+    units = sorted({str(u) for u in trials.get("unit", []) if isinstance(u, str) and u})
+    what = f" of workload {spec['workload']}" if spec.get("workload") else ""
+    if len(units) == 1:
+        what += f" (1 unit = 1 {units[0]})"
     lines = [
-        f"{len(trials)} trials: {n_ok} ok, {len(trials) - n_ok} not ok"
+        f"{len(trials)} trials{what}: {n_ok} ok, {len(trials) - n_ok} not ok"
         + (f"; sweep status {run.sweep['status']}" if run.sweep.get("status") else "")
     ]
     if summary.empty:

@@ -1,24 +1,20 @@
 """notebooks/analysis.ipynb executed with nbclient on small inputs, its outputs checked.
 
-The stores it reads hold real measurements of the cube workload, one store per
-strategy, as a user would get from one sweep per ``--strategy``.
+The stores it reads come from real ``--dry-run`` sweeps of the cube workload
+through the sweep engine, one per strategy, as a user would run them.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import threading
-import time
 from pathlib import Path
 
 import nbformat
 import pandas as pd
 import pytest
 from nbclient import NotebookClient
-
-from tests.test_report import write_store
-from workloads.base import UnitCounter
-from workloads.cube import CubeWorkload
+from rich.console import Console
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "analysis.ipynb"
 STRATEGIES = ["naive", "dataframes", "numpy", "threads", "fast"]
@@ -27,23 +23,20 @@ STRATEGIES = ["naive", "dataframes", "numpy", "threads", "fast"]
 SMALL = {"frames": 20, "rows": 100, "cols": 200, "dim": 60}
 
 
-def measured_store(root: Path, strategy: str, workers: list[int], cache: Path) -> Path:
-    """A store of real cube-workload throughputs for one strategy (0.3 s per worker count)."""
-    workload = CubeWorkload(**SMALL, strategy=strategy, cache=str(cache))
-    workload.prepare()
-    trials = []
-    for w in workers:
-        stop, counter = threading.Event(), UnitCounter()
-        timer = threading.Timer(0.3, stop.set)
-        start = time.perf_counter()
-        timer.start()
-        workload.run(w, stop, counter)
-        seconds = time.perf_counter() - start
-        trials.append({"machine": "n2-highcpu-8", "ran_on": "local", "workers": w,
-                       "units_per_s": counter.value / seconds, "seconds": seconds})  # fmt: skip
-    params = {**SMALL, "strategy": strategy}
-    sweep = {"sweep_id": strategy, "spec": {"workload": "cube", "workload_params": params}}
-    return write_store(root / f"sweep-{strategy}", trials, sweep, timeseries=False)
+def strategy_sweep(runs: Path, strategy: str, workers: list[int]) -> Path:
+    """A real --dry-run sweep of the cube workload with one strategy, as a user would run it."""
+    from orchestrator.spec import SweepSpec
+    from orchestrator.sweep import run_sweep
+
+    spec = SweepSpec(
+        machines=["n2-highcpu-8"],
+        workers=workers,
+        duration_s=0.5,
+        workload_params={**SMALL, "strategy": strategy},
+        out=runs,
+        dry_run=True,
+    )
+    return run_sweep(spec, console=Console(file=io.StringIO()))
 
 
 def run_notebook(tmp_path: Path, runs: Path, out: Path) -> nbformat.NotebookNode:
@@ -57,16 +50,20 @@ def run_notebook(tmp_path: Path, runs: Path, out: Path) -> nbformat.NotebookNode
         "READ_REPEATS = 2\n"
         f"OUT = {str(out)!r}\n"
     )
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     return nb
 
 
 @pytest.mark.slow
 def test_notebook_reproduces_the_articles_tables(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
+    stores = {}
     for strategy in STRATEGIES:
-        measured_store(runs, strategy, [1, 2], tmp_path / "cache")
+        # Like the article: the first three steps single-threaded, then threads.
+        workers = [1, 2] if strategy in ("threads", "fast") else [1]
+        stores[strategy] = strategy_sweep(runs, strategy, workers)
     out = tmp_path / "out"
     nb = run_notebook(tmp_path, runs, out)
 
@@ -83,7 +80,7 @@ def test_notebook_reproduces_the_articles_tables(tmp_path: Path) -> None:
     assert strategies["speedup"].min() == pytest.approx(1.0)
     # the table's numbers are the stores' medians
     for strategy in STRATEGIES:
-        trials = pd.read_parquet(runs / f"sweep-{strategy}" / "trials.parquet")
+        trials = pd.read_parquet(stores[strategy] / "trials.parquet")
         assert strategies.loc[strategy, "best_units_per_s"] == pytest.approx(
             trials["units_per_s"].max()
         )

@@ -487,3 +487,57 @@ def test_importing_the_report_modules_loads_no_heavy_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# ------------------------------------------------------------------ a real sweep
+
+
+@pytest.mark.slow
+def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
+    """The engine's own store, from a tiny --dry-run sweep, reported end to end."""
+    from orchestrator.spec import SweepSpec
+    from orchestrator.sweep import run_sweep
+
+    spec = SweepSpec(
+        machines=["n2-highcpu-8"],
+        workers=[1, 2],
+        duration_s=1.0,
+        workload_params={"frames": 4, "rows": 40, "cols": 50, "dim": 10},
+        out=tmp_path / "runs",
+        dry_run=True,
+    )
+    console = Console(record=True, width=200)
+    run = run_sweep(spec, console=console)
+    engine_output = console.export_text()
+    assert "Best by throughput: n2-highcpu-8 × " in engine_output  # the engine printed the report
+
+    trials = pd.read_parquet(run / TRIALS_FILE)
+    sweep = json.loads((run / SWEEP_FILE).read_text())
+    assert list(trials["status"]) == ["ok", "ok"]
+    summary = report.summarise(report.load_run(run).trials)
+    price = sweep["prices"]["n2-highcpu-8"]["price_per_hour"]
+    for row in summary.to_dict("records"):
+        (stored,) = trials[trials.workers == row["workers"]].to_dict("records")
+        assert row["units_per_s"] == stored["units_per_s"] > 0
+        assert row["peak_rss_bytes"] == stored["peak_rss_bytes"] > 0
+        assert row["cost_per_million_units"] == pytest.approx(
+            price / (stored["units_per_s"] * 3600) * 1e6
+        )
+        assert row["cost_per_million_units"] == pytest.approx(stored["cost_per_million_units"])
+        assert row["estimate"] and row["ran_on"] == "local"
+    fastest = summary.loc[summary["units_per_s"].idxmax()]
+    knee = report.find_knee(list(summary["workers"]), list(summary["units_per_s"]))
+
+    report.write_report(run)
+    md = (run / "report.md").read_text()
+    rows = md_table(md, "Results per machine and worker count (all trials ran on local)")
+    assert [r["workers"] for r in rows] == ["1", "2"]
+    assert all(r["$/M units (est.)"].startswith("$") for r in rows)
+    (plan,) = md_table(md, "Plan (estimates)")
+    assert plan["machine"] == "n2-highcpu-8" and plan["trials"] == "2"
+    assert plan["est. cost"].endswith("(est.)")
+    (machine,) = md_table(md, "Per machine")
+    assert machine["best units/s"].endswith(f"at {int(fastest['workers'])}")
+    assert machine["scaling stops at"] == knee.describe([1, 2])
+    parse_html(run / "report.html")
+    assert (run / "plots" / "timeseries_n2-highcpu-8_on_local.png").is_file()
