@@ -12,6 +12,8 @@ import base64
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -46,6 +48,7 @@ from orchestrator.providers.base import (
     VmRequest,
 )
 from orchestrator.remote import SshKeys, startup_script
+from tests.fixtures.moto_server import FAKE_ACCESS_KEY, FAKE_SECRET_KEY
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / "infra" / "iam" / "aws-policy.json"
@@ -247,12 +250,13 @@ def test_missing_image_parameter_is_one_line(moto_env, keys: SshKeys) -> None:
 
 def test_image_choice_follows_architecture_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CLOUDPROF_AWS_IMAGE", raising=False)
-    assert "/amd64/" in image_parameter(None, "c6i.large")
-    assert "/arm64/" in image_parameter(None, "c7g.large")
+    assert image_parameter(None, "c6i.large") == "/aws/service/debian/release/12/latest/amd64"
+    assert image_parameter(None, "c7g.large") == "/aws/service/debian/release/12/latest/arm64"
+    assert "/arm64/" in image_parameter("ubuntu-24.04", "t4g.small")
     assert image_parameter("al2023", "m7gd.xlarge").endswith("arm64")
     assert image_parameter("ami-0123456789abcdef0", "c6i.large") is None
-    monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "debian-12")
-    assert image_parameter(None, "c6i.large") == "/aws/service/debian/release/12/latest/amd64"
+    monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "ubuntu-22.04")
+    assert "/22.04/stable/current/amd64/" in image_parameter(None, "c6i.large")
     with pytest.raises(CloudprofError) as info:
         image_parameter("windows-95", "c6i.large")
     assert "windows-95" in assert_one_line(info.value)
@@ -275,7 +279,8 @@ def test_list_resources_and_delete_resources_for_cleanup(moto_env, keys: SshKeys
     kinds = sorted(r.kind for r in found)
     assert kinds == ["instance", "key-pair", "security-group"]
     assert all(r.sweep_id == "s-old" and r.expires_at and r.expires_at > time.time() for r in found)
-    assert next(r for r in found if r.kind == "instance").id == inst.id
+    found_inst = next(r for r in found if r.kind == "instance")
+    assert found_inst.id == inst.id and found_inst.zone and found_inst.region == "us-east-1"
     assert len(list_resources()) == 6  # no labels: everything carrying a sweep tag
 
     delete_resources(found)
@@ -576,3 +581,72 @@ def test_iam_policy_covers_every_call_cloudprof_makes(
         "s3:AbortMultipartUpload",  # boto3 cleans up a failed multipart upload
     }
     assert granted - needed - implied == set()
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _sweep_argv(bucket: str, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "orchestrator", "sweep", "--provider", "aws",
+        "--machine", "c6i.large", "--workers", "1,2", "--duration", "1",
+        "--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10",
+        "--bucket", f"s3://{bucket}", "--out", str(out),
+    ]  # fmt: skip
+
+
+def _run_cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=280, cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def aws_vm_env(moto_env, sshd, monkeypatch: pytest.MonkeyPatch):
+    """moto for the cloud, the loopback sshd for the "VM", Amazon Linux as the image."""
+    from tests.fixtures.sshd import sshd_env
+
+    for key, value in sshd_env(sshd).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "al2023")  # moto serves no Debian parameter
+    return moto_env
+
+
+@pytest.mark.slow
+def test_sweep_end_to_end_leaves_no_instance(aws_vm_env, tmp_path: Path) -> None:
+    """provision → stage → bootstrap → trials → collect → teardown through the CLI."""
+    import boto3
+    import pandas as pd
+
+    boto3.client("s3").create_bucket(Bucket="cp-e2e")
+    out = tmp_path / "runs"
+    proc = _run_cli(_sweep_argv("cp-e2e", out), tmp_path)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+
+    (run_dir,) = [p for p in out.iterdir() if (p / "trials.parquet").exists()]
+    sweep_id = json.loads((run_dir / "sweep.json").read_text())["sweep_id"]
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    assert sorted(trials["workers"]) == [1, 2]
+    assert set(trials["status"]) == {"ok"} and set(trials["machine"]) == {"c6i.large"}
+    assert (trials["units_per_s"] > 0).all()
+
+    # The instance really went through EC2 (tagged with the sweep), and nothing is left.
+    every = ec2().describe_instances(Filters=[{"Name": f"tag:{LABEL_SWEEP}", "Values": [sweep_id]}])
+    described = [i for r in every["Reservations"] for i in r["Instances"]]
+    assert len(described) == 1 and described[0]["InstanceType"] == "c6i.large"
+    assert described[0]["State"]["Name"] == "terminated"
+    assert live_instances(sweep_id) == []
+    assert sweep_groups(sweep_id) == [] and sweep_keys(sweep_id) == []
+    assert list_resources({LABEL_SWEEP: sweep_id}) == []
+
+    # Inputs were staged once in S3 and fetched by the "VM" through presigned URLs;
+    # results went through the bucket too and their prefix was emptied after collection.
+    keys = S3Bucket("s3://cp-e2e").list("")
+    assert sum(k.startswith("inputs/") and k.endswith(".parquet") for k in keys) == 4, keys
+    assert not any(k.startswith("results/") for k in keys), keys
+    assert "not copied to the bucket" not in proc.stdout + proc.stderr
+    # No credential of the user reaches the output or the results store.
+    stored = "".join(p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file())
+    for secret in (FAKE_ACCESS_KEY, FAKE_SECRET_KEY):
+        assert secret not in proc.stdout + proc.stderr + stored

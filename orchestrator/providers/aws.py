@@ -68,8 +68,8 @@ SOURCE_CIDR_ENV = "CLOUDPROF_SSH_SOURCE_CIDR"  # who may reach port 22 (else: ou
 DEFAULT_TTL_S = 6 * 3600  # expiry tag when the engine gives none
 USER_DATA_LIMIT = 16 * 1024  # EC2 refuses larger user data
 
-# Images by short name → SSM public parameter per CPU architecture. Ubuntu 24.04
-# is the default: its Python (3.12) runs the workloads wheel as it is.
+# Images by short name → SSM public parameter per CPU architecture. Debian 12 is
+# the default, as on GCP: its Python (3.11) runs the workloads wheel as it is.
 _UBUNTU = "/aws/service/canonical/ubuntu/server"
 IMAGES: dict[str, dict[str, str]] = {
     "ubuntu-24.04": {
@@ -89,7 +89,7 @@ IMAGES: dict[str, dict[str, str]] = {
         "arm64": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64",
     },
 }
-DEFAULT_IMAGE = "ubuntu-24.04"
+DEFAULT_IMAGE = "debian-12"
 
 # Every state but "terminated": what still costs money or may come back.
 LIVE_STATES = ["pending", "running", "shutting-down", "stopping", "stopped"]
@@ -266,8 +266,7 @@ def resource_tags(req: VmRequest) -> dict[str, str]:
         LABEL_CREATED: str(now),
         LABEL_EXPIRES: str(now + DEFAULT_TTL_S),
     }
-    tags.update(req.labels)
-    tags[LABEL_SWEEP] = req.sweep_id
+    tags.update({k: v for k, v in req.labels.items() if v})
     return tags
 
 
@@ -341,6 +340,7 @@ class AwsResource:
     region: str
     state: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    zone: str | None = None  # instances only
 
     @property
     def sweep_id(self) -> str | None:
@@ -386,6 +386,7 @@ def list_resources(
                     region,
                     inst["State"]["Name"],
                     tags,
+                    (inst.get("Placement") or {}).get("AvailabilityZone"),
                 )
             )
         for group in ec2.describe_security_groups(Filters=filters)["SecurityGroups"]:
@@ -547,6 +548,7 @@ class AwsProvider(Provider):
         region = self._region_for(zone, req.region)
         ec2 = self._client("ec2", region)
         tags = resource_tags(req)
+        sweep = tags[LABEL_SWEEP]  # the engine's label value: what list() and cleanup match
         script = req.startup_script or ""
         size = len(script.encode())
         if size > USER_DATA_LIMIT:
@@ -554,23 +556,23 @@ class AwsProvider(Provider):
                 f"startup script is {size} bytes; EC2 user data allows {USER_DATA_LIMIT}"
             )
         with self._lock:
-            self._creating[req.sweep_id] = self._creating.get(req.sweep_id, 0) + 1
+            self._creating[sweep] = self._creating.get(sweep, 0) + 1
         try:
             with self._lock:
                 key_name = self._ensure_key_pair(ec2, req, tags)
-                group_id = self._ensure_security_group(ec2, req, tags, region)
+                group_id = self._ensure_security_group(ec2, tags, region)
             image_id, root_device = self._image(region, req)
             params = self._run_params(req, tags, zone, image_id, root_device, key_name, group_id)
             described = self._run_instance(ec2, params, req, zone, region)
         except BaseException:
             with self._lock:
-                self._creating[req.sweep_id] -= 1
+                self._creating[sweep] -= 1
             # Nothing runs: leave no key pair or group behind (unless others still use them).
             with contextlib.suppress(CloudprofError):
-                self._release_sweep_resources(region, req.sweep_id)
+                self._release_sweep_resources(region, sweep)
             raise
         with self._lock:
-            self._creating[req.sweep_id] -= 1
+            self._creating[sweep] -= 1
         inst = _to_instance(described, region)
         inst.user = req.ssh_user
         return inst
@@ -619,7 +621,7 @@ class AwsProvider(Provider):
     def _ensure_key_pair(self, ec2: Any, req: VmRequest, tags: dict[str, str]) -> str:
         from botocore.exceptions import ClientError
 
-        key_name = sweep_resource_name(req.sweep_id)
+        key_name = sweep_resource_name(tags[LABEL_SWEEP])
         if not req.ssh_public_key.strip():
             raise ProviderError("no SSH public key for the sweep (the engine makes one per sweep)")
         with _translated(f"importing key pair {key_name}"):
@@ -635,12 +637,11 @@ class AwsProvider(Provider):
                     raise
         return key_name
 
-    def _ensure_security_group(
-        self, ec2: Any, req: VmRequest, tags: dict[str, str], region: str
-    ) -> str:
+    def _ensure_security_group(self, ec2: Any, tags: dict[str, str], region: str) -> str:
         from botocore.exceptions import ClientError
 
-        name = sweep_resource_name(req.sweep_id)
+        sweep = tags[LABEL_SWEEP]
+        name = sweep_resource_name(sweep)
         cidr = ssh_source_cidr()
         with _translated(f"creating security group {name}"):
             vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
@@ -653,7 +654,7 @@ class AwsProvider(Provider):
             try:
                 group_id = ec2.create_security_group(
                     GroupName=name,
-                    Description=f"cloudprof sweep {req.sweep_id}: SSH from the caller only",
+                    Description=f"cloudprof sweep {sweep}: SSH from the caller only",
                     VpcId=vpc_id,
                     TagSpecifications=_shared_tags("security-group", tags, name),
                 )["GroupId"]
