@@ -716,18 +716,18 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
         from rich.console import Console
 
         console = Console()
-    run_dir: Path | None = None
+    started: list[Path] = []  # the run directory, once it exists
     try:
         with _sigterm_as_interrupt():
-            run_dir = _run(spec, resume, console)
-            return run_dir
+            return _run(spec, resume, console, started)
     except KeyboardInterrupt:
+        run_dir = started[0] if started else None
         where = f"; resume with: cloudprof sweep --resume {run_dir}" if run_dir else ""
         raise SweepInterruptedError(f"interrupted: every machine was torn down{where}",
                                     run_dir) from None
 
 
-def _run(spec: SweepSpec, resume: Path | None, console: Console) -> Path:
+def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path]) -> Path:
     if resume is not None:
         store = RunStore.open(resume)
         data = store.read_sweep()
@@ -769,6 +769,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console) -> Path:
                        "local_dir": str(inputs.local_dir)} if inputs else None,
         })
     run_dir = store.run_dir
+    started.append(run_dir)
     providers, keys = _build_providers(spec, plan, run_dir, plan.sweep_id)
     if spec.dry_run:
         from orchestrator.providers.local import host_facts

@@ -1,0 +1,228 @@
+"""The sweep engine end to end on the local provider: real runner processes, real files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+from rich.console import Console
+
+from orchestrator.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_MEMORY_GATE,
+    EXIT_PARTIAL,
+    BudgetError,
+    MemoryGateError,
+    PartialSweepError,
+)
+from orchestrator.spec import SweepSpec
+from orchestrator.store import RunStore
+from orchestrator.sweep import run_sweep
+from workloads.base import UnitCounter, Workload
+
+SMALL = {"frames": "4", "rows": "40", "cols": "40", "dim": "8"}
+
+
+class FailAtTwoWorkers(Workload):
+    """A user workload (module:Class) that fails at exactly one worker count."""
+
+    name = "fail-at-two"
+
+    def prepare(self) -> None:
+        pass
+
+    def run(self, workers: int, stop: threading.Event, counter: UnitCounter) -> None:
+        if workers == 2:
+            raise RuntimeError("boom at two workers")
+        while not stop.wait(0.01):
+            counter.add(workers)
+
+
+def spec_for(out: Path, **kw: object) -> SweepSpec:
+    values: dict = {"machines": ["n2-highcpu-8"], "workers": [1, 2], "duration_s": 1.0,
+                    "workload_params": dict(SMALL), "out": out, "dry_run": True,
+                    "provider": "gcp", "sample_hz": 20.0}
+    values.update(kw)
+    return SweepSpec(**values)  # type: ignore[arg-type]
+
+
+def quiet() -> Console:
+    return Console(file=io.StringIO(), width=120)
+
+
+def only_run(out: Path) -> Path:
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CLOUDPROF_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def first_run(cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    console = Console(file=io.StringIO(), width=200)
+    run_dir = run_sweep(spec_for(tmp_path_factory.mktemp("out")), console=console)
+    return run_dir, console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def trial_dirs(run_dir: Path, trial_id: str) -> list[Path]:
+    """Each attempt of a trial runs in its own directory on the host: a run counter."""
+    return [p for p in run_dir.glob(f"hosts/*/trials/{trial_id}-*") if p.is_dir()]
+
+
+def test_local_sweep_end_to_end(first_run: tuple[Path, str], cache: Path) -> None:
+    run_dir, output = first_run
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    assert sweep["status"] == "done" and sweep["dry_run"] is True
+    assert sweep["spec"]["workers"] == [1, 2]
+    assert sweep["prices"]["n2-highcpu-8"]["price_per_hour"] > 0
+    (vm,) = sweep["vms"].values()
+    assert vm["id"] and vm["state"] == "released" and vm["provider"] == "local"
+    assert sweep["machines"]["n2-highcpu-8"]["status"] == "done"
+
+    trials = pd.read_parquet(run_dir / "trials.parquet").sort_values("workers")
+    assert list(trials["trial_id"]) == ["n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"]
+    assert set(trials["status"]) == {"ok"} and set(trials["ran_on"]) == {"local"}
+    assert set(trials["machine"]) == {"n2-highcpu-8"} and set(trials["provider"]) == {"local"}
+    assert (trials["units"] > 0).all() and (trials["peak_rss_bytes"] > 0).all()
+    assert set(trials["vcpus"]) == {os.cpu_count()}
+    assert trials["cost_is_estimate"].all()
+    assert trials.iloc[0]["efficiency"] == pytest.approx(1.0)
+    for trial_id in trials["trial_id"]:
+        ts = pd.read_parquet(run_dir / "timeseries" / f"{trial_id}.parquet")
+        assert len(ts) > 0 and ts["rss_bytes"].max() > 0
+    assert (run_dir / "report.html").is_file() and (run_dir / "report.md").is_file()
+
+    # Inputs went through the bucket and reached the host as hardlinks of the cache.
+    bucket = cache / "bucket"
+    staged = sorted(bucket.glob("inputs/*/frame_0000.parquet"))
+    assert len(staged) == 1
+    on_host = next(run_dir.glob("hosts/*/inputs/*/frame_0000.parquet"))
+    assert on_host.stat().st_ino == staged[0].stat().st_ino
+    assert not list(bucket.glob("results/*/*/summary.json"))  # the sweep's prefix is removed
+
+    assert "would be created" in output and "n2-highcpu-8-w2-r0" in output
+
+
+def test_resume_runs_only_missing_trials(first_run: tuple[Path, str]) -> None:
+    run_dir, _ = first_run
+    path = run_dir / "trials.parquet"
+    before = pd.read_parquet(path)
+    kept = before[before["workers"] == 1]
+    kept.to_parquet(path, index=False)  # lose the 2-worker trial
+    assert len(trial_dirs(run_dir, "n2-highcpu-8-w2-r0")) == 1
+
+    run_sweep(spec_for(run_dir.parent), resume=run_dir, console=quiet())
+
+    after = pd.read_parquet(path).set_index("trial_id")
+    assert sorted(after.index) == ["n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"]
+    assert after.loc["n2-highcpu-8-w1-r0", "started_at"] == kept.iloc[0]["started_at"]
+    assert len(trial_dirs(run_dir, "n2-highcpu-8-w1-r0")) == 1  # not run again
+    assert len(trial_dirs(run_dir, "n2-highcpu-8-w2-r0")) == 2  # run once more
+    assert json.loads((run_dir / "sweep.json").read_text())["status"] == "done"
+
+
+def test_memory_gate_fails_after_recording(cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(MemoryGateError, match="memory gate") as info:
+        run_sweep(spec_for(tmp_path, workers=[1], max_peak_memory=1 << 20), console=quiet())
+    assert info.value.exit_code == EXIT_MEMORY_GATE == 3
+    run_dir = only_run(tmp_path)
+    assert len(pd.read_parquet(run_dir / "trials.parquet")) == 1
+    assert (run_dir / "report.html").is_file()
+
+
+def test_max_cost_refuses_to_start(cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(BudgetError, match="above --max-cost"):
+        run_sweep(spec_for(tmp_path, max_cost=0.0001), console=quiet())
+    assert not list(tmp_path.iterdir())  # nothing was created
+
+
+def test_failing_trial_is_recorded_and_the_sweep_goes_on(cache: Path, tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, workload=f"{__name__}:FailAtTwoWorkers", workload_params={},
+                    workers=[1, 2, 3], duration_s=0.5)
+    with pytest.raises(PartialSweepError, match="1 trial") as info:
+        run_sweep(spec, console=quiet())
+    assert info.value.exit_code == EXIT_PARTIAL
+    trials = pd.read_parquet(only_run(tmp_path) / "trials.parquet").set_index("workers")
+    assert trials.loc[2, "status"] == "failed" and "boom at two workers" in trials.loc[2, "error"]
+    assert trials.loc[1, "status"] == "ok" and trials.loc[3, "status"] == "ok"  # ran after it
+
+
+def test_bad_parameter_fails_its_trials_with_the_reason(cache: Path, tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, workers=[1], workload_params={**SMALL, "strategy": "bogus"})
+    with pytest.raises(PartialSweepError):
+        run_sweep(spec, console=quiet())
+    row = pd.read_parquet(only_run(tmp_path) / "trials.parquet").iloc[0]
+    assert row["status"] == "failed" and "bogus" in row["error"]
+
+
+def _runner_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "workloads.run" in cmd and marker in cmd:
+            found.append(proc)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "then_resume"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
+    cache: Path, tmp_path: Path, sig: signal.Signals, then_resume: bool
+) -> None:
+    out = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "--machine", "n2-highcpu-8",
+           "--dry-run", "--workers", "1,2,3,4", "--duration", "1.5", "--frames", "4",
+           "--rows", "40", "--cols", "40", "--dim", "8", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            files = list(out.glob("*/trials.parquet"))
+            if files and len(pd.read_parquet(files[0])) >= 1 \
+                    and _runner_processes(str(out)):
+                break  # one trial done and the next one running
+            assert proc.poll() is None, proc.stdout.read()  # type: ignore[union-attr]
+            time.sleep(0.1)
+        else:
+            pytest.fail("no trial finished in time")
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, output
+    assert "tearing down" in output and "--resume" in output
+    run_dir = only_run(out)
+    assert not _runner_processes(str(out))  # no trial left running
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    assert sweep["status"] == "interrupted"
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    done = set(trials.loc[trials["status"] == "ok", "trial_id"])
+    assert "n2-highcpu-8-w1-r0" in done
+    if not then_resume:
+        return
+
+    store = RunStore.open(run_dir)
+    run_sweep(spec_for(out), resume=run_dir, console=quiet())
+    final = store.trials_frame()
+    assert sorted(final["workers"]) == [1, 2, 3, 4] and set(final["status"]) == {"ok"}
+    for trial_id in done:  # finished before the signal: never run twice
+        assert len(trial_dirs(run_dir, trial_id)) == 1
