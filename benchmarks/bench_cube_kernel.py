@@ -1,0 +1,207 @@
+"""Cube kernel throughput against this machine's memory bandwidth, and the article's table.
+
+    python benchmarks/bench_cube_kernel.py            # defaults: the article's sizes
+
+The ``fast`` strategy moves, per cube, ``frames*dim`` contiguous runs of ``dim``
+doubles from a (cols, frames, dim) array into a per-worker buffer:
+
+    bytes a cube must move = 2 * frames * dim * dim * 8   (read the runs + write the cube)
+
+which is 16 MB at the defaults. Two bounds are measured in the same run:
+
+- DRAM bound: copy bandwidth (read + write bytes/s of a 256 MB numpy copy,
+  with 1 and with N threads) divided by that figure. It assumes both sides
+  go to DRAM; when the 8 MB per-worker buffer stays in the last-level cache,
+  the kernel can beat it (fraction > 100%).
+- Contiguous bound: the same number of bytes copied with ``np.copyto`` from the
+  same source array into the same kind of buffer, as one contiguous run from a
+  random offset — no gather at all. No layout of the data can do better.
+
+Then every strategy of the article is run (``naive`` on a few cubes only) so
+its table is reproduced on this machine next to the article's own figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import threading
+import time
+
+from _common import machine_line, median, memory_bandwidth, print_table, timed
+
+from workloads.base import UnitCounter
+from workloads.cube import CubeWorkload
+from workloads.inputs import InputSpec, ensure_inputs
+
+# The article's Table 3 (12-core desktop; ``threads`` used 12 workers).
+ARTICLE_RATES = {"naive": 0.15, "dataframes": 15.13, "numpy": 76.26, "threads": 355.50}
+
+
+def contiguous_copy_rate(src_flat, cube_items: int, threads: int, seconds: float) -> float:
+    """Copies/s of ``cube_items`` contiguous doubles from random offsets of ``src_flat``."""
+    import numpy as np
+
+    stop = threading.Event()
+    counts = [0] * threads
+
+    def work(index: int) -> None:
+        rng = np.random.default_rng(index)
+        buf = np.empty(cube_items)
+        limit = src_flat.size - cube_items
+        while not stop.is_set():
+            start = int(rng.integers(0, limit))
+            np.copyto(buf, src_flat[start : start + cube_items])
+            counts[index] += 1
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    begin = time.perf_counter()
+    for w in workers:
+        w.start()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    return sum(counts) / (time.perf_counter() - begin)
+
+
+def run_for(work: CubeWorkload, workers: int, seconds: float) -> float:
+    """Cubes/s of ``work`` with ``workers`` threads over ``seconds``, through its ``run``."""
+    stop, counter = threading.Event(), UnitCounter()
+    timer = threading.Timer(seconds, stop.set)
+    start = time.perf_counter()
+    timer.start()
+    work.run(workers, stop, counter)
+    return counter.value / (time.perf_counter() - start)
+
+
+def measure_fast(
+    args: argparse.Namespace, params: dict[str, str], worker_counts: list[int]
+) -> tuple[list[list], float]:
+    """The fast kernel's rate and both bounds, per worker count."""
+    fast = CubeWorkload(strategy="fast", **params)
+    (load_s,) = timed(fast.prepare)
+    assert fast.strategy is not None
+    frames = fast.strategy.frames
+    cube_bytes = frames * args.dim * args.dim * 8
+    moved = 2 * cube_bytes
+    print(
+        f"cube: {frames}x{args.dim}x{args.dim} float64 = {cube_bytes / 1e6:.1f} MB; "
+        f"bytes a cube must move = 2 * frames * dim * dim * 8 = {moved / 1e6:.1f} MB"
+    )
+
+    rows = []
+    items = frames * args.dim * args.dim
+    src = fast.strategy.src.reshape(-1)
+    for n in worker_counts:
+        run_for(fast, n, 0.3)  # warm-up
+        # Interleave the probes and the kernel so a neighbour's load hits all alike;
+        # report medians of the per-round figures and ratios.
+        rounds = []
+        for _ in range(args.repeats):
+            bandwidth = memory_bandwidth(n, repeats=3)
+            contiguous = contiguous_copy_rate(src, items, n, args.seconds)
+            rate = run_for(fast, n, args.seconds)
+            dram_bound = bandwidth / moved
+            rounds.append(
+                (bandwidth, rate, dram_bound, contiguous, rate / dram_bound, rate / contiguous)
+            )
+        bandwidth, rate, dram_bound, contiguous, of_dram, of_contiguous = (
+            median([r[i] for r in rounds]) for i in range(6)
+        )
+        rows.append(
+            [
+                n,
+                bandwidth / 1e9,
+                rate,
+                rate / n,
+                dram_bound,
+                f"{100 * of_dram:.0f}%",
+                contiguous,
+                f"{100 * of_contiguous:.0f}%",
+            ]
+        )
+    print_table(
+        [
+            "workers",
+            "copy GB/s (r+w)",
+            "fast cubes/s",
+            "per core",
+            "DRAM bound",
+            "of DRAM bound",
+            "contiguous bound",
+            "of contiguous",
+        ],
+        rows,
+        title=f"fast kernel: medians of {args.repeats} interleaved rounds of {args.seconds} s "
+        "(bounds in cubes/s)",
+    )
+    return rows, load_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--frames", type=int, default=100)
+    ap.add_argument("--rows", type=int, default=1000)
+    ap.add_argument("--cols", type=int, default=1000)
+    ap.add_argument("--dim", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", default="1,2", help="worker counts for the fast kernel")
+    ap.add_argument("--seconds", type=float, default=0.6, help="duration of each probe")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds (median)")
+    ap.add_argument(
+        "--article-cubes", type=int, default=100, help="cubes for dataframes/numpy/threads"
+    )
+    ap.add_argument("--naive-cubes", type=int, default=2, help="cubes for naive (slow!)")
+    ap.add_argument("--skip-article", action="store_true", help="only the fast kernel")
+    ap.add_argument(
+        "--cache", default=None, help="inputs cache (default: $CLOUDPROF_CACHE or ~/.cache)"
+    )
+    args = ap.parse_args()
+    worker_counts = [int(w) for w in args.workers.split(",")]
+
+    print(f"machine: {machine_line()}")
+    spec = InputSpec(frames=args.frames, rows=args.rows, cols=args.cols, seed=args.seed)
+    (gen_s,) = timed(lambda: ensure_inputs(spec, args.cache))
+    directory = ensure_inputs(spec, args.cache)
+    print(f"inputs: {directory} (ensure_inputs {gen_s:.2f} s)")
+    params = dict(dim=str(args.dim), seed=str(args.seed), inputs=str(directory))
+
+    rows, load_s = measure_fast(args, params, worker_counts)
+
+    if args.skip_article:
+        return
+    article_rows = []
+    max_workers = max(worker_counts)
+    plan = [
+        ("naive", 1, args.naive_cubes),
+        ("dataframes", 1, args.article_cubes),
+        ("numpy", 1, args.article_cubes),
+        ("threads", max_workers, args.article_cubes),
+    ]
+    rates: dict[str, float] = {}
+    for strategy, workers, cubes in plan:
+        work = CubeWorkload(strategy=strategy, **params)
+        (prep,) = timed(work.prepare)
+        (secs,) = timed(
+            lambda work=work, workers=workers, cubes=cubes: work.produce(cubes, workers)
+        )
+        rates[strategy] = cubes / secs
+        article_rows.append(
+            [strategy, workers, cubes, prep, rates[strategy], ARTICLE_RATES[strategy]]
+        )
+        del work
+        gc.collect()
+    article_rows.append(["fast", 1, "(above)", load_s, rows[0][2], "-"])
+    article_rows.append(["fast", rows[-1][0], "(above)", load_s, rows[-1][2], "-"])
+    for row in article_rows:
+        row.append(f"{row[4] / rates['naive']:,.0f}x")
+    print_table(
+        ["strategy", "workers", "cubes", "load s", "cubes/s", "article cubes/s", "vs naive"],
+        article_rows,
+        title="the article's steps here (article: 12-core desktop, its threads = 12 workers)",
+    )
+
+
+if __name__ == "__main__":
+    main()
