@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ import pytest
 from orchestrator.errors import (
     BucketError,
     CapacityError,
+    CredentialsError,
     PermissionDeniedError,
     ProviderError,
     QuotaError,
@@ -389,6 +391,44 @@ def test_delete_prefix(gcs_emulator: str, tmp_path: Path) -> None:
     assert len(bucket.list("b")) == 3
 
 
+def test_signed_url_for_real_gcs_with_a_key_file_adc(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key-file ADC signs locally: the URL is for storage.googleapis.com, no call made."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    key_file = tmp_path / "sa.json"
+    key_file.write_text(json.dumps({
+        "type": "service_account", "project_id": "proj", "private_key_id": "k1",
+        "private_key": pem, "client_email": "signer@proj.iam.gserviceaccount.com",
+        "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token"}))
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
+    url = GcsBucket("gs://cp-real/sweeps").signed_url("results/t1/summary.json", "PUT", 600)
+    assert url.startswith("https://storage.googleapis.com/cp-real/sweeps/results/t1/summary.json?")
+    assert "signer%40proj.iam.gserviceaccount.com" in url and "X-Goog-Expires=600" in url
+
+
+def test_signed_url_without_a_signing_identity_says_how_to_get_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("CLOUDPROF_GCS_SIGNER", raising=False)
+    bucket = GcsBucket("gs://cp-real")
+    # credentials that cannot sign, like a user's `gcloud auth application-default login`
+    bucket._local.client = storage.Client(project="proj", credentials=AnonymousCredentials())
+    with pytest.raises(CredentialsError) as err:
+        bucket.signed_url("inputs/a.parquet")
+    assert "CLOUDPROF_GCS_SIGNER" in _one_line(err)
+
+
 def test_bucket_permission_error_is_one_line() -> None:
     from google.api_core.exceptions import Forbidden
 
@@ -456,6 +496,7 @@ def test_sweep_end_to_end_after_a_stockout_in_the_first_zone(
     assert not any(k.startswith("results/") for k in keys), keys
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fault", "text"), [(QUOTA, "QUOTA_EXCEEDED"),
                                              (PERMISSION, "compute.instances.create")])
 def test_sweep_with_quota_or_permission_error_is_one_line_and_leaves_nothing(
@@ -469,4 +510,30 @@ def test_sweep_with_quota_or_permission_error_is_one_line_and_leaves_nothing(
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and text in errors[0], proc.stderr[-2000:]
     assert len(fake_gce.sent("POST", r"/instances$")) == 1  # not retried elsewhere
+    assert fake_gce.instances == {} and fake_gce.firewalls == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_while_provisioning_deletes_the_vm_and_its_firewall(
+    fake_gce: FakeGce, gcs_emulator: str, tmp_path: Path, sig: signal.Signals,
+) -> None:
+    fake_gce.gets_until_running = 10**9  # the VM never comes up: the signal lands mid-wait
+    bucket = _new_bucket()
+    proc = subprocess.Popen(_sweep_argv(bucket.name, tmp_path / "runs"), cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not fake_gce.instances and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert fake_gce.instances, "the sweep never created its VM"
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
     assert fake_gce.instances == {} and fake_gce.firewalls == {}
