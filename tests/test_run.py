@@ -219,9 +219,7 @@ def test_command_mode_accounts_for_the_whole_tree(tmp_path):
 
 
 def test_command_failure_mirrors_in_exit_code(tmp_path):
-    proc = run(
-        tmp_path, "--quiet", "--command", "--", sys.executable, "-c", "raise SystemExit(3)"
-    )
+    proc = run(tmp_path, "--quiet", "--command", "--", sys.executable, "-c", "raise SystemExit(3)")
     assert proc.returncode == protocol.EXIT_FAILED
     s = summary(tmp_path)
     assert s["status"] == "failed" and s["command"]["exit_code"] == 3

@@ -87,7 +87,8 @@ class AgentReport:
     peak_rss_bytes: int = 0
     peak_rss_source: str = "sampled"
     peak_rss_sampled_bytes: int = 0
-    peak_rss_upper_bound_bytes: int | None = None
+    peak_rss_upper_bound_bytes: int | None = None  # command mode: sum of per-process peaks
+    peak_rss_before_bytes: int | None = None  # in-process: lifetime peak when the trial began
     budget_limit_bytes: int | None = None
     budget_breached: bool = False
     budget_breach_t: float | None = None
@@ -195,6 +196,10 @@ class Agent:
         if not procfs.has_procfs():
             raise RuntimeError("the profiling agent needs Linux /proc")
         if self.in_process:
+            # The process's peak so far (imports, prepare, warm-up), before the reset below.
+            self._report.peak_rss_before_bytes = (
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            )
             self._hwm_reset = procfs.reset_hwm("self")
             self._ru_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             self._times_start = os.times()

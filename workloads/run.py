@@ -173,9 +173,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     _atomic_write(out / protocol.SUMMARY_FILE, write)
 
 
-def write_timeseries(out: Path, report: AgentReport) -> None:
+def _timeseries_table(report: AgentReport) -> Any:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     types = {
         "t": pa.float64(), "rss_bytes": pa.int64(), "cpu_user_s": pa.float64(),
@@ -186,9 +185,29 @@ def write_timeseries(out: Path, report: AgentReport) -> None:
     }  # fmt: skip
     cols = protocol.TIMESERIES_COLUMNS
     arrays = [pa.array(report.column(c), type=types[c]) for c in cols]
-    table = pa.Table.from_arrays(arrays, schema=pa.schema([(c, types[c]) for c in cols]))
+    return pa.Table.from_arrays(arrays, schema=pa.schema([(c, types[c]) for c in cols]))
+
+
+def write_timeseries(out: Path, report: AgentReport) -> None:
+    import pyarrow.parquet as pq
+
+    table = _timeseries_table(report)
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / protocol.TIMESERIES_FILE, lambda tmp: pq.write_table(table, tmp))
+
+
+def _warm_result_writer() -> None:
+    """Write an empty time series to memory before the trial starts.
+
+    pyarrow's first table and first Parquet write map tens of MB (allocator
+    arenas, kernels). Done after the trial, that would become the process's
+    high-water mark, and a parent's view of the peak (``/usr/bin/time -v``, the
+    orchestrator's wait4) would disagree with the trial's own.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(_timeseries_table(AgentReport()), pa.BufferOutputStream())
 
 
 def base_summary(params: dict[str, Any]) -> dict[str, Any]:
@@ -228,6 +247,8 @@ def fill_measurements(summary: dict[str, Any], rep: AgentReport, cores: int | No
     summary["peak_rss_sampled_bytes"] = rep.peak_rss_sampled_bytes
     if rep.peak_rss_upper_bound_bytes is not None:
         summary["peak_rss_upper_bound_bytes"] = rep.peak_rss_upper_bound_bytes
+    if rep.peak_rss_before_bytes is not None:
+        summary["peak_rss_before_trial_bytes"] = rep.peak_rss_before_bytes
     summary["cpu_seconds"] = round(rep.cpu_seconds_total, 3)
     if rep.wall_s > 0:
         pct = 100.0 * rep.cpu_seconds_total / rep.wall_s
@@ -312,6 +333,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         stop.set()
         sig.wake.set()
 
+    _warm_result_writer()
     agent = Agent(
         sample_hz=args.sample_hz,
         memory_budget=args.memory_budget,
