@@ -80,7 +80,9 @@ def load_run(run_dir: str | Path) -> RunData:
         raise UsageError(f"{path} is not a results store: expected a directory like runs/<id>")
     sweep_file, trials_file = path / SWEEP_FILE, path / TRIALS_FILE
     if not sweep_file.exists() and not trials_file.exists():
-        raise UsageError(f"{path} is not a results store: no {SWEEP_FILE} or {TRIALS_FILE}")
+        runs = sorted(p.parent.name for p in path.glob(f"*/{SWEEP_FILE}"))
+        hint = f"; it holds runs, e.g. {path / runs[-1]}" if runs else ""
+        raise UsageError(f"{path} is not a results store: no {SWEEP_FILE} or {TRIALS_FILE}{hint}")
     sweep: dict[str, Any] = {}
     if sweep_file.exists():
         try:
@@ -168,6 +170,7 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
                 "price_per_hour": price,
                 "cost_per_million_units": cost_per_million_units(price, ups),
                 "oversubscribed": bool(ok["oversubscribed"].fillna(False).astype(bool).any()),
+                "spot": "spot" in ok and bool(ok["spot"].fillna(False).astype(bool).any()),
                 "estimate": str(ran_on) != str(machine),
             }
         )
@@ -186,6 +189,7 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
         "price_per_hour",
         "cost_per_million_units",
         "oversubscribed",
+        "spot",
         "estimate",
     ]
     summary = pd.DataFrame(rows, columns=columns)
@@ -537,7 +541,7 @@ def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) 
             machine,
             ran_on,
             str(best["vcpus"]) if best["vcpus"] is not None else DASH,
-            fmt_usd(best["price_per_hour"]),
+            fmt_usd(best["price_per_hour"]) + (" spot" if best["spot"] else ""),
             ", ".join(map(str, tested)),
             knee.describe(tested),
             f"{fmt_rate(best['units_per_s'])} at {int(best['workers'])}",
@@ -560,7 +564,7 @@ def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) 
         f"Scaling stops at the smallest worker count that no larger tested count beats by more "
         f"than {KNEE_GAIN:.0%} in median units/s (the knee).",
         "vCPUs of the host the trials ran on; $/hour is the catalog price of the planned machine "
-        "at launch.",
+        "at launch (its spot price when marked spot).",
         "Peak RSS: the kernel's high-water mark of the trial process (VmHWM), max over trials.",
     ]
     return Table("Per machine: where scaling stops, peak memory" + title_note, headers, rows, notes)

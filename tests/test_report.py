@@ -66,7 +66,8 @@ def write_store(
             row["price_per_hour"] / (ups * 3600) * 1e6 if ok and row["price_per_hour"] else math.nan
         )
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS))
+    extra = sorted({k for row in rows for k in row} - set(TRIAL_COLUMNS))
+    frame = pd.DataFrame(rows, columns=[*TRIAL_COLUMNS, *extra])
     for i, row in frame.iterrows():
         base = frame[
             (frame.machine == row.machine) & (frame.workers == 1) & (frame.status == "ok")
@@ -386,6 +387,13 @@ def test_plan_figures_are_labelled_estimates(tmp_path: Path) -> None:
     assert report.fmt_duration(160) + report.EST in text
 
 
+def test_spot_prices_are_marked(tmp_path: Path) -> None:
+    run = write_store(tmp_path / "spot", scaling_trials("n2-highcpu-8", 0.07, {1: [10]}, spot=True))
+    report.write_report(run)
+    (machine,) = md_table((run / "report.md").read_text(), "Per machine")
+    assert machine["$/hour"] == "$0.07 spot"
+
+
 def test_oversubscribed_rows_are_marked(tmp_path: Path) -> None:
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [150]})
     trials += scaling_trials("n2-highcpu-8", 0.29, {4: [160]}, oversubscribed=True)
@@ -461,13 +469,17 @@ def test_empty_store_is_a_one_line_error(tmp_path: Path) -> None:
         report.write_report(run)
 
 
-@pytest.mark.parametrize("kind", ["missing", "file", "not-a-store", "corrupt", "bad-json"])
+@pytest.mark.parametrize(
+    "kind", ["missing", "file", "not-a-store", "runs-dir", "corrupt", "bad-json"]
+)
 def test_bad_run_paths_are_usage_errors(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "run"
     if kind == "file":
         path.write_text("x")
     elif kind == "not-a-store":
         path.mkdir()
+    elif kind == "runs-dir":
+        write_store(path / "20260101-000000-abcd", scaling_trials("n2-highcpu-8", 0.29, {1: [1]}))
     elif kind == "corrupt":
         path.mkdir()
         (path / TRIALS_FILE).write_bytes(b"PAR1 not parquet\n" * 10)
@@ -477,6 +489,8 @@ def test_bad_run_paths_are_usage_errors(tmp_path: Path, kind: str) -> None:
     with pytest.raises(UsageError) as info:
         report.write_report(path)
     assert "\n" not in str(info.value) and str(path) in str(info.value)
+    if kind == "runs-dir":
+        assert str(info.value).endswith(f"e.g. {path / '20260101-000000-abcd'}")
 
 
 def test_importing_the_report_modules_loads_no_heavy_library() -> None:
