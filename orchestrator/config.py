@@ -32,11 +32,6 @@ MAX_WORKERS = 4096  # a guard against typos such as 1-10000
 WORKLOAD_PARAM_KEYS = ("frames", "dim", "rows", "cols", "seed", "strategy")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WORKLOAD_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_BUCKET_RE = {
-    # GCS: 3-63 characters per dot-separated name, up to 222 with dots; S3: 3-63.
-    "gs": re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$"),
-    "s3": re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
-}
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._/-]*$")
 _SIZE_UNITS = {
     "": 1,
@@ -179,19 +174,27 @@ def parse_host(text: str, where: str = "--host") -> str:
     return text
 
 
+# bucket URL scheme -> the provider module whose validate_bucket_name applies
+_BUCKET_RULES = {"gs": "orchestrator.providers.gcp", "s3": "orchestrator.providers.aws"}
+
+
 def check_bucket(url: str, where: str = "--bucket") -> str:
-    """Refuse bucket URLs the cloud would reject, before any VM is created."""
+    """Refuse bucket URLs the cloud would reject, before any VM is created.
+
+    The naming rules are the providers' own (their modules load no SDK at import).
+    """
+    import importlib
+
     scheme, sep, rest = url.partition("://")
     if not sep or scheme == "file":
         return url  # a local directory (the local provider's bucket)
-    if scheme not in _BUCKET_RE:
+    if scheme not in _BUCKET_RULES:
         raise BucketError(f"{where}: unsupported bucket URL {url!r}: use gs://, s3:// or a path")
     name, _, prefix = rest.partition("/")
-    if not _BUCKET_RE[scheme].match(name) or ".." in name:
-        raise BucketError(
-            f"{where}: invalid bucket name {name!r}: use 3-63 lower-case letters, digits, "
-            "'-' and '.', starting and ending with a letter or digit"
-        )
+    try:
+        importlib.import_module(_BUCKET_RULES[scheme]).validate_bucket_name(name)
+    except BucketError as exc:
+        raise BucketError(f"{where}: {exc}") from None
     if not _PREFIX_RE.match(prefix):
         raise BucketError(f"{where}: invalid characters in bucket prefix {prefix!r}")
     return url

@@ -345,7 +345,7 @@ def test_every_config_key_is_accepted(tmp_path: Path) -> None:
         ("workers = [1, 0]", "workers: worker counts must be 1 or more, got 0"),
         ("spot = 'yes'", "spot: expected true or false"),
         ("machines = [1]", "machines: expected a string or a list of strings"),
-        ("bucket = 'gs://Bad_Name'", "invalid bucket name 'Bad_Name'"),
+        ("bucket = 'gs://Bad_Name'", "bucket: invalid GCS bucket name 'Bad_Name'"),
         ("[params]\nx = [1]", "params: expected name = scalar value"),
     ],
 )
