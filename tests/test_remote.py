@@ -449,3 +449,85 @@ def test_commands_are_quoted_not_interpolated_by_the_login_shell(ex, tmp_path):
     result = ex.run([str(script), "a b"])
     assert result.exit_code == 0 and result.stdout_tail == "ran a b"
     assert shlex.split(shlex.join([str(script)])) == [str(script)]
+
+
+# ------------------------------------------------------------------ the startup script, for real
+
+# Runs infra/startup.sh as root in a private mount namespace: /etc (a copy),
+# /home and /var/lib are tmpfs there, and systemd-run/systemctl/shutdown are
+# stubs that log their arguments, so the host is untouched. Then the image's
+# own sshd config (as the script left it) is started in that namespace, and
+# cloudprof must log in as the new user verifying the sweep's host key.
+_SANDBOX = r"""
+set -e
+stubs=$1; script=$2; port=$3
+copy=$(mktemp -d)
+cp -a /etc/. "$copy/"
+mount -t tmpfs tmpfs /etc
+cp -a "$copy/." /etc/
+rm -rf "$copy"
+mount -t tmpfs tmpfs /home
+mount -t tmpfs tmpfs /var/lib  # empty: the script only adds /var/lib/cloudprof
+for tool in /usr/bin/systemd-run /usr/bin/systemctl /usr/sbin/shutdown; do
+    mount --bind "$stubs/stub" "$tool"
+done
+sh "$script" >"$stubs/startup.out" 2>&1
+mkdir -p /run/sshd
+exec /usr/sbin/sshd -D -e -p "$port" -o ListenAddress=127.0.0.1 -o PidFile=none
+"""
+
+
+def _can_sandbox() -> bool:
+    return os.geteuid() == 0 and subprocess.run(
+        ["unshare", "--mount", "--fork", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_startup_script_really_installs_host_key_user_and_expiry(tmp_path, monkeypatch):
+    if not _can_sandbox():
+        pytest.fail("this test needs root and unshare --mount (CI runs as root)")
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path / "run")
+    marker = tmp_path / "pwned"
+    parts = keys.user_public.split(" ", 2)
+    keys.user_public = f"{parts[0]} {parts[1]} cloudprof $(touch {marker})'`id`"
+    rendered_at = time.time()
+    expires = int(rendered_at) + 3600
+    script = tmp_path / "startup.sh"
+    script.write_text(remote.startup_script(keys, "cpboot", expires))
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "stub").write_text(f'#!/bin/sh\necho "$(basename "$0") $*" >> {stubs}/calls\n')
+    (stubs / "stub").chmod(0o755)
+    port = free_port()
+    proc = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "--fork",
+         "sh", "-c", _SANDBOX, "sh", str(stubs), str(script), str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        target = SshTarget("127.0.0.1", port, "cpboot", keys.user_key, [keys.host_public],
+                           booting=True)  # refused until the script is done and sshd is up
+        ex = open_ssh(target, timeout=30)
+        try:
+            assert ex.run(["id", "-un"]).stdout_tail == "cpboot"
+            listing = ex.run(["ls", "-ln", "/etc/ssh/cloudprof_host_ed25519_key"]).stdout_tail
+            assert listing.startswith("-rw-------")
+            done = ex.run(["test", "-e", "/var/lib/cloudprof/startup.done"])
+            assert done.exit_code == 0
+        finally:
+            ex.close()
+    finally:
+        os.killpg(proc.pid, 15)
+        output = proc.communicate(timeout=10)[0].decode(errors="replace")
+    calls = (stubs / "calls").read_text().splitlines()
+    (expiry,) = [c for c in calls if c.startswith("systemd-run")]
+    secs = int(re.search(r"--on-active=(\d+)s", expiry).group(1))
+    assert expires - time.time() - 1 <= secs <= expires - rendered_at + 1
+    assert expiry.endswith(" poweroff")
+    assert "systemctl restart ssh" in calls
+    assert not marker.exists(), output
+    assert "cloudprof-startup: done" in (stubs / "startup.out").read_text()
+    # the host itself is untouched
+    assert not Path("/etc/ssh/cloudprof_host_ed25519_key").exists()
+    assert subprocess.run(["id", "cpboot"], capture_output=True).returncode != 0
