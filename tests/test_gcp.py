@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from google.auth import exceptions as gauth
 
 from orchestrator.errors import (
     BucketError,
@@ -282,6 +283,34 @@ def test_iam_doc_grants_exactly_what_the_code_uses() -> None:
     assert sorted(granted) == sorted(GCP_PERMISSIONS)
     for perm in GCP_PERMISSIONS:  # and each one is explained in the table
         assert f"| `{perm}` |" in doc
+
+
+def _http_error(status: int, message: str, reason: str) -> Exception:
+    from google.api_core.exceptions import from_http_status
+
+    return from_http_status(status, message, errors=[{"reason": reason, "message": message}])
+
+
+@pytest.mark.parametrize(("exc", "cls", "text"), [
+    (lambda: _http_error(403, "Quota 'CPUS' exceeded. Limit: 8.0 globally.", "quotaExceeded"),
+     QuotaError, "CPUS"),
+    (lambda: _http_error(403, "Required 'compute.firewalls.create' permission", "forbidden"),
+     PermissionDeniedError, "compute.firewalls.create"),
+    (lambda: _http_error(503, "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS: no n2 in zone",
+                         "resourcePoolExhausted"), CapacityError, "no capacity"),
+    (lambda: _http_error(401, "Request had invalid authentication credentials.",
+                         "authError"), CredentialsError, "application-default login"),
+    (lambda: gauth.RefreshError("invalid_grant: Bad Request\nreauth"), CredentialsError,
+     "application-default login"),
+    (lambda: gauth.TransportError("Failed to resolve oauth2.googleapis.com"), ProviderError,
+     "cannot reach Google"),
+])
+def test_synchronous_errors_translate_to_one_line(exc, cls, text: str) -> None:
+    from orchestrator.providers.gcp import translate_api_error
+
+    err = translate_api_error(exc(), "n2-highcpu-2 in us-central1-a")
+    assert type(err) is cls
+    assert text in str(err) and "\n" not in str(err)
 
 
 def test_naming_rules() -> None:

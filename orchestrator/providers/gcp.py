@@ -177,10 +177,12 @@ def translate_api_error(exc: BaseException, what: str) -> Exception:
     """An SDK exception (HTTP error from a call) as one cloudprof error."""
     import requests
     from google.api_core import exceptions as gexc
-    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, TransportError
 
     if isinstance(exc, DefaultCredentialsError):
         return CredentialsError(CREDENTIALS_HINT)
+    if isinstance(exc, TransportError):  # the network, not the login
+        return ProviderError(f"gcp: cannot reach Google for {what}: {_short(str(exc), 160)}")
     if isinstance(exc, GoogleAuthError):
         return CredentialsError(f"gcp: credentials failed for {what}: {_short(str(exc), 160)}; "
                                 "run `gcloud auth application-default login`")
@@ -197,7 +199,7 @@ def translate_api_error(exc: BaseException, what: str) -> Exception:
         return CapacityError(f"gcp: no capacity for {what}: {message}")
     if any(code in reasons for code in QUOTA_CODES) or "Quota " in message:
         return QuotaError(f"gcp: quota exceeded for {what}: {message}")
-    if isinstance(exc, gexc.Unauthenticated):
+    if isinstance(exc, gexc.Unauthenticated | gexc.Unauthorized):
         return CredentialsError(f"gcp: credentials rejected for {what}: {message}; "
                                 "run `gcloud auth application-default login`")
     if isinstance(exc, gexc.Forbidden | gexc.PermissionDenied):
@@ -285,6 +287,7 @@ class GcpProvider(Provider):
         self.options = options or ProviderOptions()
         self._clients: dict[str, Any] = {}
         self._credentials: Any = None
+        self._adc_project: str | None = None
         self._project: str | None = None
         self._lock = threading.Lock()
         self._creating: dict[str, int] = {}  # sweep id -> creations in flight (firewall guard)
@@ -341,8 +344,19 @@ class GcpProvider(Provider):
             return self._clients[kind]
 
     def check_credentials(self) -> None:
-        self._creds()
+        """ADC exist, can mint a token (expired logins fail here, before any input is made),
+        and a project is known."""
+        creds = self._creds()
         _ = self.project
+        if self._endpoint():
+            return
+        import google.auth.transport.requests
+
+        try:
+            creds.refresh(google.auth.transport.requests.Request())
+        except _api_errors() as exc:
+            raise translate_api_error(exc, "refreshing Application Default Credentials"
+                                      ) from None
 
     def zone_for(self, req: VmRequest | None = None) -> str:
         """The zone a VM goes to: the request's, the flags', the environment's, else the
