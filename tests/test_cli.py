@@ -118,8 +118,10 @@ def test_python_dash_m_orchestrator_runs_the_cli() -> None:
 def test_bad_input_is_one_line_and_exit_2_without_traceback(
     tmp_path: Path, args: list[str], expected: str
 ) -> None:
-    proc = cloudprof(*args, "--out", str(tmp_path)) if args[0] == "sweep" else cloudprof(*args)
+    out = tmp_path / "runs"
+    proc = cloudprof(*args, "--out", str(out)) if args[0] == "sweep" else cloudprof(*args)
     assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert not out.exists()  # a refused sweep leaves nothing behind
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert expected in lines[0]
@@ -191,6 +193,25 @@ def test_catalog_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "[1]" in out and "approx." in out and "2024-06-01" in out
     code, _, err = run_main(["catalog", "--min-vcpus", "500"], capsys)
     assert code == 0 and "no machine type matches" in err
+
+
+def test_a_broken_catalog_file_is_one_line_naming_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.catalog import CATALOG_ENV, catalog_dir
+
+    for name in ("gcp.csv", "aws.csv"):
+        (tmp_path / name).write_text((catalog_dir() / name).read_text())
+    gcp = tmp_path / "gcp.csv"
+    lines = gcp.read_text().splitlines()
+    cells = lines[4].split(",")
+    cells[6] = "free"  # price_on_demand
+    lines[4] = ",".join(cells)
+    gcp.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv(CATALOG_ENV, str(tmp_path))
+    code, out, err = run_main(["catalog"], capsys)
+    assert code == 1 and out == ""
+    assert err == f"error: {gcp}:5: price_on_demand must be a number, got 'free'\n"
 
 
 @pytest.mark.parametrize(
