@@ -253,27 +253,20 @@ def test_missing_project_is_one_line(fake_gce: FakeGce, monkeypatch: pytest.Monk
         GcpProvider(ProviderOptions(zone=ZONE)).check_credentials()
 
 
-def test_missing_adc_is_a_credentials_error(tmp_path: Path) -> None:
+def test_missing_adc_stops_the_sweep_with_exit_5_before_anything(tmp_path: Path) -> None:
     """A clean environment (no gcloud config, no key file, not on GCE) in a subprocess."""
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "NO_GCE_CHECK": "true",
-           "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "PYTHONPATH": str(REPO),
-           "GCE_METADATA_HOST": "127.0.0.1:9"}
-    code = (
-        "from orchestrator.errors import CredentialsError\n"
-        "from orchestrator.providers import get_provider\n"
-        "from orchestrator.providers.base import ProviderOptions\n"
-        "try:\n"
-        "    get_provider('gcp', ProviderOptions(project='p', zone='us-central1-a'))"
-        ".check_credentials()\n"
-        "except CredentialsError as exc:\n"
-        "    print('CREDENTIALS', exc.exit_code, exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=60, check=True)
-    assert out.stdout.startswith("CREDENTIALS 5 ")
-    assert "gcloud auth application-default login" in out.stdout
-    assert "--dry-run" in out.stdout
-    assert out.stdout.count("\n") == 1
+           "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "PYTHONPATH": str(REPO)}
+    out = tmp_path / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "sweep", "--provider", "gcp", "--machine",
+         "n2-highcpu-2", "--workers", "1", "--project", "p", "--zone", ZONE, "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 5, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+    assert "gcloud auth application-default login" in proc.stderr
+    assert "--dry-run" in proc.stderr
+    assert not out.exists()  # nothing made, not even the run directory
 
 
 def test_iam_doc_grants_exactly_what_the_code_uses() -> None:
