@@ -43,7 +43,7 @@ def render_plots(run: rpt.RunData, summary: pd.DataFrame, out_dir: Path) -> list
         estimated = bool(summary["estimate"].any())
         est = " (costs are estimates)" if estimated else ""
         save(
-            throughput_figure(summary),
+            throughput_figure(summary, run.trials),
             "throughput.png",
             "Throughput vs workers per machine (median over repeats; dots are single repeats, "
             "hollow markers oversubscribed, ★ the knee)",
@@ -118,13 +118,22 @@ def _line_with_oversubscription(ax: Axes, group: pd.DataFrame, y: str, label: st
     return colour
 
 
-def throughput_figure(summary: pd.DataFrame) -> Figure:
+def throughput_figure(summary: pd.DataFrame, trials: pd.DataFrame | None = None) -> Figure:
+    """Median lines, each repeat as a faint dot (the spread behind a median), ★ at the knee."""
     fig = _new_figure()
     ax = fig.add_subplot()
     knee_of = rpt.knees(summary)
     for label, group in _groups(summary):
+        machine, ran_on = str(group["machine"].iloc[0]), str(group["ran_on"].iloc[0])
         colour = _line_with_oversubscription(ax, group, "units_per_s", label)
-        knee = knee_of[(str(group["machine"].iloc[0]), str(group["ran_on"].iloc[0]))]
+        if trials is not None:
+            mine = trials[
+                (trials["machine"].astype(str) == machine)
+                & (trials["ran_on"].astype(str) == ran_on)
+                & (trials["status"] == rpt.OK)
+            ]
+            ax.scatter(mine["workers"], mine["units_per_s"], s=10, color=colour, alpha=0.4)
+        knee = knee_of[(machine, ran_on)]
         if knee.reached and knee.workers is not None:
             ax.plot(
                 [knee.workers],
