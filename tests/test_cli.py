@@ -20,6 +20,7 @@ from orchestrator.errors import (
     EXIT_INTERRUPTED,
     EXIT_MEMORY_GATE,
     EXIT_USAGE,
+    BucketError,
     CloudprofError,
     MemoryGateError,
 )
@@ -103,29 +104,42 @@ def test_python_dash_m_orchestrator_runs_the_cli() -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "expected", "via_script"),
     [
-        (["sweep", "-m", "n2-highcpu-81"], "did you mean n2-highcpu-80"),
-        (["sweep", "-m", "n2-highcpu-80", "--workers", "1,0"], "must be 1 or more, got 0"),
-        (["sweep", "-m", "n2-highcpu-80", "--workers", "-4"], "must be 1 or more, got -4"),
-        (["sweep", "-m", "n2;rm -rf ~"], "invalid machine type 'n2;rm -rf ~'"),
-        (["sweep", "--machin", "x"], "No such option: --machin"),
-        (["sweep", "-m", "c6i.large", "--max-peak-memory", "lots"], "expected a size"),
-        (["catalog", "--sort", "cost"], "cannot sort by 'cost'"),
-        (["compare", "only-one-run"], "compare needs at least two runs"),
+        (["sweep", "-m", "n2-highcpu-81"], "did you mean n2-highcpu-80", True),
+        (["sweep", "-m", "n2-highcpu-80", "--workers", "1,0"], "must be 1 or more, got 0", True),
+        (["sweep", "-m", "n2;rm -rf ~"], "invalid machine type 'n2;rm -rf ~'", True),
+        (["sweep", "--machin", "x"], "No such option: --machin", True),
+        (["sweep", "-m", "n2-highcpu-80", "--workers", "-4"], "must be 1 or more, got -4", False),
+        (["sweep", "-m", "c6i.large", "--max-peak-memory", "lots"], "expected a size", False),
+        (["sweep", "-m", "c6i.large", "--repeats", "x"], "Invalid value for '--repeats'", False),
+        (["sweep", "-m", "c6i.large", "--bucket", "s3://a b"], "invalid bucket name", False),
+        (["catalog", "--sort", "cost"], "cannot sort by 'cost'", False),
+        (["compare", "only-one-run"], "compare needs at least two runs", False),
+        (["report"], "Missing argument", False),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2_without_traceback(
-    tmp_path: Path, args: list[str], expected: str
+def test_bad_input_is_one_line_without_traceback(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    expected: str,
+    via_script: bool,
 ) -> None:
+    """A few through the installed console script, the rest through ``main`` in-process."""
     out = tmp_path / "runs"
-    proc = cloudprof(*args, "--out", str(out)) if args[0] == "sweep" else cloudprof(*args)
-    assert proc.returncode == EXIT_USAGE, proc.stderr
+    argv = [*args, "--out", str(out)] if args[0] == "sweep" else args
+    if via_script:
+        proc = cloudprof(*argv)
+        code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        code, stdout, stderr = run_main(argv, capsys)
+    assert code == (BucketError.exit_code if "bucket" in expected else EXIT_USAGE), stderr
     assert not out.exists()  # a refused sweep leaves nothing behind
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
     assert expected in lines[0]
-    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "Traceback" not in stderr + stdout
 
 
 @pytest.mark.slow
