@@ -628,7 +628,7 @@ class GcpProvider(Provider):
     def delete(self, inst: Instance) -> None:
         from google.api_core import exceptions as gexc
 
-        zone = inst.zone or next((i.zone for i in self._list_raw({}) if i.id == inst.id), None)
+        zone = inst.zone or next((i.zone for i in self.list({}) if i.id == inst.id), None)
         if zone:
             what = f"deleting instance {inst.id} in {zone}"
             try:
@@ -652,7 +652,8 @@ class GcpProvider(Provider):
         if not self.list({LABEL_SWEEP: sweep_id}):
             self._delete_firewall(firewall_name(sweep_id))
 
-    def _list_raw(self, labels: dict[str, str]) -> list[Instance]:
+    def list(self, labels: dict[str, str]) -> list[Instance]:
+        """Instances with all ``labels`` in every zone (all of cloudprof's when empty)."""
         wanted = gce_labels(labels) or {label_key(LABEL_SWEEP): "*"}
         expr = " AND ".join(
             f"labels.{k}:*" if v == "*" else f'labels.{k} = "{v}"' for k, v in wanted.items())
@@ -664,17 +665,13 @@ class GcpProvider(Provider):
         except _api_errors() as exc:
             raise translate_api_error(exc, "listing instances") from None
 
-    def list(self, labels: dict[str, str]) -> list[Instance]:
-        """Instances with all ``labels`` in every zone (all of cloudprof's when empty)."""
-        return self._list_raw(labels)
-
     def list_resources(self, labels: dict[str, str]) -> list[GcpResource]:
         """Instances and SSH firewall rules carrying ``labels``, for ``cloudprof cleanup``."""
         found = [GcpResource("instance", i.id, i.name, i.zone, i.state, i.labels)
                  for i in self.list(labels)]
         wanted = gce_labels(labels)
         try:
-            rules = self._client("FirewallsClient").list(project=self.project)
+            rules = list(self._client("FirewallsClient").list(project=self.project))
         except _api_errors() as exc:
             raise translate_api_error(exc, "listing firewall rules") from None
         for rule in rules:
