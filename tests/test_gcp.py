@@ -49,7 +49,7 @@ from orchestrator.providers.gcp import (
     resource_name,
     sweep_tag,
 )
-from tests.fixtures.fake_gce import PERMISSION, QUOTA, STOCKOUT, FakeGce
+from tests.fixtures.fake_gce import PERMISSION, QUOTA, STOCKOUT, UNAVAILABLE, FakeGce
 
 ZONE = "us-central1-a"
 REPO = Path(__file__).resolve().parent.parent
@@ -208,6 +208,18 @@ def test_permission_denied_is_one_line_pointing_at_the_roles(fake_gce: FakeGce) 
     text = _one_line(err)
     assert "compute.instances.create" in text and "infra/iam/gcp-roles.md" in text
     assert fake_gce.firewalls == {}  # the rule made for it went with it
+
+
+def test_transient_503s_while_waiting_are_retried_a_few_times(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    fake_gce.inject(UNAVAILABLE, call="operations.wait", times=2)
+    ready = provider.wait_ready(provider.create(_request()), timeout=30)
+    assert ready.state == "RUNNING"
+    fake_gce.inject(UNAVAILABLE, call="operations.wait", times=10)
+    with pytest.raises(ProviderError) as err:
+        provider.delete(ready)
+    assert "unavailable" in _one_line(err)
+    assert len(fake_gce.sent("POST", r"/operations/[^/]+/wait$")) >= 2 + 1 + 4
 
 
 def test_unknown_machine_type_is_one_line(fake_gce: FakeGce) -> None:

@@ -22,6 +22,7 @@ import base64
 import concurrent.futures
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import ipaddress
 import json
@@ -30,6 +31,7 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -381,6 +383,30 @@ class GcpProvider(Provider):
 
     # ---- operations
 
+    def _retrying(self, what: str, call: Callable[[], Any], attempts: int = 4) -> Any:
+        """``call()``, again after a transient 5xx/429 (with backoff, a few times only)."""
+        from google.api_core import exceptions as gexc
+
+        transient = (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.TooManyRequests,
+                     gexc.GatewayTimeout)
+        for attempt in range(attempts):
+            try:
+                return call()
+            except transient as exc:
+                if attempt == attempts - 1:
+                    raise translate_api_error(exc, what) from None
+                time.sleep(min(self.poll_interval * 2 ** attempt, 10.0))
+            except _api_errors() as exc:
+                raise translate_api_error(exc, what) from None
+        raise AssertionError("unreachable")
+
+    def _wait_once(self, name: str, zone: str | None) -> Any:
+        """One ``wait`` call: GCE returns when the operation is done or after ~2 minutes."""
+        if zone:
+            return self._client("ZoneOperationsClient").wait(
+                project=self.project, zone=zone, operation=name)
+        return self._client("GlobalOperationsClient").wait(project=self.project, operation=name)
+
     def _wait(self, op: Any, what: str, zone: str | None, timeout: float = 600) -> None:
         """Poll the operation ourselves: ``operation.result()`` ignores a custom endpoint."""
         deadline = time.monotonic() + timeout
@@ -388,15 +414,7 @@ class GcpProvider(Provider):
             if time.monotonic() > deadline:
                 raise ProviderError(f"gcp: {what} did not finish within {timeout:.0f} s "
                                     f"(operation {op.name})")
-            try:
-                if zone:
-                    op = self._client("ZoneOperationsClient").wait(
-                        project=self.project, zone=zone, operation=op.name)
-                else:
-                    op = self._client("GlobalOperationsClient").wait(
-                        project=self.project, operation=op.name)
-            except _api_errors() as exc:
-                raise translate_api_error(exc, what) from None
+            op = self._retrying(what, functools.partial(self._wait_once, op.name, zone))
         error = translate_operation_error(op, what)
         if error is not None:
             raise error
