@@ -396,6 +396,42 @@ def test_capacity_error_names_the_zones_to_try_next(moto_env) -> None:
     assert zones[0] in str(err)
 
 
+def test_capacity_error_from_ec2_then_the_next_zone_works(ec2_faults, keys: SshKeys) -> None:
+    ec2_faults.inject("RunInstances", "InsufficientInstanceCapacity", 500, zone="us-east-1a")
+    prov = provider()
+    with pytest.raises(CapacityError) as info:
+        prov.create(make_request(keys, zone="us-east-1a"))
+    err = info.value
+    text = assert_one_line(err)
+    assert "InsufficientInstanceCapacity" in text and "us-east-1a" in text
+    assert err.zone == "us-east-1a" and err.next_zones and "us-east-1a" not in err.next_zones
+    assert sweep_groups("s-test1") == [] and sweep_keys("s-test1") == []
+
+    inst = prov.create(make_request(keys, zone=err.next_zones[0]))
+    assert inst.zone == err.next_zones[0]
+    prov.delete(inst)
+    assert live_instances("s-test1") == []
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "cls"),
+    [
+        ("VcpuLimitExceeded", 400, QuotaError),
+        ("InstanceLimitExceeded", 400, QuotaError),
+        ("UnauthorizedOperation", 403, PermissionDeniedError),
+    ],
+)
+def test_quota_and_permission_errors_from_ec2(
+    ec2_faults, keys: SshKeys, code: str, status: int, cls: type
+) -> None:
+    ec2_faults.inject("RunInstances", code, status)
+    with pytest.raises(cls) as info:
+        provider().create(make_request(keys))
+    assert code in assert_one_line(info.value)
+    assert len(ec2_faults.calls("RunInstances")) == 1  # not retried: it would not help
+    assert sweep_groups("s-test1") == [] and sweep_keys("s-test1") == []
+
+
 def test_unknown_type_from_aws_invalid_parameter_value() -> None:
     err = translate_error(
         client_error("InvalidParameterValue", "Invalid value 'c6i.huge' for InstanceType."),
@@ -614,15 +650,22 @@ def aws_vm_env(moto_env, sshd, monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.mark.slow
-def test_sweep_end_to_end_leaves_no_instance(aws_vm_env, tmp_path: Path) -> None:
-    """provision → stage → bootstrap → trials → collect → teardown through the CLI."""
+def test_sweep_end_to_end_after_a_capacity_error_leaves_no_instance(
+    aws_vm_env, ec2_faults, tmp_path: Path
+) -> None:
+    """provision (no capacity in the first zone → the next zone, once) → stage →
+    bootstrap → trials → collect → teardown, through the CLI."""
     import boto3
     import pandas as pd
 
     boto3.client("s3").create_bucket(Bucket="cp-e2e")
+    ec2_faults.inject("RunInstances", "InsufficientInstanceCapacity", 500, zone="us-east-1a")
     out = tmp_path / "runs"
     proc = _run_cli(_sweep_argv("cp-e2e", out), tmp_path)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "InsufficientInstanceCapacity" in proc.stdout + proc.stderr
+    zones = [c.get("Placement.AvailabilityZone") for c in ec2_faults.calls("RunInstances")]
+    assert set(zones[:-1]) == {"us-east-1a"} and zones[-1] == "us-east-1b"
 
     (run_dir,) = [p for p in out.iterdir() if (p / "trials.parquet").exists()]
     sweep_id = json.loads((run_dir / "sweep.json").read_text())["sweep_id"]
@@ -635,6 +678,7 @@ def test_sweep_end_to_end_leaves_no_instance(aws_vm_env, tmp_path: Path) -> None
     every = ec2().describe_instances(Filters=[{"Name": f"tag:{LABEL_SWEEP}", "Values": [sweep_id]}])
     described = [i for r in every["Reservations"] for i in r["Instances"]]
     assert len(described) == 1 and described[0]["InstanceType"] == "c6i.large"
+    assert described[0]["Placement"]["AvailabilityZone"] == "us-east-1b"
     assert described[0]["State"]["Name"] == "terminated"
     assert live_instances(sweep_id) == []
     assert sweep_groups(sweep_id) == [] and sweep_keys(sweep_id) == []
@@ -650,3 +694,25 @@ def test_sweep_end_to_end_leaves_no_instance(aws_vm_env, tmp_path: Path) -> None
     stored = "".join(p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file())
     for secret in (FAKE_ACCESS_KEY, FAKE_SECRET_KEY):
         assert secret not in proc.stdout + proc.stderr + stored
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("code", "status"), [("VcpuLimitExceeded", 400), ("UnauthorizedOperation", 403)]
+)
+def test_sweep_with_quota_or_permission_error_is_one_line_and_leaves_nothing(
+    ec2_faults, tmp_path: Path, code: str, status: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+
+    monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "al2023")
+    boto3.client("s3").create_bucket(Bucket="cp-e2e-fail")
+    ec2_faults.inject("RunInstances", code, status)
+    out = tmp_path / "runs"
+    proc = _run_cli(_sweep_argv("cp-e2e-fail", out), tmp_path)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and code in errors[0], proc.stderr[-2000:]
+    assert len(ec2_faults.calls("RunInstances")) == 1  # no retry, no other zone
+    assert list_resources() == []  # no instance, key pair or security group left
