@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator import cli
 from orchestrator.errors import (
+    EXIT_BUDGET,
     EXIT_CREDENTIALS,
     EXIT_INTERRUPTED,
     EXIT_MEMORY_GATE,
@@ -140,6 +141,17 @@ def test_bad_input_is_one_line_without_traceback(
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr
     assert expected in lines[0]
     assert "Traceback" not in stderr + stdout
+
+
+def test_max_cost_refuses_to_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "runs"
+    argv = ["sweep", "-m", "m1-ultramem-160", "--dry-run", "--max-cost", "0.01", "--out", str(out)]
+    code, _, err = run_main(argv, capsys)
+    assert code == EXIT_BUDGET
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: estimated cost $")
+    assert "above --max-cost $0.01" in lines[0]
+    assert not out.exists()
 
 
 @pytest.mark.slow
