@@ -18,14 +18,18 @@ import psutil
 import pytest
 from rich.console import Console
 
+from orchestrator import providers
 from orchestrator.errors import (
     EXIT_INTERRUPTED,
     EXIT_MEMORY_GATE,
     EXIT_PARTIAL,
     BudgetError,
+    ConnectionLostError,
     MemoryGateError,
     PartialSweepError,
 )
+from orchestrator.providers.base import Executor, Instance
+from orchestrator.providers.local import LocalExecutor, LocalProvider
 from orchestrator.spec import SweepSpec
 from orchestrator.store import RunStore
 from orchestrator.sweep import run_sweep
@@ -47,6 +51,57 @@ class FailAtTwoWorkers(Workload):
             raise RuntimeError("boom at two workers")
         while not stop.wait(0.01):
             counter.add(workers)
+
+
+class DroppingExecutor(LocalExecutor):
+    """A host whose session drops once, just after a trial put its results in the bucket."""
+
+    drops_left = 0
+
+    def get(self, remote: str, local: Path) -> None:
+        if remote.endswith("summary.json") and DroppingExecutor.drops_left > 0:
+            DroppingExecutor.drops_left -= 1
+            raise ConnectionLostError("connection to the host lost (injected)")
+        super().get(remote, local)
+
+
+class DroppingProvider(LocalProvider):
+    name = "dropping"
+
+    def connect(self, inst: Instance) -> Executor:
+        return DroppingExecutor(Path(str(inst.address)))
+
+
+class VanishingExecutor(LocalExecutor):
+    """The second trial finds the machine gone, the way a spot preemption looks over SSH."""
+
+    runs = 0
+
+    def run(self, argv, **kw):  # type: ignore[no-untyped-def,override]
+        if "workloads.run" in argv:
+            VanishingExecutor.runs += 1
+            if VanishingExecutor.runs == 2:
+                VanishingProvider.gone = True
+                raise ConnectionLostError("connection reset by peer (injected)")
+        return super().run(argv, **kw)
+
+
+class VanishingProvider(LocalProvider):
+    """A provider that creates machines, one of which is preempted mid-sweep."""
+
+    name = "vanishing"
+    creates_machines = True
+    gone = False
+    deleted: list[str] = []  # noqa: RUF012 - shared on purpose: the test reads it
+
+    def connect(self, inst: Instance) -> Executor:
+        return VanishingExecutor(Path(str(inst.address)))
+
+    def list(self, labels: dict[str, str]) -> list[Instance]:
+        return []  # nothing to reattach; after the drop the VM is gone
+
+    def delete(self, inst: Instance) -> None:
+        VanishingProvider.deleted.append(inst.id)
 
 
 def spec_for(out: Path, **kw: object) -> SweepSpec:
@@ -226,3 +281,43 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
     assert sorted(final["workers"]) == [1, 2, 3, 4] and set(final["status"]) == {"ok"}
     for trial_id in done:  # finished before the signal: never run twice
         assert len(trial_dirs(run_dir, trial_id)) == 1
+
+
+def test_dropped_session_fetches_the_result_from_the_bucket(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(providers.PROVIDERS, "dropping", f"{__name__}:DroppingProvider")
+    DroppingExecutor.drops_left = 1
+    console = Console(file=io.StringIO(), width=200)
+    spec = spec_for(tmp_path / "runs", provider="dropping", dry_run=False,
+                    bucket=str(tmp_path / "bucket"))
+    run_dir = run_sweep(spec, console=console)
+    assert DroppingExecutor.drops_left == 0
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    assert set(trials["status"]) == {"ok"} and set(trials["ran_on"]) == {"dropping"}
+    for trial_id in trials["trial_id"]:
+        assert len(trial_dirs(run_dir, trial_id)) == 1  # fetched, never run again
+    assert "result fetched from the bucket" in console.file.getvalue()  # type: ignore[attr-defined]
+    assert not list((tmp_path / "bucket").glob("results/*/*/*"))  # the prefix is cleaned up
+
+
+def test_preempted_machine_is_recorded_and_torn_down(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(providers.PROVIDERS, "vanishing", f"{__name__}:VanishingProvider")
+    monkeypatch.setattr("orchestrator.sweep.RETRY_BACKOFF_S", 0.01)
+    VanishingExecutor.runs, VanishingProvider.deleted = 0, []
+    spec = spec_for(tmp_path / "runs", provider="vanishing", dry_run=False, workers=[1, 2, 3],
+                    bucket=str(tmp_path / "bucket"))
+    with pytest.raises(PartialSweepError, match="preempted"):
+        run_sweep(spec, console=quiet())
+    run_dir = only_run(tmp_path / "runs")
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    assert sweep["machines"]["n2-highcpu-8"]["status"] == "preempted"
+    (vm,) = sweep["vms"].values()
+    assert vm["state"] == "deleted" and VanishingProvider.deleted == [vm["id"]]
+    assert vm["labels"]["cloudprof-creator"] and int(vm["labels"]["cloudprof-expires"]) > \
+        int(vm["labels"]["cloudprof-created"])
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    assert list(trials["trial_id"]) == ["n2-highcpu-8-w1-r0"]  # the rest are left to --resume
+    assert not (run_dir / "keys").exists() or not list((run_dir / "keys").iterdir())
