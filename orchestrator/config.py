@@ -32,6 +32,15 @@ MAX_WORKERS = 4096  # a guard against typos such as 1-10000
 WORKLOAD_PARAM_KEYS = ("frames", "dim", "rows", "cols", "seed", "strategy")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WORKLOAD_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# Workload parameters end up in sweep.json, reports and VM command lines, so
+# anything that looks like a credential is refused rather than recorded.
+_SECRET_KEY_RE = re.compile(
+    r"(secret|passw(or)?d|token|credential|api_?key|access_?key|private_?key)", re.I
+)
+_SECRET_VALUE_RE = re.compile(
+    r"(AKIA|ASIA)[0-9A-Z]{16}|-----BEGIN [A-Z ]*PRIVATE KEY-----|ghp_[A-Za-z0-9]{36}"
+    r"|xox[baprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}"
+)
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._/-]*$")
 _SIZE_UNITS = {
     "": 1,
@@ -475,13 +484,20 @@ def _existing_file(path: Path | None, flag: str) -> None:
 
 
 def _check_workload_params(spec: SweepSpec) -> None:
-    """Let a registered workload reject its parameters now rather than on every VM.
+    """Refuse secrets, and let a registered workload reject its parameters now.
 
     Constructing a workload only parses its parameters (``prepare`` does the
     work); a user's ``module:Class`` is checked where it runs instead, because
     it may not be importable here.
     """
     from workloads.base import REGISTRY, WorkloadInputError, load_workload
+
+    for key, value in spec.workload_params.items():
+        if _SECRET_KEY_RE.search(key) or _SECRET_VALUE_RE.search(str(value)):
+            raise UsageError(
+                f"workload parameter {key!r} looks like a credential; parameters are recorded "
+                "in the results store and on VM command lines, so cloudprof refuses them"
+            )
 
     if spec.workload not in REGISTRY:
         return

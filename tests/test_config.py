@@ -253,6 +253,29 @@ def test_workload_parameters_are_checked_by_the_workload(tmp_path: Path) -> None
     assert user.workload == "mypkg.mod:MyWork" and user.workload_params == {"x": "1"}
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("api_key", "abc"),
+        ("db_password", "hunter2"),
+        ("token", "x"),
+        ("AWS_SECRET_ACCESS_KEY", "x"),
+        ("creds", "AKIAIOSFODNN7EXAMPLE"),
+        ("pem", "-----BEGIN OPENSSH PRIVATE KEY-----"),
+    ],
+)
+def test_secrets_are_refused_as_workload_parameters(tmp_path: Path, key: str, value: str) -> None:
+    with pytest.raises(UsageError) as info:
+        spec_of(tmp_path, machines=["c6i.large"], workload="m:W", params=[f"{key}={value}"])
+    message = one_line_usage_error(info)
+    assert message.startswith(f"workload parameter {key!r} looks like a credential")
+    assert value not in message  # the secret is not echoed back
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'machines = ["c6i.large"]\nworkload = "m:W"\n[params]\n{key} = "{value}"\n')
+    with pytest.raises(UsageError, match="looks like a credential"):
+        build_spec({"out": str(tmp_path / "runs")}, config)
+
+
 def test_hosts_file_and_ssh_key_must_exist(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--hosts: no such file"):
         spec_of(tmp_path, machines=["box"], hosts_file=str(tmp_path / "none.toml"))
