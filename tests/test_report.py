@@ -133,6 +133,15 @@ def md_table(md: str, title: str) -> list[dict[str, str]]:
     return rows
 
 
+def markdown_of(run_dir: Path) -> str:
+    """report.md's text without drawing the plots (write_report's tests cover those)."""
+    return report.render_markdown(report.build_report(report.load_run(run_dir)))
+
+
+def html_of(run_dir: Path) -> str:
+    return report.render_html(report.build_report(report.load_run(run_dir)))
+
+
 def console_text(run_dir: Path) -> str:
     console = Console(record=True, width=250)
     report.print_summary(run_dir, console)
@@ -323,23 +332,21 @@ def test_local_runs_label_every_cost_as_an_estimate(tmp_path: Path) -> None:
     assert summary["estimate"].all()
     text = console_text(run)
     assert "an estimate" in text and "ran on local" in text
-    report.write_report(run)
-    md = (run / "report.md").read_text()
+    md = markdown_of(run)
     assert "## Results per machine and worker count (all trials ran on local)" in md
     rows = md_table(md, "Results per machine and worker count")
     assert len(rows) == 3
     for row in rows:  # the whole column is labelled
         assert row["$/M units (est.)"].startswith("$")
     assert "Estimates: trials ran on local" in md
-    assert "(est.)" in (run / "report.html").read_text()
+    assert "(est.)" in html_of(run)
 
 
 def test_mixed_hosts_label_each_estimated_cost(tmp_path: Path) -> None:
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [190]})
     trials += scaling_trials("c2-standard-60", 3.0, {1: [120], 2: [230]}, ran_on="local")
     run = write_store(tmp_path / "mixed", trials)
-    report.write_report(run)
-    rows = md_table((run / "report.md").read_text(), "Results per machine and worker count")
+    rows = md_table(markdown_of(run), "Results per machine and worker count")
     for row in rows:
         estimated = row["machine"] == "c2-standard-60"
         assert row["ran on"] == ("local" if estimated else "n2-highcpu-8")
@@ -347,8 +354,7 @@ def test_mixed_hosts_label_each_estimated_cost(tmp_path: Path) -> None:
 
 
 def test_measured_costs_are_not_labelled_estimates(two_machines: Path) -> None:
-    report.write_report(two_machines)
-    md = (two_machines / "report.md").read_text()
+    md = markdown_of(two_machines)
     rows = md_table(md, "Results per machine and worker count")
     assert len(rows) == len(N2) + len(E2)
     assert not any("(est.)" in cell for row in rows for cell in [*row, *row.values()])
@@ -389,8 +395,7 @@ def test_plan_figures_are_labelled_estimates(tmp_path: Path) -> None:
 
 def test_spot_prices_are_marked(tmp_path: Path) -> None:
     run = write_store(tmp_path / "spot", scaling_trials("n2-highcpu-8", 0.07, {1: [10]}, spot=True))
-    report.write_report(run)
-    (machine,) = md_table((run / "report.md").read_text(), "Per machine")
+    (machine,) = md_table(markdown_of(run), "Per machine")
     assert machine["$/hour"] == "$0.07 spot"
 
 
@@ -398,11 +403,9 @@ def test_oversubscribed_rows_are_marked(tmp_path: Path) -> None:
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [150]})
     trials += scaling_trials("n2-highcpu-8", 0.29, {4: [160]}, oversubscribed=True)
     run = write_store(tmp_path / "over", trials)
-    report.write_report(run)
-    md = (run / "report.md").read_text()
-    rows = md_table(md, "Results per machine and worker count")
+    rows = md_table(markdown_of(run), "Results per machine and worker count")
     assert [r["workers"] for r in rows if "oversubscribed" in r["notes"]] == ["4"]
-    assert 'class="oversubscribed' in (run / "report.html").read_text()
+    assert 'class="oversubscribed' in html_of(run)
 
 
 # ------------------------------------------------------------------ odd stores
