@@ -160,6 +160,8 @@ class SshKeys:
     host_key: Path  # host private key (installed on the VM by the startup script)
     host_public: str  # its public line (what cloudprof expects the VM to present)
     generated: list[Path] = field(default_factory=list)
+    # Set by the sweep engine when it stops (Ctrl-C): connect() stops waiting for SSH.
+    cancel: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @classmethod
     def for_sweep(cls, sweep_dir: Path, override_key: Path | None = None) -> SshKeys:
@@ -293,7 +295,8 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     return m.group(1), port
 
 
-def _pkey_from_line(line: str) -> paramiko.PKey:
+def host_key_from_line(line: str) -> paramiko.PKey:
+    """A paramiko key from an OpenSSH public line; UsageError when it does not parse."""
     import paramiko
 
     parts = line.split()
@@ -334,7 +337,7 @@ def _connect_once(target: SshTarget, attempt_timeout: float) -> paramiko.SSHClie
     if target.known_keys:
         store = client.get_host_keys()
         for line in target.known_keys:
-            key = _pkey_from_line(line)
+            key = host_key_from_line(line)
             store.add(host_keys_name, key.get_name(), key)
     else:
         with contextlib.suppress(OSError):
@@ -391,8 +394,14 @@ def _connect_once(target: SshTarget, attempt_timeout: float) -> paramiko.SSHClie
     return client
 
 
-def open_ssh(target: SshTarget, timeout: float = 300) -> SshExecutor:
-    """Log in to ``target``, retrying with exponential backoff and jitter until ``timeout``."""
+def open_ssh(
+    target: SshTarget, timeout: float = 300, cancel: threading.Event | None = None
+) -> SshExecutor:
+    """Log in to ``target``, retrying with exponential backoff and jitter until ``timeout``.
+
+    ``cancel`` (the sweep's stop event) ends the wait at once, so Ctrl-C never
+    waits for a VM that is still booting.
+    """
     start = time.monotonic()
     deadline = start + timeout
     attempt = 0
@@ -400,9 +409,17 @@ def open_ssh(target: SshTarget, timeout: float = 300) -> SshExecutor:
         remaining = deadline - time.monotonic()
         try:
             client = _connect_once(target, max(1.0, min(15.0, remaining)))
-            return SshExecutor(client, target)
         except _Transient as exc:
             last = exc
+        else:
+            try:
+                return SshExecutor(client, target)
+            except ConnectionLostError as exc:  # dropped right after login (sshd restarting)
+                client.close()
+                last = _Transient(str(exc))
+            except BaseException:
+                client.close()
+                raise
         remaining = deadline - time.monotonic()
         if not target.booting and last.reason == "connection refused":
             # A host that is up but refuses SSH is misconfigured, not booting.
@@ -416,7 +433,10 @@ def open_ssh(target: SshTarget, timeout: float = 300) -> SshExecutor:
             )
         delay = min(10.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0)
         log.debug("ssh %s: %s; retrying in %.1fs", target.label, last.reason, delay)
-        time.sleep(min(delay, remaining))
+        if cancel is not None and cancel.wait(min(delay, remaining)):
+            raise UnreachableError(f"stopped waiting for SSH on {target.label}: sweep cancelled")
+        if cancel is None:
+            time.sleep(min(delay, remaining))
         attempt += 1
 
 
@@ -450,7 +470,7 @@ def connect(inst: Instance, keys: SshKeys, timeout: float = 300) -> SshExecutor:
         known_keys=[keys.host_public],
         booting=True,
     )
-    return open_ssh(target, timeout)
+    return open_ssh(target, timeout, keys.cancel)
 
 
 # --------------------------------------------------------------------------- the executor
@@ -483,6 +503,29 @@ class _Lines:
 
 
 _PID_MARK = "cloudprof-pid"
+
+
+class _PidMarker:
+    """Splits the remote shell's first stderr line, ``cloudprof-pid N``, off the stream."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None  # -1 when the first line was something else
+        self._buf = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """The part of ``data`` that is the command's own stderr."""
+        if self.pid is not None:
+            return data
+        self._buf += data
+        head, sep, rest = self._buf.partition(b"\n")
+        if not sep:
+            return b""
+        words = head.decode(errors="replace").split()
+        if len(words) == 2 and words[0] == _PID_MARK and words[1].isdigit():
+            self.pid = int(words[1])
+            return rest
+        self.pid = -1
+        return self._buf
 
 
 class SshExecutor(Executor):
@@ -561,8 +604,7 @@ class SshExecutor(Executor):
         # leads its own process group, so killing "-pid" stops the command too.
         command = f"echo {_PID_MARK} $$ >&2; {shlex.join(str(a) for a in argv)}; exit $?"
         out, err = _Lines(on_line), _Lines(on_line)
-        pid: int | None = None
-        pending_err = b""
+        marker = _PidMarker()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._errors(f"running {argv[0]}"):
             chan = self._transport().open_session()
@@ -571,26 +613,14 @@ class SshExecutor(Executor):
             while True:
                 busy = False
                 with self._errors(f"running {argv[0]}"):
+                    if chan.recv_stderr_ready():  # first: it carries the pid marker
+                        busy = True
+                        err.feed(marker.feed(chan.recv_stderr(65536)))
+                        if marker.pid is not None and marker.pid > 0:
+                            self._running.add(marker.pid)
                     if chan.recv_ready():
+                        busy = True
                         out.feed(chan.recv(65536))
-                        busy = True
-                    if chan.recv_stderr_ready():
-                        data = chan.recv_stderr(65536)
-                        busy = True
-                        if pid is None:  # the first stderr line is our pid marker
-                            pending_err += data
-                            head, sep, rest = pending_err.partition(b"\n")
-                            if sep:
-                                words = head.decode(errors="replace").split()
-                                if len(words) == 2 and words[0] == _PID_MARK:
-                                    pid = int(words[1])
-                                    self._running.add(pid)
-                                    err.feed(rest)
-                                else:
-                                    pid = -1
-                                    err.feed(pending_err)
-                        else:
-                            err.feed(data)
                     # status_event is also set when the channel closes without a status,
                     # which is what a dropped connection looks like: told apart below.
                     if (
@@ -600,8 +630,7 @@ class SshExecutor(Executor):
                     ):
                         break
                 if deadline is not None and time.monotonic() > deadline:
-                    self._kill(pid)
-                    raise RemoteCommandError(
+                    raise RemoteCommandError(  # the process is stopped below
                         f"{argv[0]} on {self.target.label} timed out after {timeout:g}s"
                     )
                 if not busy:
@@ -615,12 +644,19 @@ class SshExecutor(Executor):
                         f"SSH connection to {self.target.label} lost while running {argv[0]}"
                     )
                 code = -1  # the remote shell itself was killed: sshd sent no status
-        except KeyboardInterrupt:
-            self._kill(pid)
+        except BaseException:  # timeout, Ctrl-C, a failing on_line: never leave it running
+            with contextlib.suppress(Exception):
+                give_up = time.monotonic() + 1.0
+                while marker.pid is None and time.monotonic() < give_up:
+                    if chan.recv_stderr_ready():
+                        marker.feed(chan.recv_stderr(65536))
+                    else:
+                        time.sleep(0.01)
+            self._kill(marker.pid)
             raise
         finally:
-            if pid is not None:
-                self._running.discard(pid)
+            if marker.pid is not None:
+                self._running.discard(marker.pid)
             with contextlib.suppress(Exception):
                 chan.close()
         out.flush()

@@ -214,6 +214,19 @@ def test_closed_port_is_unreachable_within_the_timeout(sshd, tmp_path, monkeypat
                     r"refused$", message), message
 
 
+def test_cancel_stops_waiting_for_a_booting_vm(sshd, tmp_path, monkeypatch):
+    """Ctrl-C during 'waiting for SSH': the sweep's cancel event ends the wait at once."""
+    monkeypatch.setenv("CLOUDPROF_SSH_ENDPOINT", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("CLOUDPROF_SSH_KEY", str(sshd.client_key))
+    monkeypatch.setenv("CLOUDPROF_SSH_HOST_KEY", str(sshd.host_key))
+    keys = SshKeys.for_sweep(tmp_path)
+    threading.Timer(0.5, keys.cancel.set).start()
+    start = time.monotonic()
+    with pytest.raises(UnreachableError, match="sweep cancelled"):
+        connect(_vm(), keys, timeout=300)
+    assert time.monotonic() - start < 3
+
+
 def test_host_key_mismatch_is_refused(sshd, tmp_path, monkeypatch):
     """A sweep expecting its own host key never logs in to a host presenting another."""
     monkeypatch.setenv("CLOUDPROF_SSH_ENDPOINT", f"{sshd.host}:{sshd.port}")
@@ -299,6 +312,20 @@ def test_timeout_stops_the_remote_command(ex):
     time.sleep(0.3)
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {tag}" not in procs
+
+
+def test_failing_line_handler_stops_the_remote_command(ex):
+    tag = f"{time.time_ns() % 10**6}.25"
+
+    def boom(line: str) -> None:
+        raise RuntimeError("display broke")
+
+    with pytest.raises(RuntimeError, match="display broke"):
+        ex.run(["sh", "-c", f"echo hi; exec sleep {tag}"], on_line=boom)
+    time.sleep(0.3)
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"sleep {tag}" not in procs
+    assert ex.run(["true"]).exit_code == 0  # the connection is still usable
 
 
 def test_put_and_get_roundtrip(ex, tmp_path):

@@ -46,8 +46,8 @@ def _loopback_hosts(tmp_path: Path, sshd, **extra: object) -> Path:
 # ------------------------------------------------------------------ parsing
 
 
-def test_hosts_file_full_schema(tmp_path):
-    path = _hosts_file(tmp_path, """
+def test_hosts_file_full_schema(tmp_path, sshd):
+    path = _hosts_file(tmp_path, f"""
 [[hosts]]
 name = "big-box"
 address = "10.0.0.5"
@@ -55,7 +55,7 @@ port = 2222
 user = "alice"
 key_file = "keys/id_ed25519"
 price_per_hour = 1.25
-known_host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ7q host"
+known_host_key = "{sshd.host_public}"
 python = "/opt/py/bin/python3"
 
 [[hosts]]
@@ -83,6 +83,8 @@ address = "gpu.example.org"
         ('[[hosts]]\naddress = "a"\nuser = "bob smith"\n', "invalid user"),
         ('[[hosts]]\naddress = "a"\nprice_per_hour = -1\n', "price_per_hour must be"),
         ('[[hosts]]\naddress = "a"\nknown_host_key = "hello"\n', "known_host_key must be"),
+        ('[[hosts]]\naddress = "a"\nknown_host_key = "ssh-ed25519 AAAAC3Nz host"\n',
+         "known_host_key: invalid host public key"),
         ("[[hosts]\naddress = \n", "not valid TOML"),
         ('title = "x"\n', "unknown key(s) title"),
         ("", "no [[hosts]] entries"),

@@ -118,7 +118,7 @@ def parse_host_spec(text: str) -> SshHost:
 
 def load_hosts_file(path: Path) -> list[SshHost]:
     """Hosts of a TOML hosts file, validated; every problem is one line naming the file."""
-    from orchestrator.remote import PUBLIC_KEY_RE
+    from orchestrator.remote import PUBLIC_KEY_RE, host_key_from_line
 
     try:
         data = tomllib.loads(Path(path).read_text())
@@ -168,8 +168,13 @@ def load_hosts_file(path: Path) -> list[SshHost]:
         ):
             raise UsageError(f"{where}: price_per_hour must be a number >= 0, got {price!r}")
         known = entry.get("known_host_key")
-        if known is not None and (not isinstance(known, str) or not PUBLIC_KEY_RE.match(known)):
-            raise UsageError(f"{where}: known_host_key must be one OpenSSH public key line")
+        if known is not None:
+            if not isinstance(known, str) or not PUBLIC_KEY_RE.match(known):
+                raise UsageError(f"{where}: known_host_key must be one OpenSSH public key line")
+            try:
+                host_key_from_line(known)  # the key data itself must parse, not just look right
+            except UsageError as exc:
+                raise UsageError(f"{where}: known_host_key: {exc}") from None
         python = entry.get("python")
         if python is not None and (not isinstance(python, str) or not python):
             raise UsageError(f"{where}: python must be a path")
