@@ -228,6 +228,18 @@ def test_spot_request_and_shared_resources_live_until_the_last_instance(
     assert sweep_groups("s-test1") == [] and sweep_keys("s-test1") == []
 
 
+def test_machines_go_to_the_requested_region_and_are_listed_there(moto_env, keys: SshKeys) -> None:
+    prov = provider()  # provider region us-east-1 (AWS_DEFAULT_REGION)
+    inst = prov.create(make_request(keys, region="us-west-2", zone=None))
+    ready = prov.wait_ready(inst, timeout=30)
+    assert ready.zone and ready.zone.startswith("us-west-2")
+    assert [i.id for i in prov.list({LABEL_SWEEP: "s-test1"})] == [inst.id]
+    assert sweep_groups("s-test1") == []  # none in us-east-1: the group is in us-west-2
+    prov.delete(ready)
+    assert prov.list({LABEL_SWEEP: "s-test1"}) == []
+    assert list_resources({LABEL_SWEEP: "s-test1"}, region="us-west-2") == []
+
+
 def test_unknown_instance_type_is_one_line_and_leaves_nothing(moto_env, keys: SshKeys) -> None:
     prov = provider()
     with pytest.raises(ProviderError) as info:
@@ -716,3 +728,14 @@ def test_sweep_with_quota_or_permission_error_is_one_line_and_leaves_nothing(
     assert len(errors) == 1 and code in errors[0], proc.stderr[-2000:]
     assert len(ec2_faults.calls("RunInstances")) == 1  # no retry, no other zone
     assert list_resources() == []  # no instance, key pair or security group left
+
+
+def test_sweep_with_an_illegal_bucket_name_is_one_line_and_creates_nothing(
+    moto_env, tmp_path: Path
+) -> None:
+    argv = _sweep_argv("Bad_Bucket;rm", tmp_path / "runs")
+    proc = _run_cli(argv, tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "invalid bucket name" in errors[0], proc.stderr[-2000:]
+    assert list_resources() == []

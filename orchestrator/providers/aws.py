@@ -518,6 +518,7 @@ class AwsProvider(Provider):
         self._clients: dict[tuple[str, str], Any] = {}
         self._lock = threading.RLock()  # per-sweep resources, made once across threads
         self._creating: dict[str, int] = {}  # sweep id → creates in flight
+        self._regions: set[str] = set()  # where create() was asked to put machines
         self._session: boto3.session.Session | None = None
 
     # -- plumbing
@@ -546,6 +547,7 @@ class AwsProvider(Provider):
     def create(self, req: VmRequest) -> Instance:
         zone = req.zone or self.options.zone
         region = self._region_for(zone, req.region)
+        self._regions.add(region)
         ec2 = self._client("ec2", region)
         tags = resource_tags(req)
         sweep = tags[LABEL_SWEEP]  # the engine's label value: what list() and cleanup match
@@ -611,10 +613,14 @@ class AwsProvider(Provider):
             self._release_sweep_resources(region, sweep_id)
 
     def list(self, labels: dict[str, str]) -> list[Instance]:
-        ec2 = self._client("ec2")
-        with _translated(f"listing instances in {self.region}"):
-            found = _describe_instances(ec2, _tag_filters(labels))
-            return [_to_instance(i, self.region) for i in found]
+        """Live instances in the provider's region and every region it created in."""
+        out: list[Instance] = []
+        for region in sorted({self.region, *self._regions}):
+            ec2 = self._client("ec2", region)
+            with _translated(f"listing instances in {region}"):
+                found = _describe_instances(ec2, _tag_filters(labels))
+                out.extend(_to_instance(i, region) for i in found)
+        return out
 
     # -- per-sweep key pair and security group
 
