@@ -452,13 +452,15 @@ def endpoint_of(inst: Instance) -> tuple[str, int, str | None]:
     return host, port, user
 
 
-def connect(inst: Instance, keys: SshKeys, timeout: float = 300) -> SshExecutor:
+def connect(inst: Instance, keys: SshKeys | None, timeout: float = 300) -> SshExecutor:
     """An executor on a VM cloudprof created: the sweep's client key, the sweep's host key.
 
     While the VM boots its sshd may still present the image's own host key or
     not yet accept the sweep's client key; both are retried until ``timeout``,
     then reported (HostKeyError for a key that never matched).
     """
+    if keys is None:  # a provider used outside a sweep (cleanup) has no keys to log in with
+        raise UsageError(f"no SSH keys to reach {inst.name}: connect only within a sweep")
     host, port, user = endpoint_of(inst)
     if not user:
         raise UsageError(f"no SSH user for instance {inst.name}: set {ENV_USER}")

@@ -371,6 +371,38 @@ def test_dropped_connection_is_connection_lost_and_reconnect_works(ex, sshd):
         fresh.close()
 
 
+def test_sshd_killed_mid_command_then_back(private_sshd, tmp_path):
+    """The host's sshd dies during a trial: ConnectionLostError, no login while it is
+    down, and a reconnect once it is back."""
+    server = private_sshd
+    target = SshTarget(server.host, server.port, server.user, server.client_key,
+                       [server.host_public])
+    ex = open_ssh(target, timeout=10)
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def go():
+        try:
+            ex.run(["sh", "-c", "echo started; sleep 20"], on_line=lambda line: started.set())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    assert started.wait(10)
+    server.stop()
+    thread.join(15)
+    assert len(errors) == 1 and isinstance(errors[0], ConnectionLostError), errors
+    with pytest.raises(UnreachableError, match="connection refused"):
+        ex.reconnect(timeout=1)
+    server.start()
+    fresh = ex.reconnect(timeout=10)
+    try:
+        assert fresh.run(["echo", "back"]).stdout_tail == "back"
+    finally:
+        fresh.close()
+
+
 def test_host_facts_are_read_from_the_host(ex):
     facts = ex.host_facts()
     nproc = int(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
