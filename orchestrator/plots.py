@@ -85,9 +85,13 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
-def _groups(summary: pd.DataFrame):
-    for (machine, ran_on), group in summary.groupby(["machine", "ran_on"], sort=True):
-        yield rpt.machine_label(machine, ran_on), group.sort_values("workers")
+def _groups(summary: pd.DataFrame, split_by: str | None = None):
+    """(label, rows, keys) per machine — and per value of ``split_by`` when given."""
+    keys = [split_by, "machine", "ran_on"] if split_by else ["machine", "ran_on"]
+    for values, group in summary.groupby(keys, sort=True):
+        *split, machine, ran_on = values
+        label = rpt.machine_label(machine, ran_on) + (f" [{split[0]}]" if split else "")
+        yield label, group.sort_values("workers"), dict(zip(keys, values, strict=True))
 
 
 def _workers_axis(ax: Axes, summary: pd.DataFrame) -> None:
@@ -118,22 +122,24 @@ def _line_with_oversubscription(ax: Axes, group: pd.DataFrame, y: str, label: st
     return colour
 
 
-def throughput_figure(summary: pd.DataFrame, trials: pd.DataFrame | None = None) -> Figure:
-    """Median lines, each repeat as a faint dot (the spread behind a median), ★ at the knee."""
+def throughput_figure(
+    summary: pd.DataFrame, trials: pd.DataFrame | None = None, split_by: str | None = None
+) -> Figure:
+    """Median lines, each repeat as a faint dot (the spread behind a median), ★ at the knee.
+
+    ``split_by`` names a column of both frames (the notebook's ``strategy``) that
+    splits a machine into several lines.
+    """
     fig = _new_figure()
     ax = fig.add_subplot()
-    knee_of = rpt.knees(summary)
-    for label, group in _groups(summary):
-        machine, ran_on = str(group["machine"].iloc[0]), str(group["ran_on"].iloc[0])
+    for label, group, keys in _groups(summary, split_by):
         colour = _line_with_oversubscription(ax, group, "units_per_s", label)
         if trials is not None:
-            mine = trials[
-                (trials["machine"].astype(str) == machine)
-                & (trials["ran_on"].astype(str) == ran_on)
-                & (trials["status"] == rpt.OK)
-            ]
+            mine = trials[trials["status"] == rpt.OK]
+            for column, value in keys.items():
+                mine = mine[mine[column].astype(str) == str(value)]
             ax.scatter(mine["workers"], mine["units_per_s"], s=10, color=colour, alpha=0.4)
-        knee = knee_of[(machine, ran_on)]
+        knee = rpt.find_knee(list(group["workers"]), list(group["units_per_s"]))
         if knee.reached and knee.workers is not None:
             ax.plot(
                 [knee.workers],
@@ -153,7 +159,7 @@ def throughput_figure(summary: pd.DataFrame, trials: pd.DataFrame | None = None)
 def efficiency_figure(summary: pd.DataFrame) -> Figure:
     fig = _new_figure()
     ax = fig.add_subplot()
-    for label, group in _groups(summary):
+    for label, group, _ in _groups(summary):
         known = group.dropna(subset=["efficiency"])
         if not known.empty:
             _line_with_oversubscription(ax, known, "efficiency", label)
@@ -181,7 +187,7 @@ def cost_figure(summary: pd.DataFrame) -> Figure:
     known = summary.dropna(subset=["cost_per_million_units", "units_per_s"])
     if known.empty:
         ax.text(0.5, 0.5, "no price known: cost unavailable", ha="center", transform=ax.transAxes)
-    for label, group in _groups(known):
+    for label, group, _ in _groups(known):
         ax.scatter(group["units_per_s"], group["cost_per_million_units"], label=label, s=30)
         for r in group.to_dict("records"):
             ax.annotate(
@@ -216,7 +222,7 @@ def cost_figure(summary: pd.DataFrame) -> Figure:
 def memory_figure(summary: pd.DataFrame) -> Figure:
     fig = _new_figure()
     ax = fig.add_subplot()
-    for label, group in _groups(summary):
+    for label, group, _ in _groups(summary):
         mib = group.assign(peak_mib=group["peak_rss_bytes"] / 2**20)
         _line_with_oversubscription(ax, mib, "peak_mib", label)
     ax.set_ylabel("peak RSS (MiB, max over repeats)")
