@@ -44,7 +44,6 @@ PLOTS_DIR = "plots"
 OK = "ok"
 DASH = "–"
 EST = " (est.)"
-LOCAL = "local"
 
 _LEAK_ORDER = {"leak": 0, "inconclusive": 1, "ok": 2}
 _GROUP = ["machine", "ran_on"]
@@ -240,13 +239,10 @@ def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_G
     )
     if len(points) < 2:
         return Knee(workers=None, reached=False)
-    for i, (w, ups) in enumerate(points):
-        later = [u for _, u in points[i + 1 :]]
-        if all(u <= ups * (1.0 + gain) for u in later):
-            if i == len(points) - 1:
-                return Knee(workers=None, reached=False)
+    for i, (w, ups) in enumerate(points[:-1]):
+        if all(u <= ups * (1.0 + gain) for _, u in points[i + 1 :]):
             return Knee(workers=w, reached=True, units_per_s=ups)
-    return Knee(workers=None, reached=False)  # unreachable: the last point always qualifies
+    return Knee(workers=None, reached=False)  # only the largest count qualifies: still scaling
 
 
 def knees(summary: pd.DataFrame) -> dict[tuple[str, str], Knee]:
