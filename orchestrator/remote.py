@@ -775,7 +775,7 @@ class SshExecutor(Executor):
         "reuse" per sweep, which is how the tests see the second sweep skip it.
         """
         with tempfile.TemporaryDirectory(prefix="cloudprof-wheel-") as tmp:
-            wheel, digest = build_workloads_wheel(Path(tmp))
+            wheel, digest = workloads_wheel(Path(tmp))
             env = f"{self.workdir}/env-{digest}"
             state = self.run(
                 ["sh", "-c", _REUSE_SCRIPT, "sh", self.workdir, env, digest, STARTUP_STATE_DIR],
@@ -864,6 +864,28 @@ echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) install $3" >> "$1/bootstrap.log"
 
 
 # --------------------------------------------------------------------------- the wheel
+
+
+_wheel_lock = threading.Lock()
+_wheel_built: dict[str, tuple[str, bytes, str]] = {}  # source dir -> (file name, bytes, hash)
+
+
+def workloads_wheel(out_dir: Path) -> tuple[Path, str]:
+    """The wheel of this process's ``workloads`` package, built once per process.
+
+    Every machine of a sweep gets the very same wheel, even if the checkout is
+    edited while the sweep runs.
+    """
+    source = _workloads_dir()
+    with _wheel_lock:
+        if str(source) not in _wheel_built:
+            with tempfile.TemporaryDirectory(prefix="cloudprof-wheel-") as tmp:
+                path, digest = build_workloads_wheel(Path(tmp), source)
+                _wheel_built[str(source)] = (path.name, path.read_bytes(), digest)
+        name, data, digest = _wheel_built[str(source)]
+    path = Path(out_dir) / name
+    path.write_bytes(data)
+    return path, digest
 
 
 def _workloads_dir() -> Path:
