@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,11 @@ def test_manifest_describes_the_files(small: Path) -> None:
         data = (small / f["name"]).read_bytes()
         assert f["bytes"] == len(data)
         assert f["md5"] == hashlib.md5(data).hexdigest()
+        # The value index the loader uses instead of a Parquet decoder.
+        groups = f["row_groups"]
+        assert [g["rows"] for g in groups] == [[0, 10], [10, 40]]
+        for g in groups:
+            assert g["crc32"] == zlib.crc32(data[g["offset"] : g["offset"] + g["length"]])
 
 
 def test_values_are_the_articles_rounded_uniforms(small: Path) -> None:
@@ -85,10 +91,11 @@ def test_values_are_the_articles_rounded_uniforms(small: Path) -> None:
 
 
 def test_parquet_has_small_leading_row_groups(small: Path) -> None:
-    assert row_group_bounds(40, 10) == [(0, 10), (10, 20), (20, 40)]
-    assert row_group_bounds(1000, 100)[-1] == (800, 1000)
+    assert row_group_bounds(40, 10) == [(0, 10), (10, 40)]
+    assert row_group_bounds(1000, 100) == [(0, 100), (100, 1000)]
+    assert row_group_bounds(50, 100) == [(0, 50)]
     md = pq.ParquetFile(small / SMALL.file_name(0)).metadata
-    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [10, 10, 20]
+    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [10, 30]
 
 
 def test_regenerating_is_a_noop(small: Path) -> None:
@@ -141,9 +148,16 @@ def test_ensure_inputs_replaces_a_stale_partial_copy(tmp_path: Path) -> None:
     assert np.array_equal(load_frames(stale)[0], frame_columns(SMALL, 0).T)
 
 
+@pytest.mark.parametrize("indexed", [True, False], ids=["manifest-index", "pyarrow"])
 @pytest.mark.parametrize("dim", [1, 10, 15, 40])
-def test_load_rows_equals_the_first_rows_in_both_layouts(small: Path, dim: int) -> None:
+def test_load_rows_equals_the_first_rows_in_both_layouts(
+    small: Path, dim: int, indexed: bool
+) -> None:
+    expected = np.stack([frame_columns(SMALL, i).T for i in range(SMALL.frames)])
+    if not indexed:
+        (small / MANIFEST).unlink()
     full = load_frames(small)
+    assert np.array_equal(full, expected)
     rows = load_rows(small, dim)
     cols = load_rows(small, dim, layout="columns")
     assert rows.shape == cols.shape == (6, dim, 50)
@@ -162,21 +176,28 @@ def _flip_in_row_group(path: Path, group: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_load_rows_reads_only_the_leading_row_groups(small: Path) -> None:
+@pytest.mark.parametrize("indexed", [True, False], ids=["manifest-index", "pyarrow"])
+def test_load_rows_reads_only_the_leading_row_group(small: Path, indexed: bool) -> None:
+    if not indexed:
+        (small / MANIFEST).unlink()
     target = small / SMALL.file_name(2)
-    _flip_in_row_group(target, 2)  # rows 20..39: not needed for dim <= 20
-    assert np.array_equal(load_rows(small, 20)[2], frame_columns(SMALL, 2).T[:20])
-    with pytest.raises(WorkloadInputError) as excinfo:
-        load_frames(small)
-    _one_line_error(excinfo, str(target))
+    _flip_in_row_group(target, 1)  # rows 10..39: not needed for dim <= 10
+    assert np.array_equal(load_rows(small, 10)[2], frame_columns(SMALL, 2).T[:10])
+    for load in (lambda: load_rows(small, 11), lambda: load_frames(small)):
+        with pytest.raises(WorkloadInputError) as excinfo:
+            load()
+        _one_line_error(excinfo, str(target), "cannot read")
 
 
-def test_corrupt_file_is_an_error_naming_it(small: Path) -> None:
+@pytest.mark.parametrize("indexed", [True, False], ids=["manifest-index", "pyarrow"])
+def test_corrupt_file_is_an_error_naming_it(small: Path, indexed: bool) -> None:
+    if not indexed:
+        (small / MANIFEST).unlink()
     target = small / SMALL.file_name(1)
     _flip_in_row_group(target, 0)
     with pytest.raises(WorkloadInputError) as excinfo:
         load_rows(small, 10)
-    _one_line_error(excinfo, str(target), "cannot read")
+    _one_line_error(excinfo, str(target), "cannot read", "checksum" if indexed else "CRC")
 
 
 def test_missing_file_is_an_error_naming_it(small: Path) -> None:
