@@ -34,6 +34,7 @@ class Headline:
     """The headline numbers of one run."""
 
     name: str
+    workload: str  # what the trials ran, e.g. "cube (dim=60, strategy=fast), 5 s per trial"
     best_units_per_s: Metric
     best_units_per_s_per_vcpu: Metric
     best_cost_per_million_units: Metric
@@ -80,10 +81,14 @@ def headline(run: rpt.RunData) -> Headline:
         if found.reached and found.workers is not None:
             knee = Metric(float(found.workers), machine)
         else:
-            knee = Metric(math.nan, f"{machine}: not reached")
+            mine = summary[
+                (summary["machine"] == top["machine"]) & (summary["ran_on"] == top["ran_on"])
+            ]
+            knee = Metric(math.nan, f"{machine}: {found.describe(sorted(mine['workers']))}")
     cost = _extreme(summary, "cost_per_million_units", largest=False, costs=True)
     return Headline(
         name=run.name,
+        workload=rpt.describe_workload(run),
         best_units_per_s=fastest,
         best_units_per_s_per_vcpu=_extreme(summary, "units_per_s_per_vcpu", largest=True),
         best_cost_per_million_units=cost,
@@ -114,13 +119,18 @@ def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]
     for head in heads[1:]:
         table.add_column(escape(head.name), overflow="fold")
         table.add_column("ratio")
+    cells = ["workload", escape(base.workload or rpt.DASH)]
+    for head in heads[1:]:
+        same = head.workload == base.workload
+        cells += [escape(head.workload or rpt.DASH), "same" if same else "differs"]
+    table.add_row(*cells)
     for label, _attr, fmt in METRICS:
         first = base.metrics()[label]
         cells = [label, escape(_cell(first, fmt))]
         for head in heads[1:]:
             metric = head.metrics()[label]
             r = ratio(metric.value, first.value)
-            cells += [escape(_cell(metric, fmt)), f"×{r:.2f}" if math.isfinite(r) else rpt.DASH]
+            cells += [escape(_cell(metric, fmt)), fmt_ratio(r)]
         table.add_row(*cells)
     console.print(table)
     if any(h.best_cost_per_million_units.estimate for h in heads):
@@ -130,6 +140,13 @@ def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]
         )
     console.print("Lower is better for cost and memory; higher for throughput.")
     return heads
+
+
+def fmt_ratio(r: float) -> str:
+    """×2.00, ×0.50; small ratios keep two significant digits (×0.012), unknown is –."""
+    if not math.isfinite(r):
+        return rpt.DASH
+    return f"×{r:.2f}" if abs(r) >= 0.1 else f"×{r:.2g}"
 
 
 def _cell(metric: Metric, fmt: Any) -> str:

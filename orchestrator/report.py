@@ -423,15 +423,13 @@ def _headlines(
 ) -> list[str]:
     trials = run.trials
     n_ok = int((trials["status"] == OK).sum())
-    spec = run.sweep.get("spec") if isinstance(run.sweep.get("spec"), dict) else {}
-    units = sorted({str(u) for u in trials.get("unit", []) if isinstance(u, str) and u})
-    what = f" of workload {spec['workload']}" if spec.get("workload") else ""
-    if len(units) == 1:
-        what += f" (1 unit = 1 {units[0]})"
     lines = [
-        f"{len(trials)} trials{what}: {n_ok} ok, {len(trials) - n_ok} not ok"
+        f"{len(trials)} trials: {n_ok} ok, {len(trials) - n_ok} not ok"
         + (f"; sweep status {run.sweep['status']}" if run.sweep.get("status") else "")
     ]
+    workload = describe_workload(run)
+    if workload:
+        lines.append(f"Workload: {workload}")
     if summary.empty:
         lines.append("No trial finished ok: there is no throughput, cost or knee to report.")
         return lines
@@ -455,14 +453,53 @@ def _headlines(
         lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe(tested)}")
     estimated = summary[summary["estimate"]]
     if not estimated.empty:
-        hosts = ", ".join(sorted({str(h) for h in estimated["ran_on"]}))
+        hosts = ", ".join(
+            _host_facts(trials, h) for h in sorted({str(h) for h in estimated["ran_on"]})
+        )
         lines.append(
             f"Estimates: trials ran on {hosts} instead of the planned machine, so throughput is "
-            "that host's and every cost marked (est.) prices it at the planned machine's rate."
+            "that host's and every cost labelled (est.) prices it at the planned machine's rate."
+        )
+    hosts = {str(h) for h in summary["ran_on"]}
+    if summary["machine"].nunique() > 1 and len(hosts) == 1 and bool(summary["estimate"].all()):
+        lines.append(
+            f"Every machine ran on the same host ({hosts.pop()}): between machines, only the "
+            "prices differ here, not the hardware. Run without --dry-run to measure them."
         )
     if bool(summary["oversubscribed"].any()):
         lines.append("Rows marked oversubscribed ran more workers than the host has logical cores.")
     return lines
+
+
+def describe_workload(run: RunData) -> str:
+    """ "cube (frames=4, dim=10), 1 unit = 1 cube, 5 s per trial": what every trial ran."""
+    spec = run.sweep.get("spec")
+    if not isinstance(spec, dict) or not spec.get("workload"):
+        return ""
+    params = spec.get("workload_params") or {}
+    text = str(spec["workload"])
+    if params:
+        text += " (" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + ")"
+    units = sorted({u for u in run.trials.get("unit", []) if isinstance(u, str) and u})
+    if len(units) == 1:
+        text += f", 1 unit = 1 {units[0]}"
+    if _finite(spec.get("duration_s")):
+        text += f", {float(spec['duration_s']):g} s per trial"
+    return text
+
+
+def _host_facts(trials: pd.DataFrame, ran_on: str) -> str:
+    """ "local (2 vCPUs, AMD EPYC 7B13)": the host behind the measurements."""
+    mine = trials[trials["ran_on"].astype(str) == ran_on]
+    facts = []
+    vcpus = mine["vcpus"].dropna()
+    if not vcpus.empty:
+        facts.append(f"{int(vcpus.iloc[0])} vCPUs")
+    if "cpu_model" in mine:
+        models = mine["cpu_model"].dropna()
+        if not models.empty:
+            facts.append(str(models.iloc[0]))
+    return f"{ran_on} ({', '.join(facts)})" if facts else ran_on
 
 
 def _results_table(summary: pd.DataFrame) -> Table:

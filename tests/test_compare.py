@@ -102,3 +102,34 @@ def test_needs_two_runs_and_valid_paths(runs: tuple[Path, Path], tmp_path: Path)
     (empty / "sweep.json").write_text("{}")
     with pytest.raises(CloudprofError, match="no trials in"):
         compare.compare_runs([runs[0], empty], Console())
+
+
+def test_the_workload_row_says_whether_runs_are_comparable(tmp_path: Path) -> None:
+    def run(name: str, strategy: str) -> Path:
+        spec = {
+            "workload": "cube",
+            "duration_s": 5.0,
+            "workload_params": {"dim": 60, "strategy": strategy},
+        }
+        trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100]})
+        return write_store(tmp_path / name, trials, {"sweep_id": name, "spec": spec})
+
+    def verdicts(text: str) -> list[str]:
+        line = next(line for line in text.splitlines() if line.startswith("│ workload"))
+        return [cell.strip() for cell in line.split("│")[1:-1]][3::2]
+
+    numpy, fast, fast2 = run("numpy", "numpy"), run("fast", "fast"), run("fast2", "fast")
+    heads, text = compared([numpy, fast, fast2])
+    assert heads[0].workload == "cube (dim=60, strategy=numpy), 5 s per trial"
+    assert verdicts(text) == ["differs", "differs"]  # each run against the first
+    assert verdicts(compared([fast, fast2])[1]) == ["same"]
+    assert "one worker count tested" in text  # the knee cell of a single-count run
+
+
+def test_ratio_formatting() -> None:
+    assert [compare.fmt_ratio(r) for r in (2.0, 0.5, 0.0123, math.nan)] == [
+        "×2.00",
+        "×0.50",
+        "×0.012",
+        report.DASH,
+    ]

@@ -342,6 +342,17 @@ def test_local_runs_label_every_cost_as_an_estimate(tmp_path: Path) -> None:
     assert "(est.)" in html_of(run)
 
 
+def test_dry_run_of_several_machines_warns_that_only_prices_differ(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-80", 2.87, {1: [100]}, ran_on="local", cpu_model="EPYC")
+    trials += scaling_trials("c2-standard-60", 3.1, {1: [101]}, ran_on="local", cpu_model="EPYC")
+    spec = {"workload": "cube", "workload_params": {"dim": 10}, "duration_s": 1.0}
+    run = write_store(tmp_path / "dry2", trials, {"sweep_id": "dry2", "spec": spec})
+    text = console_text(run)
+    assert "Workload: cube (dim=10), 1 s per trial" in text
+    assert "Estimates: trials ran on local (4 vCPUs, EPYC) instead of the planned" in text
+    assert "Every machine ran on the same host (local)" in text
+
+
 def test_mixed_hosts_label_each_estimated_cost(tmp_path: Path) -> None:
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [190]})
     trials += scaling_trials("c2-standard-60", 3.0, {1: [120], 2: [230]}, ran_on="local")
