@@ -1,12 +1,12 @@
 """The profiling agent's cost and accuracy, measured side by side in one run.
 
-Overhead: the same trial (the cube workload, all cores busy) with the agent off
-(``--sample-hz 0``: only the kernel peak is read), at 10 Hz and at 100 Hz, and
-under ``mprof run --include-children`` (memory_profiler, 10 Hz), in interleaved
-rounds. The figure is the median over rounds of throughput(config) /
-throughput(off) from the same round, so a neighbour's load hits both sides of a
-ratio alike. The agent's own CPU seconds (from its summary) are printed too:
-they are the direct cost, free of throughput noise.
+Overhead: one process runs the cube workload on all cores; in interleaved
+windows it runs with no profiler, with the agent at 10 Hz and at 100 Hz, and
+under ``mprof run --include-children --attach`` (memory_profiler, 10 Hz). The
+figure is the median over rounds of units/s(config) / units/s(off) from the same
+round, so a neighbour's load hits both sides of a ratio alike. Also printed:
+the same ratio per CPU-second spent (workload + profiler; robust to CPU stolen
+by neighbours) and the profiler's own CPU.
 
 Accuracy: the agent's peak vs GNU time's "Maximum resident set size" (the
 kernel's ru_maxrss, from wait4) for the same trial, for the cube trial, a
@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
+import psutil
 from _common import ROOT, machine_line, median, print_table
 
 RUN = [sys.executable, "-m", "workloads.run"]
@@ -71,53 +75,104 @@ def workload_args(args: argparse.Namespace) -> list[str]:
     return ["--workload", name, "--workers", str(args.workers), "--duration", str(args.duration)]
 
 
+class _Mprof:
+    """``mprof run --include-children --attach PID``: memory_profiler's sampler, 10 Hz."""
+
+    def __init__(self, mprof: str, dat: Path) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        cmd = [mprof, "run", "--include-children", "--attach", "-T", "0.1", "-o", str(dat),
+               "--timeout", "600", str(os.getpid())]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # it samples right after saying it attached
+            if "attaching" in line:
+                break
+        self.ps = psutil.Process(self.proc.pid)
+
+    def cpu(self) -> float:
+        t = self.ps.cpu_times()
+        return t.user + t.system
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
 def overhead(args: argparse.Namespace, tmp: Path) -> None:
-    base = workload_args(args)
+    """Windows of one long-running workload, with and without a profiler, interleaved.
+
+    One process runs the workload throughout; the agent (or mprof, attached from
+    outside) is switched on for some windows and off for others, in rotating
+    order. Adjacent windows share whatever load the neighbours put on the
+    machine, which separate trial processes did not (their throughput varied 10x
+    on a shared 2-core VM). Each configuration's figure is the median over rounds
+    of its window's units/s divided by the same round's "off" window.
+    """
+    from workloads.agent import Agent
+    from workloads.base import REGISTRY, UnitCounter, load_workload
+
+    name = "cube" if "cube" in REGISTRY else "memcopy"
+    workload = load_workload(name)()
+    workload.prepare()
+    stop, counter = threading.Event(), UnitCounter()
+    runner = threading.Thread(target=workload.run, args=(args.workers, stop, counter))
+    runner.start()
+    time.sleep(1.0)  # caches, allocator and thread pool settle
     mprof = shutil.which("mprof")
-    configs: dict[str, tuple[list[str], list[str] | None]] = {
-        "off": (["--sample-hz", "0"], None),
-        "agent 10 Hz": (["--sample-hz", "10"], None),
-        "agent 100 Hz": (["--sample-hz", "100"], None),
-    }
-    if mprof:
-        dat = tmp / "mprofile.dat"
-        configs["mprof --include-children 10 Hz"] = (
-            ["--sample-hz", "0"],
-            [mprof, "run", "--include-children", "-T", "0.1", "-o", str(dat)],
-        )
-    trial(tmp / "warm", base)  # inputs generated/cached and page cache warm before timing
-    rates: dict[str, list[float]] = {k: [] for k in configs}
-    agent_cpu: dict[str, list[float]] = {k: [] for k in configs}
-    names = list(configs)
-    for r in range(args.rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
-        for name in order:
-            extra, prefix = configs[name]
-            s, _ = trial(tmp / "o", [*base, *extra], prefix)
-            rates[name].append(s["units_per_s"])
-            if prefix is None and s["agent"]["samples"] > 2:  # mprof's own cost is not known
-                agent_cpu[name].append(s["agent"]["cpu_seconds"] / s["seconds"])
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{n}={rates[n][-1]:.0f}/s" for n in names), file=sys.stderr, flush=True)  # fmt: skip
+    configs = ["off", "agent 10 Hz", "agent 100 Hz"] + (["mprof -C 10 Hz"] if mprof else [])
+    rate: dict[str, list[float]] = {c: [] for c in configs}
+    per_cpu: dict[str, list[float]] = {c: [] for c in configs}
+    own: dict[str, list[float]] = {c: [] for c in configs}
+    try:
+        for r in range(args.rounds):
+            for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
+                agent = sampler = None
+                if config.startswith("agent"):
+                    agent = Agent(sample_hz=float(config.split()[1])).start()
+                elif config.startswith("mprof"):
+                    assert mprof is not None
+                    sampler = _Mprof(mprof, tmp / f"mprof{r}.dat")
+                time.sleep(0.1)
+                u0, t0, c0 = counter.value, time.perf_counter(), os.times()
+                p0 = sampler.cpu() if sampler else 0.0
+                time.sleep(args.window)
+                u1, t1, c1 = counter.value, time.perf_counter(), os.times()
+                p1 = sampler.cpu() if sampler else 0.0
+                cpu = (c1.user - c0.user) + (c1.system - c0.system) + (p1 - p0)
+                if agent is not None:
+                    rep = agent.stop()
+                    own[config].append(rep.cpu_seconds / rep.wall_s)
+                if sampler is not None:
+                    sampler.close()
+                    own[config].append((p1 - p0) / (t1 - t0))
+                rate[config].append((u1 - u0) / (t1 - t0))
+                per_cpu[config].append((u1 - u0) / cpu if cpu > 0 else 0.0)
+            line = ", ".join(f"{c}={rate[c][-1]:.0f}/s" for c in configs)
+            print(f"round {r + 1}/{args.rounds}: {line}", file=sys.stderr, flush=True)
+    finally:
+        stop.set()
+        runner.join()
     rows = []
-    for name in names:
-        ratios = [a / b for a, b in zip(rates[name], rates["off"], strict=True)]
+    for config in configs:
+        ratios = [a / b for a, b in zip(rate[config], rate["off"], strict=True)]
+        eff = [a / b for a, b in zip(per_cpu[config], per_cpu["off"], strict=True)]
         rows.append(
             [
-                name,
-                median(rates[name]),
+                config,
+                median(rate[config]),
                 median(ratios),
                 100 * (1 - median(ratios)),
                 f"{min(ratios):.3f}..{max(ratios):.3f}",
-                100 * median(agent_cpu[name]) if agent_cpu[name] else "n/a",
+                100 * (1 - median(eff)),
+                100 * median(own[config]) if own[config] else 0.0,
             ]
         )
     print_table(
-        ["config", "units/s (median)", "ratio to off", "overhead %", "ratio range",
-         "agent CPU % of a core"],
+        ["config", "units/s (median)", "throughput ratio", "overhead %", "ratio range",
+         "overhead per CPU-s %", "profiler CPU % of a core"],
         rows,
-        title=f"Agent overhead: {' '.join(base)}, {args.rounds} interleaved rounds "
-        "(median of paired ratios)",
+        title=f"Agent overhead: {name} workload, {args.workers} workers, {args.rounds} rounds of "
+        f"{args.window:g} s windows per config (median of paired ratios to 'off')",
     )  # fmt: skip
 
 
@@ -156,8 +211,9 @@ def accuracy(args: argparse.Namespace, tmp: Path) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--duration", type=float, default=3.0)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--window", type=float, default=2.0, help="seconds per overhead window")
+    p.add_argument("--duration", type=float, default=3.0, help="seconds per accuracy trial")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--skip-accuracy", action="store_true")

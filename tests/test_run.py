@@ -279,3 +279,25 @@ def test_default_cube_trial_works_with_nothing_else(tmp_path):
     s = summary(tmp_path)
     assert s["params"]["workload"] == "cube" and s["unit"] == "cube"
     assert s["units"] > 0 and s["units_per_s"] > 0 and s["peak_rss_bytes"] > 0
+
+
+def test_warmup_is_untimed_and_recorded(tmp_path):
+    proc = run(
+        tmp_path, "--workload", "sleep", "--warmup", "0.5", "--duration", "0.5", "--quiet"
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = summary(tmp_path)
+    assert s["params"]["warmup_s"] == 0.5
+    assert s["seconds"] < 0.9  # the warm-up is not part of the trial
+    table = pq.read_table(tmp_path / protocol.TIMESERIES_FILE).to_pylist()
+    assert table[0]["units"] == 0  # nor are its units
+
+
+def test_command_duration_is_a_time_limit(tmp_path):
+    started = time.perf_counter()
+    proc = run(tmp_path, "--duration", "1", "--quiet", "--command", "--", "sleep", "30")
+    assert proc.returncode == 0, proc.stderr
+    assert time.perf_counter() - started < 10
+    s = summary(tmp_path)
+    assert s["status"] == "ok" and s["command"]["stopped_by"] == "duration"
+    assert 1 <= s["seconds"] < 5

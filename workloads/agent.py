@@ -4,8 +4,11 @@ Why it looks the way it does:
 
 * **Low overhead.** Every sample is a ``pread`` of /proc/PID/stat and /proc/PID/io
   on file descriptors opened once (see ``procfs``) — no psutil objects, no file
-  opens. The expensive things (USS/PSS from smaps_rollup, discovering new
-  children, per-process VmHWM, GPU) run on a slow tick at most once a second.
+  opens. The expensive things (per-process VmHWM, GPU, USS/PSS from
+  smaps_rollup) run on a slow tick at most once a second — USS/PSS less often
+  when reading them would cost more than 0.2% of a core (it scales with RSS).
+  A command's tree is searched for new children five times a second (a few
+  small reads).
 * **Exact peaks.** Sampling misses anything shorter than the interval, so the
   peak comes from the kernel: in-process we reset VmHWM at the start of the trial
   (``clear_refs``) and read it at the end; for a command we take the children's
@@ -34,6 +37,7 @@ from workloads import procfs
 from workloads.protocol import TIMESERIES_COLUMNS
 
 MAX_SAMPLE_HZ = 100.0
+SMAPS_DUTY = 0.002  # USS/PSS reads may use at most 0.2% of one core
 
 
 class _Gpu:
@@ -167,6 +171,7 @@ class Agent:
             else (0.2 if include_children else slow_interval_s)
         )
         self._next_children = 0.0
+        self._next_smaps = 0.0
         self._joined_cpu = 0.0
         self._want_gpu = gpu
         self._gpu: _Gpu | None = None
@@ -404,17 +409,24 @@ class Agent:
                     rep.error = f"on_breach failed: {exc}"
 
     def _slow_tick(self, now: float) -> None:
-        """Once a second: USS/PSS, per-process VmHWM, GPU."""
+        """Once a second: per-process VmHWM, GPU, and USS/PSS when their budget allows."""
         self._next_slow = now + self.slow_interval_s
         uss = pss = 0
         got = False
-        for pid in list(self._readers):
-            up = procfs.read_uss_pss(pid)
-            if up is not None:
-                got = True
-                uss += up[0]
-                pss += up[1]
-            if not self.in_process:
+        if now >= self._next_smaps:
+            cost = time.thread_time()
+            for pid in list(self._readers):
+                up = procfs.read_uss_pss(pid)
+                if up is not None:
+                    got = True
+                    uss += up[0]
+                    pss += up[1]
+            cost = time.thread_time() - cost
+            # smaps_rollup walks every page table: ~5 ms for 500 MB resident, far more for
+            # tens of GB. Space the reads so they never take more than SMAPS_DUTY of a core.
+            self._next_smaps = now + max(self.slow_interval_s, cost / SMAPS_DUTY)
+        if not self.in_process:
+            for pid in list(self._readers):
                 hwm = procfs.read_hwm(pid)
                 if hwm is not None and hwm > self._proc_peaks.get(pid, 0):
                     self._proc_peaks[pid] = hwm

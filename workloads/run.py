@@ -284,6 +284,9 @@ class _Signals:
         return self
 
     def _handle(self, signum: int, _frame: Any) -> None:
+        if self.received is not None:  # asked twice: the workload is not stopping, leave now
+            print("error: interrupted again; exiting without a summary", file=sys.stderr)
+            os._exit(protocol.EXIT_INTERRUPTED)
         self.received = signum
         self.wake.set()
 
