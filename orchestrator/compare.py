@@ -81,10 +81,7 @@ def headline(run: rpt.RunData) -> Headline:
         if found.reached and found.workers is not None:
             knee = Metric(float(found.workers), machine)
         else:
-            mine = summary[
-                (summary["machine"] == top["machine"]) & (summary["ran_on"] == top["ran_on"])
-            ]
-            knee = Metric(math.nan, f"{machine}: {found.describe(sorted(mine['workers']))}")
+            knee = Metric(math.nan, f"{machine}: {found.describe()}")
     cost = _extreme(summary, "cost_per_million_units", largest=False, costs=True)
     return Headline(
         name=run.name,

@@ -217,13 +217,14 @@ class Knee:
 
     workers: int | None
     reached: bool  # False: throughput still grew at the largest count, or one count only
+    tested: tuple[int, ...] = ()  # the worker counts with a finite median throughput
     units_per_s: float = math.nan
 
-    def describe(self, tested: list[int]) -> str:
-        if len(tested) < 2:
+    def describe(self) -> str:
+        if len(self.tested) < 2:
             return f"{DASH} (one worker count tested)"
         if not self.reached or self.workers is None:
-            return f"not reached (still scaling at {n_workers(max(tested))})"
+            return f"not reached (still scaling at {n_workers(max(self.tested))})"
         return n_workers(self.workers)
 
 
@@ -231,18 +232,17 @@ def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_G
     """The smallest worker count that no larger tested count beats by more than ``gain``.
 
     Comparing against every larger count (not only the next one) keeps one noisy
-    step from hiding a later jump. When that count is the largest tested and
-    the last step still gained more than ``gain``, scaling had not stopped yet.
+    step from hiding a later jump. When only the largest count qualifies, the
+    last step still gained more than ``gain``: scaling had not stopped yet.
     """
     points = sorted(
         (int(w), float(u)) for w, u in zip(workers, units_per_s, strict=True) if math.isfinite(u)
     )
-    if len(points) < 2:
-        return Knee(workers=None, reached=False)
+    tested = tuple(w for w, _ in points)
     for i, (w, ups) in enumerate(points[:-1]):
         if all(u <= ups * (1.0 + gain) for _, u in points[i + 1 :]):
-            return Knee(workers=w, reached=True, units_per_s=ups)
-    return Knee(workers=None, reached=False)  # only the largest count qualifies: still scaling
+            return Knee(workers=w, reached=True, tested=tested, units_per_s=ups)
+    return Knee(workers=None, reached=False, tested=tested)
 
 
 def knees(summary: pd.DataFrame) -> dict[tuple[str, str], Knee]:
@@ -447,10 +447,7 @@ def _headlines(
             f"Best by throughput: {_where(fastest)}, {fmt_rate(fastest['units_per_s'])} units/s"
         )
     for (machine, ran_on), knee in knee_of.items():
-        tested = sorted(
-            summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]["workers"]
-        )
-        lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe(tested)}")
+        lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe()}")
     estimated = summary[summary["estimate"]]
     if not estimated.empty:
         hosts = ", ".join(
@@ -460,10 +457,10 @@ def _headlines(
             f"Estimates: trials ran on {hosts} instead of the planned machine, so throughput is "
             "that host's and every cost labelled (est.) prices it at the planned machine's rate."
         )
-    hosts = {str(h) for h in summary["ran_on"]}
-    if summary["machine"].nunique() > 1 and len(hosts) == 1 and bool(summary["estimate"].all()):
+    one_host = {str(h) for h in summary["ran_on"]}
+    if summary["machine"].nunique() > 1 and len(one_host) == 1 and bool(summary["estimate"].all()):
         lines.append(
-            f"Every machine ran on the same host ({hosts.pop()}): between machines, only the "
+            f"Every machine ran on the same host ({one_host.pop()}): between machines, only the "
             "prices differ here, not the hardware. Run without --dry-run to measure them."
         )
     if bool(summary["oversubscribed"].any()):
@@ -576,7 +573,7 @@ def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) 
             str(best["vcpus"]) if best["vcpus"] is not None else DASH,
             fmt_usd(best["price_per_hour"]) + (" spot" if best["spot"] else ""),
             ", ".join(map(str, tested)),
-            knee.describe(tested),
+            knee.describe(),
             f"{fmt_rate(best['units_per_s'])} at {int(best['workers'])}",
             fmt_bytes(peak["peak_rss_bytes"]) + where,
         ]

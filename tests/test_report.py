@@ -566,6 +566,6 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     assert plan["est. cost"].endswith("(est.)")
     (machine,) = md_table(md, "Per machine")
     assert machine["best units/s"].endswith(f"at {int(fastest['workers'])}")
-    assert machine["scaling stops at"] == knee.describe([1, 2])
+    assert machine["scaling stops at"] == knee.describe()
     parse_html(run / "report.html")
     assert (run / "plots" / "timeseries_n2-highcpu-8_on_local.png").is_file()
