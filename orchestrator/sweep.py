@@ -225,7 +225,9 @@ class _Engine:
         self.spec, self.plan, self.store, self.bucket = spec, plan, store, bucket
         self.inputs, self.progress, self.providers = inputs, progress, providers
         self.ssh_keys = ssh_keys
-        self.stop = threading.Event()
+        # The keys' cancel event stops remote.connect's wait for SSH at once on Ctrl-C.
+        cancel = getattr(ssh_keys, "cancel", None)
+        self.stop: threading.Event = cancel if cancel is not None else threading.Event()
         self.hosts: dict[str, _Host] = {}
         self.errors: list[BaseException] = []  # bugs in a machine thread, re-raised at the end
         self.attempt_nonce = str(int(time.time()))
@@ -272,11 +274,14 @@ class _Engine:
     def _wait_teardown(self, threads: list[threading.Thread]) -> None:
         """Wait for the machine threads' own ``finally`` blocks; further Ctrl-Cs only warn."""
         deadline = time.monotonic() + TEARDOWN_WAIT_S
+        next_sweep = time.monotonic() + 5
         while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
             try:
                 for thread in threads:
                     thread.join(0.2)
-                self.teardown_all()  # a VM created since the interrupt is deleted too
+                if time.monotonic() > next_sweep:  # a VM created since the interrupt goes too
+                    self.teardown_all()
+                    next_sweep = time.monotonic() + 5
             except KeyboardInterrupt:
                 self.progress.log("[bold red]Still tearing down — please wait; VMs also "
                                   "delete themselves at their expiry label.")
