@@ -505,6 +505,7 @@ class _Lines:
 
 
 _PID_MARK = "cloudprof-pid"
+_RUN_WRAPPER = f'echo {_PID_MARK} $$ >&2; "$@"; exit $?'
 
 
 class _PidMarker:
@@ -601,10 +602,13 @@ class SshExecutor(Executor):
         """
         if not argv:
             raise ValueError("empty command")
-        # No `exec`: the shell waits and reports 128+N when the command dies of
-        # signal N (sshd sends no exit status for a killed process). The shell
-        # leads its own process group, so killing "-pid" stops the command too.
-        command = f"echo {_PID_MARK} $$ >&2; {shlex.join(str(a) for a in argv)}; exit $?"
+        # The user's login shell only sees `sh -c '<constant>' sh 'arg'...`: argv
+        # reaches the command as positional parameters, never re-parsed. sh
+        # reports its pid, then runs "$@" without `exec`, so it waits and
+        # reports 128+N when the command dies of signal N (sshd sends no exit
+        # status for a killed process); sh leads the session's process group, so
+        # killing "-pid" stops the command and its children too.
+        command = shlex.join(["sh", "-c", _RUN_WRAPPER, "sh", *(str(a) for a in argv)])
         out, err = _Lines(on_line), _Lines(on_line)
         marker = _PidMarker()
         deadline = None if timeout is None else time.monotonic() + timeout
