@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -23,13 +24,14 @@ from orchestrator.errors import (
     EXIT_INTERRUPTED,
     EXIT_MEMORY_GATE,
     EXIT_PARTIAL,
+    BucketError,
     BudgetError,
     ConnectionLostError,
     MemoryGateError,
     PartialSweepError,
 )
 from orchestrator.providers.base import Executor, Instance
-from orchestrator.providers.local import LocalExecutor, LocalProvider
+from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
 from orchestrator.spec import SweepSpec
 from orchestrator.store import RunStore
 from orchestrator.sweep import run_sweep
@@ -142,6 +144,7 @@ def trial_dirs(run_dir: Path, trial_id: str) -> list[Path]:
     return [p for p in run_dir.glob(f"hosts/*/trials/{trial_id}-*") if p.is_dir()]
 
 
+@pytest.mark.slow
 def test_local_sweep_end_to_end(first_run: tuple[Path, str], cache: Path) -> None:
     run_dir, output = first_run
     sweep = json.loads((run_dir / "sweep.json").read_text())
@@ -209,6 +212,7 @@ def test_max_cost_refuses_to_start(cache: Path, tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())  # nothing was created
 
 
+@pytest.mark.slow
 def test_failing_trial_is_recorded_and_the_sweep_goes_on(cache: Path, tmp_path: Path) -> None:
     spec = spec_for(tmp_path, workload=f"{__name__}:FailAtTwoWorkers", workload_params={},
                     workers=[1, 2, 3], duration_s=0.5)
@@ -283,6 +287,7 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
         assert len(trial_dirs(run_dir, trial_id)) == 1
 
 
+@pytest.mark.slow
 def test_dropped_session_fetches_the_result_from_the_bucket(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,3 +326,39 @@ def test_preempted_machine_is_recorded_and_torn_down(
     trials = pd.read_parquet(run_dir / "trials.parquet")
     assert list(trials["trial_id"]) == ["n2-highcpu-8-w1-r0"]  # the rest are left to --resume
     assert not (run_dir / "keys").exists() or not list((run_dir / "keys").iterdir())
+
+
+def test_local_bucket_upload_skips_identical_and_round_trips(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.bin").write_bytes(b"alpha")
+    (src / "sub" / "b.bin").write_bytes(b"beta")
+    bucket = providers.open_bucket((tmp_path / "bucket").as_uri())
+    assert isinstance(bucket, LocalBucket)
+    assert sorted(bucket.upload_dir(src, "inputs/h")) == ["inputs/h/a.bin", "inputs/h/sub/b.bin"]
+    assert bucket.upload_dir(src, "inputs/h") == []  # same content: nothing uploaded again
+    listing = bucket.list("inputs/h/")
+    assert listing["inputs/h/a.bin"] == hashlib.md5(b"alpha").hexdigest()
+    assert (tmp_path / "bucket/inputs/h/a.bin").stat().st_ino == (src / "a.bin").stat().st_ino
+    url = bucket.signed_url("inputs/h/sub/b.bin")
+    assert url.startswith("file://") and Path(url[7:]).read_bytes() == b"beta"
+    got = bucket.download_dir("inputs/h", tmp_path / "down")
+    assert sorted(p.relative_to(tmp_path / "down").as_posix() for p in got) == \
+        ["a.bin", "sub/b.bin"]
+    assert bucket.delete_prefix("inputs/h/") == 2 and bucket.list("inputs/") == {}
+    with pytest.raises(BucketError, match="escapes"):
+        bucket.signed_url("../outside")
+
+
+def test_local_executor_runs_argv_without_a_shell(tmp_path: Path) -> None:
+    ex = LocalExecutor(tmp_path)
+    lines: list[str] = []
+    result = ex.run([ex.python, "-c", "import sys; print(sys.argv[1]); sys.exit(3)",
+                     "$(touch pwned); `id`"], on_line=lines.append)
+    assert result.exit_code == 3 and lines == ["$(touch pwned); `id`"]
+    assert not (tmp_path / "pwned").exists()
+    (tmp_path / "f.txt").write_text("x")
+    ex.get("f.txt", tmp_path / "copy" / "f.txt")
+    assert (tmp_path / "copy" / "f.txt").read_text() == "x"
+    with pytest.raises(FileNotFoundError):
+        ex.get("absent", tmp_path / "nope")
