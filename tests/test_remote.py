@@ -273,6 +273,30 @@ def test_wrong_client_key_fails_authentication(sshd, tmp_path, monkeypatch):
         open_ssh(target, timeout=10)
 
 
+def test_a_vm_is_offered_only_the_sweeps_key(sshd, tmp_path, monkeypatch):
+    """Neither ssh-agent nor ~/.ssh keys are offered: with an authorised key in both, a
+    sweep key the host does not know still fails."""
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_bytes(sshd.client_key.read_bytes())
+    (home / ".ssh" / "id_ed25519").chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True)
+    env = dict(re.findall(r"(SSH_AUTH_SOCK|SSH_AGENT_PID)=([^;]+);", agent.stdout))
+    try:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        subprocess.run(["ssh-add", "-q", str(sshd.client_key)], check=True, capture_output=True)
+        keys = SshKeys.for_sweep(tmp_path / "run")
+        target = SshTarget(sshd.host, sshd.port, sshd.user, keys.user_key, [sshd.host_public])
+        with pytest.raises(UnreachableError, match="authentication failed"):
+            open_ssh(target, timeout=5)
+    finally:
+        os.kill(int(env["SSH_AGENT_PID"]), 15)
+
+
 # ------------------------------------------------------------------ run
 
 
