@@ -539,11 +539,16 @@ class _Engine:
         entries = [{"path": posixpath.join(out_dir, name), "optional": True,
                     "url": self.bucket.signed_url(key, "PUT")}
                    for name, key in self._result_keys(trial).items()]
-        manifest = self._put_manifest(host, entries, f"put-{trial.trial_id}.json")
-        result = ex.run([ex.python, "-m", "workloads.transfer", "put", manifest], timeout=600)
-        if result.exit_code != 0:
+        try:
+            manifest = self._put_manifest(host, entries, f"put-{trial.trial_id}.json")
+            result = ex.run([ex.python, "-m", "workloads.transfer", "put", manifest],
+                            timeout=600)
+            reason = None if result.exit_code == 0 else _last_line(result)
+        except ProviderError as exc:  # a finished trial is still collected directly below
+            reason = _one_line(exc)
+        if reason:
             self.progress.log(f"[yellow]{trial.trial_id}: results not copied to the bucket: "
-                              f"{_last_line(result)}")
+                              f"{reason}")
 
     def _incoming(self, trial: TrialPlan) -> Path:
         path = self.store.run_dir / ".incoming" / trial.trial_id
