@@ -90,7 +90,7 @@ def measure_fast(
         f"bytes a cube must move = 2 * frames * dim * dim * 8 = {moved / 1e6:.1f} MB"
     )
 
-    rows = []
+    rows, per_round = [], []
     items = frames * args.dim * args.dim
     src = fast.strategy.src.reshape(-1)
     for n in worker_counts:
@@ -108,6 +108,12 @@ def measure_fast(
             )
         bandwidth, rate, dram_bound, contiguous, of_dram, of_contiguous = (
             median([r[i] for r in rounds]) for i in range(6)
+        )
+        per_round.append(
+            f"  {n} worker(s), per round: of DRAM bound "
+            + ", ".join(f"{100 * r[4]:.0f}%" for r in rounds)
+            + "; of contiguous "
+            + ", ".join(f"{100 * r[5]:.0f}%" for r in rounds)
         )
         rows.append(
             [
@@ -136,6 +142,9 @@ def measure_fast(
         title=f"fast kernel: medians of {args.repeats} interleaved rounds of {args.seconds} s "
         "(bounds in cubes/s)",
     )
+    print("percentages are medians of the per-round ratios (each round measures the bound and")
+    print("the kernel back to back), so they need not equal the ratio of the median columns:")
+    print("\n".join(per_round))
     return rows, load_s
 
 
