@@ -75,6 +75,52 @@ def run_for(work: CubeWorkload, workers: int, seconds: float) -> float:
     return counter.value / (time.perf_counter() - start)
 
 
+def compare_layouts(directory: str, dim: int, seconds: float, repeats: int) -> None:
+    """One-thread rates of three kernels over the same first ``dim`` rows, interleaved.
+
+    Each gathers a cube equal to the reference; only the memory layout differs:
+    how long a contiguous run one sampled column gives.
+    """
+    import numpy as np
+
+    from workloads.inputs import load_rows
+
+    rows = load_rows(directory, dim)  # (frames, dim, cols), C order
+    frames, _, ncols = rows.shape
+    per_frame = np.ascontiguousarray(rows.transpose(0, 2, 1))  # (frames, cols, dim)
+    ours = np.ascontiguousarray(rows.transpose(2, 0, 1))  # (cols, frames, dim)
+    out_frame = np.empty((frames, dim, dim))
+    out_ours = np.empty((dim, frames, dim))
+    rng = np.random.default_rng(0)
+    kernels = {
+        # The article's fancy indexing (a fresh array per cube).
+        "row gather: (frames, dim, cols)[:, :, cols]": lambda c: rows[:, :, c],
+        "runs of dim: take (frames, cols, dim) axis 1": lambda c: np.take(
+            per_frame, c, axis=1, out=out_frame, mode="clip"
+        ),
+        "runs of frames*dim: take (cols, frames, dim) axis 0 (fast)": lambda c: np.take(
+            ours, c, axis=0, out=out_ours, mode="clip"
+        ),
+    }
+    rates: dict[str, list[float]] = {k: [] for k in kernels}
+    for _ in range(repeats):
+        for name, kernel in kernels.items():
+            n, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                kernel(rng.choice(ncols, dim, replace=False))
+                n += 1
+            rates[name].append(n / (time.perf_counter() - start))
+    best = median(rates[next(reversed(kernels))])
+    print_table(
+        ["layout (one worker)", "run bytes", "cubes/s", "fast is"],
+        [
+            [name, run, median(r), f"{best / median(r):.1f}x"]
+            for (name, r), run in zip(rates.items(), [8, dim * 8, frames * dim * 8], strict=True)
+        ],
+        title=f"memory layouts of the same data (medians of {repeats} interleaved rounds)",
+    )
+
+
 def measure_fast(
     args: argparse.Namespace, params: dict[str, str], worker_counts: list[int]
 ) -> tuple[list[list], float]:
@@ -177,6 +223,7 @@ def main() -> None:
     params = dict(dim=str(args.dim), seed=str(args.seed), inputs=str(directory))
 
     rows, load_s = measure_fast(args, params, worker_counts)
+    compare_layouts(str(directory), args.dim, args.seconds, args.repeats)
 
     if args.skip_article:
         return
