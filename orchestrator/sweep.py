@@ -741,8 +741,12 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     if resume is not None:
         store = RunStore.open(resume)
         data = store.read_sweep()
-        spec = SweepSpec.from_dict(data["spec"])
-        plan = Plan.from_dict(data["plan"])
+        try:
+            spec = SweepSpec.from_dict(data["spec"])
+            plan = Plan.from_dict(data["plan"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"cannot resume {resume}: sweep.json lacks a valid spec and "
+                             f"plan ({exc!r})") from None
         inputs = plan_inputs(spec)
         done = store.done_trial_ids()
         store.update_sweep(machines={})  # this run's outcome per machine replaces the last
