@@ -23,6 +23,7 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
 
 OK = "ok"
+LOCAL = "local"
 DASH = "–"
 EST = " (est.)"
 
@@ -631,53 +633,83 @@ def _failed_table(trials: pd.DataFrame) -> Table | None:
 
 
 def _plan_table(sweep: dict[str, Any]) -> Table | None:
+    """The planner's estimates per VM, next to the VM time the store recorded.
+
+    Seeing both tells a user how far to trust the next plan; a VM without a
+    deletion time is shown with its last state, because it may still be billing.
+    """
     plan = sweep.get("plan")
     if not isinstance(plan, dict) or not plan.get("vms"):
         return None
+    records = sweep.get("vms") if isinstance(sweep.get("vms"), dict) else {}
     rows = []
-    total_cost = 0.0
-    any_cost = False
     for vm in plan["vms"]:
         machine = vm.get("machine")
-        name = machine.get("name") if isinstance(machine, dict) else machine
         est = vm.get("estimate") or {}
-        total_s = est.get("total_s")
-        if total_s is None:
-            parts = [
-                est.get(k) for k in ("boot_s", "bootstrap_s", "staging_s", "trials_s", "teardown_s")
-            ]
-            total_s = (
-                sum(float(p) for p in parts if _finite(p)) if any(map(_finite, parts)) else None
-            )
-        cost = est.get("cost_usd")
         price = est.get("price_per_hour")
-        if cost is None and _finite(price) and _finite(total_s):
-            cost = float(price) * float(total_s) / 3600.0
-        if _finite(cost):
-            total_cost += float(cost)
-            any_cost = True
+        vm_time, vm_cost = _vm_time_and_cost(records.get(vm.get("name")) or {}, price)
+        where = " ".join(
+            str(part) for part in (vm.get("provider"), vm.get("zone") or vm.get("region")) if part
+        )
+        total_s = est.get("total_s")
         rows.append(
             Row(
                 [
-                    str(name),
-                    str(vm.get("provider") or DASH),
-                    str(vm.get("zone") or vm.get("region") or DASH),
-                    "yes" if vm.get("spot") else "no",
+                    str(machine.get("name") if isinstance(machine, dict) else machine),
+                    (where or DASH) + (" spot" if vm.get("spot") else ""),
                     str(len(vm.get("trials") or [])),
                     fmt_usd(price),
-                    fmt_duration(total_s) + EST if _finite(total_s) else DASH,
-                    fmt_usd(cost, estimate=True),
+                    fmt_duration(total_s) if _finite(total_s) else DASH,
+                    fmt_usd(est.get("cost_usd")),
+                    vm_time,
+                    vm_cost,
                 ],
                 flags=frozenset({"estimate"}),
             )
         )
-    notes = ["Every figure in this table comes from the plan and is an estimate."]
-    if any_cost:
-        notes.append(
-            f"Estimated total cost of the planned VMs: {fmt_usd(total_cost, estimate=True)}."
-        )
-    headers = ["machine", "provider", "zone", "spot", "trials", "$/hour", "est. time", "est. cost"]
-    return Table("Plan (estimates)", headers, rows, notes)
+    notes = [
+        "est. time and est. cost come from the plan (boot, bootstrap, staging, trials, teardown): "
+        "estimates.",
+        "VM time: from the create request to the deletion, as recorded in sweep.json; VM cost = "
+        "VM time × $/hour, an estimate of the bill (providers round and bill minimums). "
+        "A --dry-run creates no VM: its time is the local run's.",
+    ]
+    total = plan.get("estimated_total_cost_usd")
+    if _finite(total):
+        notes.append(f"Estimated total cost of the planned VMs: {fmt_usd(total, estimate=True)}.")
+    headers = [
+        "machine",
+        "where",
+        "trials",
+        "$/hour",
+        "est. time",
+        "est. cost",
+        "VM time",
+        "VM cost (est.)",
+    ]
+    return Table("Plan (estimates) and VM time", headers, rows, notes)
+
+
+def _vm_time_and_cost(record: dict[str, Any], price: Any) -> tuple[str, str]:
+    start, end = _parse_time(record.get("requested_at")), _parse_time(record.get("deleted_at"))
+    if start is None:
+        return DASH, DASH
+    if end is None:
+        return f"not deleted ({record.get('state') or 'unknown'})", DASH
+    seconds = (end - start).total_seconds()
+    if record.get("provider") == LOCAL:
+        return fmt_duration(seconds), f"{DASH} (local)"
+    cost = float(price) * seconds / 3600.0 if _finite(price) else math.nan
+    return fmt_duration(seconds), fmt_usd(cost)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 # ---------------------------------------------------------------- rendering

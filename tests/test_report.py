@@ -372,36 +372,45 @@ def test_measured_costs_are_not_labelled_estimates(two_machines: Path) -> None:
     assert "Estimates:" not in md
 
 
-def test_plan_figures_are_labelled_estimates(tmp_path: Path) -> None:
+def test_plan_figures_are_labelled_estimates_next_to_the_vm_time(tmp_path: Path) -> None:
+    from orchestrator.planner import make_plan
+    from orchestrator.spec import SweepSpec
+    from orchestrator.sweep import lookup_machines
+
+    spec = SweepSpec(machines=["n2-highcpu-80", "c2-standard-60"], workers=[1, 2])
+    plan = make_plan(spec, "p", lookup_machines(spec))
+    done, stuck = plan.vms
     sweep = {
         "sweep_id": "p",
-        "status": "done",
-        "plan": {
-            "vms": [
-                {
-                    "machine": {"name": "n2-highcpu-80"},
-                    "provider": "gcp",
-                    "zone": "us-central1-a",
-                    "spot": False,
-                    "trials": [{}, {}, {}],
-                    "estimate": {
-                        "boot_s": 40,
-                        "bootstrap_s": 60,
-                        "staging_s": 10,
-                        "trials_s": 30,
-                        "teardown_s": 20,
-                        "price_per_hour": 2.87,
-                    },
-                },
-            ]
+        "plan": plan.to_dict(),
+        "vms": {
+            done.name: {
+                "provider": "gcp",
+                "requested_at": "2026-01-01T10:00:00Z",
+                "deleted_at": "2026-01-01T10:01:40Z",
+                "state": "deleted",
+            },
+            stuck.name: {
+                "provider": "gcp",
+                "requested_at": "2026-01-01T10:00:00Z",
+                "state": "delete_failed",
+            },
         },
     }
     run = write_store(tmp_path / "p", scaling_trials("n2-highcpu-80", 2.87, {1: [10]}), sweep)
-    text = console_text(run)
-    assert "Plan (estimates)" in text
-    expected = report.fmt_usd(2.87 * 160 / 3600, estimate=True)
-    assert expected in text and expected.endswith("(est.)")
-    assert report.fmt_duration(160) + report.EST in text
+    md = markdown_of(run)
+    assert "## Plan (estimates) and VM time" in md
+    rows = {r["machine"]: r for r in md_table(md, "Plan (estimates)")}
+    first = rows[done.machine.name]
+    assert first["est. time"] == report.fmt_duration(done.estimate.total_s)
+    assert first["est. cost"] == report.fmt_usd(done.estimate.cost_usd)
+    assert first["VM time"] == "100 s"
+    assert first["VM cost (est.)"] == report.fmt_usd(done.estimate.price_per_hour * 100 / 3600)
+    assert rows[stuck.machine.name]["VM time"] == "not deleted (delete\\_failed)"
+    assert (
+        f"Estimated total cost of the planned VMs: {report.fmt_usd(plan.total_cost_usd)} (est.)"
+        in md
+    )
 
 
 def test_spot_prices_are_marked(tmp_path: Path) -> None:
@@ -563,7 +572,7 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     assert all(r["$/M units (est.)"].startswith("$") for r in rows)
     (plan,) = md_table(md, "Plan (estimates)")
     assert plan["machine"] == "n2-highcpu-8" and plan["trials"] == "2"
-    assert plan["est. cost"].endswith("(est.)")
+    assert plan["est. cost"].startswith("$") and plan["VM cost (est.)"] == "– (local)"
     (machine,) = md_table(md, "Per machine")
     assert machine["best units/s"].endswith(f"at {int(fastest['workers'])}")
     assert machine["scaling stops at"] == knee.describe()
