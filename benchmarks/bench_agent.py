@@ -1,10 +1,10 @@
 """The profiling agent's cost and accuracy, measured side by side in one run.
 
-Overhead: one process runs the cube workload on all cores; in interleaved
-windows it runs with no profiler, with the agent at 10 Hz and at 100 Hz, and
-under ``mprof run --include-children --attach`` (memory_profiler, 10 Hz). The
-figure is the median over rounds of units/s(config) / units/s(off) from the same
-round, so a neighbour's load hits both sides of a ratio alike. Also printed:
+Overhead: one process runs the cube workload on all cores; in pairs of adjacent
+windows it runs without and with a profiler — the agent at 10 Hz and at 100 Hz,
+and ``mprof run --include-children --attach`` (memory_profiler, 10 Hz). The
+figure is the median over pairs of units/s(on) / units/s(off), so a neighbour's
+load hits both sides of a ratio alike. Also printed:
 the same ratio per CPU-second spent (workload + profiler; robust to CPU stolen
 by neighbours) and the profiler's own CPU.
 
@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 from _common import ROOT, machine_line, median, print_table
@@ -98,15 +99,32 @@ class _Mprof:
         self.proc.wait(timeout=30)
 
 
-def overhead(args: argparse.Namespace, tmp: Path) -> None:
-    """Windows of one long-running workload, with and without a profiler, interleaved.
+class _Window:
+    """Units/s and units per CPU-second of one window of the running workload."""
 
-    One process runs the workload throughout; the agent (or mprof, attached from
-    outside) is switched on for some windows and off for others, in rotating
-    order. Adjacent windows share whatever load the neighbours put on the
-    machine, which separate trial processes did not (their throughput varied 10x
-    on a shared 2-core VM). Each configuration's figure is the median over rounds
-    of its window's units/s divided by the same round's "off" window.
+    def __init__(self, counter: Any, window: float, sampler: _Mprof | None = None) -> None:
+        u0, t0, c0 = counter.value, time.perf_counter(), os.times()
+        p0 = sampler.cpu() if sampler else 0.0
+        time.sleep(window)
+        u1, t1, c1 = counter.value, time.perf_counter(), os.times()
+        p1 = sampler.cpu() if sampler else 0.0
+        cpu = (c1.user - c0.user) + (c1.system - c0.system) + (p1 - p0)
+        self.rate = (u1 - u0) / (t1 - t0)
+        self.per_cpu = (u1 - u0) / cpu if cpu > 0 else 0.0
+        self.profiler_cpu = (p1 - p0) / (t1 - t0)
+
+
+def overhead(args: argparse.Namespace, tmp: Path) -> None:
+    """Windows of one long-running workload, with and without a profiler, in pairs.
+
+    One process runs the workload throughout. Each measurement is a pair of
+    adjacent windows — profiler off, profiler on, in alternating order — so both
+    share whatever load the neighbours put on the machine, which separate trial
+    processes did not (their throughput varied 10x on a shared 2-core VM). The
+    agent pairs are short and many; mprof (``mprof run --include-children
+    --attach``, started before its window) gets fewer, longer pairs because each
+    start costs a Python start-up. A configuration's figure is the median of its
+    pairs' ratios.
     """
     from workloads.agent import Agent
     from workloads.base import REGISTRY, UnitCounter, load_workload
@@ -118,61 +136,64 @@ def overhead(args: argparse.Namespace, tmp: Path) -> None:
     runner = threading.Thread(target=workload.run, args=(args.workers, stop, counter))
     runner.start()
     time.sleep(1.0)  # caches, allocator and thread pool settle
+    pairs: dict[str, list[tuple[_Window, _Window, float]]] = {}
+
+    def pair(config: str, window: float, on_first: bool) -> None:
+        agent = sampler = None
+        own = 0.0
+        windows: dict[bool, _Window] = {}
+        for profiled in (on_first, not on_first):
+            if profiled and config.startswith("agent"):
+                agent = Agent(sample_hz=float(config.split()[1])).start()
+            elif profiled:
+                sampler = _Mprof(mprof, tmp / "mprofile.dat")  # type: ignore[arg-type]
+            time.sleep(0.05)
+            windows[profiled] = _Window(counter, window, sampler if profiled else None)
+            if agent is not None:
+                rep = agent.stop()
+                own = rep.cpu_seconds / rep.wall_s
+                agent = None
+            if sampler is not None:
+                own = windows[True].profiler_cpu
+                sampler.close()
+                sampler = None
+        pairs.setdefault(config, []).append((windows[False], windows[True], own))
+
     mprof = shutil.which("mprof")
-    configs = ["off", "agent 10 Hz", "agent 100 Hz"] + (["mprof -C 10 Hz"] if mprof else [])
-    rate: dict[str, list[float]] = {c: [] for c in configs}
-    per_cpu: dict[str, list[float]] = {c: [] for c in configs}
-    own: dict[str, list[float]] = {c: [] for c in configs}
     try:
         for r in range(args.rounds):
-            for config in configs[r % len(configs) :] + configs[: r % len(configs)]:
-                agent = sampler = None
-                if config.startswith("agent"):
-                    agent = Agent(sample_hz=float(config.split()[1])).start()
-                elif config.startswith("mprof"):
-                    assert mprof is not None
-                    sampler = _Mprof(mprof, tmp / f"mprof{r}.dat")
-                time.sleep(0.1)
-                u0, t0, c0 = counter.value, time.perf_counter(), os.times()
-                p0 = sampler.cpu() if sampler else 0.0
-                time.sleep(args.window)
-                u1, t1, c1 = counter.value, time.perf_counter(), os.times()
-                p1 = sampler.cpu() if sampler else 0.0
-                cpu = (c1.user - c0.user) + (c1.system - c0.system) + (p1 - p0)
-                if agent is not None:
-                    rep = agent.stop()
-                    own[config].append(rep.cpu_seconds / rep.wall_s)
-                if sampler is not None:
-                    sampler.close()
-                    own[config].append((p1 - p0) / (t1 - t0))
-                rate[config].append((u1 - u0) / (t1 - t0))
-                per_cpu[config].append((u1 - u0) / cpu if cpu > 0 else 0.0)
-            line = ", ".join(f"{c}={rate[c][-1]:.0f}/s" for c in configs)
-            print(f"round {r + 1}/{args.rounds}: {line}", file=sys.stderr, flush=True)
+            for config in ("agent 10 Hz", "agent 100 Hz"):
+                pair(config, args.window, on_first=r % 2 == 1)
+        if mprof:
+            for r in range(args.mprof_rounds):
+                pair("mprof -C 10 Hz", args.mprof_window, on_first=r % 2 == 1)
     finally:
         stop.set()
         runner.join()
     rows = []
-    for config in configs:
-        ratios = [a / b for a, b in zip(rate[config], rate["off"], strict=True)]
-        eff = [a / b for a, b in zip(per_cpu[config], per_cpu["off"], strict=True)]
+    for config, got in pairs.items():
+        ratios = [on.rate / off.rate for off, on, _ in got]
+        q = sorted(ratios)
+        eff = [on.per_cpu / off.per_cpu for off, on, _ in got if off.per_cpu > 0]
         rows.append(
             [
                 config,
-                median(rate[config]),
+                len(got),
+                median([off.rate for off, _, _ in got]),
                 median(ratios),
                 100 * (1 - median(ratios)),
-                f"{min(ratios):.3f}..{max(ratios):.3f}",
+                f"{q[len(q) // 4]:.3f}..{q[3 * len(q) // 4]:.3f}",
                 100 * (1 - median(eff)),
-                100 * median(own[config]) if own[config] else 0.0,
+                100 * median([own for _, _, own in got]),
             ]
         )
     print_table(
-        ["config", "units/s (median)", "throughput ratio", "overhead %", "ratio range",
+        ["config", "pairs", "off units/s", "on/off ratio", "overhead %", "ratio IQR",
          "overhead per CPU-s %", "profiler CPU % of a core"],
         rows,
-        title=f"Agent overhead: {name} workload, {args.workers} workers, {args.rounds} rounds of "
-        f"{args.window:g} s windows per config (median of paired ratios to 'off')",
+        title=f"Profiler overhead: {name} workload, {args.workers} workers; pairs of adjacent "
+        f"windows ({args.window:g} s for the agent, {args.mprof_window:g} s for mprof), "
+        "median of ratios",
     )  # fmt: skip
 
 
@@ -211,8 +232,10 @@ def accuracy(args: argparse.Namespace, tmp: Path) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--window", type=float, default=2.0, help="seconds per overhead window")
+    p.add_argument("--rounds", type=int, default=16, help="window pairs per agent rate")
+    p.add_argument("--window", type=float, default=1.5, help="seconds per agent window")
+    p.add_argument("--mprof-rounds", type=int, default=6)
+    p.add_argument("--mprof-window", type=float, default=2.0)
     p.add_argument("--duration", type=float, default=3.0, help="seconds per accuracy trial")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--skip-overhead", action="store_true")
