@@ -46,6 +46,7 @@ from orchestrator.providers.gcp import (
     delete_resources,
     firewall_name,
     label_value,
+    list_resources,
     resource_name,
     sweep_tag,
 )
@@ -573,4 +574,33 @@ def test_signal_while_provisioning_deletes_the_vm_and_its_firewall(
             proc.wait()
     assert proc.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr
+    assert fake_gce.instances == {} and fake_gce.firewalls == {}
+
+
+@pytest.mark.slow
+def test_sigkill_mid_sweep_leaves_labelled_resources_that_cleanup_finds(
+    fake_gce: FakeGce, gcs_emulator: str, tmp_path: Path,
+) -> None:
+    """A killed laptop: the VM and its rule stay, findable by label and deletable."""
+    fake_gce.gets_until_running = 10**9
+    bucket = _new_bucket()
+    proc = subprocess.Popen(_sweep_argv(bucket.name, tmp_path / "runs"), cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not fake_gce.instances and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert fake_gce.instances, "the sweep never created its VM"
+        proc.kill()
+    finally:
+        proc.wait(timeout=30)
+    (inst,) = fake_gce.instances.values()
+    sweep = inst["labels"][LABEL_SWEEP]
+    # the VM deletes itself at its termination time even if nobody runs cleanup
+    assert inst["scheduling"]["instanceTerminationAction"] == "DELETE"
+    found = list_resources({LABEL_SWEEP: sweep}, project="proj")
+    assert sorted(r.kind for r in found) == ["firewall", "instance"]
+    assert all(r.sweep_id == sweep and r.expires_at for r in found)
+    delete_resources(found, project="proj")
     assert fake_gce.instances == {} and fake_gce.firewalls == {}
