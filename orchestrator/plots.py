@@ -11,7 +11,6 @@ summary, knees and Pareto front), so a figure never disagrees with a table.
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -240,9 +239,11 @@ def _pick_trials(group: pd.DataFrame) -> pd.DataFrame:
         ["workers", "_bad", "repeat"], na_position="last"
     )
     chosen = ordered.drop_duplicates("workers", keep="first")
-    if len(chosen) > MAX_SERIES:
-        step = math.ceil(len(chosen) / MAX_SERIES)
-        chosen = chosen.iloc[::step]
+    n = len(chosen)
+    if n > MAX_SERIES:  # evenly spread, keeping the smallest and the largest count
+        chosen = chosen.iloc[
+            sorted({round(i * (n - 1) / (MAX_SERIES - 1)) for i in range(MAX_SERIES)})
+        ]
     return chosen
 
 
@@ -271,7 +272,7 @@ def timeseries_figure(run: rpt.RunData, group: pd.DataFrame) -> Figure | None:
     rss, cpu = fig.subplots(2, 1, sharex=True)
     for r, frame in series:
         status = "" if r["status"] == rpt.OK else f" [{r['status']}]"
-        label = f"{r['workers']} workers, repeat {r['repeat']}{status}"
+        label = f"{rpt.n_workers(int(r['workers']))}, repeat {r['repeat']}{status}"
         rss.plot(frame["t"], frame["rss_bytes"] / 2**20, linewidth=1.2, label=label)
         cpu.plot(frame["t"], frame["cpu_percent"], linewidth=1.2, label=label)
     rss.set_ylabel("RSS (MiB)")

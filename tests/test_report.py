@@ -578,3 +578,20 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     assert machine["scaling stops at"] == knee.describe()
     parse_html(run / "report.html")
     assert (run / "plots" / "timeseries_n2-highcpu-8_on_local.png").is_file()
+
+
+def test_time_series_pick_one_trial_per_worker_count_at_most_eight() -> None:
+    from orchestrator import plots
+
+    workers = [1, 2, 4, 8, 16, 32, 64, 80, 160]
+    trials = pd.DataFrame(
+        [
+            {"workers": w, "repeat": r, "status": "failed" if r == 0 else "ok"}
+            for w in workers
+            for r in (0, 1)
+        ]
+    )
+    chosen = plots._pick_trials(trials)
+    assert len(chosen) == plots.MAX_SERIES == 8
+    assert chosen["workers"].iloc[0] == 1 and chosen["workers"].iloc[-1] == 160
+    assert chosen["workers"].is_unique and set(chosen["repeat"]) == {1}  # the ok repeat
