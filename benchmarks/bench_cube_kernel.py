@@ -202,8 +202,8 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", default="1,2", help="worker counts for the fast kernel")
-    ap.add_argument("--seconds", type=float, default=0.6, help="duration of each probe")
-    ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds (median)")
+    ap.add_argument("--seconds", type=float, default=0.3, help="duration of each probe")
+    ap.add_argument("--repeats", type=int, default=9, help="interleaved rounds (median)")
     ap.add_argument(
         "--article-cubes", type=int, default=100, help="cubes for dataframes/numpy/threads"
     )

@@ -194,3 +194,13 @@ def test_bad_parameters_are_one_line_errors(cache: Path, params: dict, needle: s
 def test_bad_worker_count(cache: Path) -> None:
     with pytest.raises(WorkloadInputError, match="workers must be at least 1"):
         _workload(cache).run(0, threading.Event(), UnitCounter())
+
+
+@pytest.mark.parametrize("strategy", ["fast", "naive", "numpy"])
+def test_csv_inputs_give_the_same_cubes(cache: Path, strategy: str) -> None:
+    work = _workload(cache, strategy=strategy, format="csv", seed="2")
+    keeper = Keeper()
+    work.produce(3, consumer=keeper)
+    frames = _frames(cache, seed=2)  # the Parquet copy: same seed, same values
+    for cube, cols in keeper.kept:
+        assert np.array_equal(cube, reference_cube(frames, cols))

@@ -273,3 +273,13 @@ def test_not_a_directory_and_empty_directory(tmp_path: Path) -> None:
     with pytest.raises(WorkloadInputError) as excinfo:
         load_rows(tmp_path, 1)
     _one_line_error(excinfo, "no .parquet or .csv frames")
+
+
+def test_concurrent_ensure_inputs_agree_on_one_copy(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        dirs = list(pool.map(lambda _: ensure_inputs(SMALL, tmp_path), range(4)))
+    assert dirs == [tmp_path / SMALL.hash] * 4
+    assert is_complete(dirs[0], SMALL)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [SMALL.hash]
