@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import numpy as np
 import psutil
@@ -140,6 +141,30 @@ def test_gpu_absent_is_none_not_an_error():
         assert report.gpu is None
     else:  # a machine with NVML: either no device (None) or a described device list
         assert report.gpu is None or report.gpu["count"] >= 1
+
+
+def test_gpu_through_an_nvml_stand_in(monkeypatch):
+    """The NVML path without a GPU: a stand-in module with pynvml's function names."""
+    used = iter(range(1, 1000))
+    nvml = types.ModuleType("pynvml")
+    nvml.nvmlInit = lambda: None
+    nvml.nvmlShutdown = lambda: None
+    nvml.nvmlDeviceGetCount = lambda: 2
+    nvml.nvmlDeviceGetHandleByIndex = lambda i: i
+    nvml.nvmlDeviceGetName = lambda h: b"Stand-in GPU %d" % h
+    nvml.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=next(used) * MIB)
+    nvml.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=40 + 20 * h)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    agent = Agent(sample_hz=20).start()
+    time.sleep(1.1)
+    report = agent.stop()
+    gpu = report.gpu
+    assert gpu is not None
+    assert gpu["devices"] == ["Stand-in GPU 0", "Stand-in GPU 1"] and gpu["count"] == 2
+    assert gpu["util_mean"] == 50.0  # mean over devices, every read
+    mem = [m for m in report.column("gpu_mem_bytes") if m is not None]
+    assert len(mem) == 2  # the reads at t=0 and t=1 s only
+    assert gpu["peak_mem_bytes"] == max(mem) == (3 + 4) * MIB  # summed over both devices
 
 
 def test_procreader_agrees_with_psutil_and_hwm_resets():

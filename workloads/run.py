@@ -449,6 +449,11 @@ def _run_command(
 ) -> int:
     summary["unit"] = None
     wake = sig.wake
+    # A forked child inherits this process's RSS counters until it execs, and the kernel
+    # folds them into the child's ru_maxrss: that RSS is a floor under a command's peak.
+    floor = procfs.ProcReader(os.getpid())
+    spawn_rss = floor.read().rss_bytes
+    floor.close()
     start = time.perf_counter()
     summary["started_at"] = _now()
     try:
@@ -504,6 +509,7 @@ def _run_command(
     summary["seconds"] = round(seconds, 6)
     summary["command"] = {
         "argv": command, "pid": proc.pid, "exit_code": proc.returncode, "stopped_by": stopped_by,
+        "runner_rss_at_spawn_bytes": spawn_rss,
     }  # fmt: skip
     code = _finish(args, summary, report, sig)
     if code == protocol.EXIT_OK and proc.returncode != 0 and stopped_by != "duration":
