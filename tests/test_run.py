@@ -301,3 +301,19 @@ def test_command_duration_is_a_time_limit(tmp_path):
     s = summary(tmp_path)
     assert s["status"] == "ok" and s["command"]["stopped_by"] == "duration"
     assert 1 <= s["seconds"] < 5
+
+
+def test_sigint_in_command_mode_stops_the_tree(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path), "--command", "--",
+         "sleep", "60"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    assert protocol.parse_progress(proc.stderr.readline()) is not None
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=15) == protocol.EXIT_INTERRUPTED
+    s = summary(tmp_path)
+    assert s["status"] == "interrupted" and s["command"]["stopped_by"] == "signal"
+    assert s["command"]["exit_code"] == -signal.SIGTERM  # we stopped it, it did not linger
+    assert s["seconds"] < 30

@@ -275,6 +275,7 @@ class _Signals:
     def __init__(self, wake: threading.Event) -> None:
         self.wake = wake
         self.received: int | None = None
+        self.tree: int | None = None  # a command's root pid, killed on a second signal
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> _Signals:
@@ -285,6 +286,10 @@ class _Signals:
 
     def _handle(self, signum: int, _frame: Any) -> None:
         if self.received is not None:  # asked twice: the workload is not stopping, leave now
+            if self.tree is not None:  # never leave a command's processes behind
+                for pid in [self.tree, *procfs.descendants(self.tree)]:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
             print("error: interrupted again; exiting without a summary", file=sys.stderr)
             os._exit(protocol.EXIT_INTERRUPTED)
         self.received = signum
@@ -460,10 +465,12 @@ def _run_command(
         proc = subprocess.Popen(command, start_new_session=True)
     except OSError as exc:
         raise UsageError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
+    sig.tree = proc.pid
     waited: dict[str, Any] = {}
 
     def waiter() -> None:
         _pid, status, rusage = os.wait4(proc.pid, 0)
+        sig.tree = None  # reaped: its pid may be reused from now on
         waited.update(status=status, rusage=rusage, at=time.perf_counter())
         proc.returncode = os.waitstatus_to_exitcode(status)
         wake.set()
