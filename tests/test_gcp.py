@@ -551,27 +551,37 @@ def test_sweep_with_quota_or_permission_error_is_one_line_and_leaves_nothing(
     assert fake_gce.instances == {} and fake_gce.firewalls == {}
 
 
+def _start_sweep_until_its_vm_exists(fake_gce: FakeGce, argv: list[str],
+                                     cwd: Path) -> subprocess.Popen[str]:
+    """Start ``cloudprof sweep`` and return once the fake holds its VM (still booting)."""
+    fake_gce.gets_until_running = 10**9  # the VM never comes up until the test says so
+    proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not fake_gce.instances and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    if not fake_gce.instances:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the sweep never created its VM: {err[-2000:]}")
+    return proc
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_while_provisioning_deletes_the_vm_and_its_firewall(
     fake_gce: FakeGce, gcs_emulator: str, tmp_path: Path, sig: signal.Signals,
 ) -> None:
-    fake_gce.gets_until_running = 10**9  # the VM never comes up: the signal lands mid-wait
     bucket = _new_bucket()
-    proc = subprocess.Popen(_sweep_argv(bucket.name, tmp_path / "runs"), cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_sweep_until_its_vm_exists(fake_gce, _sweep_argv(bucket.name, tmp_path / "runs"),
+                                            tmp_path)
+    proc.send_signal(sig)  # lands while the engine waits for the VM to boot
     try:
-        deadline = time.monotonic() + 120
-        while not fake_gce.instances and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert fake_gce.instances, "the sweep never created its VM"
-        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.communicate()
     assert proc.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr
     assert fake_gce.instances == {} and fake_gce.firewalls == {}
@@ -582,19 +592,11 @@ def test_sigkill_mid_sweep_leaves_labelled_resources_that_cleanup_finds(
     fake_gce: FakeGce, gcs_emulator: str, tmp_path: Path,
 ) -> None:
     """A killed laptop: the VM and its rule stay, findable by label and deletable."""
-    fake_gce.gets_until_running = 10**9
     bucket = _new_bucket()
-    proc = subprocess.Popen(_sweep_argv(bucket.name, tmp_path / "runs"), cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not fake_gce.instances and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert fake_gce.instances, "the sweep never created its VM"
-        proc.kill()
-    finally:
-        proc.wait(timeout=30)
+    proc = _start_sweep_until_its_vm_exists(fake_gce, _sweep_argv(bucket.name, tmp_path / "runs"),
+                                            tmp_path)
+    proc.kill()
+    proc.communicate(timeout=30)
     (inst,) = fake_gce.instances.values()
     sweep = inst["labels"][LABEL_SWEEP]
     # the VM deletes itself at its termination time even if nobody runs cleanup
@@ -604,3 +606,30 @@ def test_sigkill_mid_sweep_leaves_labelled_resources_that_cleanup_finds(
     assert all(r.sweep_id == sweep and r.expires_at for r in found)
     delete_resources(found, project="proj")
     assert fake_gce.instances == {} and fake_gce.firewalls == {}
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_reattaches_to_the_same_vm(
+    fake_gce: FakeGce, gcs_emulator: str, sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pandas as pd
+
+    from tests.fixtures.sshd import sshd_env
+
+    for key, value in sshd_env(sshd).items():
+        monkeypatch.setenv(key, value)
+    bucket = _new_bucket()
+    out = tmp_path / "runs"
+    proc = _start_sweep_until_its_vm_exists(fake_gce, _sweep_argv(bucket.name, out), tmp_path)
+    proc.kill()
+    proc.communicate(timeout=30)
+    (run_dir,) = list(out.iterdir())
+    fake_gce.gets_until_running = 0  # the VM finishes booting after the laptop died
+
+    resumed = _run_cli([sys.executable, "-m", "orchestrator", "sweep", "--resume",
+                        str(run_dir)], tmp_path)
+    assert resumed.returncode == 0, (resumed.stdout[-3000:], resumed.stderr[-3000:])
+    assert len(fake_gce.sent("POST", r"/instances$")) == 1  # reattached, not created again
+    assert fake_gce.instances == {} and fake_gce.firewalls == {}
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    assert sorted(trials["workers"]) == [1, 2] and set(trials["status"]) == {"ok"}
