@@ -618,7 +618,12 @@ class _Engine:
                 ts: Path | None, status: str | None = None, error: str | None = None,
                 exit_code: int | None = None) -> None:
         provider = host.provider
-        ran_on = host.vm.machine.name if provider.creates_machines else provider.name
+        if provider.creates_machines:
+            ran_on = host.vm.machine.name
+        elif provider.name == "local" or host.inst is None:
+            ran_on = provider.name
+        else:  # the user's own host (ssh): which one it was
+            ran_on = host.inst.name
         row = self.store.record_trial(
             summary, ts if ts is not None and ts.is_file() else None, host.vm.machine,
             trial=trial, sweep_id=self.plan.sweep_id, ran_on=ran_on, provider=provider.name,
@@ -811,6 +816,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         finally:
             engine.stop.set()
             engine.teardown_all()
+            shutil.rmtree(store.run_dir / ".incoming", ignore_errors=True)
             if keys is not None and all(h.inst is None or h.deleted
                                         for h in engine.hosts.values()):
                 keys.remove()  # the per-sweep key pair dies with the last VM that trusted it
@@ -819,7 +825,6 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                     bucket.delete_prefix(f"results/{slug(plan.sweep_id)}/")
     if not finished:
         store.set_status("interrupted", finished_at=now_iso())
-    shutil.rmtree(store.run_dir / ".incoming", ignore_errors=True)
     if engine.errors:
         store.set_status("failed", finished_at=now_iso())
         raise engine.errors[0]
