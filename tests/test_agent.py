@@ -69,7 +69,7 @@ def test_short_spike_between_two_samples_is_missed_by_sampling_but_not_by_the_ke
     agent = Agent(sample_hz=1.0).start()  # samples at t=0 and t=1 s; the spike is in between
     baseline = agent.latest_rss
     t0 = time.perf_counter()
-    block = np.ones(96 * MIB // 8)
+    block = np.ones(64 * MIB // 8)
     del block
     spike_s = time.perf_counter() - t0
     time.sleep(max(0.0, 1.2 - (time.perf_counter() - t0)))
@@ -77,7 +77,7 @@ def test_short_spike_between_two_samples_is_missed_by_sampling_but_not_by_the_ke
     assert spike_s < 0.9, "the spike took longer than the sampling interval; cannot test"
     assert report.peak_rss_source == "vmhwm"
     assert report.peak_rss_sampled_bytes < baseline + 32 * MIB  # every sample missed it
-    assert report.peak_rss_bytes >= baseline + 90 * MIB  # the high-water mark did not
+    assert report.peak_rss_bytes >= baseline + 60 * MIB  # the high-water mark did not
     spikes = find_spikes(report.column("t"), report.column("rss_bytes"), report.peak_rss_bytes)
     assert [s["between_samples"] for s in spikes] == [True]
     assert spikes[0]["rss_bytes"] == report.peak_rss_bytes
