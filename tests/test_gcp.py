@@ -529,6 +529,11 @@ def test_sweep_end_to_end_after_a_stockout_in_the_first_zone(
     assert sum(k.endswith(".parquet") and k.startswith("inputs/") for k in keys) == 4, keys
     assert "not copied to the bucket" not in proc.stdout + proc.stderr
     assert not any(k.startswith("results/") for k in keys), keys
+    # signed URLs are bearer tokens: none in the results store or the output
+    assert "X-Goog-Signature" not in proc.stdout + proc.stderr
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert b"X-Goog-Signature" not in path.read_bytes(), path
 
 
 @pytest.mark.parametrize(("fault", "text"), [(QUOTA, "QUOTA_EXCEEDED"),
