@@ -301,7 +301,8 @@ def test_dropped_session_fetches_the_result_from_the_bucket(
     run_dir = run_sweep(spec, console=console)
     assert DroppingExecutor.drops_left == 0
     trials = pd.read_parquet(run_dir / "trials.parquet")
-    assert set(trials["status"]) == {"ok"} and set(trials["ran_on"]) == {"dropping"}
+    (vm_name,) = json.loads((run_dir / "sweep.json").read_text())["vms"]
+    assert set(trials["status"]) == {"ok"} and set(trials["ran_on"]) == {vm_name}  # its host
     for trial_id in trials["trial_id"]:
         assert len(trial_dirs(run_dir, trial_id)) == 1  # fetched, never run again
     assert "result fetched from the bucket" in console.file.getvalue()  # type: ignore[attr-defined]
