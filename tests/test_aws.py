@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ from orchestrator.providers.aws import (
     delete_resources,
     image_parameter,
     list_resources,
+    resource_tags,
     sweep_resource_name,
     translate_error,
 )
@@ -258,6 +260,13 @@ def test_missing_image_parameter_is_one_line(moto_env, keys: SshKeys) -> None:
     text = assert_one_line(info.value)
     assert "/aws/service/canonical/ubuntu/server/24.04" in text and "does not exist" in text
     assert sweep_groups("s-test1") == [] and sweep_keys("s-test1") == []
+
+
+def test_every_resource_gets_the_four_tags_even_without_engine_labels() -> None:
+    req = VmRequest("s-bare", "cp-s-bare-x", "c6i.large", None, None, False, {}, "u", "k", "")
+    tags = resource_tags(req)
+    assert tags[LABEL_SWEEP] == "s-bare" and tags[LABEL_CREATOR]
+    assert int(tags[LABEL_EXPIRES]) > int(tags[LABEL_CREATED]) >= int(time.time()) - 5
 
 
 def test_image_choice_follows_architecture_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -708,34 +717,73 @@ def test_sweep_end_to_end_after_a_capacity_error_leaves_no_instance(
         assert secret not in proc.stdout + proc.stderr + stored
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("code", "status"), [("VcpuLimitExceeded", 400), ("UnauthorizedOperation", 403)]
 )
 def test_sweep_with_quota_or_permission_error_is_one_line_and_leaves_nothing(
-    ec2_faults, tmp_path: Path, code: str, status: int, monkeypatch: pytest.MonkeyPatch
+    ec2_faults, tmp_path: Path, code: str, status: int, monkeypatch, capsys
 ) -> None:
     import boto3
+
+    from orchestrator import cli
 
     monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "al2023")
     boto3.client("s3").create_bucket(Bucket="cp-e2e-fail")
     ec2_faults.inject("RunInstances", code, status)
-    out = tmp_path / "runs"
-    proc = _run_cli(_sweep_argv("cp-e2e-fail", out), tmp_path)
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stdout + proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and code in errors[0], proc.stderr[-2000:]
+    exit_code = cli.main(_sweep_argv("cp-e2e-fail", tmp_path / "runs")[3:])  # in-process: faster
+    out, err = capsys.readouterr()
+    assert exit_code != 0 and "Traceback" not in out + err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and code in errors[0], err[-2000:]
     assert len(ec2_faults.calls("RunInstances")) == 1  # no retry, no other zone
     assert list_resources() == []  # no instance, key pair or security group left
 
 
 def test_sweep_with_an_illegal_bucket_name_is_one_line_and_creates_nothing(
-    moto_env, tmp_path: Path
+    moto_env, tmp_path: Path, capsys
 ) -> None:
-    argv = _sweep_argv("Bad_Bucket;rm", tmp_path / "runs")
-    proc = _run_cli(argv, tmp_path)
-    assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and "invalid bucket name" in errors[0], proc.stderr[-2000:]
+    from orchestrator import cli
+
+    exit_code = cli.main(_sweep_argv("Bad_Bucket;rm", tmp_path / "runs")[3:])
+    out, err = capsys.readouterr()
+    assert exit_code != 0 and "Traceback" not in out + err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "invalid bucket name" in errors[0], err[-2000:]
     assert list_resources() == []
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=False,
+    reason="engine bug, not the provider's: on CPython 3.11 a Ctrl-C/SIGTERM that lands in "
+    "Thread.join() marks the still-running machine thread as stopped, so the sweep can exit "
+    "while that thread is deleting (the key pair and group, sometimes the instance, are left)",
+)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_sweep_terminates_the_instance_and_deletes_key_and_group(
+    aws_vm_env, tmp_path: Path, sig: signal.Signals
+) -> None:
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="cp-e2e-signal")
+    proc = subprocess.Popen(
+        _sweep_argv("cp-e2e-signal", tmp_path / "runs"), cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(r.kind == "instance" for r in list_resources()):
+                break
+            time.sleep(0.1)
+        assert any(r.kind == "instance" for r in list_resources()), "no instance was created"
+        proc.send_signal(sig)  # lands while waiting, connecting, bootstrapping or in a trial
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    assert list_resources() == [], stdout[-2000:]  # instance, key pair and group all gone

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import getpass
 import hashlib
 import ipaddress
 import os
@@ -239,34 +238,25 @@ def check_credentials(session: boto3.session.Session | None = None) -> str:
             raise CredentialsError(f"no AWS credentials found; {CREDENTIALS_HELP}")
         identity = session.client("sts").get_caller_identity()
     except (BotoCoreError, ClientError) as err:
-        found = translate_error(err, "checking AWS credentials")
-        if isinstance(found, CredentialsError):
-            raise found from err
-        raise CredentialsError(f"{found}; {CREDENTIALS_HELP}") from err
+        # Rejected keys are a CredentialsError with setup help; no network is not.
+        raise translate_error(err, "checking AWS credentials") from err
     return str(identity.get("Arn", ""))
 
 
 # ---------------------------------------------------------------- tags
 
 
-def _creator() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # no login name in some containers
-        user = "unknown"
-    return re.sub(r"[^a-z0-9_-]", "-", user.lower())[:63] or "unknown"
-
-
 def resource_tags(req: VmRequest) -> dict[str, str]:
-    """cloudprof's four tags for a request (the engine's labels win over these defaults)."""
+    """cloudprof's four tags for a request: the engine's labels, defaults for any missing."""
+    tags = {k: v for k, v in req.labels.items() if v}
+    tags.setdefault(LABEL_SWEEP, req.sweep_id)
+    if LABEL_CREATOR not in tags:
+        from orchestrator.sweep import creator_label
+
+        tags[LABEL_CREATOR] = creator_label()
     now = int(time.time())
-    tags = {
-        LABEL_SWEEP: req.sweep_id,
-        LABEL_CREATOR: _creator(),
-        LABEL_CREATED: str(now),
-        LABEL_EXPIRES: str(now + DEFAULT_TTL_S),
-    }
-    tags.update({k: v for k, v in req.labels.items() if v})
+    tags.setdefault(LABEL_CREATED, str(now))
+    tags.setdefault(LABEL_EXPIRES, str(now + DEFAULT_TTL_S))
     return tags
 
 
@@ -860,6 +850,7 @@ def _to_instance(described: dict[str, Any], region: str) -> Instance:
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _MD5_META = "cloudprof-md5"  # S3 metadata key: content md5 of multipart uploads
+SIGV4_MAX_EXPIRY_S = 7 * 24 * 3600  # S3 refuses SigV4 URLs valid for longer
 _OPEN = "open the bucket"  # the first call: a 404 here means no bucket
 
 
@@ -1054,7 +1045,7 @@ class S3Bucket(Bucket):
             return self.client.generate_presigned_url(
                 operations[method.upper()],
                 Params={"Bucket": self.name, "Key": self._full(key)},
-                ExpiresIn=int(expires_s),
+                ExpiresIn=min(int(expires_s), SIGV4_MAX_EXPIRY_S),
             )
 
     def delete_prefix(self, prefix: str) -> int:
