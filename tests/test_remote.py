@@ -334,7 +334,7 @@ def test_timeout_stops_the_remote_command(ex):
         ex.run(["sleep", tag], timeout=1)
     assert time.monotonic() - start < 5
     time.sleep(0.3)
-    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    procs = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {tag}" not in procs
 
 
@@ -347,7 +347,7 @@ def test_failing_line_handler_stops_the_remote_command(ex):
     with pytest.raises(RuntimeError, match="display broke"):
         ex.run(["sh", "-c", f"echo hi; exec sleep {tag}"], on_line=boom)
     time.sleep(0.3)
-    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    procs = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {tag}" not in procs
     assert ex.run(["true"]).exit_code == 0  # the connection is still usable
 

@@ -244,3 +244,42 @@ def test_sweep_on_a_closed_port_is_one_line_error(tmp_path):
     assert len(errors) == 1, result.stderr
     assert "cannot reach" in errors[0] and "connection refused" in errors[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_sweep_survives_a_dropped_ssh_session(private_sshd, tmp_path):
+    """The SSH connection drops mid-trial: the engine reconnects and the trial still ends ok
+    (collected from the host if the runner finished meanwhile, else run again)."""
+    hosts = _loopback_hosts(tmp_path, private_sshd, python=sys.executable)
+    workdir = tmp_path / "host-workdir"
+    env = {**os.environ, "CLOUDPROF_SSH_WORKDIR": str(workdir)}
+    for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
+        env.pop(key, None)
+    args = [sys.executable, "-m", "orchestrator.cli", "sweep", "--provider", "ssh", "--hosts",
+            str(hosts), "--machine", "box", "--workers", "1", "--duration", "3", "--frames",
+            "4", "--rows", "40", "--cols", "50", "--dim", "10", "--out", str(tmp_path / "runs")]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until the trial runner runs on the "host"
+            ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+            if any("workloads.run" in line and str(workdir) in line for line in ps.splitlines()):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        else:
+            pytest.fail("the trial never started")
+        time.sleep(0.5)
+        assert private_sshd.kill_sessions() >= 1
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:] + out[-2000:]
+    assert "retrying on the same machine" in out + err
+    import pandas as pd
+
+    (run,) = list((tmp_path / "runs").iterdir())
+    trials = pd.read_parquet(run / "trials.parquet")
+    assert list(trials["status"]) == ["ok"] and trials["units"].iloc[0] > 0
