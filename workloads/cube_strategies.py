@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import abc
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from workloads.base import WorkloadInputError
 from workloads.inputs import frame_paths, load_frames, load_rows, read_frame_pandas
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ CubeMaker = Callable[["np.ndarray"], "np.ndarray"]
 
 class Strategy(abc.ABC):
     name: ClassVar[str]
-    pandas: ClassVar[bool] = False
 
     def __init__(self, directory: Path, dim: int) -> None:
         self.directory, self.dim = directory, dim
@@ -127,7 +127,6 @@ class DataFramesStrategy(Strategy):
     """The article's step 1: a dict of DataFrames read once, ``head``/``iloc`` per cube."""
 
     name = "dataframes"
-    pandas = True
 
     def load(self) -> None:
         self.df_dict = {p.name: read_frame_pandas(p) for p in frame_paths(self.directory)}
@@ -139,14 +138,15 @@ class DataFramesStrategy(Strategy):
         return sum(int(df.memory_usage(index=False).sum()) for df in self.df_dict.values())
 
     def maker(self) -> CubeMaker:
-        return lambda cols: _cube_from_frames(self.df_dict.values(), self.dim, cols)
+        return lambda cols: _cube_from_frames(
+            self.df_dict.values(), len(self.df_dict), self.dim, cols
+        )
 
 
 class NaiveStrategy(Strategy):
     """The article's first attempt: every file re-read with pandas for every cube."""
 
     name = "naive"
-    pandas = True
 
     def load(self) -> None:
         self.paths = frame_paths(self.directory)
@@ -156,21 +156,22 @@ class NaiveStrategy(Strategy):
     def maker(self) -> CubeMaker:
         def make(cols: np.ndarray) -> np.ndarray:
             frames = (read_frame_pandas(p) for p in self.paths)
-            return _cube_from_frames(frames, self.dim, cols, len(self.paths))
+            return _cube_from_frames(frames, len(self.paths), self.dim, cols)
 
         return make
 
 
-def _cube_from_frames(frames: Any, dim: int, cols: np.ndarray, n: int | None = None) -> np.ndarray:
+def _cube_from_frames(frames: Iterable[Any], n: int, dim: int, cols: np.ndarray) -> np.ndarray:
     """The article's ``create_cube``: head, iloc, to_numpy, one layer per DataFrame."""
     import numpy as np
 
-    frames = list(frames) if n is None else frames
-    cube = np.zeros((len(frames) if n is None else n, dim, dim))
+    cube = np.zeros((n, dim, dim))
     for i, df in enumerate(frames):
         layer = df.head(dim).iloc[:, cols].to_numpy()
         if layer.shape != (dim, dim):
-            raise ValueError(f"frame {i} gave a {layer.shape} layer, expected {(dim, dim)}")
+            raise WorkloadInputError(
+                f"cube: frame {i} gave a {layer.shape} layer, not {(dim, dim)}"
+            )
         cube[i, :, :] = layer
     return cube
 
