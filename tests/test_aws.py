@@ -237,6 +237,9 @@ def test_machines_go_to_the_requested_region_and_are_listed_there(moto_env, keys
     assert ready.zone and ready.zone.startswith("us-west-2")
     assert [i.id for i in prov.list({LABEL_SWEEP: "s-test1"})] == [inst.id]
     assert sweep_groups("s-test1") == []  # none in us-east-1: the group is in us-west-2
+    # A new process (resume, cleanup) finds it too: the catalog's regions are searched.
+    assert [i.id for i in provider().list({LABEL_SWEEP: "s-test1"})] == [inst.id]
+    assert {r.region for r in list_resources({LABEL_SWEEP: "s-test1"})} == {"us-west-2"}
     prov.delete(ready)
     assert prov.list({LABEL_SWEEP: "s-test1"}) == []
     assert list_resources({LABEL_SWEEP: "s-test1"}, region="us-west-2") == []

@@ -29,11 +29,11 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.errors import (
     BucketError,
@@ -60,6 +60,8 @@ from orchestrator.providers.base import (
 
 if TYPE_CHECKING:
     import boto3
+
+_T = TypeVar("_T")
 
 DEFAULT_REGION = "us-east-1"
 IMAGE_ENV = "CLOUDPROF_AWS_IMAGE"  # default image when the request names none
@@ -352,6 +354,22 @@ class AwsResource:
             return None
 
 
+def regions_to_search(primary: str, extra: set[str] | None = None) -> list[str]:
+    """``primary`` first, then every other region cloudprof may have put machines in.
+
+    That is the catalog's AWS regions (where the planner sends a machine by
+    default) plus ``extra``, so cleanup and resume find a sweep's machines even
+    when the shell's default region is another one.
+    """
+    from orchestrator.catalog import load_catalog
+
+    try:
+        catalog = {m.region for m in load_catalog("aws") if m.region}
+    except CloudprofError:  # an unreadable catalog must not block cleanup
+        catalog = set()
+    return [primary, *sorted((catalog | (extra or set())) - {primary})]
+
+
 def list_resources(
     labels: dict[str, str] | None = None,
     region: str | None = None,
@@ -359,11 +377,35 @@ def list_resources(
 ) -> list[AwsResource]:
     """Live instances, key pairs and security groups carrying all of ``labels``.
 
-    With no labels: everything that carries a cloudprof sweep tag.
+    With no labels: everything that carries a cloudprof sweep tag. With no
+    region: the default region and the catalog's (see ``regions_to_search``).
     """
-    region = resolve_region(region)
+    regions = [region] if region else regions_to_search(resolve_region())
+    return _across_regions(regions, lambda where: _list_region(labels or {}, where, session))
+
+
+def _across_regions(regions: list[str], list_one: Callable[[str], list[_T]]) -> list[_T]:
+    """``list_one`` over the regions; a secondary region we may not use is skipped.
+
+    Nothing cloudprof made can be in a region its credentials cannot reach (an
+    SCP, an opt-in region), so skipping it loses nothing; the first region's
+    errors are raised.
+    """
+    out: list[_T] = []
+    for index, region in enumerate(regions):
+        try:
+            out.extend(list_one(region))
+        except (PermissionDeniedError, CredentialsError):
+            if index == 0:
+                raise
+    return out
+
+
+def _list_region(
+    labels: dict[str, str], region: str, session: boto3.session.Session | None
+) -> list[AwsResource]:
     ec2 = (session or _session(region)).client("ec2", region_name=region)
-    filters = _tag_filters(labels or {})
+    filters = _tag_filters(labels)
     out: list[AwsResource] = []
     with _translated(f"listing cloudprof resources in {region}"):
         for inst in _describe_instances(ec2, filters):
@@ -603,14 +645,15 @@ class AwsProvider(Provider):
             self._release_sweep_resources(region, sweep_id)
 
     def list(self, labels: dict[str, str]) -> list[Instance]:
-        """Live instances in the provider's region and every region it created in."""
-        out: list[Instance] = []
-        for region in sorted({self.region, *self._regions}):
+        """Live instances in the provider's region, those it created in, and the catalog's."""
+
+        def list_one(region: str) -> list[Instance]:
             ec2 = self._client("ec2", region)
             with _translated(f"listing instances in {region}"):
                 found = _describe_instances(ec2, _tag_filters(labels))
-                out.extend(_to_instance(i, region) for i in found)
-        return out
+                return [_to_instance(i, region) for i in found]
+
+        return _across_regions(regions_to_search(self.region, self._regions), list_one)
 
     # -- per-sweep key pair and security group
 
