@@ -124,6 +124,16 @@ def test_duplicate_names_and_unknown_machine(tmp_path):
         SshProvider(ProviderOptions()).check_credentials()
 
 
+def test_machine_type_carries_the_files_price(tmp_path):
+    path = _hosts_file(tmp_path, '[[hosts]]\nname = "a"\naddress = "a"\nprice_per_hour = 0.75\n'
+                                 '[[hosts]]\nname = "b"\naddress = "b"\n')
+    provider = SshProvider(ProviderOptions(hosts_file=path))
+    priced, unpriced = provider.machine_type("a"), provider.machine_type("b")
+    assert (priced.provider, priced.name, priced.price(False)) == ("ssh", "a", 0.75)
+    assert priced.price_source == "hosts file" and priced.vcpus == 0  # size: read on connect
+    assert unpriced.price(False) is None
+
+
 # ------------------------------------------------------------------ against the loopback sshd
 
 

@@ -31,10 +31,11 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 
-from orchestrator.catalog import check_name
+from orchestrator.catalog import MachineType, check_name
 from orchestrator.errors import UsageError
 from orchestrator.providers.base import Executor, Instance, Provider, ProviderOptions, VmRequest
 
@@ -221,6 +222,23 @@ class SshProvider(Provider):
             known = ", ".join(self.hosts) or "none: give --hosts FILE or --host user@addr[:port]"
             raise UsageError(f"unknown SSH host {name!r}; hosts: {known}")
         return self.hosts[name]
+
+    def machine_type(self, name: str) -> MachineType:
+        """A catalog-style row for a host: its price from the hosts file, size unknown (0)
+        until ``wait_ready`` reads it from the host — for the planner's cost estimate."""
+        host = self.host(name)
+        return MachineType(
+            provider=self.name,
+            name=host.name,
+            family="",
+            vcpus=0,
+            memory_gib=0.0,
+            region="",
+            price_on_demand=host.price_per_hour,
+            price_spot=None,
+            price_source="hosts file" if host.price_per_hour is not None else "",
+            price_date=date.today().isoformat() if host.price_per_hour is not None else "",
+        )
 
     def _key_file(self, host: SshHost) -> Path | None:
         if host.key_file is not None:
