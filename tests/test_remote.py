@@ -538,9 +538,10 @@ def test_commands_are_quoted_not_interpolated_by_the_login_shell(ex, tmp_path):
 
 # Runs infra/startup.sh as root in a private mount namespace: /etc (a copy),
 # /home and /var/lib are tmpfs there, and systemd-run/systemctl/shutdown are
-# stubs that log their arguments, so the host is untouched. Then the image's
-# own sshd config (as the script left it) is started in that namespace, and
-# cloudprof must log in as the new user verifying the sweep's host key.
+# stubs (in a tmpfs /usr/local/sbin) that log their arguments, so the host is
+# untouched. Then the image's own sshd config (as the script left it) is
+# started in that namespace, and cloudprof must log in as the new user,
+# verifying the sweep's host key.
 _SANDBOX = r"""
 set -e
 stubs=$1; script=$2; port=$3
@@ -551,8 +552,10 @@ cp -a "$copy/." /etc/
 rm -rf "$copy"
 mount -t tmpfs tmpfs /home
 mount -t tmpfs tmpfs /var/lib  # empty: the script only adds /var/lib/cloudprof
-for tool in /usr/bin/systemd-run /usr/bin/systemctl /usr/sbin/shutdown; do
-    mount --bind "$stubs/stub" "$tool"
+# /usr/local/sbin comes first in the script's PATH: the stubs there shadow the real tools
+mount -t tmpfs tmpfs /usr/local/sbin
+for tool in systemd-run systemctl shutdown; do
+    cp "$stubs/stub" "/usr/local/sbin/$tool"
 done
 sh "$script" >"$stubs/startup.out" 2>&1
 mkdir -p /run/sshd
