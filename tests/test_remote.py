@@ -558,9 +558,19 @@ for tool in systemd-run systemctl shutdown; do
     cp "$stubs/stub" "/usr/local/sbin/$tool"
 done
 sh "$script" >"$stubs/startup.out" 2>&1
+[ "$port" = none ] && exit 0
 mkdir -p /run/sshd
 exec /usr/sbin/sshd -D -e -p "$port" -o ListenAddress=127.0.0.1 -o PidFile=none
 """
+
+
+def _write_stub(stubs: Path, failing: str = "") -> None:
+    """One stub for every tool: logs its name and arguments; ``failing`` tools exit 1."""
+    (stubs / "stub").write_text(
+        f'#!/bin/sh\necho "$(basename "$0") $*" >> {stubs}/calls\n'
+        f'case "$(basename "$0")" in {failing or "-"}) exit 1;; esac\n'
+    )
+    (stubs / "stub").chmod(0o755)
 
 
 def _can_sandbox() -> bool:
@@ -584,8 +594,7 @@ def test_startup_script_really_installs_host_key_user_and_expiry(tmp_path, monke
     script.write_text(remote.startup_script(keys, "cpboot", expires))
     stubs = tmp_path / "stubs"
     stubs.mkdir()
-    (stubs / "stub").write_text(f'#!/bin/sh\necho "$(basename "$0") $*" >> {stubs}/calls\n')
-    (stubs / "stub").chmod(0o755)
+    _write_stub(stubs)
     port = free_port()
     proc = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "--fork",
@@ -617,3 +626,23 @@ def test_startup_script_really_installs_host_key_user_and_expiry(tmp_path, monke
     # the host itself is untouched
     assert not Path("/etc/ssh/cloudprof_host_ed25519_key").exists()
     assert subprocess.run(["id", "cpboot"], capture_output=True).returncode != 0
+
+
+@pytest.mark.slow
+def test_startup_script_falls_back_to_shutdown_when_systemd_run_fails(tmp_path, monkeypatch):
+    if not _can_sandbox():
+        pytest.fail("this test needs root and unshare --mount (CI runs as root)")
+    monkeypatch.delenv("CLOUDPROF_SSH_KEY", raising=False)
+    monkeypatch.delenv("CLOUDPROF_SSH_HOST_KEY", raising=False)
+    keys = SshKeys.for_sweep(tmp_path / "run")
+    script = tmp_path / "startup.sh"
+    script.write_text(remote.startup_script(keys, "cpboot", int(time.time()) + 600))
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    _write_stub(stubs, failing="systemd-run")
+    subprocess.run(["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c",
+                    _SANDBOX, "sh", str(stubs), str(script), "none"], check=True, timeout=60)
+    calls = (stubs / "calls").read_text().splitlines()
+    shutdowns = [c for c in calls if c.startswith("shutdown")]
+    assert len(shutdowns) == 1 and shutdowns[0].startswith("shutdown -h +10 ")
+    assert "power-off scheduled in 10 min (shutdown -h)" in (stubs / "startup.out").read_text()
