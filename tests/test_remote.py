@@ -509,6 +509,40 @@ def test_bootstrap_installs_once_then_reuses(vm_env, tmp_path, monkeypatch):
     print(f"bootstrap: first {timings['first']:.2f}s, second {timings['second']:.2f}s")
 
 
+@pytest.mark.slow
+def test_two_sweeps_bootstrapping_one_host_at_once(vm_env, tmp_path, monkeypatch):
+    """Both get a working env; the loser of the race drops its copy; nothing half-built stays."""
+    workdir = tmp_path / "shared-workdir"
+    monkeypatch.setenv("CLOUDPROF_SSH_WORKDIR", str(workdir))
+    keys = SshKeys.for_sweep(tmp_path / "run")
+    executors = [connect(_vm(), keys, timeout=20) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def boot(ex):
+        try:
+            ex.ensure_workloads()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=boot, args=(ex,)) for ex in executors]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    try:
+        assert not errors, errors
+        assert executors[0].python == executors[1].python
+        for ex in executors:
+            result = ex.run([ex.python, "-c", "import workloads.protocol"])
+            assert result.exit_code == 0, result.stderr_tail
+    finally:
+        for ex in executors:
+            ex.close()
+    leftovers = [p.name for p in workdir.iterdir() if ".tmp-" in p.name]
+    assert leftovers == []
+    assert len([p for p in workdir.iterdir() if p.name.startswith("env-")]) == 1
+
+
 def test_bootstrap_failure_is_one_line_remote_command_error(vm_env, tmp_path, monkeypatch):
     monkeypatch.setenv("CLOUDPROF_SSH_WORKDIR", str(tmp_path / "wd"))
     monkeypatch.setenv("CLOUDPROF_SSH_PYTHON", str(tmp_path / "no-such-python"))
