@@ -216,6 +216,10 @@ class _Host:
     inputs_dir: str | None = None
     deleted: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set as the machine thread's very last step. The main thread polls this rather
+    # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
+    # thread that is still deleting its VM as finished (cpython issue 90882).
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 class _Engine:
@@ -257,28 +261,29 @@ class _Engine:
         try:
             for thread in threads:
                 thread.start()
-            while any(t.is_alive() for t in threads):
-                for thread in threads:
-                    thread.join(0.2)
+            while self._running():
+                time.sleep(0.1)
         except KeyboardInterrupt:
             self.stop.set()
             self.progress.tearing_down()
             self.teardown_all()
-            self._wait_teardown(threads)
+            self._wait_teardown()
             return False
         return True
+
+    def _running(self) -> bool:
+        return not all(host.done.is_set() for host in self.hosts.values())
 
     def _provider(self, vm: VmPlan) -> Provider:
         return self.providers[_exec_provider_name(self.spec, vm)]
 
-    def _wait_teardown(self, threads: list[threading.Thread]) -> None:
+    def _wait_teardown(self) -> None:
         """Wait for the machine threads' own ``finally`` blocks; further Ctrl-Cs only warn."""
         deadline = time.monotonic() + TEARDOWN_WAIT_S
         next_sweep = time.monotonic() + 5
-        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        while self._running() and time.monotonic() < deadline:
             try:
-                for thread in threads:
-                    thread.join(0.2)
+                time.sleep(0.1)
                 if time.monotonic() > next_sweep:  # a VM created since the interrupt goes too
                     self.teardown_all()
                     next_sweep = time.monotonic() + 5
@@ -317,9 +322,20 @@ class _Engine:
     def _machine_thread(self, vm: VmPlan, trials: list[TrialPlan],
                         gate: threading.Semaphore) -> None:
         host = self.hosts[vm.name]
-        while not gate.acquire(timeout=0.2):
-            if self.stop.is_set():
-                return
+        try:
+            while not gate.acquire(timeout=0.2):
+                if self.stop.is_set():
+                    return
+            try:
+                self._run_machine_guarded(host, trials)
+            finally:
+                gate.release()
+        finally:
+            host.done.set()
+
+    def _run_machine_guarded(self, host: _Host, trials: list[TrialPlan]) -> None:
+        """Run one machine, record how it ended, and always tear it down."""
+        vm = host.vm
         try:
             if self.stop.is_set():
                 return
@@ -342,13 +358,10 @@ class _Engine:
             self.errors.append(exc)
             self.store.record_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
         finally:
-            try:
-                if host.executor is not None:
-                    with contextlib.suppress(Exception):
-                        host.executor.close()
-                self._delete(host)
-            finally:
-                gate.release()
+            if host.executor is not None:
+                with contextlib.suppress(Exception):
+                    host.executor.close()
+            self._delete(host)
 
     def _run_machine(self, host: _Host, trials: list[TrialPlan]) -> None:
         vm, key = host.vm, host.vm.name
