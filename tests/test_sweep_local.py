@@ -365,3 +365,21 @@ def test_local_executor_runs_argv_without_a_shell(tmp_path: Path) -> None:
     assert (tmp_path / "copy" / "f.txt").read_text() == "x"
     with pytest.raises(FileNotFoundError):
         ex.get("absent", tmp_path / "nope")
+
+
+def test_users_own_inputs_directory_is_staged_and_used(cache: Path, tmp_path: Path) -> None:
+    from workloads.inputs import InputSpec, generate
+
+    own = generate(InputSpec(frames=3, rows=30, cols=30, seed=7), tmp_path / "my-frames")
+    spec = spec_for(tmp_path / "runs", workers=[1], workload_params={"inputs": str(own),
+                                                                     "dim": "8"})
+    run_dir = run_sweep(spec, console=quiet())
+    row = pd.read_parquet(run_dir / "trials.parquet").iloc[0]
+    assert row["status"] == "ok" and row["units"] > 0
+    staged = json.loads((run_dir / "sweep.json").read_text())["inputs"]
+    assert staged["local_dir"] == str(own)
+    on_host = run_dir.glob(f"hosts/*/inputs/{staged['hash']}/frame_0002.parquet")
+    assert next(on_host).read_bytes() == (own / "frame_0002.parquet").read_bytes()
+    # the laptop's path never reaches the runner's command line
+    plan = json.loads((run_dir / "sweep.json").read_text())["plan"]
+    assert str(own) not in json.dumps(plan["vms"][0]["trials"])
