@@ -719,7 +719,9 @@ def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
 
 
 def _open_bucket(spec: SweepSpec, providers: dict[str, Provider]) -> Bucket | None:
-    if spec.bucket:
+    """The sweep's bucket; a dry run never touches a cloud one (it makes no cloud call)."""
+    cloud = spec.bucket is not None and spec.bucket.startswith(("gs://", "s3://"))
+    if spec.bucket and not (spec.dry_run and cloud):
         from orchestrator.providers import open_bucket
 
         return open_bucket(spec.bucket)

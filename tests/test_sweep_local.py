@@ -383,3 +383,11 @@ def test_users_own_inputs_directory_is_staged_and_used(cache: Path, tmp_path: Pa
     # the laptop's path never reaches the runner's command line
     plan = json.loads((run_dir / "sweep.json").read_text())["plan"]
     assert str(own) not in json.dumps(plan["vms"][0]["trials"])
+
+
+def test_dry_run_never_touches_a_cloud_bucket(cache: Path, tmp_path: Path) -> None:
+    # No emulator and no credentials: any call to GCS would fail the sweep.
+    spec = spec_for(tmp_path, workers=[1], bucket="gs://cp-never-called")
+    run_dir = run_sweep(spec, console=quiet())
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    assert sweep["bucket"] == str(cache / "bucket") and sweep["status"] == "done"
