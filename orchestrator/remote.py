@@ -645,7 +645,7 @@ class SshExecutor(Executor):
                 code = chan.exit_status
             else:
                 time.sleep(0.2)  # a dying transport closes its channels before it stops
-                if not self._transport_alive():
+                if not self.is_connected():
                     raise ConnectionLostError(
                         f"SSH connection to {self.target.label} lost while running {argv[0]}"
                     )
@@ -669,13 +669,14 @@ class SshExecutor(Executor):
         err.flush()
         return CommandResult(code, "\n".join(out.tail), "\n".join(err.tail))
 
-    def _transport_alive(self) -> bool:
+    def is_connected(self) -> bool:
+        """Whether the SSH connection is still up (False after close or a drop)."""
         transport = self.client.get_transport()
         return transport is not None and transport.is_active()
 
     def _kill(self, pid: int | None) -> None:
         """Stop a remote command and its process group (best effort)."""
-        if pid is None or pid <= 0 or not self._transport_alive():
+        if pid is None or pid <= 0 or not self.is_connected():
             return
         # TERM to the command's process group (the remote shell leads it), KILL
         # what is left after 3 s. `kill -SIG -PGID` is the form dash and bash accept.

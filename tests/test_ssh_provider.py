@@ -154,7 +154,7 @@ def test_create_wait_ready_reads_facts_and_runs(sshd, tmp_path):
     assert ex.run(["echo", "hi"]).stdout_tail == "hi"
     assert provider.list({"cloudprof-sweep": "s1"}) == []
     provider.delete(inst)  # closes the connection, deletes nothing
-    assert not ex._transport_alive()
+    assert not ex.is_connected()
     assert provider.connect(inst).run(["true"]).exit_code == 0  # reconnects
     provider.delete(inst)
 

@@ -33,11 +33,14 @@ import sys
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from orchestrator.catalog import MachineType, check_name
 from orchestrator.errors import UsageError
 from orchestrator.providers.base import Executor, Instance, Provider, ProviderOptions, VmRequest
+
+if TYPE_CHECKING:
+    from orchestrator.remote import SshExecutor
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -211,7 +214,7 @@ class SshProvider(Provider):
             if host.name in self.hosts:
                 raise UsageError(f"SSH host name {host.name!r} is given twice")
             self.hosts[host.name] = host
-        self._executors: dict[str, Any] = {}
+        self._executors: dict[str, SshExecutor] = {}  # one open connection per host
 
     def machines(self) -> list[str]:
         """The host names, in the order given (what ``--machine`` selects from)."""
@@ -274,11 +277,11 @@ class SshProvider(Provider):
             facts={"price_per_hour": host.price_per_hour},
         )
 
-    def _open(self, inst: Instance, timeout: float) -> Executor:
+    def _open(self, inst: Instance, timeout: float) -> SshExecutor:
         from orchestrator.remote import SshTarget, open_ssh
 
         cached = self._executors.get(inst.id)
-        if cached is not None and cached._transport_alive():
+        if cached is not None and cached.is_connected():
             return cached
         host = self.host(inst.id)
         target = SshTarget(
@@ -297,7 +300,7 @@ class SshProvider(Provider):
     def wait_ready(self, inst: Instance, timeout: float = 600) -> Instance:
         """Log in once and read the host's size (vcpus, memory_gib) into ``inst.facts``."""
         executor = self._open(inst, timeout)
-        inst.facts.update(executor.host_facts())  # type: ignore[attr-defined]
+        inst.facts.update(executor.host_facts())
         inst.facts.setdefault("price_per_hour", self.host(inst.id).price_per_hour)
         return inst
 
