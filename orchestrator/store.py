@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 SWEEP_FILE = "sweep.json"
 TRIALS_FILE = "trials.parquet"
 TIMESERIES_DIR = "timeseries"
+LOCK_FILE = ".lock"
 SWEEP_SCHEMA = "cloudprof.sweep/1"
 
 TRIAL_COLUMNS = (
@@ -154,6 +155,31 @@ class RunStore:
         if not (run_dir / TRIALS_FILE).exists():
             store._write_trials(store._empty_frame())
         return store
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Hold the run's lock while a process works on it: two at once would run trials twice.
+
+        An OS lock (``flock``), so a crashed or killed process releases it by itself.
+        """
+        import fcntl
+
+        fh = open(self.run_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held for the block
+        try:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                raise UsageError(f"{self.run_dir} is in use by {holder}; wait for it or stop "
+                                 "it first") from None
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()}")
+            fh.flush()
+            yield
+        finally:
+            fh.close()
 
     # -- sweep.json -----------------------------------------------------------
 

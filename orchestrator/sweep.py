@@ -768,9 +768,6 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             raise UsageError(f"cannot resume {resume}: sweep.json lacks a valid spec and "
                              f"plan ({exc!r})") from None
         inputs = plan_inputs(spec)
-        done = store.done_trial_ids()
-        store.update_sweep(machines={})  # this run's outcome per machine replaces the last
-        console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
     else:
         machines = lookup_machines(spec)
         sweep_id = new_sweep_id()
@@ -782,7 +779,6 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         if spec.max_cost is not None and cost is not None and cost > spec.max_cost:
             raise BudgetError(f"estimated cost ${cost:.2f} is above --max-cost "
                               f"${spec.max_cost:.2f}; nothing was started")
-        done = set()
         store = None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
@@ -804,6 +800,18 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         })
     run_dir = store.run_dir
     started.append(run_dir)
+    with store.running():
+        done: set[str] = set()
+        if resume is not None:
+            done = store.done_trial_ids()
+            store.update_sweep(machines={})  # this run's outcome per machine replaces the last
+            console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
+        return _execute(spec, plan, store, inputs, done, console)
+
+
+def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs | None,
+             done: set[str], console: Console) -> Path:
+    run_dir = store.run_dir
     providers, keys = _build_providers(spec, plan, run_dir, plan.sweep_id)
     if spec.dry_run:
         from orchestrator.providers.local import host_facts

@@ -122,3 +122,11 @@ def test_vm_and_machine_state_merge(store: RunStore) -> None:
     data = RunStore.open(store.run_dir).read_sweep()
     assert data["vms"]["cp-s-n2"] == {"id": "123", "state": "deleted"}
     assert data["machines"]["n2-highcpu-8"]["error"] == "quota"
+
+
+def test_one_process_at_a_time_per_run(store: RunStore) -> None:
+    with store.running(), pytest.raises(UsageError, match=r"in use by pid \d+"), \
+                RunStore.open(store.run_dir).running():
+        pass
+    with RunStore.open(store.run_dir).running():  # released when the holder is done
+        pass

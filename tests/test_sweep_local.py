@@ -29,6 +29,7 @@ from orchestrator.errors import (
     ConnectionLostError,
     MemoryGateError,
     PartialSweepError,
+    UsageError,
 )
 from orchestrator.providers.base import Executor, Instance
 from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
@@ -187,6 +188,8 @@ def test_resume_runs_only_missing_trials(first_run: tuple[Path, str]) -> None:
     kept.to_parquet(path, index=False)  # lose the 2-worker trial
     assert len(trial_dirs(run_dir, "n2-highcpu-8-w2-r0")) == 1
 
+    with RunStore.open(run_dir).running(), pytest.raises(UsageError, match="in use"):
+        run_sweep(spec_for(run_dir.parent), resume=run_dir, console=quiet())  # another holds it
     run_sweep(spec_for(run_dir.parent), resume=run_dir, console=quiet())
 
     after = pd.read_parquet(path).set_index("trial_id")
