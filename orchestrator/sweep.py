@@ -379,12 +379,14 @@ class _Engine:
         if self.stop.is_set():
             return
         self.store.record_vm(vm.name, state="ready", address=host.inst.address,
-                             facts=host.inst.facts)
+                             facts=host.inst.facts, ready_at=now_iso())
         self._connect(host)
         if self.stop.is_set():
             return
         self.progress.state(key, "staging inputs")
         self._stage_inputs(host)
+        # With ready_at and created_at: the measured phases next to the plan's estimates.
+        self.store.record_vm(vm.name, inputs_staged_at=now_iso())
         for trial in trials:
             if self.stop.is_set():
                 return
