@@ -572,7 +572,7 @@ def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) 
         cells = [
             machine,
             ran_on,
-            str(best["vcpus"]) if best["vcpus"] is not None else DASH,
+            str(int(best["vcpus"])) if _finite(best["vcpus"]) else DASH,
             fmt_usd(best["price_per_hour"]) + (" spot" if best["spot"] else ""),
             ", ".join(map(str, tested)),
             knee.describe(),

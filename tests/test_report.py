@@ -61,7 +61,7 @@ def write_store(
         ups = row["units_per_s"]
         ok = row["status"] == "ok" and ups is not None
         row["units"] = int(ups * row["seconds"]) if ok else 0
-        row["units_per_s_per_vcpu"] = ups / row["vcpus"] if ok else math.nan
+        row["units_per_s_per_vcpu"] = ups / row["vcpus"] if ok and row["vcpus"] else math.nan
         row["cost_per_million_units"] = (
             row["price_per_hour"] / (ups * 3600) * 1e6 if ok and row["price_per_hour"] else math.nan
         )
@@ -595,3 +595,11 @@ def test_time_series_pick_one_trial_per_worker_count_at_most_eight() -> None:
     assert len(chosen) == plots.MAX_SERIES == 8
     assert chosen["workers"].iloc[0] == 1 and chosen["workers"].iloc[-1] == 160
     assert chosen["workers"].is_unique and set(chosen["repeat"]) == {1}  # the ok repeat
+
+
+def test_unknown_host_facts_show_dashes(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [10], 2: [18]}, vcpus=None)
+    md = markdown_of(write_store(tmp_path / "nofacts", trials))
+    (machine,) = md_table(md, "Per machine")
+    assert machine["vCPUs"] == report.DASH
+    assert {r["per vCPU"] for r in md_table(md, "Results per machine")} == {report.DASH}
