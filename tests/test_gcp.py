@@ -126,6 +126,7 @@ def test_insert_sends_the_documented_instance(fake_gce: FakeGce) -> None:
     assert meta["startup-script"] == req.startup_script
     assert meta["ssh-keys"] == f"cloudprof:{req.ssh_public_key}"
     assert meta["block-project-ssh-keys"] == "true"
+    assert meta["enable-oslogin"] == "false"  # OS Login would ignore the sweep's key
     sched = body["scheduling"]
     assert sched["instanceTerminationAction"] == "DELETE"
     assert sched["provisioningModel"] == "STANDARD"

@@ -517,8 +517,10 @@ class GcpProvider(Provider):
                 compute_v1.Items(key="startup-script", value=req.startup_script),
                 compute_v1.Items(key="ssh-keys",
                                  value=f"{req.ssh_user}:{req.ssh_public_key.strip()}"),
-                # Only the sweep's key logs in: project-wide keys are not installed.
+                # Only the sweep's key logs in: project-wide keys are not installed, and a
+                # project-wide OS Login (which ignores metadata keys) is off for this VM.
                 compute_v1.Items(key="block-project-ssh-keys", value="true"),
+                compute_v1.Items(key="enable-oslogin", value="false"),
             ]),
             scheduling=compute_v1.Scheduling(**scheduling),
             # No service account: the VM holds no Google credentials at all (signed URLs).
