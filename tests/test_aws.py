@@ -756,12 +756,6 @@ def test_sweep_with_an_illegal_bucket_name_is_one_line_and_creates_nothing(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="engine bug, not the provider's: on CPython 3.11 a Ctrl-C/SIGTERM that lands in "
-    "Thread.join() marks the still-running machine thread as stopped, so the sweep can exit "
-    "while that thread is deleting (the key pair and group, sometimes the instance, are left)",
-)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_mid_sweep_terminates_the_instance_and_deletes_key_and_group(
     aws_vm_env, tmp_path: Path, sig: signal.Signals
