@@ -179,7 +179,7 @@ class Agent:
         self._last: dict[int, procfs.ProcSample] = {}
         self._dead = [0.0, 0.0, 0, 0]  # user, system, read, write of exited processes
         self._proc_peaks: dict[int, int] = {}
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_r = self._wake_w = -1  # a pipe while the sampler thread runs
         self._thread: threading.Thread | None = None
         self._report = AgentReport(rate_hz_target=self.sample_hz, budget_limit_bytes=memory_budget)
         self._t0 = 0.0
@@ -222,6 +222,7 @@ class Agent:
         self._slow_tick(self._t0)
         self._sample(self._t0, first)
         if self.sample_hz > 0:
+            self._wake_r, self._wake_w = os.pipe()
             self._thread = threading.Thread(target=self._loop, name="cloudprof-agent", daemon=True)
             self._thread.start()
         return self
@@ -229,11 +230,12 @@ class Agent:
     def stop(self, child_rusage: resource.struct_rusage | None = None) -> AgentReport:
         """End the trial. ``child_rusage`` is the command's ``wait4`` rusage in command mode."""
         t_end = time.perf_counter()
-        os.write(self._wake_w, b"x")
         if self._thread is not None:
+            os.write(self._wake_w, b"x")
             self._thread.join()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._thread = None
         self._sample(t_end)
         rep = self._report
         rep.wall_s = t_end - self._t0
