@@ -86,13 +86,24 @@ def main() -> None:
     def load_ours() -> None:
         load_rows(directory, args.dim, layout="columns")
 
+    def load_ours_pyarrow() -> None:
+        load_rows(directory, args.dim, layout="columns", index=False)
+
     def load_pandas() -> None:
         read_all_with_pandas(paths, "parquet")
 
     def load_arrow() -> None:
         load_frames(directory)
 
-    figures = compare({"ours": load_ours, "pandas": load_pandas, "arrow": load_arrow}, args.rounds)
+    figures = compare(
+        {
+            "ours": load_ours,
+            "ours-pyarrow": load_ours_pyarrow,
+            "pandas": load_pandas,
+            "arrow": load_arrow,
+        },
+        args.rounds,
+    )
     base = figures["pandas"]
     print_table(
         ["what", "reads", "wall s", "CPU s", "files/s", "vs pandas (wall)", "vs pandas (CPU)"],
@@ -100,6 +111,7 @@ def main() -> None:
             [name, reads, w, c, len(paths) / w, f"{base[0] / w:.1f}x", f"{base[1] / c:.1f}x"]
             for name, reads, (w, c) in (
                 ("load_rows (ours)", f"first {args.dim} rows", figures["ours"]),
+                ("load_rows, index=False", f"first {args.dim} rows", figures["ours-pyarrow"]),
                 ("pd.read_parquet", "whole files", base),
                 ("load_frames (ours)", "whole files", figures["arrow"]),
             )

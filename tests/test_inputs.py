@@ -164,6 +164,7 @@ def test_load_rows_equals_the_first_rows_in_both_layouts(
     assert rows.flags.c_contiguous
     assert cols.transpose(2, 0, 1).flags.c_contiguous  # (cols, frames, dim) underneath
     assert np.array_equal(rows, full[:, :dim]) and np.array_equal(cols, full[:, :dim])
+    assert np.array_equal(load_rows(small, dim, index=False), rows)
 
 
 def _flip_in_row_group(path: Path, group: int) -> None:

@@ -156,16 +156,22 @@ def _slice_values(buf: bytes, headers: np.ndarray, group_rows: int, take: int) -
     """The first ``take`` rows of a row group's bytes, as a (cols, take) float64 array.
 
     Column chunk c is ``headers[c]`` bytes of page header, then ``group_rows``
-    little-endian doubles; chunks follow each other.
+    little-endian doubles; chunks follow each other. Dropping the header bytes
+    (a boolean mask built from a few thousand indices) leaves the values of all
+    columns back to back, in column order.
     """
     import numpy as np
 
-    sizes = headers.astype(np.int64) + group_rows * 8
-    starts = np.cumsum(sizes) - sizes + headers
-    out = np.empty((len(headers), take))
-    for c, start in enumerate(starts.tolist()):
-        out[c] = np.frombuffer(buf, "<f8", take, start)
-    return out
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    lengths = headers.astype(np.int64)
+    chunk_starts = np.arange(len(headers), dtype=np.int64) * (group_rows * 8)
+    chunk_starts += np.cumsum(lengths) - lengths
+    # Positions of every header byte: each chunk's start, plus 0..headers[c]-1.
+    first_of_each = np.repeat(chunk_starts - (np.cumsum(lengths) - lengths), lengths)
+    keep = np.ones(raw.size, dtype=bool)
+    keep[first_of_each + np.arange(int(lengths.sum()))] = False
+    values = raw[keep].view("<f8").reshape(len(headers), group_rows)
+    return values[:, :take].astype(np.float64)
 
 
 def _row_group_index(data: bytes, columns: np.ndarray) -> list[dict[str, Any]] | None:
@@ -499,8 +505,10 @@ class _Reader:
         return _to_columns(self.path, table.slice(0, nrows))
 
 
-def _open_all(directory: str | os.PathLike[str]) -> list[_Reader]:
+def _open_all(directory: str | os.PathLike[str], index: bool = True) -> list[_Reader]:
     files, fmt = frame_files(directory)
+    if not index:
+        files = [dataclasses.replace(f, row_groups=None) for f in files]
     with ThreadPoolExecutor(_threads(len(files))) as pool:
         readers = list(pool.map(lambda f: _Reader(f, fmt), files))
     first = readers[0]
@@ -518,8 +526,9 @@ def _load(
     nrows: int | None,
     alloc: Callable[[int, int, int], np.ndarray],
     store: Callable[[np.ndarray, int, np.ndarray], None],
+    index: bool = True,
 ) -> np.ndarray:
-    readers = _open_all(directory)
+    readers = _open_all(directory, index)
     first = readers[0]
     if nrows is not None and first.rows is not None and nrows > first.rows:
         raise WorkloadInputError(
@@ -545,14 +554,17 @@ def _load(
     return out
 
 
-def load_rows(directory: str | os.PathLike[str], dim: int, *, layout: str = "rows") -> np.ndarray:
+def load_rows(
+    directory: str | os.PathLike[str], dim: int, *, layout: str = "rows", index: bool = True
+) -> np.ndarray:
     """The first ``dim`` rows of every frame, as an array of shape (frames, dim, cols).
 
     Reads only the row groups covering those rows. ``layout`` picks the memory
     order behind that shape: ``"rows"`` is C-contiguous; ``"columns"`` is a view
     of a C-contiguous (cols, frames, dim) array, where one column of all frames
     is a single contiguous run — the layout the ``fast`` cube strategy gathers
-    from. Both compare equal.
+    from. Both compare equal. ``index=False`` ignores the manifest's value index
+    and decodes through pyarrow (for comparison; the result is the same).
     """
     import numpy as np
 
@@ -568,7 +580,7 @@ def load_rows(directory: str | os.PathLike[str], dim: int, *, layout: str = "row
         def store(out: np.ndarray, f: int, block: np.ndarray) -> None:
             out[:, f, :] = block
 
-        return _load(directory, dim, alloc, store).transpose(1, 2, 0)
+        return _load(directory, dim, alloc, store, index).transpose(1, 2, 0)
 
     def alloc_rows(frames: int, rows: int, cols: int) -> np.ndarray:
         return np.empty((frames, rows, cols))
@@ -576,7 +588,7 @@ def load_rows(directory: str | os.PathLike[str], dim: int, *, layout: str = "row
     def store_rows(out: np.ndarray, f: int, block: np.ndarray) -> None:
         out[f] = block.T
 
-    return _load(directory, dim, alloc_rows, store_rows)
+    return _load(directory, dim, alloc_rows, store_rows, index)
 
 
 def load_frames(directory: str | os.PathLike[str]) -> np.ndarray:
