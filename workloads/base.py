@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import importlib
 import threading
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 # name -> "module:Class"; imported only when used.
@@ -81,3 +82,37 @@ def load_workload(name: str) -> type[Workload]:
     if not (isinstance(cls, type) and issubclass(cls, Workload)):
         raise WorkloadInputError(f"{name!r} is not a workloads.base.Workload subclass")
     return cls
+
+
+def run_threads(
+    workers: int,
+    target: Callable[[int], None],
+    *,
+    stop: threading.Event | None = None,
+    name: str = "worker",
+) -> None:
+    """Run ``target(k)`` on ``workers`` threads and re-raise the first error in the caller.
+
+    Workloads run their threads through this so that a failing worker stops the
+    others (via ``stop``) and surfaces as the trial's error instead of dying silently.
+    """
+    errors: list[BaseException] = []
+
+    def guarded(k: int) -> None:
+        try:
+            target(k)
+        except BaseException as exc:
+            errors.append(exc)
+            if stop is not None:
+                stop.set()
+
+    threads = [
+        threading.Thread(target=guarded, args=(k,), name=f"{name}-{k}", daemon=True)
+        for k in range(workers)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

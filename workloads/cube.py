@@ -21,7 +21,7 @@ from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workloads.base import UnitCounter, Workload, WorkloadInputError
+from workloads.base import UnitCounter, Workload, WorkloadInputError, run_threads
 from workloads.cube_strategies import STRATEGIES, Strategy
 from workloads.inputs import FORMATS, InputSpec, ensure_inputs
 
@@ -218,31 +218,17 @@ class CubeWorkload(Workload):
     ) -> None:
         """Our pool: each thread samples, builds into its own buffers, consumes, repeats."""
         tickets = _Tickets(limit)
-        errors: list[BaseException] = []
 
         def work(index: int) -> None:
             sample, make = self.column_sampler(index), strategy.maker()
-            try:
-                while not stop.is_set() and tickets.take():
-                    cols = sample()
-                    cube = make(cols)
-                    consumer(cube, cols)
-                    del cube  # so the maker can tell whether the consumer kept it
-                    counter.add()
-            except BaseException as exc:
-                errors.append(exc)
-                stop.set()
+            while not stop.is_set() and tickets.take():
+                cols = sample()
+                cube = make(cols)
+                consumer(cube, cols)
+                del cube  # so the maker can tell whether the consumer kept it
+                counter.add()
 
-        threads = [
-            threading.Thread(target=work, args=(i,), name=f"cube-worker-{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        run_threads(workers, work, stop=stop, name="cube-worker")
 
     def _run_thread_pool(
         self,

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from workloads.base import UnitCounter, Workload, WorkloadInputError
+from workloads.base import UnitCounter, Workload, WorkloadInputError, run_threads
 
 MIB = 1024 * 1024
 
@@ -73,7 +73,7 @@ class SleepWorkload(_Synthetic):
             while not stop.wait(pause):
                 counter.add()
 
-        _run_threads(workers, worker)
+        run_threads(workers, lambda _k: worker())
 
 
 class MemorySteadyWorkload(_Synthetic):
@@ -96,7 +96,7 @@ class MemorySteadyWorkload(_Synthetic):
                 counter.add()
                 stop.wait(pause)
 
-        _run_threads(workers, worker)
+        run_threads(workers, lambda _k: worker())
 
 
 class MemoryLeakWorkload(_Synthetic):
@@ -129,7 +129,7 @@ class MemoryLeakWorkload(_Synthetic):
                     self.leaked.append(_touched_block(chunk))
                 counter.add()
 
-        _run_threads(workers, worker, indexed=True)
+        run_threads(workers, worker)
 
 
 class MemorySpikeWorkload(_Synthetic):
@@ -158,7 +158,7 @@ class MemorySpikeWorkload(_Synthetic):
             while not stop.wait(0.01):
                 counter.add()
 
-        _run_threads(workers, worker, indexed=True)
+        run_threads(workers, worker)
 
 
 class MemCopyWorkload(_Synthetic):
@@ -183,26 +183,4 @@ class MemCopyWorkload(_Synthetic):
                 np.copyto(dst, src)
                 counter.add()
 
-        _run_threads(workers, worker)
-
-
-def _run_threads(workers: int, target: Any, *, indexed: bool = False) -> None:
-    """Run ``workers`` threads of ``target`` and re-raise the first error in the caller."""
-    errors: list[BaseException] = []
-
-    def guarded(k: int) -> None:
-        try:
-            target(k) if indexed else target()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=guarded, args=(k,), name=f"worker-{k}", daemon=True)
-        for k in range(workers)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+        run_threads(workers, lambda _k: worker())
