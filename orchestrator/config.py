@@ -386,6 +386,8 @@ def read_config(path: Path) -> dict[str, Any]:
     for raw_key, value in data.items():
         key = raw_key.replace("-", "_")
         key = _ALIASES.get(key, key)
+        if key != "params":  # workload parameters are checked by name too, later
+            refuse_secrets(value, f"{path}: {raw_key}")
         if key not in _CONVERTERS:
             close = suggest(key, [*CONFIG_KEYS, *_ALIASES])
             hint = (
@@ -403,6 +405,23 @@ def read_config(path: Path) -> dict[str, Any]:
     return out
 
 
+def refuse_secrets(value: Any, where: str) -> None:
+    """Refuse an option value that looks like a credential, without echoing it.
+
+    Options end up in sweep.json, error messages and VM command lines; a key
+    pasted into the wrong field must stop the sweep before any of those sees it.
+    """
+    if isinstance(value, dict):
+        for item in value.values():
+            refuse_secrets(item, where)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            refuse_secrets(item, where)
+    elif isinstance(value, str | Path) and _SECRET_VALUE_RE.search(str(value)):
+        raise UsageError(f"{where}: the value looks like a credential; cloudprof records its "
+                         "options, so it refuses secrets in them (not shown here)")
+
+
 # ---------------------------------------------------------------- the spec
 
 
@@ -417,6 +436,9 @@ def build_spec(cli: dict[str, Any], config: Path | None = None) -> SweepSpec:
         raise ValueError(f"unknown option keys {sorted(unknown)}")
     values = read_config(config) if config is not None else {}
     file_params = values.pop("params", {})
+    for key, value in cli.items():
+        if key != "params":  # workload parameters are checked by name too, later
+            refuse_secrets(value, flag_name(key))
     given = {
         key: _CONVERTERS[key](value, flag_name(key))
         for key, value in cli.items()

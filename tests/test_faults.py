@@ -9,7 +9,9 @@ sleeping.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -167,3 +169,94 @@ def test_sigkill_then_resume_runs_each_missing_trial_once_and_no_trial_twice(
         # a trial done before the kill never runs again; the one in flight ran twice at most
         assert len(attempts) == (1 if trial_id in done else len(attempts)) and attempts
         assert len(attempts) <= 2
+
+
+# ---------------------------------------------------------------- no credential leaves the laptop
+
+SECRET = "cpDECOYsecretKey0wJalrXUtnFEMIk7MDENGbPxRfiCYzzz"
+TOKEN = "cpDECOYsessionToken0IQoJb3JpZ2luX2VjEJr0DoNotLeak"
+
+
+def _startup_script(sweep: CloudSweep, request: pytest.FixtureRequest) -> str:
+    """The startup script the cloud was asked to give the VM (user data / metadata)."""
+    if sweep.provider == "aws":
+        import base64
+
+        (call,) = request.getfixturevalue("ec2_faults").calls("RunInstances")
+        return base64.b64decode(call["UserData"]).decode()
+    (insert,) = sweep.stand_in.sent("POST", r"/instances$")
+    items = {i["key"]: i["value"] for i in insert.body["metadata"]["items"]}
+    return items["startup-script"]
+
+
+def _vm_process_environments(sweep: CloudSweep) -> list[bytes]:
+    import psutil
+
+    envs = []
+    for proc in psutil.process_iter(["cmdline", "pid"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if str(sweep.workdir) in cmd and "workloads" in cmd:
+            with contextlib.suppress(OSError):
+                envs.append(Path(f"/proc/{proc.info['pid']}/environ").read_bytes())
+    return envs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
+def test_no_user_credential_reaches_the_vm_the_output_or_the_store(
+    cloud_sweep: CloudSweep, request: pytest.FixtureRequest, tmp_path: Path,
+) -> None:
+    sweep = cloud_sweep
+    if sweep.provider == "aws":  # record what EC2 was sent, the user data included
+        request.getfixturevalue("ec2_faults")
+        for key in ("AWS_ENDPOINT_URL_EC2", "AWS_MAX_ATTEMPTS"):
+            sweep.env[key] = os.environ[key]
+        sweep.env.update(AWS_SECRET_ACCESS_KEY=SECRET, AWS_SESSION_TOKEN=TOKEN)
+    else:
+        adc = tmp_path / "adc.json"
+        adc.write_text(json.dumps({
+            "type": "authorized_user", "client_id": "decoy.apps.googleusercontent.com",
+            "client_secret": SECRET, "refresh_token": TOKEN}))
+        sweep.env.update(GOOGLE_APPLICATION_CREDENTIALS=str(adc),
+                         CLOUDSDK_AUTH_ACCESS_TOKEN=TOKEN)
+    # The user's own SSH key, where ssh and paramiko look for one: it must stay here.
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "users-own-key",
+                    "-f", str(home / ".ssh" / "id_ed25519")], check=True)
+    users_key = (home / ".ssh" / "id_ed25519").read_text().strip()
+    sweep.env["HOME"] = str(home)
+
+    proc = sweep.start(sweep.argv("1,2", "1"))
+    wait_for("a trial on the VM", lambda: _vm_process_environments(sweep), proc)
+    environments = _vm_process_environments(sweep)
+    out, err = sweep.finish(proc)
+    assert proc.returncode == 0, (out[-2000:], err[-2000:])
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+
+    # (the key's first base64 line is a header every unencrypted ed25519 key shares)
+    secrets = [SECRET.encode(), TOKEN.encode(), users_key.encode(),
+               *(line.encode() for line in users_key.splitlines()[2:-1])]
+    places: dict[str, bytes] = {"stdout": out.encode(), "stderr": err.encode()}
+    places.update({f"vm env {i}": env for i, env in enumerate(environments)})
+    for root in (run_dir, sweep.workdir):  # the results store, and every file the VM got
+        places.update({str(p): p.read_bytes() for p in root.rglob("*") if p.is_file()})
+    assert len(places) > 10 and any("trials.parquet" in name for name in places)
+    signed = b"X-Amz-Security-Token=" + TOKEN.encode()
+    for name, data in places.items():
+        if name.startswith(str(sweep.workdir / "manifests")):
+            # AWS puts a session token in every URL presigned with temporary credentials;
+            # without the secret key it signs nothing, and it reaches only the VM, only there.
+            data = data.replace(signed, b"")
+        else:  # signed URLs are bearer tokens: never in the store or the output
+            assert b"X-Amz-Signature" not in data and b"X-Goog-Signature" not in data, name
+        for secret in secrets:
+            assert secret not in data, f"a credential leaked into {name}"
+        assert b"PRIVATE KEY-----" not in data, f"private key material in {name}"
+
+    # The startup script carries the sweep's host key to the VM (by design) and no other.
+    script = _startup_script(sweep, request)
+    assert all(s.decode() not in script for s in secrets)
+    keys_sent = [k.strip() for k in PRIVATE_KEY_RE.findall(script)]
+    assert keys_sent == [sweep.sshd.host_key.read_text().strip()]
