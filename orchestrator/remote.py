@@ -36,6 +36,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import io
+import ipaddress
 import logging
 import os
 import random
@@ -45,6 +46,7 @@ import socket
 import tempfile
 import threading
 import time
+import urllib.request
 import zipfile
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -55,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import (
     ConnectionLostError,
     HostKeyError,
+    ProviderError,
     RemoteCommandError,
     UnreachableError,
     UsageError,
@@ -979,3 +982,29 @@ def build_workloads_wheel(out_dir: Path, source: Path | None = None) -> tuple[Pa
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
     return path, digest
+
+
+SOURCE_CIDR_ENV = "CLOUDPROF_SSH_SOURCE_CIDR"  # who may reach port 22 of a sweep's VMs
+
+
+def caller_cidr() -> str:
+    """Where SSH may come from: ``CLOUDPROF_SSH_SOURCE_CIDR``, else this machine's public IP."""
+    cidr = os.environ.get(SOURCE_CIDR_ENV)
+    if cidr:
+        try:
+            network = ipaddress.ip_network(cidr.strip(), strict=False)
+        except ValueError:
+            raise UsageError(f"{SOURCE_CIDR_ENV}={cidr!r} is not an address range "
+                             "like 203.0.113.7/32") from None
+        if network.prefixlen == 0:
+            raise UsageError(f"{SOURCE_CIDR_ENV}={cidr} would admit the whole internet to SSH")
+        return str(network)
+    for url in ("https://checkip.amazonaws.com", "https://api.ipify.org"):
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                addr = ipaddress.ip_address(resp.read().decode().strip())
+            return f"{addr}/{addr.max_prefixlen}"
+        except (OSError, ValueError):
+            continue
+    raise ProviderError("could not discover your public IP address for the SSH firewall rule; "
+                        f"set {SOURCE_CIDR_ENV}=a.b.c.d/32")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
-import ipaddress
 import os
 import re
 import threading
@@ -65,7 +64,6 @@ _T = TypeVar("_T")
 
 DEFAULT_REGION = "us-east-1"
 IMAGE_ENV = "CLOUDPROF_AWS_IMAGE"  # default image when the request names none
-SOURCE_CIDR_ENV = "CLOUDPROF_SSH_SOURCE_CIDR"  # who may reach port 22 (else: our public IP)
 DEFAULT_TTL_S = 6 * 3600  # expiry tag when the engine gives none
 USER_DATA_LIMIT = 16 * 1024  # EC2 refuses larger user data
 
@@ -304,19 +302,6 @@ def image_parameter(image: str | None, machine: str) -> str | None:
             "an SSM parameter path (/aws/service/...) or an AMI id (ami-...)"
         )
     return IMAGES[image][_arch(machine)]
-
-
-def ssh_source_cidr() -> str:
-    """The CIDR allowed on port 22: $CLOUDPROF_SSH_SOURCE_CIDR, else this machine's public IP.
-
-    The same rule as the GCP firewall's, so it lives in one place (gcp.caller_cidr).
-    """
-    from orchestrator.providers.gcp import caller_cidr
-
-    cidr = caller_cidr()
-    if ipaddress.ip_network(cidr).prefixlen == 0:
-        raise UsageError(f"{SOURCE_CIDR_ENV}={cidr} would admit the whole internet to SSH")
-    return cidr
 
 
 # ---------------------------------------------------------------- resources (cleanup)
@@ -681,7 +666,9 @@ class AwsProvider(Provider):
 
         sweep = tags[LABEL_SWEEP]
         name = sweep_resource_name(sweep)
-        cidr = ssh_source_cidr()
+        from orchestrator.remote import caller_cidr
+
+        cidr = caller_cidr()
         with _translated(f"creating security group {name}"):
             vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
             if not vpcs:

@@ -24,13 +24,11 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
-import ipaddress
 import json
 import os
 import re
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +58,6 @@ from orchestrator.providers.base import (
 )
 
 ENDPOINT_ENV = "CLOUDPROF_GCE_ENDPOINT"
-SOURCE_CIDR_ENV = "CLOUDPROF_SSH_SOURCE_CIDR"
 SIGNER_ENV = "CLOUDPROF_GCS_SIGNER"
 PROJECT_ENVS = ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT")
 ZONE_ENV = "CLOUDSDK_COMPUTE_ZONE"
@@ -133,29 +130,6 @@ def firewall_name(sweep_id: str) -> str:
 
 def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
-
-
-def caller_cidr() -> str:
-    """Where SSH may come from: ``CLOUDPROF_SSH_SOURCE_CIDR``, else this machine's public IP."""
-    cidr = os.environ.get(SOURCE_CIDR_ENV)
-    if cidr:
-        try:
-            network = ipaddress.ip_network(cidr.strip(), strict=False)
-        except ValueError:
-            raise UsageError(f"{SOURCE_CIDR_ENV}={cidr!r} is not an address range "
-                             "like 203.0.113.7/32") from None
-        if network.prefixlen == 0:
-            raise UsageError(f"{SOURCE_CIDR_ENV}={cidr} would admit the whole internet to SSH")
-        return str(network)
-    for url in ("https://checkip.amazonaws.com", "https://api.ipify.org"):
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                addr = ipaddress.ip_address(resp.read().decode().strip())
-            return f"{addr}/{addr.max_prefixlen}"
-        except (OSError, ValueError):
-            continue
-    raise ProviderError("could not discover your public IP address for the SSH firewall rule; "
-                        f"set {SOURCE_CIDR_ENV}=a.b.c.d/32")
 
 
 # ---------------------------------------------------------------- errors
@@ -426,6 +400,8 @@ class GcpProvider(Provider):
         from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
+        from orchestrator import remote
+
         name = firewall_name(sweep_id)
         rule = compute_v1.Firewall(
             name=name,
@@ -433,7 +409,7 @@ class GcpProvider(Provider):
             direction="INGRESS",
             priority=1000,
             allowed=[compute_v1.Allowed(I_p_protocol="tcp", ports=["22"])],
-            source_ranges=[caller_cidr()],
+            source_ranges=[remote.caller_cidr()],
             target_tags=[sweep_tag(sweep_id)],
             # Firewall rules carry no labels on GCE: the description holds them for cleanup.
             description=FIREWALL_DESCRIPTION + json.dumps(labels, sort_keys=True),
