@@ -260,3 +260,95 @@ def test_no_user_credential_reaches_the_vm_the_output_or_the_store(
     assert all(s.decode() not in script for s in secrets)
     keys_sent = [k.strip() for k in PRIVATE_KEY_RE.findall(script)]
     assert keys_sent == [sweep.sshd.host_key.read_text().strip()]
+
+
+# ---------------------------------------------------------------- bad input leaves nothing
+
+FAKE_KEY_ID = "AKIAZZZZDECOY0000000"  # the shape of an AWS access key id
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("malformed toml", "invalid TOML"),
+    ("unknown key", "unknown key 'provder'; did you mean 'provider'?"),
+    ("illegal bucket", "invalid bucket name"),
+    ("worker count 0", "must be 1 or more, got 0"),
+    ("shell metacharacters", "invalid machine type"),
+    ("command substitution", "invalid machine type"),
+    ("key id as --project", "--project: the value looks like a credential"),
+    ("key id in sweep.toml", "project: the value looks like a credential"),
+    ("private key in sweep.toml", "bucket: the value looks like a credential"),
+    ("key id as --param", "workload parameter 'x' looks like a credential"),
+])
+def test_bad_input_is_one_line_and_leaves_no_run_dir_and_no_instance(
+    moto_env, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, expected: str,
+) -> None:
+    from orchestrator import cli
+    from orchestrator.errors import EXIT_USAGE, BucketError
+    from orchestrator.providers.aws import list_resources
+
+    out = tmp_path / "runs"
+    marker = tmp_path / "pwned"  # what a machine name run by a shell would create
+    config = tmp_path / "sweep.toml"
+    base = ["sweep", "--provider", "aws", "--out", str(out), "--duration", "1"]
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlbnNzaC1rZXk\\n"
+    argv = {
+        "malformed toml": ["--config", str(config)],
+        "unknown key": ["--config", str(config)],
+        "illegal bucket": ["-m", "c6i.large", "--bucket", "s3://Bad_Bucket;rm"],
+        "worker count 0": ["-m", "c6i.large", "--workers", "0"],
+        "shell metacharacters": ["-m", f"c6i.large;touch {marker}"],
+        "command substitution": ["-m", f"$(touch {marker})"],
+        "key id as --project": ["-m", "c6i.large", "--project", FAKE_KEY_ID],
+        "key id in sweep.toml": ["--config", str(config)],
+        "private key in sweep.toml": ["--config", str(config)],
+        "key id as --param": ["-m", "c6i.large", "--workload", "m:W", "--param",
+                              f"x={FAKE_KEY_ID}"],
+    }[case]
+    config.write_text({
+        "malformed toml": 'machines = ["c6i.large"]\nworkers = [1, 2\n',
+        "unknown key": 'machines = ["c6i.large"]\nprovder = "aws"\n',
+        "key id in sweep.toml": f'machines = ["n2-highcpu-2"]\nproject = "{FAKE_KEY_ID}"\n',
+        "private key in sweep.toml": f'machines = ["c6i.large"]\nbucket = "{pem}"\n',
+    }.get(case, ""))
+    code = cli.main([*base, *argv])
+    stdout, stderr = capsys.readouterr()
+
+    assert code in (EXIT_USAGE, BucketError.exit_code), stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], stderr
+    assert "Traceback" not in stdout + stderr
+    assert FAKE_KEY_ID not in stdout + stderr and "b3BlbnNzaC1rZXk" not in stdout + stderr
+    assert not out.exists()  # no run directory
+    assert not marker.exists()  # nothing went through a shell
+    assert list_resources() == []  # no instance, key pair or security group
+
+
+@pytest.mark.slow
+def test_hosts_file_pointing_at_a_closed_port_is_one_line_and_touches_nothing(
+    tmp_path: Path,
+) -> None:
+    """The host is never reached, so nothing is left on it; the store records why."""
+    from tests.fixtures.sshd import free_port
+
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(f'[[hosts]]\nname = "gone"\naddress = "127.0.0.1"\nport = {free_port()}\n')
+    workdir = tmp_path / "host-workdir"
+    env = {**os.environ, "CLOUDPROF_SSH_WORKDIR": str(workdir)}
+    for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
+        env.pop(key, None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "sweep", "--provider", "ssh", "--hosts",
+         str(hosts), "--machine", "gone", "--workers", "1", "--duration", "1", "--frames", "4",
+         "--rows", "40", "--cols", "50", "--dim", "10", "--out", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
+    errors = proc.stderr.splitlines()
+    assert len(errors) == 1 and errors[0].startswith("error: "), proc.stderr
+    assert "connection refused" in errors[0]
+    assert not workdir.exists()  # nothing was copied to or run on the host
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    assert sweep["machines"]["gone"]["status"] == "failed"
+    assert "connection refused" in sweep["machines"]["gone"]["error"]
+    assert [vm["state"] for vm in sweep["vms"].values()] == ["released"]
+    assert _trials(run_dir).empty and not (run_dir / "keys").exists()
