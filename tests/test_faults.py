@@ -9,6 +9,7 @@ sleeping.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -180,8 +181,6 @@ TOKEN = "cpDECOYsessionToken0IQoJb3JpZ2luX2VjEJr0DoNotLeak"
 def _startup_script(sweep: CloudSweep, request: pytest.FixtureRequest) -> str:
     """The startup script the cloud was asked to give the VM (user data / metadata)."""
     if sweep.provider == "aws":
-        import base64
-
         (call,) = request.getfixturevalue("ec2_faults").calls("RunInstances")
         return base64.b64decode(call["UserData"]).decode()
     (insert,) = sweep.stand_in.sent("POST", r"/instances$")
@@ -260,6 +259,31 @@ def test_no_user_credential_reaches_the_vm_the_output_or_the_store(
     assert all(s.decode() not in script for s in secrets)
     keys_sent = [k.strip() for k in PRIVATE_KEY_RE.findall(script)]
     assert keys_sent == [sweep.sshd.host_key.read_text().strip()]
+
+    # The VM trusts the sweep's own client key, never the user's; port 22 is open to the
+    # caller's address only; key pair, group and rule went at teardown (checked above).
+    users_public = (home / ".ssh" / "id_ed25519.pub").read_text().split()[1]
+    sweep_comment = f"cloudprof-{run_dir.name}"
+    if sweep.provider == "aws":
+        faults = request.getfixturevalue("ec2_faults")
+        (imported,) = faults.calls("ImportKeyPair")
+        public = base64.b64decode(imported["PublicKeyMaterial"]).decode()
+        (rule,) = faults.calls("AuthorizeSecurityGroupIngress")
+        opened = {k: v for k, v in rule.items()
+                  if k.startswith("IpPermissions.") and not k.endswith(".Description")}
+        assert opened == {"IpPermissions.1.IpProtocol": "tcp", "IpPermissions.1.FromPort": "22",
+                          "IpPermissions.1.ToPort": "22",
+                          "IpPermissions.1.IpRanges.1.CidrIp": "203.0.113.7/32"}
+        assert faults.calls("DeleteKeyPair") and faults.calls("DeleteSecurityGroup")
+    else:
+        (insert,) = sweep.stand_in.sent("POST", r"/instances$")
+        public = json.dumps(insert.body["metadata"])
+        (rule,) = sweep.stand_in.sent("POST", r"/global/firewalls$")
+        assert rule.body["sourceRanges"] == ["198.51.100.7/32"]
+        assert rule.body["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
+        assert sweep.stand_in.sent("DELETE", r"/global/firewalls/")
+    assert "ssh-ed25519 " in public and sweep_comment in public
+    assert users_public not in public
 
 
 # ---------------------------------------------------------------- bad input leaves nothing
