@@ -13,7 +13,7 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 # Label keys every resource a sweep creates carries (GCP label keys allow
 # [a-z0-9_-]; AWS tags accept the same), values are lower-case too.
@@ -57,6 +57,36 @@ class Instance:
     labels: dict[str, str] = field(default_factory=dict)
     facts: dict[str, object] = field(default_factory=dict)  # vcpus, memory_gib read from host
 
+
+
+class Resource(Protocol):
+    """Something a sweep made in a cloud (an instance, key pair, security group, firewall
+    rule), as a cloud module's ``list_resources`` returns it and ``delete_resources`` takes it.
+
+    ``cloudprof cleanup`` handles every cloud's leftovers through this one shape
+    (``aws.AwsResource``, ``gcp.GcpResource``), so it never makes a cloud call itself.
+    """
+
+    kind: str  # "instance", or a per-sweep resource: "key-pair", "security-group", "firewall"
+    id: str
+    name: str
+    state: str
+    labels: dict[str, str]
+
+    @property
+    def zone(self) -> str | None: ...
+
+    @property
+    def region(self) -> str | None: ...
+
+    @property
+    def sweep_id(self) -> str | None: ...
+
+    @property
+    def expires_at(self) -> float | None: ...
+
+    @property
+    def created_at(self) -> float | None: ...
 
 @dataclass
 class CommandResult:

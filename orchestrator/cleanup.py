@@ -1,0 +1,346 @@
+"""``cloudprof cleanup``: the last net under a sweep's teardown.
+
+A sweep deletes its VMs in a ``finally`` and every VM powers itself off at its
+expiry time, but a SIGKILLed laptop, a delete call that failed, or a key pair
+outliving its instance still leave things behind that cost money or clutter an
+account. Everything a sweep makes carries cloudprof's labels (sweep id,
+creator, creation and expiry time), so this module finds it with each cloud
+module's own ``list_resources``, picks what is due, shows it, and only with
+``--yes`` deletes it with the same module's ``delete_resources``. It makes no
+cloud call of its own: one place per cloud knows how to list and delete.
+
+What is due: with ``--sweep``, everything of that sweep; with
+``--older-than``, what was created longer ago than that; otherwise what is
+past its expiry label. A per-sweep resource (key pair, security group,
+firewall rule) also goes with the last instance of its sweep, and never while
+an instance of its sweep that is not due still runs (it would still need it).
+Instances are deleted first; a failure is reported in one line and the rest
+still go.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import CloudprofError, CredentialsError, ProviderError, UsageError
+from orchestrator.planner import slug
+from orchestrator.providers import PROVIDERS, get_provider
+from orchestrator.providers.base import LABEL_SWEEP, Resource
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+CLOUDS = ("aws", "gcp")  # providers that create machines, hence leave things behind
+INSTANCE = "instance"
+
+
+@dataclass
+class Leftover:
+    """One resource and the cloud it lives in."""
+
+    provider: str
+    resource: Resource
+
+    @property
+    def is_instance(self) -> bool:
+        return self.resource.kind == INSTANCE
+
+    @property
+    def sweep_key(self) -> tuple[str, str | None]:
+        return self.provider, self.resource.sweep_id
+
+    def describe(self) -> str:
+        res = self.resource
+        where = res.zone or res.region or "global"
+        return f"{self.provider} {res.kind} {_id_and_name(res)} in {where}"
+
+
+def cleanup(
+    provider: str | None,
+    older_than_s: float | None,
+    sweep_id: str | None,
+    yes: bool,
+    console: Console,
+) -> int:
+    """List what is due (and delete it with ``yes``); 0 when all went well.
+
+    A failed deletion raises ProviderError after every other resource was tried,
+    so the CLI exits non-zero with one line.
+    """
+    now = time.time()
+    sweep_label = slug(sweep_id) if sweep_id else None  # the engine labels with slug(id)
+    listed, searched, failures = _list_everywhere(provider, sweep_label, console)
+    due, kept = choose(listed, now, older_than_s, sweep_label)
+    what = _selection(older_than_s, sweep_id)
+
+    if not due:
+        if searched:
+            _line(console, f"nothing to clean up: no cloudprof resources {what} "
+                           f"in {', '.join(searched)}")
+        _say_kept(console, kept)
+        if failures:
+            raise ProviderError(f"cleanup: {failures[0]}")
+        return 0
+
+    console.print(resource_table(due, now, title=f"cloudprof resources {what}"))
+    _say_kept(console, kept)
+    if not yes:
+        _line(console, f"nothing was deleted. To delete these {_count(due)}, run: "
+                       f"{_command(provider, older_than_s, sweep_id)} --yes")
+        if failures:
+            raise ProviderError(f"cleanup: {failures[0]}")
+        return 0
+
+    deleted, failed = delete(due, console)
+    _line(console, f"deleted {deleted} of {_count(due)}"
+                   + (f"; {len(failed)} failed (above)" if failed else ""))
+    failures += failed
+    if failures:
+        raise ProviderError(
+            f"cleanup: {len(failures)} problem(s), first: {failures[0]}; fix the cause and run "
+            f"`{_command(provider, older_than_s, sweep_id)} --yes` again"
+        )
+    return 0
+
+
+# ---------------------------------------------------------------- finding
+
+
+def _cloud_module(name: str) -> ModuleType:
+    """The module holding ``name``'s ``list_resources``/``delete_resources`` (routing's map)."""
+    return importlib.import_module(PROVIDERS[name].partition(":")[0])
+
+
+def _list_everywhere(
+    provider: str | None, sweep_label: str | None, console: Console
+) -> tuple[list[Leftover], list[str], list[str]]:
+    """Leftovers in every cloud asked for, the clouds searched, and listing failures.
+
+    Without ``--provider`` a cloud with no credentials (or no project) is one
+    line and skipped: most users have only one of them. A cloud named
+    explicitly raises instead, as does any error there.
+    """
+    names = [provider] if provider else list(CLOUDS)
+    labels = {LABEL_SWEEP: sweep_label} if sweep_label else None
+    listed: list[Leftover] = []
+    searched: list[str] = []
+    failures: list[str] = []
+    for name in names:
+        try:
+            get_provider(name).check_credentials()
+        except (CredentialsError, UsageError) as exc:
+            if provider is not None:
+                raise
+            _line(console, f"{name}: skipped, not set up here ({exc})")
+            continue
+        try:
+            found = _cloud_module(name).list_resources(labels)
+        except CloudprofError as exc:
+            if provider is not None:
+                raise
+            _line(console, f"{name}: listing failed: {exc}")
+            failures.append(f"{name}: listing failed: {exc}")
+            continue
+        searched.append(name)
+        listed.extend(Leftover(name, res) for res in found)
+    return listed, searched, failures
+
+
+def choose(
+    listed: Iterable[Leftover],
+    now: float,
+    older_than_s: float | None = None,
+    sweep_label: str | None = None,
+) -> tuple[list[Leftover], list[Leftover]]:
+    """Split ``listed`` into what is due for deletion and what is kept (module docstring)."""
+
+    def due_alone(item: Leftover) -> bool:
+        res = item.resource
+        if sweep_label is not None and res.sweep_id != sweep_label:
+            return False
+        if older_than_s is not None:
+            created = res.created_at
+            return created is not None and now - created >= older_than_s
+        if sweep_label is not None:
+            return True
+        expires = res.expires_at
+        return expires is not None and expires <= now
+
+    items = list(listed)
+    instances_due = {id(i) for i in items if i.is_instance and due_alone(i)}
+    running = {i.sweep_key for i in items if i.is_instance and id(i) not in instances_due}
+    going = {i.sweep_key for i in items if id(i) in instances_due}
+    due: list[Leftover] = []
+    kept: list[Leftover] = []
+    for item in items:
+        if item.is_instance:
+            is_due = id(item) in instances_due
+        else:
+            is_due = (due_alone(item) or item.sweep_key in going) and item.sweep_key not in running
+        (due if is_due else kept).append(item)
+    return _ordered(due), _ordered(kept)
+
+
+def _ordered(items: list[Leftover]) -> list[Leftover]:
+    """Per cloud and sweep, instances first: the order they are shown and deleted in."""
+    return sorted(items, key=lambda i: (i.provider, i.resource.sweep_id or "",
+                                        not i.is_instance, i.resource.kind, i.resource.id))
+
+
+# ---------------------------------------------------------------- deleting
+
+
+def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
+    """Delete ``due``: each cloud's instances first, then the per-sweep resources.
+
+    Instances go in one call per cloud (its module terminates them together and
+    waits once); if that call fails they are retried one by one, so the line
+    says which one failed. A per-sweep resource whose sweep still has an
+    instance that could not be deleted is left (it is still in use).
+    """
+    deleted = 0
+    failures: list[str] = []
+    for name in sorted({i.provider for i in due}):
+        module = _cloud_module(name)
+        mine = [i for i in due if i.provider == name]
+        instances = [i for i in mine if i.is_instance]
+        stuck: set[tuple[str, str | None]] = set()
+        if instances:
+            try:
+                module.delete_resources([i.resource for i in instances])
+                for item in instances:
+                    _line(console, f"deleted {item.describe()}")
+                deleted += len(instances)
+            except CloudprofError:
+                for item in instances:
+                    if _delete_one(module, item, console, failures):
+                        deleted += 1
+                    else:
+                        stuck.add(item.sweep_key)
+        for item in mine:
+            if item.is_instance:
+                continue
+            if item.sweep_key in stuck:
+                message = (f"kept {item.describe()}: an instance of sweep "
+                           f"{item.resource.sweep_id} could not be deleted")
+                _line(console, message)
+                failures.append(message)
+            elif _delete_one(module, item, console, failures):
+                deleted += 1
+    return deleted, failures
+
+
+def _delete_one(module: ModuleType, item: Leftover, console: Console,
+                failures: list[str]) -> bool:
+    try:
+        module.delete_resources([item.resource])
+    except CloudprofError as exc:
+        message = f"could not delete {item.describe()}: {exc}"
+        _line(console, message)
+        failures.append(message)
+        return False
+    _line(console, f"deleted {item.describe()}")
+    return True
+
+
+# ---------------------------------------------------------------- showing
+
+
+def resource_table(items: list[Leftover], now: float, title: str | None = None) -> object:
+    """A rich table: provider, kind, id/name, zone/region, sweep, created, expires, state."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in ("provider", "kind", "id / name", "zone / region", "sweep", "created",
+                   "expires", "state"):
+        table.add_column(column, overflow="fold")
+    for item in items:
+        res = item.resource
+        table.add_row(*(escape(cell) for cell in (
+            item.provider, res.kind, _id_and_name(res), res.zone or res.region or "global",
+            res.sweep_id or "-", _when(res.created_at, now), _when(res.expires_at, now),
+            res.state or "-",
+        )))
+    return table
+
+
+def _id_and_name(res: Resource) -> str:
+    return res.id if not res.name or res.name == res.id else f"{res.id} ({res.name})"
+
+
+def _when(stamp: float | None, now: float) -> str:
+    if stamp is None:
+        return "-"
+    text = dt.datetime.fromtimestamp(stamp, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    delta = now - stamp
+    return f"{text} ({_span(delta)} ago)" if delta >= 0 else f"{text} (in {_span(-delta)})"
+
+
+def _span(seconds: float) -> str:
+    """A short age: 45s, 12m, 2h05m, 3d04h."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _duration_arg(seconds: float) -> str:
+    """``seconds`` as --older-than accepts it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _selection(older_than_s: float | None, sweep_id: str | None) -> str:
+    parts = []
+    if sweep_id:
+        parts.append(f"of sweep {sweep_id}")
+    if older_than_s is not None:
+        parts.append(f"created more than {_duration_arg(older_than_s)} ago")
+    elif not sweep_id:
+        parts.append("past their expiry")
+    return " ".join(parts)
+
+
+def _command(provider: str | None, older_than_s: float | None, sweep_id: str | None) -> str:
+    argv = ["cloudprof", "cleanup"]
+    if provider:
+        argv += ["--provider", provider]
+    if older_than_s is not None:
+        argv += ["--older-than", _duration_arg(older_than_s)]
+    if sweep_id:
+        argv += ["--sweep", sweep_id]
+    return " ".join(argv)
+
+
+def _count(items: list[Leftover]) -> str:
+    return f"{len(items)} resource" + ("" if len(items) == 1 else "s")
+
+
+def _say_kept(console: Console, kept: list[Leftover]) -> None:
+    """Why other cloudprof resources stay, so an empty table is never a mystery."""
+    if not kept:
+        return
+    running = {i.sweep_key for i in kept if i.is_instance}
+    in_use = [i for i in kept if not i.is_instance and i.sweep_key in running]
+    note = f"left alone: {_count(kept)} not due"
+    if in_use:
+        note += f" ({len(in_use)} still used by an instance of their sweep that is not due)"
+    _line(console, note + "; --sweep ID or --older-than DURATION selects them")
+
+
+def _line(console: Console, text: str) -> None:
+    """One plain line: no markup (cloud messages hold brackets), never wrapped."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,269 @@
+"""``cloudprof cleanup`` through the real CLI, against moto (EC2) and the fake Compute Engine.
+
+Resources are made by the providers themselves (so they carry exactly the
+labels a sweep gives them) with creation and expiry labels set in the past or
+the future; the last test leaves them the hard way, by SIGKILLing a real sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import cli
+from orchestrator.providers import aws, gcp
+from orchestrator.providers.base import LABEL_CREATED, LABEL_EXPIRES, LABEL_SWEEP
+from orchestrator.remote import SshKeys
+from tests.fixtures.fake_gce import FakeGce
+from tests.test_aws import (
+    REPO,
+    _sweep_argv,
+    aws_vm_env,  # noqa: F401 - fixture: moto for the cloud, the loopback sshd for the VM
+    live_instances,
+    make_request,
+    sweep_groups,
+    sweep_keys,
+)
+from tests.test_aws import provider as aws_provider
+from tests.test_gcp import _provider as gcp_provider
+from tests.test_gcp import _request as gcp_request
+
+HOUR = 3600
+
+
+@pytest.fixture
+def clouds(moto_env, fake_gce: FakeGce, monkeypatch: pytest.MonkeyPatch) -> FakeGce:
+    """Both clouds reachable with credentials; wide output so table rows stay on one line."""
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
+    monkeypatch.setenv("COLUMNS", "300")
+    return fake_gce
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> SshKeys:
+    return SshKeys.for_sweep(tmp_path / "sweep-keys")
+
+
+def _times(created_ago: float, expires_in: float) -> dict[str, str]:
+    now = time.time()
+    return {LABEL_CREATED: str(int(now - created_ago)), LABEL_EXPIRES: str(int(now + expires_in))}
+
+
+def make_aws(keys: SshKeys, sweep: str, *, created_ago: float, expires_in: float) -> str:
+    """An EC2 instance of ``sweep`` (plus the sweep's key pair and group); its id."""
+    req = make_request(keys, sweep=sweep)
+    req.labels.update(_times(created_ago, expires_in))
+    return aws_provider().create(req).id
+
+
+def make_gcp(sweep: str, *, created_ago: float, expires_in: float) -> str:
+    """A GCE instance of ``sweep`` (plus the sweep's firewall rule); its name."""
+    req = gcp_request(sweep)
+    req = dataclasses.replace(req, labels={**req.labels, **_times(created_ago, expires_in)})
+    return gcp_provider(sweep).create(req).id
+
+
+def aws_left(sweep: str) -> list[str]:
+    return sorted(r.kind for r in aws.list_resources({LABEL_SWEEP: sweep}))
+
+
+def gcp_left(fake: FakeGce, sweep: str) -> list[str]:
+    instances = [k for k, v in fake.instances.items() if v["labels"][LABEL_SWEEP] == sweep]
+    rules = [k for k in fake.firewalls if k[1] == gcp.firewall_name(sweep)]
+    return ["firewall"] * len(rules) + ["instance"] * len(instances)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(["cleanup", *args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_without_yes_it_lists_and_deletes_nothing(clouds: FakeGce, keys, capsys) -> None:
+    iid = make_aws(keys, "s-old", created_ago=3 * HOUR, expires_in=-HOUR)
+    name = make_gcp("s-gold", created_ago=3 * HOUR, expires_in=-60)
+
+    code, out, _ = run(capsys)
+
+    assert code == 0
+    rows = {ln.split("│")[1].strip() + " " + ln.split("│")[2].strip()
+            for ln in out.splitlines() if ln.count("│") > 5}
+    assert rows == {"aws instance", "aws key-pair", "aws security-group", "gcp instance",
+                    "gcp firewall"}, out
+    assert iid in out and name in out and "us-east-1" in out and "us-central1-a" in out
+    assert "ago)" in out  # created and expired in the past
+    assert "nothing was deleted" in out and "cloudprof cleanup --yes" in out
+    assert aws_left("s-old") == ["instance", "key-pair", "security-group"]
+    assert gcp_left(clouds, "s-gold") == ["firewall", "instance"]
+
+
+def test_yes_deletes_expired_and_keeps_other_sweeps(clouds: FakeGce, keys, capsys) -> None:
+    make_aws(keys, "s-old", created_ago=3 * HOUR, expires_in=-HOUR)
+    make_aws(keys, "s-new", created_ago=60, expires_in=HOUR)
+    make_gcp("s-gold", created_ago=3 * HOUR, expires_in=-60)
+    make_gcp("s-gnew", created_ago=60, expires_in=HOUR)
+
+    code, out, err = run(capsys, "--yes")
+
+    assert code == 0, err
+    assert aws_left("s-old") == [] and gcp_left(clouds, "s-gold") == []
+    assert aws_left("s-new") == ["instance", "key-pair", "security-group"]
+    assert gcp_left(clouds, "s-gnew") == ["firewall", "instance"]
+    assert "deleted 5 of 5 resources" in out
+    assert "left alone: 5 resources not due" in out
+    # instances went before the key pair and group they used
+    lines = [ln for ln in out.splitlines() if ln.startswith("deleted aws")]
+    assert "instance" in lines[0] and len(lines) == 3, out
+
+
+def test_sweep_deletes_all_of_it_regardless_of_expiry(
+    clouds: FakeGce, keys, capsys, tmp_path: Path
+) -> None:
+    make_aws(keys, "s-a", created_ago=60, expires_in=HOUR)
+    make_aws(keys, "s-b", created_ago=60, expires_in=HOUR)
+    make_gcp("s-a", created_ago=60, expires_in=HOUR)
+    run_dir = tmp_path / "runs" / "whatever"
+    run_dir.mkdir(parents=True)
+    (run_dir / "sweep.json").write_text(json.dumps({"sweep_id": "s-a"}))
+
+    code, out, err = run(capsys, "--sweep", str(run_dir), "--yes")
+
+    assert code == 0, err
+    assert aws_left("s-a") == [] and gcp_left(clouds, "s-a") == []
+    assert aws_left("s-b") == ["instance", "key-pair", "security-group"]
+    assert "of sweep s-a" in out
+
+
+def test_older_than_picks_by_creation_time(clouds: FakeGce, keys, capsys) -> None:
+    make_aws(keys, "s-3h", created_ago=3 * HOUR, expires_in=HOUR)  # old but not expired
+    make_aws(keys, "s-10m", created_ago=600, expires_in=-60)  # young but expired
+
+    code, out, err = run(capsys, "--provider", "aws", "--older-than", "2h", "--yes")
+
+    assert code == 0, err
+    assert aws_left("s-3h") == []
+    assert aws_left("s-10m") == ["instance", "key-pair", "security-group"]
+    assert "created more than 2h ago" in out and "gcp" not in out
+
+
+def test_per_sweep_resources_stay_while_an_instance_of_the_sweep_is_kept(
+    clouds: FakeGce, keys, capsys
+) -> None:
+    """An expired key pair and group are not deleted under a younger instance of their sweep."""
+    make_aws(keys, "s-mixed", created_ago=3 * HOUR, expires_in=-HOUR)  # makes key + group
+    young = make_request(keys, sweep="s-mixed", name="cp-s-mixed-c6i-xlarge",
+                         machine="c6i.xlarge")
+    young.labels.update(_times(60, HOUR))
+    aws_provider().create(young)
+
+    code, out, err = run(capsys, "--provider", "aws", "--yes")
+
+    assert code == 0, err
+    assert aws_left("s-mixed") == ["instance", "key-pair", "security-group"]
+    assert "deleted 1 of 1 resource" in out
+    assert "2 still used by an instance of their sweep" in out
+
+
+def test_nothing_to_clean_is_one_clear_line(clouds: FakeGce, keys, capsys) -> None:
+    make_aws(keys, "s-live", created_ago=60, expires_in=HOUR)
+    code, out, err = run(capsys, "--yes")
+    assert code == 0 and err == ""
+    assert "nothing to clean up: no cloudprof resources past their expiry in aws, gcp" in out
+    assert "│" not in out  # no table
+    assert aws_left("s-live") == ["instance", "key-pair", "security-group"]
+
+
+def _no_google_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("CLOUDPROF_GCE_ENDPOINT", "GOOGLE_APPLICATION_CREDENTIALS",
+                "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")  # not on GCE: don't probe the metadata server
+
+
+def test_a_cloud_without_credentials_is_skipped_unless_named(
+    moto_env, keys, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_google_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("COLUMNS", "300")
+    make_aws(keys, "s-old", created_ago=3 * HOUR, expires_in=-HOUR)
+
+    code, out, err = run(capsys, "--yes")
+    assert code == 0, err
+    skipped = [ln for ln in out.splitlines() if ln.startswith("gcp: skipped")]
+    assert len(skipped) == 1 and "gcloud auth application-default login" in skipped[0]
+    assert aws_left("s-old") == []
+
+    code, out, err = run(capsys, "--provider", "gcp")
+    errors = err.strip().splitlines()
+    assert code == 5 and len(errors) == 1 and errors[0].startswith("error: ")
+
+
+def test_a_failed_deletion_is_one_line_and_the_rest_still_go(
+    clouds: FakeGce, ec2_faults, keys, capsys
+) -> None:
+    make_aws(keys, "s-old", created_ago=3 * HOUR, expires_in=-HOUR)
+    make_gcp("s-gold", created_ago=3 * HOUR, expires_in=-60)
+    ec2_faults.inject("DeleteSecurityGroup", "UnauthorizedOperation", 403)
+
+    code, out, err = run(capsys, "--yes")
+
+    assert code == 1
+    failed = [ln for ln in out.splitlines() if ln.startswith("could not delete")]
+    assert len(failed) == 1 and "security-group" in failed[0]
+    assert "UnauthorizedOperation" in failed[0]
+    assert aws_left("s-old") == ["security-group"]  # instance and key pair went
+    assert gcp_left(clouds, "s-gold") == []
+    assert "deleted 4 of 5 resources; 1 failed" in out
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: cleanup: 1 problem") and "--yes` again" in line
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("aws_vm_env")
+def test_cleanup_after_a_sigkilled_sweep_leaves_nothing_of_it(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+
+    _no_google_credentials(monkeypatch, tmp_path)  # only AWS is set up: GCP is skipped
+    boto3.client("s3").create_bucket(Bucket="cp-e2e-kill")
+    out_dir = tmp_path / "runs"
+    proc = subprocess.Popen(
+        _sweep_argv("cp-e2e-kill", out_dir), cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(r.kind == "instance" for r in aws.list_resources()):
+                break
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)  # no finally, no teardown: a dead laptop
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (run_dir,) = [p for p in out_dir.iterdir() if (p / "sweep.json").exists()]
+    sweep_id = json.loads((run_dir / "sweep.json").read_text())["sweep_id"]
+    assert len(live_instances(sweep_id)) == 1, "the killed sweep left no instance to clean up"
+    assert sweep_groups(sweep_id) and sweep_keys(sweep_id)
+
+    code, out, err = run(capsys, "--sweep", str(run_dir), "--yes")
+
+    assert code == 0, err
+    assert live_instances(sweep_id) == []
+    assert sweep_groups(sweep_id) == [] and sweep_keys(sweep_id) == []
+    assert aws.list_resources({LABEL_SWEEP: sweep_id}) == []
+    assert "deleted 3 of 3 resources" in out
+    assert any(ln.startswith("gcp: skipped") for ln in out.splitlines())
