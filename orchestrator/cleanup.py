@@ -83,6 +83,8 @@ def cleanup(
         if searched:
             _line(console, f"nothing to clean up: no cloudprof resources {what} "
                            f"in {', '.join(searched)}")
+        elif not failures:
+            _line(console, "nothing searched: no cloud is set up here (see above)")
         _say_kept(console, kept)
         if failures:
             raise ProviderError(f"cleanup: {failures[0]}")
