@@ -22,7 +22,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -266,10 +266,33 @@ class _Engine:
         except KeyboardInterrupt:
             self.stop.set()
             self.progress.tearing_down()
-            self.teardown_all()
+            self._shielded(self.teardown_all)
             self._wait_teardown()
             return False
         return True
+
+    def _shielded(self, work: Callable[[], None]) -> None:
+        """Run a teardown in a thread of its own, so that a further Ctrl-C (which only the
+        main thread receives) cannot cut a VM's deletion short halfway — instance gone, key
+        pair or firewall rule left behind. Such Ctrl-Cs only warn."""
+        finished = threading.Event()
+
+        def run() -> None:
+            try:
+                work()
+            finally:
+                finished.set()
+
+        threading.Thread(target=run, name="teardown", daemon=True).start()
+        while not finished.is_set():
+            try:
+                finished.wait(0.1)
+            except KeyboardInterrupt:
+                self._still_tearing_down()
+
+    def _still_tearing_down(self) -> None:
+        self.progress.log("[bold red]Still tearing down — please wait; VMs also "
+                          "delete themselves at their expiry label.")
 
     def _running(self) -> bool:
         return not all(host.done.is_set() for host in self.hosts.values())
@@ -285,11 +308,10 @@ class _Engine:
             try:
                 time.sleep(0.1)
                 if time.monotonic() > next_sweep:  # a VM created since the interrupt goes too
-                    self.teardown_all()
+                    self._shielded(self.teardown_all)
                     next_sweep = time.monotonic() + 5
             except KeyboardInterrupt:
-                self.progress.log("[bold red]Still tearing down — please wait; VMs also "
-                                  "delete themselves at their expiry label.")
+                self._still_tearing_down()
 
     def teardown_all(self) -> None:
         """Stop running commands and delete every known VM (idempotent, from any thread)."""
@@ -840,7 +862,10 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
             raise
         finally:
             engine.stop.set()
-            engine.teardown_all()
+            # Also when a second Ctrl-C cut the first teardown short: delete what is left and
+            # wait for the machine threads' own deletions (daemon threads die with the process).
+            engine._shielded(engine.teardown_all)
+            engine._wait_teardown()
             shutil.rmtree(store.run_dir / ".incoming", ignore_errors=True)
             if keys is not None and all(h.inst is None or h.deleted
                                         for h in engine.hosts.values()):

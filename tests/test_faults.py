@@ -371,3 +371,24 @@ def test_hosts_file_pointing_at_a_closed_port_is_one_line_and_touches_nothing(
     assert "connection refused" in sweep["machines"]["gone"]["error"]
     assert [vm["state"] for vm in sweep["vms"].values()] == ["released"]
     assert _trials(run_dir).empty and not (run_dir / "keys").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws"], indirect=True)
+def test_a_second_ctrl_c_while_tearing_down_does_not_stop_the_teardown(
+    cloud_sweep: CloudSweep,
+) -> None:
+    """The impatient user presses Ctrl-C again as soon as 'tearing down' shows."""
+    sweep = cloud_sweep
+    proc = sweep.start(sweep.argv("1,2", "1.5"))
+    _reach(sweep, "trial", proc)
+    proc.send_signal(signal.SIGINT)
+    wait_for("the teardown message", lambda: "tearing down" in sweep.output(), proc, 60)
+    proc.send_signal(signal.SIGINT)
+    out, err = sweep.finish(proc)
+    assert proc.returncode == EXIT_INTERRUPTED, (out[-2000:], err[-2000:])
+    assert "Traceback" not in out + err
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    _assert_torn_down(sweep, run_dir)
+    assert len(_trials(run_dir).query("status == 'ok'")) >= 1
