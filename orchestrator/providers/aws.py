@@ -54,6 +54,7 @@ from orchestrator.providers.base import (
     Instance,
     Provider,
     ProviderOptions,
+    Resource,
     VmRequest,
 )
 
@@ -308,7 +309,7 @@ def image_parameter(image: str | None, machine: str) -> str | None:
 
 
 @dataclass
-class AwsResource:
+class AwsResource(Resource):
     """Something a sweep made in AWS, as ``cloudprof cleanup`` lists it."""
 
     kind: str  # "instance", "security-group", "key-pair"
@@ -318,25 +319,6 @@ class AwsResource:
     state: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     zone: str | None = None  # instances only
-
-    @property
-    def sweep_id(self) -> str | None:
-        return self.labels.get(LABEL_SWEEP)
-
-    @property
-    def expires_at(self) -> float | None:
-        """Unix time of the expiry tag (None when absent or unreadable)."""
-        try:
-            return float(self.labels[LABEL_EXPIRES])
-        except (KeyError, ValueError):
-            return None
-
-    @property
-    def created_at(self) -> float | None:
-        try:
-            return float(self.labels[LABEL_CREATED])
-        except (KeyError, ValueError):
-            return None
 
 
 def regions_to_search(primary: str, extra: set[str] | None = None) -> list[str]:

@@ -13,7 +13,7 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 # Label keys every resource a sweep creates carries (GCP label keys allow
 # [a-z0-9_-]; AWS tags accept the same), values are lower-case too.
@@ -59,12 +59,13 @@ class Instance:
 
 
 
-class Resource(Protocol):
+class Resource:
     """Something a sweep made in a cloud (an instance, key pair, security group, firewall
     rule), as a cloud module's ``list_resources`` returns it and ``delete_resources`` takes it.
 
     ``cloudprof cleanup`` handles every cloud's leftovers through this one shape
-    (``aws.AwsResource``, ``gcp.GcpResource``), so it never makes a cloud call itself.
+    (``aws.AwsResource``, ``gcp.GcpResource`` are dataclasses deriving from it), so it
+    never makes a cloud call itself; what cleanup decides on comes from the labels.
     """
 
     kind: str  # "instance", or a per-sweep resource: "key-pair", "security-group", "firewall"
@@ -72,21 +73,28 @@ class Resource(Protocol):
     name: str
     state: str
     labels: dict[str, str]
+    zone: str | None
+    region: str | None
 
     @property
-    def zone(self) -> str | None: ...
+    def sweep_id(self) -> str | None:
+        return self.labels.get(LABEL_SWEEP)
 
     @property
-    def region(self) -> str | None: ...
+    def expires_at(self) -> float | None:
+        """Unix time of the expiry label (None when absent or unreadable)."""
+        return _label_time(self.labels, LABEL_EXPIRES)
 
     @property
-    def sweep_id(self) -> str | None: ...
+    def created_at(self) -> float | None:
+        return _label_time(self.labels, LABEL_CREATED)
 
-    @property
-    def expires_at(self) -> float | None: ...
 
-    @property
-    def created_at(self) -> float | None: ...
+def _label_time(labels: dict[str, str], key: str) -> float | None:
+    try:
+        return float(labels[key])
+    except (KeyError, ValueError):
+        return None
 
 @dataclass
 class CommandResult:

@@ -54,6 +54,7 @@ from orchestrator.providers.base import (
     Instance,
     Provider,
     ProviderOptions,
+    Resource,
     VmRequest,
 )
 
@@ -207,7 +208,7 @@ def translate_operation_error(op: Any, what: str) -> Exception | None:
 
 
 @dataclass
-class GcpResource:
+class GcpResource(Resource):
     """Anything cloudprof made in a project, for ``cloudprof cleanup`` (same shape as AWS's)."""
 
     kind: str  # "instance" | "firewall"
@@ -220,25 +221,6 @@ class GcpResource:
     @property
     def region(self) -> str | None:
         return region_of(self.zone) if self.zone else None
-
-    @property
-    def sweep_id(self) -> str | None:
-        return self.labels.get(LABEL_SWEEP)
-
-    @property
-    def expires_at(self) -> float | None:
-        """Unix time of the expiry label (None when absent or unreadable)."""
-        try:
-            return float(self.labels[LABEL_EXPIRES])
-        except (KeyError, ValueError):
-            return None
-
-    @property
-    def created_at(self) -> float | None:
-        try:
-            return float(self.labels[LABEL_CREATED])
-        except (KeyError, ValueError):
-            return None
 
 
 def list_resources(labels: dict[str, str] | None = None,
