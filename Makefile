@@ -21,7 +21,7 @@ lint:
 	$(PYTHON) -m ruff check .
 
 unit:
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2
 
 bench:
 	$(PYTHON) benchmarks/run_all.py
