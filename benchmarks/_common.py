@@ -135,3 +135,19 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: st
     )
     for row in cells:
         print(line(row))
+
+
+def add_input_args(ap: Any) -> None:
+    """The cube inputs' size flags, the same in every benchmark (the article's sizes by default)."""
+    ap.add_argument("--frames", type=int, default=100)
+    ap.add_argument("--rows", type=int, default=1000)
+    ap.add_argument("--cols", type=int, default=1000)
+    ap.add_argument("--dim", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+
+
+def input_spec(args: Any) -> Any:
+    """The InputSpec those flags describe."""
+    from workloads.inputs import InputSpec
+
+    return InputSpec(frames=args.frames, rows=args.rows, cols=args.cols, seed=args.seed)

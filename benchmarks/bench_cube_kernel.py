@@ -28,11 +28,19 @@ import gc
 import threading
 import time
 
-from _common import machine_line, median, memory_bandwidth, print_table, timed
+from _common import (
+    add_input_args,
+    input_spec,
+    machine_line,
+    median,
+    memory_bandwidth,
+    print_table,
+    timed,
+)
 
 from workloads.base import UnitCounter
 from workloads.cube import CubeWorkload
-from workloads.inputs import InputSpec, ensure_inputs
+from workloads.inputs import ensure_inputs
 
 # The article's Table 3 (12-core desktop; ``threads`` used 12 workers).
 ARTICLE_RATES = {"naive": 0.15, "dataframes": 15.13, "numpy": 76.26, "threads": 355.50}
@@ -196,11 +204,7 @@ def measure_fast(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--frames", type=int, default=100)
-    ap.add_argument("--rows", type=int, default=1000)
-    ap.add_argument("--cols", type=int, default=1000)
-    ap.add_argument("--dim", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=0)
+    add_input_args(ap)
     ap.add_argument("--workers", default="1,2", help="worker counts for the fast kernel")
     ap.add_argument("--seconds", type=float, default=0.3, help="duration of each probe")
     ap.add_argument("--repeats", type=int, default=9, help="interleaved rounds (median)")
@@ -216,7 +220,7 @@ def main() -> None:
     worker_counts = [int(w) for w in args.workers.split(",")]
 
     print(f"machine: {machine_line()}")
-    spec = InputSpec(frames=args.frames, rows=args.rows, cols=args.cols, seed=args.seed)
+    spec = input_spec(args)
     (gen_s,) = timed(lambda: ensure_inputs(spec, args.cache))
     directory = ensure_inputs(spec, args.cache)
     print(f"inputs: {directory} (ensure_inputs {gen_s:.2f} s)")

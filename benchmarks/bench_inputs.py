@@ -24,7 +24,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import machine_line, median, print_table, timed, wall_and_cpu
+from _common import (
+    add_input_args,
+    input_spec,
+    machine_line,
+    median,
+    print_table,
+    timed,
+    wall_and_cpu,
+)
 
 from workloads.inputs import InputSpec, ensure_inputs, frame_paths, load_frames, load_rows
 
@@ -52,11 +60,7 @@ def compare(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--frames", type=int, default=100)
-    ap.add_argument("--rows", type=int, default=1000)
-    ap.add_argument("--cols", type=int, default=1000)
-    ap.add_argument("--dim", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=0)
+    add_input_args(ap)
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (median)")
     ap.add_argument("--csv-frames", type=int, default=20, help="frames in the CSV vs Parquet test")
     ap.add_argument("--skip-generate", action="store_true", help="skip timing a fresh generation")
@@ -65,7 +69,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     print(f"machine: {machine_line()}")
-    spec = InputSpec(frames=args.frames, rows=args.rows, cols=args.cols, seed=args.seed)
+    spec = input_spec(args)
 
     if not args.skip_generate:
         scratch = Path(tempfile.mkdtemp(prefix="cloudprof-bench-"))
