@@ -2,7 +2,8 @@
 
 Overhead: one process runs the cube workload on all cores; in pairs of adjacent
 windows it runs without and with a profiler — the agent at 10 Hz and at 100 Hz,
-and ``mprof run --include-children --attach`` (memory_profiler, 10 Hz). The
+the agent's sampler on a thread of the profiled process (its earlier design) at
+100 Hz, and ``mprof run --include-children --attach`` (memory_profiler, 10 Hz). The
 figure is the median over pairs of units/s(on) / units/s(off), so a neighbour's
 load hits both sides of a ratio alike. Also printed:
 the same ratio per CPU-second spent (workload + profiler; robust to CPU stolen
@@ -90,24 +91,57 @@ class _Mprof:
                 break
         self.ps = psutil.Process(self.proc.pid)
 
-    def cpu(self) -> float:
-        t = self.ps.cpu_times()
-        return t.user + t.system
-
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
 
 
+class _ThreadSampler:
+    """The agent's earlier design, kept for comparison: the same ``Sampler``, on a thread
+    of the profiled process (which must then hand it the GIL for every sample)."""
+
+    def __init__(self, hz: float) -> None:
+        from workloads.sampler import Sampler, SamplerConfig
+
+        cfg = SamplerConfig(pid=os.getpid(), relative=True, sample_hz=hz, gpu=False)
+        self.sampler = Sampler(cfg)
+        self.cpu = 0.0
+
+    def start(self) -> _ThreadSampler:
+        self.control, self.wake = os.pipe()
+        self.t0 = time.perf_counter()
+        self.sampler.begin(self.t0)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        from workloads.sampler import sample_until
+
+        sample_until(self.sampler, self.control)
+        self.cpu = time.thread_time()
+
+    def stop(self) -> Any:
+        os.write(self.wake, b"x")
+        self.thread.join()
+        wall = time.perf_counter() - self.t0
+        os.close(self.control)
+        os.close(self.wake)
+        return argparse.Namespace(cpu_seconds=self.cpu, wall_s=wall)
+
+
 class _Window:
     """Units/s and units per CPU-second of one window of the running workload."""
 
-    def __init__(self, counter: Any, window: float, sampler: _Mprof | None = None) -> None:
-        u0, t0, c0 = counter.value, time.perf_counter(), os.times()
-        p0 = sampler.cpu() if sampler else 0.0
+    def __init__(self, counter: Any, window: float, profiler: psutil.Process | None) -> None:
+        """``profiler``: a profiler's own process, whose CPU counts as the profiling's."""
+
+        def cpu() -> float:
+            return sum(profiler.cpu_times()[:2]) if profiler is not None else 0.0
+
+        u0, t0, c0, p0 = counter.value, time.perf_counter(), os.times(), cpu()
         time.sleep(window)
-        u1, t1, c1 = counter.value, time.perf_counter(), os.times()
-        p1 = sampler.cpu() if sampler else 0.0
+        u1, t1, c1, p1 = counter.value, time.perf_counter(), os.times(), cpu()
         cpu = (c1.user - c0.user) + (c1.system - c0.system) + (p1 - p0)
         self.rate = (u1 - u0) / (t1 - t0)
         self.per_cpu = (u1 - u0) / cpu if cpu > 0 else 0.0
@@ -139,16 +173,22 @@ def overhead(args: argparse.Namespace, tmp: Path) -> None:
     pairs: dict[str, list[tuple[_Window, _Window, float]]] = {}
 
     def pair(config: str, window: float, on_first: bool) -> None:
-        agent = sampler = None
+        agent: Any = None
+        sampler: _Mprof | None = None
+        other: psutil.Process | None = None  # the profiler's process, if it has its own
         own = 0.0
         windows: dict[bool, _Window] = {}
         for profiled in (on_first, not on_first):
             if profiled and config.startswith("agent"):
                 agent = Agent(sample_hz=float(config.split()[1])).start()
+                other = psutil.Process(agent.sampler_pid)
+            elif profiled and config.startswith("thread"):
+                agent = _ThreadSampler(float(config.split()[1])).start()
             elif profiled:
                 sampler = _Mprof(mprof, tmp / "mprofile.dat")  # type: ignore[arg-type]
+                other = sampler.ps
             time.sleep(0.05)
-            windows[profiled] = _Window(counter, window, sampler if profiled else None)
+            windows[profiled] = _Window(counter, window, other if profiled else None)
             if agent is not None:
                 rep = agent.stop()
                 own = rep.cpu_seconds / rep.wall_s
@@ -162,7 +202,7 @@ def overhead(args: argparse.Namespace, tmp: Path) -> None:
     mprof = shutil.which("mprof")
     try:
         for r in range(args.rounds):
-            for config in ("agent 10 Hz", "agent 100 Hz"):
+            for config in ("agent 10 Hz", "agent 100 Hz", "thread 100 Hz"):
                 pair(config, args.window, on_first=r % 2 == 1)
         if mprof:
             for r in range(args.mprof_rounds):

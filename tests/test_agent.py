@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 
 import numpy as np
 import psutil
@@ -25,7 +24,7 @@ MIB = 1024 * 1024
 def _profile(workload, seconds: float, hz: float = 20.0):
     workload.prepare()
     stop, counter = threading.Event(), UnitCounter()
-    agent = Agent(sample_hz=hz, units=lambda: counter.value).start()
+    agent = Agent(sample_hz=hz, units=counter).start()
     runner = threading.Thread(target=workload.run, args=(2, stop, counter))
     runner.start()
     time.sleep(seconds)
@@ -143,18 +142,24 @@ def test_gpu_absent_is_none_not_an_error():
         assert report.gpu is None or report.gpu["count"] >= 1
 
 
-def test_gpu_through_an_nvml_stand_in(monkeypatch):
-    """The NVML path without a GPU: a stand-in module with pynvml's function names."""
-    used = iter(range(1, 1000))
-    nvml = types.ModuleType("pynvml")
-    nvml.nvmlInit = lambda: None
-    nvml.nvmlShutdown = lambda: None
-    nvml.nvmlDeviceGetCount = lambda: 2
-    nvml.nvmlDeviceGetHandleByIndex = lambda i: i
-    nvml.nvmlDeviceGetName = lambda h: b"Stand-in GPU %d" % h
-    nvml.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=next(used) * MIB)
-    nvml.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=40 + 20 * h)
-    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+def test_gpu_through_an_nvml_stand_in(monkeypatch, tmp_path):
+    """The NVML path without a GPU: a stand-in module with pynvml's function names.
+
+    It is a file on PYTHONPATH because the sampler process imports it, not this one.
+    """
+    (tmp_path / "pynvml.py").write_text(
+        "import types\n"
+        "MIB = 1024 * 1024\n"
+        "used = iter(range(1, 1000))\n"
+        "def nvmlInit(): pass\n"
+        "def nvmlShutdown(): pass\n"
+        "def nvmlDeviceGetCount(): return 2\n"
+        "def nvmlDeviceGetHandleByIndex(i): return i\n"
+        "def nvmlDeviceGetName(h): return b'Stand-in GPU %d' % h\n"
+        "def nvmlDeviceGetMemoryInfo(h): return types.SimpleNamespace(used=next(used) * MIB)\n"
+        "def nvmlDeviceGetUtilizationRates(h): return types.SimpleNamespace(gpu=40 + 20 * h)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     agent = Agent(sample_hz=20).start()
     time.sleep(1.1)
     report = agent.stop()
@@ -209,3 +214,39 @@ def test_tree_agent_follows_children_and_takes_the_peak_from_wait4():
 def test_rate_outside_range_is_refused(hz):
     with pytest.raises(ValueError):
         Agent(sample_hz=hz)
+
+
+def _samplers() -> list[psutil.Process]:
+    return [
+        p for p in psutil.Process().children()
+        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        and "workloads.sampler" in " ".join(p.cmdline())
+    ]  # fmt: skip
+
+
+def test_sampling_runs_in_its_own_process_which_is_not_counted_as_a_child():
+    before = _samplers()
+    agent = Agent(sample_hz=50).start()
+    during = _samplers()
+    time.sleep(1.2)  # past one slow tick, which records the child count
+    report = agent.stop()
+    assert len(during) == len(before) + 1  # one sampler process per agent
+    sampler = next(p for p in during if p not in before)
+    assert not sampler.is_running()  # stopped and reaped with the trial
+    counts = [c for c in report.column("children") if c is not None]
+    assert counts and max(counts) == 0  # this test process has no children but the sampler
+    assert report.error is None and report.samples >= 40
+    assert report.startup_cpu_seconds > 0
+
+
+def test_a_sampler_that_dies_is_reported_and_the_kernel_peak_still_stands():
+    agent = Agent(sample_hz=50).start()
+    assert agent._proc is not None
+    agent._proc.kill()
+    block = np.ones(64 * MIB // 8)
+    del block
+    report = agent.stop()
+    assert "ended without a result" in (report.error or "")
+    assert report.samples >= 1  # one sample taken here, so the series is not empty
+    assert report.peak_rss_source == "vmhwm"
+    assert report.peak_rss_bytes >= report.peak_rss_sampled_bytes + 60 * MIB

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -89,7 +90,7 @@ def test_timeseries_has_the_protocol_columns(steady):
     rows = table.to_pylist()
     assert len(rows) == summary(out)["agent"]["samples"]
     ts = [r["t"] for r in rows]
-    assert ts == sorted(ts) and ts[0] == 0.0
+    assert ts == sorted(ts) and 0.0 <= ts[0] < 0.1  # the first sample as the trial starts
     assert all(r["rss_bytes"] > 32 * MIB for r in rows)
     assert rows[-1]["units"] == summary(out)["units"]
     assert any(r["uss_bytes"] is not None for r in rows)  # the once-a-second reads
@@ -317,3 +318,22 @@ def test_sigint_in_command_mode_stops_the_tree(tmp_path):
     assert s["status"] == "interrupted" and s["command"]["stopped_by"] == "signal"
     assert s["command"]["exit_code"] == -signal.SIGTERM  # we stopped it, it did not linger
     assert s["seconds"] < 30
+
+
+def test_ctrl_c_to_the_process_group_keeps_the_samplers_series(tmp_path):
+    """A terminal's Ctrl-C reaches the sampler process too: it must outlive it to report."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path), "--workload", "sleep",
+         "--duration", "60", "--sample-hz", "50"],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert protocol.parse_progress(first) is not None, first
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=15) == protocol.EXIT_INTERRUPTED
+    s = summary(tmp_path)
+    assert s["status"] == "interrupted"
+    assert "error" not in s["agent"], s["agent"]
+    assert s["agent"]["samples"] >= 0.8 * 50 * s["seconds"], s["agent"]

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from workloads.shared import SharedInt
+
 # name -> "module:Class"; imported only when used.
 REGISTRY: dict[str, str] = {
     "cube": "workloads.cube:CubeWorkload",
@@ -32,19 +34,23 @@ class WorkloadInputError(ValueError):
 
 
 class UnitCounter:
-    """Units done so far, shared by the worker threads and read by the runner."""
+    """Units done so far, shared by the worker threads, the runner and the agent's sampler.
+
+    The count lives in shared memory (``SharedInt``) so that the sampler process
+    records it with every sample without asking this process for it.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._value = 0
+        self.cell = SharedInt()
 
     def add(self, n: int = 1) -> None:
         with self._lock:
-            self._value += n
+            self.cell.value += n
 
     @property
     def value(self) -> int:
-        return self._value
+        return self.cell.value
 
 
 class Workload(abc.ABC):

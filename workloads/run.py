@@ -346,7 +346,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         sample_hz=args.sample_hz,
         memory_budget=args.memory_budget,
         on_breach=on_breach,
-        units=lambda: counter.value,
+        units=counter,
     )
     summary["started_at"] = _now()
     agent.start()
