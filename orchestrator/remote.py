@@ -827,10 +827,33 @@ class SshExecutor(Executor):
         return open_ssh(self.target, timeout)
 
 
+# Both scripts below start with this: it marks the env in use and removes the envs of
+# older wheels that no sweep used for a week (and half-built ones a day old), so a host
+# that sees many cloudprof versions does not fill up. $1 workdir, $2 env dir.
+ENV_RETENTION_DAYS = 7
+_PRUNE_FUNCTION = r"""
+prune() {
+    touch "$2/.last-used"
+    for d in "$1"/env-*; do
+        [ -d "$d" ] && [ "$d" != "$2" ] || continue
+        case "$d" in
+            *.tmp-*) days=1 ;;
+            *) days=__DAYS__ ;;
+        esac
+        stamp="$d/.last-used"
+        [ -e "$stamp" ] || stamp="$d"
+        if [ -n "$(find "$stamp" -maxdepth 0 -mmin +$((days * 1440)) 2>/dev/null)" ]; then
+            rm -rf "$d"
+        fi
+    done
+    return 0
+}
+""".replace("__DAYS__", str(ENV_RETENTION_DAYS))
+
 # Positional parameters: $1 workdir, $2 env dir, $3 hash, $4 startup state dir.
 # Waits for a running first-boot script (it installs python3-venv/pip), then
 # exits 0 when the env for this hash imports workloads and its dependencies.
-_REUSE_SCRIPT = r"""
+_REUSE_SCRIPT = _PRUNE_FUNCTION + r"""
 i=0
 while [ -e "$4/startup.started" ] && [ ! -e "$4/startup.done" ] && [ "$i" -lt 600 ]; do
     sleep 1; i=$((i + 1))
@@ -839,6 +862,7 @@ mkdir -p "$1" || exit 2
 if [ -x "$2/bin/python" ] && "$2/bin/python" -c 'import workloads, numpy, pyarrow, psutil' \
         >/dev/null 2>&1; then
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) reuse $3" >> "$1/bootstrap.log"
+    prune "$1" "$2"
     exit 0
 fi
 exit 1
@@ -847,7 +871,7 @@ exit 1
 # $1 workdir, $2 env dir, $3 hash, $4 wheel path, $5 base python. Builds the env beside its
 # final name and renames it, so a half-built env is never taken for a good one
 # (and two sweeps bootstrapping one host at once do not trip over each other).
-_INSTALL_SCRIPT = r"""
+_INSTALL_SCRIPT = _PRUNE_FUNCTION + r"""
 set -e
 tmp="$2.tmp-$$"
 "$5" -m venv --system-site-packages --without-pip "$tmp" 2>/dev/null || true
@@ -868,6 +892,7 @@ if ! mv -T "$tmp" "$2" 2>/dev/null; then
     fi
 fi
 echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) install $3" >> "$1/bootstrap.log"
+prune "$1" "$2"
 """
 
 

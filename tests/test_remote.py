@@ -26,7 +26,14 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.providers.base import Instance
-from orchestrator.remote import SshKeys, SshTarget, build_workloads_wheel, connect, open_ssh
+from orchestrator.remote import (
+    ENV_RETENTION_DAYS,
+    SshKeys,
+    SshTarget,
+    build_workloads_wheel,
+    connect,
+    open_ssh,
+)
 from tests.fixtures.sshd import free_port, sshd_env
 
 HOSTILE = ["$(touch {d}/pwned1)", "; touch {d}/pwned2", "`touch {d}/pwned3`", "a'b\"c", "*", "~"]
@@ -487,6 +494,15 @@ def test_bootstrap_installs_once_then_reuses(vm_env, tmp_path, monkeypatch):
     workdir = tmp_path / "host-workdir"
     monkeypatch.setenv("CLOUDPROF_SSH_WORKDIR", str(workdir))
     keys = SshKeys.for_sweep(tmp_path / "run")
+    # envs of older wheels: one unused for longer than the retention, one used lately,
+    # and a half-built one two days old (its install died)
+    day = 86400
+    for name, age in (("env-stale", ENV_RETENTION_DAYS + 1), ("env-recent", 1),
+                      ("env-dead.tmp-42", 2)):  # fmt: skip
+        (workdir / name).mkdir(parents=True)
+        stamp = workdir / name / (".last-used" if ".tmp-" not in name else "")
+        stamp.touch()
+        os.utime(stamp, (time.time() - age * day,) * 2)
     timings = {}
     for sweep in ("first", "second"):
         ex = connect(_vm(), keys, timeout=20)
@@ -506,6 +522,9 @@ def test_bootstrap_installs_once_then_reuses(vm_env, tmp_path, monkeypatch):
     actions = [line.split()[1:] for line in log if line]
     digest = Path(ex.python).parent.parent.name.removeprefix("env-")
     assert actions == [["install", digest], ["reuse", digest]]
+    envs = sorted(p.name for p in workdir.iterdir() if p.name.startswith("env-"))
+    assert envs == sorted([f"env-{digest}", "env-recent"])  # the stale and dead ones pruned
+    assert (workdir / f"env-{digest}" / ".last-used").exists()
     print(f"bootstrap: first {timings['first']:.2f}s, second {timings['second']:.2f}s")
 
 
