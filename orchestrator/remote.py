@@ -23,7 +23,9 @@ private key to use instead of a generated one; ``CLOUDPROF_SSH_HOST_KEY`` a host
 private key to use instead of a generated one (for an sshd already running with
 it, as in the tests); ``CLOUDPROF_SSH_WORKDIR`` the directory on the host that
 holds cloudprof's files (default ``~/.cloudprof``); ``CLOUDPROF_SSH_PYTHON`` the
-host's interpreter the bootstrap venv is built from (default ``python3``).
+host's interpreter the bootstrap venv is built from (default ``python3``);
+``CLOUDPROF_SSH_BOOT_TIMEOUT`` how long to wait for a new VM's sshd (seconds,
+default 300).
 
 paramiko and cryptography are imported inside functions: the CLI must start
 without them.
@@ -75,6 +77,8 @@ ENV_KEY = "CLOUDPROF_SSH_KEY"
 ENV_HOST_KEY = "CLOUDPROF_SSH_HOST_KEY"
 ENV_WORKDIR = "CLOUDPROF_SSH_WORKDIR"
 ENV_PYTHON = "CLOUDPROF_SSH_PYTHON"
+ENV_BOOT_TIMEOUT = "CLOUDPROF_SSH_BOOT_TIMEOUT"
+BOOT_TIMEOUT_S = 300.0  # a cloud VM's sshd is usually up in 30-90 s
 
 STARTUP_TEMPLATE = Path(__file__).resolve().parent.parent / "infra" / "startup.sh"
 # Files the startup script writes; the bootstrap waits for "done" when "started" exists.
@@ -455,13 +459,16 @@ def endpoint_of(inst: Instance) -> tuple[str, int, str | None]:
     return host, port, user
 
 
-def connect(inst: Instance, keys: SshKeys | None, timeout: float = 300) -> SshExecutor:
+def connect(inst: Instance, keys: SshKeys | None, timeout: float | None = None) -> SshExecutor:
     """An executor on a VM cloudprof created: the sweep's client key, the sweep's host key.
 
     While the VM boots its sshd may still present the image's own host key or
-    not yet accept the sweep's client key; both are retried until ``timeout``,
-    then reported (HostKeyError for a key that never matched).
+    not yet accept the sweep's client key; both are retried until ``timeout``
+    (default ``$CLOUDPROF_SSH_BOOT_TIMEOUT``, else 300 s), then reported
+    (HostKeyError for a key that never matched).
     """
+    if timeout is None:
+        timeout = boot_timeout()
     if keys is None:  # a provider used outside a sweep (cleanup) has no keys to log in with
         raise UsageError(f"no SSH keys to reach {inst.name}: connect only within a sweep")
     host, port, user = endpoint_of(inst)
@@ -476,6 +483,20 @@ def connect(inst: Instance, keys: SshKeys | None, timeout: float = 300) -> SshEx
         booting=True,
     )
     return open_ssh(target, timeout, keys.cancel)
+
+
+def boot_timeout() -> float:
+    """Seconds to wait for a new VM's sshd: ``$CLOUDPROF_SSH_BOOT_TIMEOUT`` or 300."""
+    raw = os.environ.get(ENV_BOOT_TIMEOUT, "").strip()
+    if not raw:
+        return BOOT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise UsageError(f"{ENV_BOOT_TIMEOUT}={raw!r}: give a number of seconds, e.g. 600")
+    return value
 
 
 # --------------------------------------------------------------------------- the executor

@@ -205,20 +205,31 @@ def test_parse_endpoint():
             remote.parse_endpoint(bad)
 
 
-def test_closed_port_is_unreachable_within_the_timeout(sshd, tmp_path, monkeypatch):
+@pytest.mark.parametrize("from_env", [False, True])
+def test_closed_port_is_unreachable_within_the_timeout(sshd, tmp_path, monkeypatch, from_env):
+    """The wait for a VM's sshd ends at the timeout given, or at $CLOUDPROF_SSH_BOOT_TIMEOUT."""
     monkeypatch.setenv("CLOUDPROF_SSH_ENDPOINT", f"127.0.0.1:{free_port()}")
     monkeypatch.setenv("CLOUDPROF_SSH_KEY", str(sshd.client_key))
     monkeypatch.setenv("CLOUDPROF_SSH_HOST_KEY", str(sshd.host_key))
+    if from_env:
+        monkeypatch.setenv("CLOUDPROF_SSH_BOOT_TIMEOUT", "2")
     keys = SshKeys.for_sweep(tmp_path)
     start = time.monotonic()
     with pytest.raises(UnreachableError) as err:
-        connect(_vm(), keys, timeout=2)
+        connect(_vm(), keys) if from_env else connect(_vm(), keys, timeout=2)
     elapsed = time.monotonic() - start
     assert 1.5 <= elapsed < 6
     message = str(err.value)
     assert "\n" not in message
     assert re.match(r"cannot reach cloudprof@127\.0\.0\.1:\d+ over SSH after 2s: connection "
                     r"refused$", message), message
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-5", "inf"])
+def test_a_bad_boot_timeout_is_one_line(monkeypatch, raw):
+    monkeypatch.setenv("CLOUDPROF_SSH_BOOT_TIMEOUT", raw)
+    with pytest.raises(UsageError, match=r"^CLOUDPROF_SSH_BOOT_TIMEOUT=.*seconds, e\.g\. 600$"):
+        remote.boot_timeout()
 
 
 def test_cancel_stops_waiting_for_a_booting_vm(sshd, tmp_path, monkeypatch):
