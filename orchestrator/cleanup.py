@@ -9,47 +9,69 @@ module's own ``list_resources``, picks what is due, shows it, and only with
 ``--yes`` deletes it with the same module's ``delete_resources``. It makes no
 cloud call of its own: one place per cloud knows how to list and delete.
 
+Bucket prefixes a sweep wrote (``results/<sweep>/``, ``inputs/<hash>/``) carry
+the same labels in a marker object (``Bucket.label_prefix``). The buckets looked
+in are those given with ``--bucket``, the one of ``--config``'s file, and those
+recorded in the run directories below ``--out`` (and the ``--sweep`` run
+directory's): a bucket that cannot be listed is one line and skipped, unless it
+was given with ``--bucket``.
+
 What is due: with ``--sweep``, everything of that sweep; with
 ``--older-than``, what was created longer ago than that; otherwise what is
 past its expiry label. A per-sweep resource (key pair, security group,
 firewall rule) also goes with the last instance of its sweep, and never while
 an instance of its sweep that is not due still runs (it would still need it).
-Instances are deleted first; a failure is reported in one line and the rest
-still go.
+A bucket prefix stays while an instance of a sweep using it is kept, or while a
+sweep using it (other than the ``--sweep`` one) has not expired: the inputs cache
+is shared. Instances are deleted first, bucket prefixes last; a failure is
+reported in one line and the rest still go.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import importlib
+import json
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import CloudprofError, CredentialsError, ProviderError, UsageError
 from orchestrator.planner import slug
-from orchestrator.providers import PROVIDERS, get_provider
-from orchestrator.providers.base import LABEL_SWEEP, Resource
+from orchestrator.providers import PROVIDERS, get_provider, open_bucket
+from orchestrator.providers.base import LABEL_SWEEP, Bucket, LabelledPrefix, Resource
+from orchestrator.store import SWEEP_FILE
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 CLOUDS = ("aws", "gcp")  # providers that create machines, hence leave things behind
 INSTANCE = "instance"
+BUCKET_CLOUDS = {"gs": "gcp", "s3": "aws"}  # a bucket URL's scheme -> --provider name
 
 
 @dataclass
 class Leftover:
-    """One resource and the cloud it lives in."""
+    """One resource and the cloud it lives in (and the bucket, for a bucket prefix)."""
 
     provider: str
     resource: Resource
+    bucket: Bucket | None = None
 
     @property
     def is_instance(self) -> bool:
         return self.resource.kind == INSTANCE
+
+    @property
+    def sweeps(self) -> set[str]:
+        """Sweeps the resource belongs to: several for a shared inputs prefix."""
+        res = self.resource
+        if isinstance(res, LabelledPrefix):
+            return {*res.sweeps, *([res.sweep_id] if res.sweep_id else [])}
+        return {res.sweep_id} if res.sweep_id else set()
 
     @property
     def sweep_key(self) -> tuple[str, str | None]:
@@ -61,12 +83,50 @@ class Leftover:
         return f"{self.provider} {res.kind} {_id_and_name(res)} in {where}"
 
 
+@dataclass
+class Buckets:
+    """Where cleanup looks for labelled prefixes (module docstring)."""
+
+    given: list[str] = field(default_factory=list)  # --bucket: failing to list one is an error
+    found: list[str] = field(default_factory=list)  # config file and run directories
+
+    def argv(self) -> list[str]:
+        return [a for url in self.given for a in ("--bucket", url)]
+
+
+def find_buckets(given: Sequence[str], runs_dirs: Sequence[Path],
+                 config_bucket: str | None = None) -> Buckets:
+    """``given`` plus the config file's bucket and those the runs in ``runs_dirs`` used.
+
+    A path in ``runs_dirs`` is a run directory itself or a directory of them (``runs/``).
+    """
+    found: list[str] = [config_bucket] if config_bucket else []
+    for runs in runs_dirs:
+        runs = Path(runs)
+        candidates = [runs] if (runs / SWEEP_FILE).is_file() else sorted(runs.glob("*"))
+        for run_dir in candidates:
+            url = _recorded_bucket(run_dir)
+            if url:
+                found.append(url)
+    given_list = list(dict.fromkeys(given))
+    return Buckets(given_list, [u for u in dict.fromkeys(found) if u not in given_list])
+
+
+def _recorded_bucket(run_dir: Path) -> str | None:
+    try:
+        url = json.loads((run_dir / SWEEP_FILE).read_text(encoding="utf-8")).get("bucket")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return url if isinstance(url, str) and url else None
+
+
 def cleanup(
     provider: str | None,
     older_than_s: float | None,
     sweep_id: str | None,
     yes: bool,
     console: Console,
+    buckets: Buckets | None = None,
 ) -> int:
     """List what is due (and delete it with ``yes``); 0 when all went well.
 
@@ -75,7 +135,9 @@ def cleanup(
     """
     now = time.time()
     sweep_label = slug(sweep_id) if sweep_id else None  # the engine labels with slug(id)
+    buckets = buckets or Buckets()
     listed, searched, failures = _list_everywhere(provider, sweep_label, console)
+    _list_buckets(buckets, provider, sweep_label, console, listed, searched, failures)
     due, kept = choose(listed, now, older_than_s, sweep_label)
     what = _selection(older_than_s, sweep_id)
 
@@ -94,7 +156,7 @@ def cleanup(
     _say_kept(console, kept)
     if not yes:
         _line(console, f"nothing was deleted. To delete these {_count(due)}, run: "
-                       f"{_command(provider, older_than_s, sweep_id)} --yes")
+                       f"{_command(provider, older_than_s, sweep_id, buckets)} --yes")
         if failures:
             raise ProviderError(f"cleanup: {failures[0]}")
         return 0
@@ -106,7 +168,7 @@ def cleanup(
     if failures:
         raise ProviderError(
             f"cleanup: {len(failures)} problem(s), first: {failures[0]}; fix the cause and run "
-            f"`{_command(provider, older_than_s, sweep_id)} --yes` again"
+            f"`{_command(provider, older_than_s, sweep_id, buckets)} --yes` again"
         )
     return 0
 
@@ -154,6 +216,44 @@ def _list_everywhere(
     return listed, searched, failures
 
 
+def _list_buckets(buckets: Buckets, provider: str | None, sweep_label: str | None,
+                  console: Console, listed: list[Leftover], searched: list[str],
+                  failures: list[str]) -> None:
+    """Add the labelled prefixes of each bucket (of ``provider``'s cloud, if given)."""
+    for url in [*buckets.given, *buckets.found]:
+        cloud = BUCKET_CLOUDS.get(url.partition("://")[0] if "://" in url else "", "local")
+        if provider is not None and cloud != provider:
+            continue
+        try:
+            if cloud == "local" and not _local_dir(url).is_dir():
+                if url not in buckets.given:
+                    continue  # a dry run's bucket directory that is gone: nothing left in it
+                raise FileNotFoundError("no such directory")  # not made by opening it
+            bucket = open_bucket(url)
+            prefixes = bucket.labelled_prefixes()
+        except (CloudprofError, OSError) as exc:
+            message = f"bucket {url}: cannot list it: {_one_line(exc)}"
+            if url in buckets.given:
+                _line(console, message)
+                failures.append(message)
+            else:
+                _line(console, f"{message}; skipped")
+            continue
+        searched.append(bucket.url)
+        listed.extend(Leftover(cloud, p, bucket) for p in prefixes
+                      if sweep_label is None or sweep_label in Leftover(cloud, p).sweeps)
+
+
+def _local_dir(url: str) -> Path:
+    from urllib.parse import unquote, urlparse
+
+    return Path(unquote(urlparse(url).path) if url.startswith("file://") else url).expanduser()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def choose(
     listed: Iterable[Leftover],
     now: float,
@@ -164,7 +264,7 @@ def choose(
 
     def due_alone(item: Leftover) -> bool:
         res = item.resource
-        if sweep_label is not None and res.sweep_id != sweep_label:
+        if sweep_label is not None and sweep_label not in item.sweeps:
             return False
         if older_than_s is not None:
             created = res.created_at
@@ -178,15 +278,25 @@ def choose(
     instances_due = {id(i) for i in items if i.is_instance and due_alone(i)}
     running = {i.sweep_key for i in items if i.is_instance and id(i) not in instances_due}
     going = {i.sweep_key for i in items if id(i) in instances_due}
+    running_sweeps = {sweep for _, sweep in running}
     due: list[Leftover] = []
     kept: list[Leftover] = []
     for item in items:
         if item.is_instance:
             is_due = id(item) in instances_due
+        elif item.bucket is not None:  # a bucket prefix: never under a live user
+            is_due = (due_alone(item) and not item.sweeps & running_sweeps
+                      and not _in_use(item, now, sweep_label))
         else:
             is_due = (due_alone(item) or item.sweep_key in going) and item.sweep_key not in running
         (due if is_due else kept).append(item)
     return _ordered(due), _ordered(kept)
+
+
+def _in_use(item: Leftover, now: float, sweep_label: str | None) -> bool:
+    """A bucket prefix still used by a sweep that has not expired (other than --sweep's)."""
+    res = item.resource
+    return isinstance(res, LabelledPrefix) and bool(res.users_alive(now, besides=sweep_label))
 
 
 def _ordered(items: list[Leftover]) -> list[Leftover]:
@@ -208,9 +318,10 @@ def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
     """
     deleted = 0
     failures: list[str] = []
-    for name in sorted({i.provider for i in due}):
+    prefixes = [i for i in due if i.bucket is not None]
+    for name in sorted({i.provider for i in due if i.bucket is None}):
         module = _cloud_module(name)
-        mine = [i for i in due if i.provider == name]
+        mine = [i for i in due if i.provider == name and i.bucket is None]
         instances = [i for i in mine if i.is_instance]
         stuck: set[tuple[str, str | None]] = set()
         if instances:
@@ -235,19 +346,29 @@ def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
                 failures.append(message)
             elif _delete_one(module, item, console, failures):
                 deleted += 1
+    for item in prefixes:  # after the instances that could still write to them
+        if _delete_one(None, item, console, failures):
+            deleted += 1
     return deleted, failures
 
 
-def _delete_one(module: ModuleType, item: Leftover, console: Console,
+def _delete_one(module: ModuleType | None, item: Leftover, console: Console,
                 failures: list[str]) -> bool:
+    """Delete one resource (a bucket prefix through its bucket); a failure is one line."""
     try:
-        module.delete_resources([item.resource])
-    except CloudprofError as exc:
-        message = f"could not delete {item.describe()}: {exc}"
+        if item.bucket is not None:
+            count = item.bucket.delete_labelled(item.resource.id)
+            done = f" ({count} object{'' if count == 1 else 's'})"
+        else:
+            assert module is not None
+            module.delete_resources([item.resource])
+            done = ""
+    except (CloudprofError, OSError) as exc:
+        message = f"could not delete {item.describe()}: {_one_line(exc)}"
         _line(console, message)
         failures.append(message)
         return False
-    _line(console, f"deleted {item.describe()}")
+    _line(console, f"deleted {item.describe()}{done}")
     return True
 
 
@@ -316,7 +437,10 @@ def _selection(older_than_s: float | None, sweep_id: str | None) -> str:
     return " ".join(parts)
 
 
-def _command(provider: str | None, older_than_s: float | None, sweep_id: str | None) -> str:
+def _command(provider: str | None, older_than_s: float | None, sweep_id: str | None,
+             buckets: Buckets) -> str:
+    import shlex
+
     argv = ["cloudprof", "cleanup"]
     if provider:
         argv += ["--provider", provider]
@@ -324,7 +448,7 @@ def _command(provider: str | None, older_than_s: float | None, sweep_id: str | N
         argv += ["--older-than", _duration_arg(older_than_s)]
     if sweep_id:
         argv += ["--sweep", sweep_id]
-    return " ".join(argv)
+    return " ".join(shlex.quote(a) for a in [*argv, *buckets.argv()])
 
 
 def _count(items: list[Leftover]) -> str:
@@ -336,10 +460,17 @@ def _say_kept(console: Console, kept: list[Leftover]) -> None:
     if not kept:
         return
     running = {i.sweep_key for i in kept if i.is_instance}
-    in_use = [i for i in kept if not i.is_instance and i.sweep_key in running]
+    in_use = [i for i in kept if not i.is_instance and i.bucket is None and i.sweep_key in running]
+    running_sweeps = {sweep for _, sweep in running}
+    now = time.time()
+    prefixes_in_use = [i for i in kept if i.bucket is not None
+                       and (i.sweeps & running_sweeps or _in_use(i, now, None))]
     note = f"left alone: {_count(kept)} not due"
     if in_use:
         note += f" ({len(in_use)} still used by an instance of their sweep that is not due)"
+    if prefixes_in_use:
+        note += (f" ({len(prefixes_in_use)} bucket prefix(es) still used by a sweep that "
+                 "has not expired)")
     _line(console, note + "; --sweep ID or --older-than DURATION selects them")
 
 

@@ -408,18 +408,42 @@ def cleanup(
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Delete; without it, only list.")
     ] = False,
+    bucket: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Also look for labelled prefixes in this bucket (repeatable); the buckets "
+            "of the runs under --out and of --config are looked in anyway.",
+            metavar="URL",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help=f"Runs directory whose sweeps' buckets are looked in "
+                     f"(default: {_DEFAULTS.out})."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="sweep.toml whose bucket (and out) to use."),
+    ] = None,
 ) -> None:
     """List (and with --yes delete) leftover resources carrying cloudprof's labels."""
     from orchestrator.catalog import check_name
-    from orchestrator.config import parse_duration
+    from orchestrator.config import check_bucket, parse_duration, read_config
 
     if provider is not None and provider not in ("gcp", "aws"):
         raise UsageError(f"--provider: cleanup applies to gcp and aws, not {provider!r}")
     older_than_s = parse_duration(older_than, "--older-than") if older_than is not None else None
+    runs_dirs = []
     if sweep_id is not None:
+        if Path(sweep_id).is_dir():
+            runs_dirs.append(Path(sweep_id))
         sweep_id = check_name(_sweep_id_of(sweep_id), "sweep id")
+    given = [check_bucket(url) for url in bucket or []]
+    settings = read_config(config) if config is not None else {}
+    runs_dirs.append(out or Path(settings.get("out") or _DEFAULTS.out))
     module = _lazy("orchestrator.cleanup", "cleanup")
-    module.cleanup(provider, older_than_s, sweep_id, yes, _console())
+    buckets = module.find_buckets(given, runs_dirs, settings.get("bucket"))
+    module.cleanup(provider, older_than_s, sweep_id, yes, _console(), buckets)
 
 
 def _sweep_id_of(value: str) -> str:

@@ -12,11 +12,9 @@ is collected — so a crash loses at most the trial in flight, and
 from __future__ import annotations
 
 import contextlib
-import getpass
 import hashlib
 import json
 import posixpath
-import re
 import shutil
 import signal
 import tempfile
@@ -52,9 +50,6 @@ from orchestrator.planner import (
 )
 from orchestrator.progress import SweepProgress
 from orchestrator.providers.base import (
-    LABEL_CREATED,
-    LABEL_CREATOR,
-    LABEL_EXPIRES,
     LABEL_SWEEP,
     Bucket,
     CommandResult,
@@ -63,6 +58,7 @@ from orchestrator.providers.base import (
     Provider,
     ProviderOptions,
     VmRequest,
+    sweep_labels,
 )
 from orchestrator.spec import SweepSpec
 from orchestrator.store import RunStore, now_iso
@@ -75,6 +71,11 @@ if TYPE_CHECKING:
 
 SSH_USER = "cloudprof"
 EXPIRY_MARGIN_S = 1800.0  # a VM outlives its estimate by 50% plus this, then deletes itself
+# How long bucket prefixes outlive the sweep's expiry before `cloudprof cleanup` takes them:
+# results long enough for `sweep --resume` to collect what VMs uploaded, the inputs cache
+# long enough to be reused by the next sweeps (each sweep using it pushes this further).
+RESULTS_RETENTION_S = 3 * 86400.0
+INPUTS_RETENTION_S = 7 * 86400.0
 TRIAL_ATTEMPTS = 3  # a dropped session is retried on the same VM this many times in all
 RETRY_BACKOFF_S = 2.0
 TEARDOWN_WAIT_S = 900.0
@@ -192,14 +193,6 @@ def lookup_machines(spec: SweepSpec) -> list[MachineType]:
                                    memory_gib=0.0, region="", price_on_demand=None,
                                    price_spot=None, price_source="", price_date=""))
     return out
-
-
-def creator_label() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return (re.sub(r"[^a-z0-9_-]+", "-", user.lower()).strip("-") or "unknown")[:63]
 
 
 # ---------------------------------------------------------------------- engine
@@ -430,10 +423,8 @@ class _Engine:
                                          zone=inst.zone)
                     return inst
         now = time.time()
-        expires = now + vm.estimate.total_s * 1.5 + EXPIRY_MARGIN_S
-        labels = {**vm.labels, LABEL_SWEEP: slug(self.plan.sweep_id),
-                  LABEL_CREATOR: creator_label(), LABEL_CREATED: str(int(now)),
-                  LABEL_EXPIRES: str(int(expires))}
+        expires = _expiry(now, vm)
+        labels = {**vm.labels, **sweep_labels(slug(self.plan.sweep_id), now, expires)}
         public_key, script = "", ""
         if self.ssh_keys is not None:
             from orchestrator import remote
@@ -562,7 +553,7 @@ class _Engine:
             raise _Preempted(f"instance {host.inst.name} is {state} (spot preemption?)")
 
     def _result_keys(self, trial: TrialPlan) -> dict[str, str]:
-        prefix = f"results/{slug(self.plan.sweep_id)}/{trial.trial_id}"
+        prefix = f"{_results_prefix(self.plan)}{trial.trial_id}"
         return {name: f"{prefix}/{name}"
                 for name in (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE)}
 
@@ -850,6 +841,8 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
     with SweepProgress(console) as progress:
         engine = _Engine(spec, plan, store, bucket, inputs, progress, providers, keys)
         try:
+            if bucket is not None:
+                _label_prefixes(bucket, plan, inputs)
             if inputs is not None and bucket is not None:
                 progress.log(f"Staging inputs in {bucket.url}/{inputs.prefix}/ ...")
                 uploaded = bucket.upload_dir(inputs.local_dir, inputs.prefix)
@@ -872,7 +865,7 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
                 keys.remove()  # the per-sweep key pair dies with the last VM that trusted it
             if bucket is not None:
                 with contextlib.suppress(Exception):
-                    bucket.delete_prefix(f"results/{slug(plan.sweep_id)}/")
+                    bucket.delete_labelled(_results_prefix(plan))
     if not finished:
         store.set_status("interrupted", finished_at=now_iso())
     if engine.errors:
@@ -881,6 +874,26 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
     if not finished:
         raise KeyboardInterrupt
     return _finish(spec, plan, store, console)
+
+
+def _expiry(now: float, vm: VmPlan) -> float:
+    """When ``vm`` powers itself off: its estimate plus 50% and a margin."""
+    return now + vm.estimate.total_s * 1.5 + EXPIRY_MARGIN_S
+
+
+def _results_prefix(plan: Plan) -> str:
+    return f"results/{slug(plan.sweep_id)}/"
+
+
+def _label_prefixes(bucket: Bucket, plan: Plan, inputs: StagedInputs | None) -> None:
+    """Label the prefixes the sweep writes before anything goes under them, so that
+    `cloudprof cleanup` finds them if this process dies before its ``finally``."""
+    now = time.time()
+    expires = max((_expiry(now, vm) for vm in plan.vms), default=now + EXPIRY_MARGIN_S)
+    sweep = slug(plan.sweep_id)
+    bucket.label_prefix(_results_prefix(plan), sweep, expires, RESULTS_RETENTION_S)
+    if inputs is not None:
+        bucket.label_prefix(inputs.prefix, sweep, expires, INPUTS_RETENTION_S)
 
 
 def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> Path:

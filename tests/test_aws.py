@@ -30,6 +30,7 @@ from orchestrator.errors import (
     ProviderError,
     QuotaError,
 )
+from orchestrator.planner import slug
 from orchestrator.providers import get_provider, open_bucket
 from orchestrator.providers.aws import (
     AwsProvider,
@@ -51,6 +52,7 @@ from orchestrator.providers.base import (
 )
 from orchestrator.remote import SshKeys, startup_script
 from tests.fixtures.moto_server import FAKE_ACCESS_KEY, FAKE_SECRET_KEY
+from tests.test_sweep_local import assert_inputs_labelled
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / "infra" / "iam" / "aws-policy.json"
@@ -713,6 +715,11 @@ def test_sweep_end_to_end_after_a_capacity_error_leaves_no_instance(
     keys = S3Bucket("s3://cp-e2e").list("")
     assert sum(k.startswith("inputs/") and k.endswith(".parquet") for k in keys) == 4, keys
     assert not any(k.startswith("results/") for k in keys), keys
+    # The inputs prefix is labelled for `cloudprof cleanup`, in the marker's body and metadata.
+    assert_inputs_labelled(S3Bucket("s3://cp-e2e"), run_dir)
+    (marker,) = [k for k in keys if k.startswith(".cloudprof-labels/inputs/")]
+    head = boto3.client("s3").head_object(Bucket="cp-e2e", Key=marker)
+    assert head["Metadata"][LABEL_SWEEP] == slug(sweep_id), head["Metadata"]
     assert "not copied to the bucket" not in proc.stdout + proc.stderr
     # No credential of the user reaches the output or the results store.
     stored = "".join(p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file())

@@ -1,8 +1,11 @@
-"""``cloudprof cleanup`` through the real CLI, against moto (EC2) and the fake Compute Engine.
+"""``cloudprof cleanup`` through the real CLI, against moto (EC2, S3), the fake Compute
+Engine and the GCS emulator.
 
 Resources are made by the providers themselves (so they carry exactly the
 labels a sweep gives them) with creation and expiry labels set in the past or
-the future; the last test leaves them the hard way, by SIGKILLing a real sweep.
+the future; bucket prefixes are labelled by ``Bucket.label_prefix``, as a sweep
+does, and left as a crash leaves them (marker and objects, no ``finally``); the
+last test leaves everything the hard way, by SIGKILLing a real sweep.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ import pytest
 
 from orchestrator import cli
 from orchestrator.providers import aws, gcp
-from orchestrator.providers.base import LABEL_CREATED, LABEL_EXPIRES, LABEL_SWEEP
+from orchestrator.providers.aws import S3Bucket
+from orchestrator.providers.base import (
+    LABEL_CREATED,
+    LABEL_EXPIRES,
+    LABEL_SWEEP,
+    Bucket,
+    marker_key,
+)
 from orchestrator.remote import SshKeys
 from tests.fixtures.fake_gce import FakeGce
 from tests.test_aws import (
@@ -32,10 +42,17 @@ from tests.test_aws import (
     sweep_keys,
 )
 from tests.test_aws import provider as aws_provider
+from tests.test_gcp import _new_bucket as new_gcs_bucket
 from tests.test_gcp import _provider as gcp_provider
 from tests.test_gcp import _request as gcp_request
 
 HOUR = 3600
+
+
+@pytest.fixture(autouse=True)
+def _elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run where no ``runs/`` directory points cleanup at buckets the test did not make."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture
@@ -78,6 +95,29 @@ def gcp_left(fake: FakeGce, sweep: str) -> list[str]:
     instances = [k for k, v in fake.instances.items() if v["labels"][LABEL_SWEEP] == sweep]
     rules = [k for k in fake.firewalls if k[1] == gcp.firewall_name(sweep)]
     return ["firewall"] * len(rules) + ["instance"] * len(instances)
+
+
+def s3_bucket(name: str) -> S3Bucket:
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket=name)
+    return S3Bucket(f"s3://{name}")
+
+
+def crashed(bucket: Bucket, prefix: str, sweep: str, *, expires_in: float) -> None:
+    """What a sweep SIGKILLed before its ``finally`` leaves: the marker and an object."""
+    bucket.label_prefix(prefix, sweep, time.time() + expires_in, 0)
+    bucket.put_bytes(f"{prefix}t1/summary.json", b"{}")
+
+
+def prefixes_left(bucket: Bucket) -> list[str]:
+    """Labelled prefixes that still hold objects (a deleted one has neither)."""
+    return sorted(p.id for p in bucket.labelled_prefixes() if bucket.list(p.id))
+
+
+def table_rows(out: str) -> set[str]:
+    return {" ".join(cell.strip() for cell in ln.split("│")[1:4])
+            for ln in out.splitlines() if ln.count("│") > 5}
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -227,6 +267,99 @@ def test_a_failed_deletion_is_one_line_and_the_rest_still_go(
     assert line.startswith("error: cleanup: 1 problem") and "--yes` again" in line
 
 
+def test_a_results_prefix_left_by_a_crash_is_listed_and_deleted_only_with_yes(
+    clouds: FakeGce, keys, capsys
+) -> None:
+    bucket = s3_bucket("cp-left")
+    crashed(bucket, "results/s-dead/", "s-dead", expires_in=-HOUR)
+    crashed(bucket, "results/s-live/", "s-live", expires_in=HOUR)
+    crashed(bucket, "results/s-run/", "s-run", expires_in=-HOUR)  # expired, but ...
+    make_aws(keys, "s-run", created_ago=60, expires_in=HOUR)  # ... its instance still runs
+    bucket.label_prefix("inputs/h1/", "s-dead", time.time() - HOUR, 0)
+    bucket.put_bytes("inputs/h1/a.parquet", b"x")
+    bucket.label_prefix("inputs/h1/", "s-live", time.time() + HOUR, 0)  # reused: not due
+    everything = ["inputs/h1/", "results/s-dead/", "results/s-live/", "results/s-run/"]
+
+    code, out, err = run(capsys, "--provider", "aws", "--bucket", "s3://cp-left")
+
+    assert code == 0, err
+    assert table_rows(out) == {"aws bucket-prefix results/s-dead/"}, out
+    assert "s3://cp-left" in out and "nothing was deleted" in out
+    assert "cloudprof cleanup --provider aws --bucket s3://cp-left --yes" in out
+    assert prefixes_left(bucket) == everything
+
+    code, out, err = run(capsys, "--provider", "aws", "--bucket", "s3://cp-left", "--yes")
+
+    assert code == 0, err
+    assert prefixes_left(bucket) == ["inputs/h1/", "results/s-live/", "results/s-run/"]
+    assert bucket.list("results/s-dead/") == {}
+    assert bucket.get_bytes(marker_key("results/s-dead/")) is None  # the marker went too
+    assert "deleted aws bucket-prefix results/s-dead/ in s3://cp-left (1 object)" in out
+    assert "deleted 1 of 1 resource" in out and aws_left("s-run") != []
+    assert "bucket prefix(es) still used by a sweep that has not expired" in out
+
+
+def test_sweep_takes_its_prefixes_but_not_inputs_another_live_sweep_uses(
+    clouds: FakeGce, capsys
+) -> None:
+    bucket = s3_bucket("cp-sel")
+    crashed(bucket, "results/s-a/", "s-a", expires_in=HOUR)
+    crashed(bucket, "results/s-b/", "s-b", expires_in=HOUR)
+    for prefix, users in (("inputs/mine/", ["s-a"]), ("inputs/shared/", ["s-b", "s-a"])):
+        for sweep in users:
+            bucket.label_prefix(prefix, sweep, time.time() + HOUR, 7 * 86400)
+        bucket.put_bytes(f"{prefix}a.parquet", b"x")
+
+    code, out, err = run(capsys, "--bucket", "s3://cp-sel", "--sweep", "s-a", "--yes")
+
+    assert code == 0, err
+    assert prefixes_left(bucket) == ["inputs/shared/", "results/s-b/"]
+    assert "deleted 2 of 2 resources" in out and "of sweep s-a" in out
+
+
+def test_buckets_of_run_directories_and_config_are_searched_and_unreachable_is_one_line(
+    clouds: FakeGce, capsys, tmp_path: Path
+) -> None:
+    found, configured = s3_bucket("cp-found"), s3_bucket("cp-conf")
+    crashed(found, "results/s-dead/", "s-dead", expires_in=-HOUR)
+    crashed(configured, "results/s-old/", "s-old", expires_in=-HOUR)
+    for run_id, url in (("r1", "s3://cp-found"), ("r2", "s3://cp-gone")):
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        (tmp_path / "runs" / run_id / "sweep.json").write_text(
+            json.dumps({"sweep_id": run_id, "bucket": url}))
+    (tmp_path / "sweep.toml").write_text('bucket = "s3://cp-conf"\n')
+
+    code, out, err = run(capsys, "--provider", "aws", "--config", "sweep.toml", "--yes")
+
+    assert code == 0 and err == "", err
+    assert prefixes_left(found) == [] and prefixes_left(configured) == []
+    (skipped,) = [ln for ln in out.splitlines() if ln.startswith("bucket s3://cp-gone")]
+    assert "does not exist" in skipped and skipped.endswith("; skipped")
+    assert "deleted 2 of 2 resources" in out
+
+    code, out, err = run(capsys, "--provider", "gcp")  # s3 buckets are not GCP's
+    assert code == 0 and "cp-gone" not in out
+
+    code, out, err = run(capsys, "--provider", "aws", "--bucket", "s3://cp-gone")
+    (line,) = err.strip().splitlines()
+    assert code != 0 and line.startswith("error: cleanup: bucket s3://cp-gone: cannot list")
+
+
+def test_a_labelled_gcs_prefix_is_cleaned_up(clouds: FakeGce, gcs_emulator: str, capsys) -> None:
+    bucket = new_gcs_bucket()
+    crashed(bucket, "results/s-gdead/", "s-gdead", expires_in=-HOUR)
+    crashed(bucket, "results/s-glive/", "s-glive", expires_in=HOUR)
+    assert prefixes_left(bucket) == ["results/s-gdead/", "results/s-glive/"]
+
+    code, out, err = run(capsys, "--provider", "gcp", "--bucket", bucket.url, "--yes")
+
+    assert code == 0, err
+    assert prefixes_left(bucket) == ["results/s-glive/"]
+    assert sorted(bucket.list("")) == [marker_key("results/s-glive/"),
+                                       "results/s-glive/t1/summary.json"]
+    assert f"deleted gcp bucket-prefix results/s-gdead/ in {bucket.url}" in out
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_vm_env")
 def test_cleanup_after_a_sigkilled_sweep_leaves_nothing_of_it(
@@ -258,6 +391,11 @@ def test_cleanup_after_a_sigkilled_sweep_leaves_nothing_of_it(
     sweep_id = json.loads((run_dir / "sweep.json").read_text())["sweep_id"]
     assert len(live_instances(sweep_id)) == 1, "the killed sweep left no instance to clean up"
     assert sweep_groups(sweep_id) and sweep_keys(sweep_id)
+    bucket = S3Bucket("s3://cp-e2e-kill")  # labelled before anything was put in it
+    labelled = {p.id: p.sweep_id for p in bucket.labelled_prefixes()}
+    assert labelled.pop(f"results/{sweep_id}/") == sweep_id
+    ((inputs, user),) = labelled.items()
+    assert inputs.startswith("inputs/") and user == sweep_id and bucket.list(inputs)
 
     code, out, err = run(capsys, "--sweep", str(run_dir), "--yes")
 
@@ -265,5 +403,6 @@ def test_cleanup_after_a_sigkilled_sweep_leaves_nothing_of_it(
     assert live_instances(sweep_id) == []
     assert sweep_groups(sweep_id) == [] and sweep_keys(sweep_id) == []
     assert aws.list_resources({LABEL_SWEEP: sweep_id}) == []
-    assert "deleted 3 of 3 resources" in out
+    assert bucket.list("") == {}  # its results and inputs prefixes went, markers last
+    assert "deleted 5 of 5 resources" in out
     assert any(ln.startswith("gcp: skipped") for ln in out.splitlines())

@@ -23,6 +23,8 @@ import pandas as pd
 import pytest
 
 from orchestrator.errors import EXIT_INTERRUPTED
+from orchestrator.planner import slug
+from orchestrator.providers import open_bucket
 from tests.fixtures import sweeps
 from tests.fixtures.sweeps import CloudSweep, processes_with, wait_for
 
@@ -41,12 +43,20 @@ def _trials(run_dir: Path) -> pd.DataFrame:
 
 
 def _assert_torn_down(sweep: CloudSweep, run_dir: Path) -> None:
-    """Nothing of the sweep is left: cloud resources, the key pair, processes on the VM."""
+    """Nothing of the sweep is left: cloud resources, the key pair, the results prefix in
+    the bucket (and its label marker), processes on the VM."""
     assert sweep.live() == []  # instances, key pairs, security groups, firewall rules
     assert not (run_dir / "keys").exists()  # the per-sweep SSH key pair is gone too
+    results = _results_prefix(run_dir)
+    bucket = open_bucket(sweep.bucket)
+    assert bucket.list(results) == {} and bucket.prefix_labels(results) is None
     wait_for("the VM's processes of the sweep to end",
              lambda: not [p for p in processes_with(str(sweep.workdir))
                           if "workloads" in p or "pip" in p], timeout=15)
+
+
+def _results_prefix(run_dir: Path) -> str:
+    return f"results/{slug(json.loads((run_dir / 'sweep.json').read_text())['sweep_id'])}/"
 
 
 # ---------------------------------------------------------------- signals at each phase
@@ -150,6 +160,11 @@ def test_sigkill_then_resume_runs_each_missing_trial_once_and_no_trial_twice(
     assert run_dir is not None
     done = set(_trials(run_dir).query("status == 'ok'")["trial_id"])
     assert done and len(sweep.live_instances()) == 1  # the VM outlived the sweep
+    # so did the results prefix, labelled before the VM put anything in it: cleanup finds it
+    results = _results_prefix(run_dir)
+    labelled = open_bucket(sweep.bucket).prefix_labels(results)
+    assert labelled is not None and f"results/{labelled.sweep_id}/" == results
+    assert any(k.endswith("/summary.json") for k in open_bucket(sweep.bucket).list(results))
 
     code, out, err = sweep.run([sys.executable, "-m", "orchestrator", "sweep", "--resume",
                                 str(run_dir)], log="resume")

@@ -51,6 +51,7 @@ from orchestrator.providers.gcp import (
     sweep_tag,
 )
 from tests.fixtures.fake_gce import PERMISSION, QUOTA, STOCKOUT, UNAVAILABLE, FakeGce
+from tests.test_sweep_local import assert_inputs_labelled
 
 ZONE = "us-central1-a"
 REPO = Path(__file__).resolve().parent.parent
@@ -530,6 +531,11 @@ def test_sweep_end_to_end_after_a_stockout_in_the_first_zone(
     assert sum(k.endswith(".parquet") and k.startswith("inputs/") for k in keys) == 4, keys
     assert "not copied to the bucket" not in proc.stdout + proc.stderr
     assert not any(k.startswith("results/") for k in keys), keys
+    # the inputs prefix is labelled for `cloudprof cleanup`, in the marker's body and metadata
+    assert_inputs_labelled(bucket, run_dir)
+    (marker,) = [k for k in keys if k.startswith(".cloudprof-labels/inputs/")]
+    metadata = bucket._client().bucket(bucket.name).get_blob(marker).metadata
+    assert metadata[LABEL_SWEEP] == sweep_label, metadata
     # signed URLs are bearer tokens: none in the results store or the output
     assert "X-Goog-Signature" not in proc.stdout + proc.stderr
     for path in run_dir.rglob("*"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import io
 import json
@@ -31,14 +32,44 @@ from orchestrator.errors import (
     PartialSweepError,
     UsageError,
 )
-from orchestrator.providers.base import Executor, Instance
+from orchestrator.planner import slug
+from orchestrator.providers.base import (
+    LABEL_CREATED,
+    LABEL_CREATOR,
+    LABEL_EXPIRES,
+    LABEL_SWEEP,
+    Bucket,
+    Executor,
+    Instance,
+    creator_label,
+    marker_key,
+)
 from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
 from orchestrator.spec import SweepSpec
 from orchestrator.store import RunStore
-from orchestrator.sweep import run_sweep
+from orchestrator.sweep import INPUTS_RETENTION_S, run_sweep
 from workloads.base import UnitCounter, Workload
 
 SMALL = {"frames": "4", "rows": "40", "cols": "40", "dim": "8"}
+
+
+def assert_inputs_labelled(bucket: Bucket, run_dir: Path) -> None:
+    """After the sweep of ``run_dir``: its inputs prefix carries the sweep's labels (kept
+    for the next sweeps, INPUTS_RETENTION_S past the sweep's expiry) and its results
+    prefix is gone with its marker. Shared by the local, S3 and GCS end-to-end tests."""
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    sweep_label = slug(sweep["sweep_id"])
+    started = calendar.timegm(time.strptime(sweep["started_at"], "%Y-%m-%dT%H:%M:%SZ"))
+    (found,) = [p for p in bucket.labelled_prefixes() if p.id.startswith("inputs/")]
+    assert any(k.startswith(found.id) and k.endswith(".parquet") for k in bucket.list("inputs/"))
+    labels = found.labels
+    assert labels[LABEL_SWEEP] == sweep_label and labels[LABEL_CREATOR] == creator_label()
+    assert started - 1 <= int(labels[LABEL_CREATED]) <= time.time()
+    sweep_expires = found.sweeps[sweep_label]
+    assert sweep_expires > started  # the sweep's own expiry: when its VMs power off
+    assert int(labels[LABEL_EXPIRES]) == int(sweep_expires + INPUTS_RETENTION_S)
+    assert not [p for p in bucket.labelled_prefixes() if p.id.startswith("results/")]
+    assert bucket.get_bytes(marker_key(f"results/{sweep_label}/")) is None
 
 
 class FailAtTwoWorkers(Workload):
@@ -176,6 +207,7 @@ def test_local_sweep_end_to_end(first_run: tuple[Path, str], cache: Path) -> Non
     on_host = next(run_dir.glob("hosts/*/inputs/*/frame_0000.parquet"))
     assert on_host.stat().st_ino == staged[0].stat().st_ino
     assert not list(bucket.glob("results/*/*/summary.json"))  # the sweep's prefix is removed
+    assert_inputs_labelled(LocalBucket(bucket), run_dir)
 
     assert "would be created" in output and "n2-highcpu-8-w2-r0" in output
 
@@ -354,6 +386,37 @@ def test_local_bucket_upload_skips_identical_and_round_trips(tmp_path: Path) -> 
     assert bucket.delete_prefix("inputs/h/") == 2 and bucket.list("inputs/") == {}
     with pytest.raises(BucketError, match="escapes"):
         bucket.signed_url("../outside")
+
+
+def test_prefix_labels_are_refreshed_by_each_sweep_that_uses_the_prefix(tmp_path: Path) -> None:
+    """The inputs cache: first creation time kept, latest sweep named, expiry only later,
+    sweeps that expired forgotten; the marker is outside the prefix and deleted last."""
+    bucket = LocalBucket(tmp_path / "bucket")
+    now = time.time()
+    first = bucket.label_prefix("inputs/h", "s-old", now - 60, 0)  # already expired
+    bucket.put_bytes("inputs/h/a.parquet", b"data")
+    assert bucket.list("inputs/h/") == {"inputs/h/a.parquet": hashlib.md5(b"data").hexdigest()}
+    second = bucket.label_prefix("inputs/h/", "s-new", now + 600, 3600)
+    third = bucket.label_prefix("inputs/h/", "s-short", now + 60, 0)
+
+    (stored,) = bucket.labelled_prefixes()
+    assert stored.id == "inputs/h/" and stored.region == bucket.url
+    assert stored.labels == third.labels and stored.sweep_id == "s-short"
+    assert stored.created_at == first.created_at <= now + 1
+    assert stored.expires_at == second.expires_at == int(now + 600 + 3600)  # never earlier
+    assert set(stored.sweeps) == {"s-new", "s-short"}  # s-old had expired: forgotten
+    assert stored.users_alive(time.time(), besides="s-new") == ["s-short"]
+
+    assert bucket.delete_labelled("inputs/h") == 1
+    assert bucket.labelled_prefixes() == [] and bucket.prefix_labels("inputs/h/") is None
+    assert not (tmp_path / "bucket" / "inputs").exists()  # no empty directories left
+
+
+def test_an_unreadable_marker_is_listed_without_labels(tmp_path: Path) -> None:
+    bucket = LocalBucket(tmp_path / "bucket")
+    bucket.put_bytes(marker_key("results/s1"), b"{not json")
+    (found,) = bucket.labelled_prefixes()
+    assert found.id == "results/s1/" and found.labels == {} and found.expires_at is None
 
 
 def test_local_executor_runs_argv_without_a_shell(tmp_path: Path) -> None:

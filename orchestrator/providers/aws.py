@@ -56,6 +56,7 @@ from orchestrator.providers.base import (
     ProviderOptions,
     Resource,
     VmRequest,
+    creator_label,
 )
 
 if TYPE_CHECKING:
@@ -252,8 +253,6 @@ def resource_tags(req: VmRequest) -> dict[str, str]:
     tags = {k: v for k, v in req.labels.items() if v}
     tags.setdefault(LABEL_SWEEP, req.sweep_id)
     if LABEL_CREATOR not in tags:
-        from orchestrator.sweep import creator_label
-
         tags[LABEL_CREATOR] = creator_label()
     now = int(time.time())
     tags.setdefault(LABEL_CREATED, str(now))
@@ -1080,3 +1079,21 @@ class S3Bucket(Bucket):
                     )
                 deleted += len(batch)
         return deleted
+
+    def put_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
+        client = self.client
+        with self._calls(f"write {key}"):
+            client.put_object(Bucket=self.name, Key=self._full(key), Body=data,
+                              Metadata=metadata or {}, ContentType="application/json")
+
+    def get_bytes(self, key: str) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        client = self.client
+        with self._calls(f"read {key}"):
+            try:
+                return client.get_object(Bucket=self.name, Key=self._full(key))["Body"].read()
+            except ClientError as err:
+                if error_code(err)[0] in ("NoSuchKey", "404"):
+                    return None
+                raise

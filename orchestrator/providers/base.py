@@ -10,6 +10,10 @@ classes, so a new cloud is one new module in this package plus a line in
 from __future__ import annotations
 
 import abc
+import getpass
+import json
+import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +25,29 @@ LABEL_SWEEP = "cloudprof-sweep"
 LABEL_CREATOR = "cloudprof-creator"
 LABEL_CREATED = "cloudprof-created"  # unix seconds
 LABEL_EXPIRES = "cloudprof-expires"  # unix seconds
+
+# A labelled bucket prefix keeps its labels in a small marker object under this
+# root, one per prefix (``.cloudprof-labels/results/<sweep>/labels.json``), not
+# inside the prefix itself: the sweep lists ``inputs/<hash>/`` to build what VMs
+# download, and cleanup finds every labelled prefix with one short listing.
+LABELS_ROOT = ".cloudprof-labels"
+LABELS_FILE = "labels.json"
+BUCKET_PREFIX = "bucket-prefix"  # Resource.kind of a labelled prefix
+
+
+def creator_label() -> str:
+    """The local user as a label value (GCP label values allow [a-z0-9_-], 63 chars)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return (re.sub(r"[^a-z0-9_-]+", "-", user.lower()).strip("-") or "unknown")[:63]
+
+
+def sweep_labels(sweep: str, created: float, expires: float) -> dict[str, str]:
+    """cloudprof's four labels, as every resource of a sweep carries them."""
+    return {LABEL_SWEEP: sweep, LABEL_CREATOR: creator_label(),
+            LABEL_CREATED: str(int(created)), LABEL_EXPIRES: str(int(expires))}
 
 
 @dataclass
@@ -95,6 +122,30 @@ def _label_time(labels: dict[str, str], key: str) -> float | None:
         return float(labels[key])
     except (KeyError, ValueError):
         return None
+
+
+@dataclass
+class LabelledPrefix(Resource):
+    """A bucket prefix a sweep wrote, with the labels of its marker object.
+
+    ``sweeps`` maps every sweep that still uses the prefix to that sweep's own expiry:
+    an inputs prefix is a cache shared by sweeps, and cleanup must not delete it under
+    one that has not expired. The ``expires`` label adds the prefix's retention to the
+    latest of them.
+    """
+
+    id: str  # the prefix, "results/<sweep>/" or "inputs/<hash>/"
+    region: str  # the bucket's URL: where the prefix lives
+    labels: dict[str, str] = field(default_factory=dict)
+    sweeps: dict[str, float] = field(default_factory=dict)
+    kind: str = BUCKET_PREFIX
+    name: str = ""
+    state: str = ""
+    zone: str | None = None
+
+    def users_alive(self, now: float, besides: str | None = None) -> list[str]:
+        """Sweeps other than ``besides`` that use the prefix and have not expired yet."""
+        return sorted(s for s, expires in self.sweeps.items() if s != besides and expires > now)
 
 @dataclass
 class CommandResult:
@@ -195,6 +246,79 @@ class Bucket(abc.ABC):
     @abc.abstractmethod
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object below ``prefix``; returns how many."""
+
+    @abc.abstractmethod
+    def put_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
+        """Write one small object (``metadata`` as object metadata where the store has it)."""
+
+    @abc.abstractmethod
+    def get_bytes(self, key: str) -> bytes | None:
+        """One small object's content; None when it does not exist."""
+
+    # -- labelled prefixes: written once here, over the two primitives above
+
+    def label_prefix(self, prefix: str, sweep: str, sweep_expires: float,
+                     retention_s: float) -> LabelledPrefix:
+        """Write (or refresh) ``prefix``'s marker before anything else goes under it.
+
+        A prefix shared by sweeps (the inputs cache) keeps the creation time of its
+        first sweep, names the latest in ``cloudprof-sweep``, remembers every sweep
+        still running on it, and expires ``retention_s`` after the last of them.
+        Concurrent sweeps refreshing one marker may drop each other's entry: the
+        expiry still only moves later, so the prefix is never deleted early by it.
+        """
+        now = time.time()
+        old = self.prefix_labels(prefix)
+        sweeps = {s: t for s, t in (old.sweeps if old else {}).items() if t > now}
+        sweeps[sweep] = float(int(sweep_expires))
+        created = old.created_at if old and old.created_at is not None else now
+        expires = max(sweep_expires + retention_s, (old.expires_at or 0) if old else 0)
+        labels = sweep_labels(sweep, created, expires)
+        body = {"bucket": self.url, "prefix": _dir(prefix), "labels": labels, "sweeps": sweeps}
+        self.put_bytes(marker_key(prefix), json.dumps(body, indent=1).encode(), labels)
+        return LabelledPrefix(id=_dir(prefix), region=self.url, labels=labels, sweeps=sweeps)
+
+    def prefix_labels(self, prefix: str) -> LabelledPrefix | None:
+        """The labels of ``prefix``; None when it has no marker."""
+        data = self.get_bytes(marker_key(prefix))
+        return None if data is None else self._parse_marker(_dir(prefix), data)
+
+    def labelled_prefixes(self) -> list[LabelledPrefix]:
+        """Every prefix of this bucket with a marker (a marker that does not parse shows
+        with no labels, so cleanup lists it but never picks it by expiry)."""
+        tail = f"/{LABELS_FILE}"
+        out = []
+        for key in sorted(self.list(f"{LABELS_ROOT}/")):
+            if key.startswith(f"{LABELS_ROOT}/") and key.endswith(tail):
+                data = self.get_bytes(key)
+                if data is not None:
+                    out.append(self._parse_marker(key[len(LABELS_ROOT) + 1:-len(LABELS_FILE)],
+                                                  data))
+        return out
+
+    def delete_labelled(self, prefix: str) -> int:
+        """Delete ``prefix``, its marker last: a failure half-way leaves it still labelled."""
+        deleted = self.delete_prefix(_dir(prefix))
+        self.delete_prefix(f"{LABELS_ROOT}/{_dir(prefix)}")
+        return deleted
+
+    def _parse_marker(self, prefix: str, data: bytes) -> LabelledPrefix:
+        try:
+            body = json.loads(data)
+            labels = {str(k): str(v) for k, v in body["labels"].items()}
+            sweeps = {str(k): float(v) for k, v in body.get("sweeps", {}).items()}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            labels, sweeps = {}, {}
+        return LabelledPrefix(id=prefix, region=self.url, labels=labels, sweeps=sweeps)
+
+
+def _dir(prefix: str) -> str:
+    return f"{prefix.strip('/')}/"
+
+
+def marker_key(prefix: str) -> str:
+    """The key of ``prefix``'s marker object."""
+    return f"{LABELS_ROOT}/{_dir(prefix)}{LABELS_FILE}"
 
 
 @dataclass

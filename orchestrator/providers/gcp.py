@@ -925,3 +925,21 @@ class GcsBucket(Bucket):
             return 1
 
         return sum(self._pool(delete, keys))
+
+    def put_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
+        blob = self._bucket().blob(self._key(key))
+        blob.metadata = metadata or None
+        try:
+            blob.upload_from_string(data, content_type="application/json")
+        except _api_errors() as exc:
+            raise self._error(exc, f"writing {key}") from None
+
+    def get_bytes(self, key: str) -> bytes | None:
+        from google.api_core import exceptions as gexc
+
+        try:
+            return self._bucket().blob(self._key(key)).download_as_bytes()
+        except gexc.NotFound:
+            return None
+        except _api_errors() as exc:
+            raise self._error(exc, f"reading {key}") from None

@@ -299,5 +299,30 @@ class LocalBucket(Bucket):
     def delete_prefix(self, prefix: str) -> int:
         keys = self.list(prefix)
         for key in keys:
-            self._key_path(key).unlink(missing_ok=True)
+            path = self._key_path(key)
+            path.unlink(missing_ok=True)
+            self._prune(path.parent)
         return len(keys)
+
+    def _prune(self, directory: Path) -> None:
+        """Remove directories left empty up to the root, as an object store has none."""
+        while directory != self.root and self.root in directory.parents:
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (or gone): stop
+                return
+            directory = directory.parent
+
+    def put_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
+        """Written atomically; a directory has no object metadata, so ``metadata`` is unused."""
+        dest = self._key_path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+
+    def get_bytes(self, key: str) -> bytes | None:
+        try:
+            return self._key_path(key).read_bytes()
+        except FileNotFoundError:
+            return None
