@@ -357,6 +357,11 @@ def _delete_one(module: ModuleType | None, item: Leftover, console: Console,
     """Delete one resource (a bucket prefix through its bucket); a failure is one line."""
     try:
         if item.bucket is not None:
+            current = item.bucket.prefix_labels(item.resource.id)
+            if current is not None and current.labels != item.resource.labels:
+                # A sweep started using the prefix (the inputs cache) since it was listed.
+                _line(console, f"kept {item.describe()}: a sweep relabelled it just now")
+                return False
             count = item.bucket.delete_labelled(item.resource.id)
             done = f" ({count} object{'' if count == 1 else 's'})"
         else:

@@ -11,6 +11,7 @@ last test leaves everything the hard way, by SIGKILLing a real sweep.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import signal
@@ -19,8 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from orchestrator import cli
+from orchestrator import cleanup, cli
 from orchestrator.providers import aws, gcp
 from orchestrator.providers.aws import S3Bucket
 from orchestrator.providers.base import (
@@ -30,6 +32,7 @@ from orchestrator.providers.base import (
     Bucket,
     marker_key,
 )
+from orchestrator.providers.local import LocalBucket
 from orchestrator.remote import SshKeys
 from tests.fixtures.fake_gce import FakeGce
 from tests.test_aws import (
@@ -343,6 +346,47 @@ def test_buckets_of_run_directories_and_config_are_searched_and_unreachable_is_o
     code, out, err = run(capsys, "--provider", "aws", "--bucket", "s3://cp-gone")
     (line,) = err.strip().splitlines()
     assert code != 0 and line.startswith("error: cleanup: bucket s3://cp-gone: cannot list")
+
+
+def _aged(bucket: Bucket, prefix: str, created_ago: float) -> None:
+    """Move the prefix's creation label into the past (as if staged that long ago)."""
+    body = json.loads(bucket.get_bytes(marker_key(prefix)) or b"")
+    body["labels"][LABEL_CREATED] = str(int(time.time() - created_ago))
+    bucket.put_bytes(marker_key(prefix), json.dumps(body).encode())
+
+
+def test_older_than_in_a_dry_runs_local_bucket_spares_inputs_a_live_sweep_uses(
+    clouds: FakeGce, capsys, tmp_path: Path
+) -> None:
+    bucket = LocalBucket(tmp_path / "dry-run-bucket")
+    crashed(bucket, "results/s-old/", "s-old", expires_in=-HOUR)
+    _aged(bucket, "results/s-old/", 3 * HOUR)
+    crashed(bucket, "results/s-young/", "s-young", expires_in=-HOUR)  # created just now
+    crashed(bucket, "inputs/h/", "s-live", expires_in=HOUR)
+    _aged(bucket, "inputs/h/", 3 * HOUR)  # staged long ago, still used by s-live
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    (tmp_path / "runs" / "r1" / "sweep.json").write_text(json.dumps({"bucket": bucket.url}))
+
+    code, out, err = run(capsys, "--older-than", "2h", "--yes")
+
+    assert code == 0, err
+    assert prefixes_left(bucket) == ["inputs/h/", "results/s-young/"]
+    assert "deleted local bucket-prefix results/s-old/" in out
+    assert "1 bucket prefix(es) still used by a sweep that has not expired" in out
+
+
+def test_a_prefix_relabelled_after_it_was_listed_is_kept(tmp_path: Path) -> None:
+    """A sweep that starts using the inputs cache while cleanup runs keeps it."""
+    bucket = LocalBucket(tmp_path / "bucket")
+    crashed(bucket, "inputs/h/", "s-old", expires_in=-HOUR)
+    (listed,) = bucket.labelled_prefixes()
+    bucket.label_prefix("inputs/h/", "s-new", time.time() + HOUR, 0)
+    console = Console(file=io.StringIO(), width=200)
+
+    deleted, failures = cleanup.delete([cleanup.Leftover("local", listed, bucket)], console)
+
+    assert deleted == 0 and failures == [] and prefixes_left(bucket) == ["inputs/h/"]
+    assert "a sweep relabelled it just now" in console.file.getvalue()  # type: ignore[attr-defined]
 
 
 def test_a_labelled_gcs_prefix_is_cleaned_up(clouds: FakeGce, gcs_emulator: str, capsys) -> None:
