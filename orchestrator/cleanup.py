@@ -12,9 +12,9 @@ cloud call of its own: one place per cloud knows how to list and delete.
 Bucket prefixes a sweep wrote (``results/<sweep>/``, ``inputs/<hash>/``) carry
 the same labels in a marker object (``Bucket.label_prefix``). The buckets looked
 in are those given with ``--bucket``, the one of ``--config``'s file, and those
-recorded in the run directories below ``--out`` (and the ``--sweep`` run
-directory's): a bucket that cannot be listed is one line and skipped, unless it
-was given with ``--bucket``.
+recorded in the run directories below ``--out`` and in the ``--sweep`` run
+directory (``store.recorded_buckets``): a bucket that cannot be listed is one
+line and skipped, unless it was given with ``--bucket``.
 
 What is due: with ``--sweep``, everything of that sweep; with
 ``--older-than``, what was created longer ago than that; otherwise what is
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +42,6 @@ from orchestrator.errors import CloudprofError, CredentialsError, ProviderError,
 from orchestrator.planner import slug
 from orchestrator.providers import PROVIDERS, get_provider, open_bucket
 from orchestrator.providers.base import LABEL_SWEEP, Bucket, LabelledPrefix, Resource
-from orchestrator.store import SWEEP_FILE
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,48 +92,26 @@ class Buckets:
         return [a for url in self.given for a in ("--bucket", url)]
 
 
-def find_buckets(given: Sequence[str], runs_dirs: Sequence[Path],
-                 config_bucket: str | None = None) -> Buckets:
-    """``given`` plus the config file's bucket and those the runs in ``runs_dirs`` used.
-
-    A path in ``runs_dirs`` is a run directory itself or a directory of them (``runs/``).
-    """
-    found: list[str] = [config_bucket] if config_bucket else []
-    for runs in runs_dirs:
-        runs = Path(runs)
-        candidates = [runs] if (runs / SWEEP_FILE).is_file() else sorted(runs.glob("*"))
-        for run_dir in candidates:
-            url = _recorded_bucket(run_dir)
-            if url:
-                found.append(url)
-    given_list = list(dict.fromkeys(given))
-    return Buckets(given_list, [u for u in dict.fromkeys(found) if u not in given_list])
-
-
-def _recorded_bucket(run_dir: Path) -> str | None:
-    try:
-        url = json.loads((run_dir / SWEEP_FILE).read_text(encoding="utf-8")).get("bucket")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return url if isinstance(url, str) and url else None
-
-
 def cleanup(
     provider: str | None,
     older_than_s: float | None,
     sweep_id: str | None,
     yes: bool,
     console: Console,
-    buckets: Buckets | None = None,
+    given_buckets: Sequence[str] = (),
+    found_buckets: Sequence[str] = (),
 ) -> int:
     """List what is due (and delete it with ``yes``); 0 when all went well.
 
-    A failed deletion raises ProviderError after every other resource was tried,
-    so the CLI exits non-zero with one line.
+    Labelled prefixes are looked for in ``given_buckets`` (--bucket: one that cannot
+    be listed is an error) and ``found_buckets`` (from the config file and run
+    directories: skipped with one line). A failed deletion raises ProviderError after
+    every other resource was tried, so the CLI exits non-zero with one line.
     """
     now = time.time()
     sweep_label = slug(sweep_id) if sweep_id else None  # the engine labels with slug(id)
-    buckets = buckets or Buckets()
+    given = list(dict.fromkeys(given_buckets))
+    buckets = Buckets(given, [u for u in dict.fromkeys(found_buckets) if u not in given])
     listed, searched, failures = _list_everywhere(provider, sweep_label, console)
     _list_buckets(buckets, provider, sweep_label, console, listed, searched, failures)
     due, kept = choose(listed, now, older_than_s, sweep_label)

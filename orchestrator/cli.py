@@ -429,6 +429,7 @@ def cleanup(
     """List (and with --yes delete) leftover resources carrying cloudprof's labels."""
     from orchestrator.catalog import check_name
     from orchestrator.config import check_bucket, parse_duration, read_config
+    from orchestrator.store import recorded_buckets
 
     if provider is not None and provider not in ("gcp", "aws"):
         raise UsageError(f"--provider: cleanup applies to gcp and aws, not {provider!r}")
@@ -441,9 +442,12 @@ def cleanup(
     given = [check_bucket(url) for url in bucket or []]
     settings = read_config(config) if config is not None else {}
     runs_dirs.append(out or Path(settings.get("out") or _DEFAULTS.out))
+    found = [*([settings["bucket"]] if settings.get("bucket") else []),
+             *recorded_buckets(runs_dirs)]
+    # Bucket arguments only when there are buckets: cleanup's 5-argument call stays as is.
+    buckets = {"given_buckets": given, "found_buckets": found} if given or found else {}
     module = _lazy("orchestrator.cleanup", "cleanup")
-    buckets = module.find_buckets(given, runs_dirs, settings.get("bucket"))
-    module.cleanup(provider, older_than_s, sweep_id, yes, _console(), buckets)
+    module.cleanup(provider, older_than_s, sweep_id, yes, _console(), **buckets)
 
 
 def _sweep_id_of(value: str) -> str:

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +106,25 @@ def _atomic_path(path: Path) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def recorded_buckets(paths: Iterable[Path]) -> list[str]:
+    """Bucket URLs the runs at ``paths`` used, each once (``cloudprof cleanup`` looks in them).
+
+    A path is a run directory or a directory of them (``runs/``); anything unreadable
+    is no run.
+    """
+    found: list[str] = []
+    for path in map(Path, paths):
+        runs = [path] if (path / SWEEP_FILE).is_file() else sorted(path.glob("*"))
+        for run_dir in runs:
+            try:
+                url = json.loads((run_dir / SWEEP_FILE).read_text(encoding="utf-8")).get("bucket")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(url, str) and url and url not in found:
+                found.append(url)
+    return found
 
 
 def now_iso() -> str:
