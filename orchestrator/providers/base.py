@@ -91,11 +91,13 @@ class Resource:
     rule), as a cloud module's ``list_resources`` returns it and ``delete_resources`` takes it.
 
     ``cloudprof cleanup`` handles every cloud's leftovers through this one shape
-    (``aws.AwsResource``, ``gcp.GcpResource`` are dataclasses deriving from it), so it
-    never makes a cloud call itself; what cleanup decides on comes from the labels.
+    (``aws.AwsResource``, ``gcp.GcpResource`` are dataclasses deriving from it; so is
+    :class:`LabelledPrefix`, which ``Bucket.labelled_prefixes`` returns), so it never
+    makes a cloud call itself; what cleanup decides on comes from the labels.
     """
 
-    kind: str  # "instance", or a per-sweep resource: "key-pair", "security-group", "firewall"
+    kind: str  # "instance", a per-sweep "key-pair", "security-group", "firewall", or
+    # "bucket-prefix" (LabelledPrefix: a bucket module lists it, not a cloud module)
     id: str
     name: str
     state: str
