@@ -799,6 +799,10 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
         for provider in checkers.values():
             provider.check_credentials()
+        if any(provider.creates_machines for provider in checkers.values()):
+            from orchestrator.remote import boot_timeout
+
+            boot_timeout()  # a bad CLOUDPROF_SSH_BOOT_TIMEOUT fails here, before any VM exists
     render_plan(plan, console, spec.dry_run)
 
     if inputs is not None:

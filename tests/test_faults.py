@@ -312,9 +312,11 @@ FAKE_KEY_ID = "AKIAZZZZDECOY0000000"  # the shape of an AWS access key id
     ("key id in sweep.toml", "project: the value looks like a credential"),
     ("private key in sweep.toml", "bucket: the value looks like a credential"),
     ("key id as --param", "workload parameter 'x' looks like a credential"),
+    ("bad SSH boot timeout", "CLOUDPROF_SSH_BOOT_TIMEOUT='soon': give a number of seconds"),
 ])
 def test_bad_input_is_one_line_and_leaves_no_run_dir_and_no_instance(
     moto_env, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, expected: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from orchestrator import cli
     from orchestrator.errors import EXIT_USAGE, BucketError
@@ -337,7 +339,10 @@ def test_bad_input_is_one_line_and_leaves_no_run_dir_and_no_instance(
         "private key in sweep.toml": ["--config", str(config)],
         "key id as --param": ["-m", "c6i.large", "--workload", "m:W", "--param",
                               f"x={FAKE_KEY_ID}"],
+        "bad SSH boot timeout": ["-m", "c6i.large"],
     }[case]
+    if case == "bad SSH boot timeout":
+        monkeypatch.setenv("CLOUDPROF_SSH_BOOT_TIMEOUT", "soon")
     config.write_text({
         "malformed toml": 'machines = ["c6i.large"]\nworkers = [1, 2\n',
         "unknown key": 'machines = ["c6i.large"]\nprovder = "aws"\n',
