@@ -10,6 +10,7 @@ error into one ``error: ...`` line on stderr and the documented exit code.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -43,10 +44,18 @@ CLOUD = "Provider"
 LIMITS = "Limits and output"
 
 
+PIPED_WIDTH = 160  # columns of output that goes to a file or a pipe
+
+
 def _console(stderr: bool = False) -> Console:
+    """rich assumes 80 columns when not writing to a terminal, which wraps the report's
+    tables mid-word in a file or a CI log; there it gets PIPED_WIDTH unless $COLUMNS says."""
     from rich.console import Console
 
-    return Console(stderr=stderr)
+    console = Console(stderr=stderr)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = PIPED_WIDTH
+    return console
 
 
 def _lazy(module: str, what: str) -> ModuleType:

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -422,8 +423,12 @@ def test_dry_run_sweep_then_report_compare_resume_and_the_memory_gate(tmp_path: 
     (run2,) = set(out.iterdir()) - {run1}
     assert len(pd.read_parquet(run2 / "trials.parquet")) == 1  # recorded before the gate failed
 
-    proc = cloudprof("report", str(run1), timeout=120)
+    piped = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # pytest sets it to 80
+    proc = cloudprof("report", str(run1), env=piped, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    # piped, the table still has one line per row: the header is not wrapped mid-word
+    assert any(re.search(r"machine\s+workers\s", line) for line in proc.stdout.splitlines()), \
+        proc.stdout
     assert f"wrote {run1 / 'report.html'}" in proc.stdout.replace("\n", "")
 
     proc = cloudprof("compare", str(run1), str(run2), timeout=120)
