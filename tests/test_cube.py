@@ -144,6 +144,47 @@ def test_a_failing_consumer_stops_all_workers_and_raises(cache: Path) -> None:
         work.run(2, threading.Event(), UnitCounter(), fails)
 
 
+def test_every_worker_runs_before_the_first_cube_is_built(cache: Path) -> None:
+    """With many workers, none starts building while others are still being started.
+
+    ``Thread.start()`` waits for the new thread to get the GIL; started one by one
+    between busy workers, a 64-worker trial used to spend seconds with a fraction of
+    its workers. The first cube now sees them all alive.
+    """
+    workers = 48
+    alive_at_first_cube: list[int] = []
+    names = lambda: sum(t.name.startswith("cube-worker") for t in threading.enumerate())  # noqa: E731
+
+    def consumer(cube: np.ndarray, cols: np.ndarray) -> None:
+        if not alive_at_first_cube:
+            alive_at_first_cube.append(names())
+
+    _workload(cache).run(workers, threading.Event(), UnitCounter(), consumer, limit=200)
+    assert alive_at_first_cube == [workers]
+
+
+def test_a_worker_that_cannot_be_started_stops_the_others(monkeypatch) -> None:
+    from workloads.base import run_threads
+
+    stop = threading.Event()
+    real_start, calls = threading.Thread.start, []
+
+    def start(self: threading.Thread) -> None:
+        calls.append(self.name)
+        if len(calls) == 3:
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    def target(k: int) -> None:
+        stop.wait(5)  # the two that started end only when told to stop
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        run_threads(4, target, stop=stop)
+    assert stop.is_set() and time.perf_counter() - t0 < 2
+
+
 def test_registered_and_reports_what_it_ran(cache: Path) -> None:
     assert load_workload("cube") is CubeWorkload
     work = _workload(cache)
