@@ -38,7 +38,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from orchestrator.errors import CloudprofError, CredentialsError, ProviderError, UsageError
+from orchestrator.errors import (
+    CloudprofError,
+    CredentialsError,
+    ProviderError,
+    UsageError,
+    one_line,
+)
 from orchestrator.planner import slug
 from orchestrator.providers import PROVIDERS, get_provider, open_bucket
 from orchestrator.providers.base import LABEL_SWEEP, Bucket, LabelledPrefix, Resource
@@ -208,7 +214,7 @@ def _list_buckets(buckets: Buckets, provider: str | None, sweep_label: str | Non
             bucket = open_bucket(url)
             prefixes = bucket.labelled_prefixes()
         except (CloudprofError, OSError) as exc:
-            message = f"bucket {url}: cannot list it: {_one_line(exc)}"
+            message = f"bucket {url}: cannot list it: {one_line(exc)}"
             if url in buckets.given:
                 _line(console, message)
                 failures.append(message)
@@ -225,9 +231,6 @@ def _local_dir(url: str) -> Path:
 
     return Path(unquote(urlparse(url).path) if url.startswith("file://") else url).expanduser()
 
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def choose(
@@ -345,7 +348,7 @@ def _delete_one(module: ModuleType | None, item: Leftover, console: Console,
             module.delete_resources([item.resource])
             done = ""
     except (CloudprofError, OSError) as exc:
-        message = f"could not delete {item.describe()}: {_one_line(exc)}"
+        message = f"could not delete {item.describe()}: {one_line(exc)}"
         _line(console, message)
         failures.append(message)
         return False

@@ -137,3 +137,8 @@ class PartialSweepError(CloudprofError):
     def __init__(self, message: str, run_dir: object = None) -> None:
         super().__init__(message)
         self.run_dir = run_dir
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as the single line an error message may be (whitespace folded)."""
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -37,6 +37,7 @@ from orchestrator.errors import (
     SweepInterruptedError,
     UnreachableError,
     UsageError,
+    one_line,
 )
 from orchestrator.planner import (
     Plan,
@@ -325,8 +326,8 @@ class _Engine:
         except Exception as exc:
             with host.lock:
                 host.deleted = False
-            self.store.record_vm(host.vm.name, state="delete_failed", error=_one_line(exc))
-            self.progress.log(f"[red]could not delete {inst.name} ({inst.id}): {_one_line(exc)}"
+            self.store.record_vm(host.vm.name, state="delete_failed", error=one_line(exc))
+            self.progress.log(f"[red]could not delete {inst.name} ({inst.id}): {one_line(exc)}"
                               f" — run `cloudprof cleanup --sweep {self.plan.sweep_id}`")
             return
         state = "deleted" if host.provider.creates_machines else "released"
@@ -359,16 +360,16 @@ class _Engine:
             self.store.record_machine(vm.machine.name, status)
             self.progress.machine_done(vm.name, status)
         except _Preempted as exc:
-            self.store.record_machine(vm.machine.name, "preempted", _one_line(exc))
+            self.store.record_machine(vm.machine.name, "preempted", one_line(exc))
             self.progress.machine_done(vm.name, "preempted")
-            self.progress.log(f"[red]{vm.machine.name}: preempted: {_one_line(exc)}")
+            self.progress.log(f"[red]{vm.machine.name}: preempted: {one_line(exc)}")
         except CloudprofError as exc:
             if self.stop.is_set():
                 self.store.record_machine(vm.machine.name, "interrupted")
             else:
-                self.store.record_machine(vm.machine.name, "failed", _one_line(exc))
+                self.store.record_machine(vm.machine.name, "failed", one_line(exc))
                 self.progress.machine_done(vm.name, "failed")
-                self.progress.log(f"[red]{vm.machine.name}: failed: {_one_line(exc)}")
+                self.progress.log(f"[red]{vm.machine.name}: failed: {one_line(exc)}")
         except BaseException as exc:  # a bug: record it, tear down, re-raise in the main thread
             self.errors.append(exc)
             self.store.record_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
@@ -387,7 +388,7 @@ class _Engine:
             if not exc.next_zones or self.stop.is_set():
                 raise
             zone = exc.next_zones[0]
-            self.progress.log(f"[yellow]{vm.machine.name}: {_one_line(exc)}; trying {zone} once")
+            self.progress.log(f"[yellow]{vm.machine.name}: {one_line(exc)}; trying {zone} once")
             self._delete(host)
             host.inst, host.deleted = None, False
             self._provision(host, zone)
@@ -509,7 +510,7 @@ class _Engine:
                     if self._collect_earlier(host, trial, last_dir):
                         return
                 except RETRYABLE as exc:
-                    last_error = _one_line(exc)
+                    last_error = one_line(exc)
                     continue
             ex = host.executor
             assert ex is not None
@@ -535,7 +536,7 @@ class _Engine:
                     return
                 if not isinstance(exc, RETRYABLE):
                     raise
-                last_error = f"connection lost: {_one_line(exc)}"
+                last_error = f"connection lost: {one_line(exc)}"
         self._record(host, trial, None, None, status="failed",
                      error=f"gave up after {TRIAL_ATTEMPTS} attempts: {last_error}")
 
@@ -573,7 +574,7 @@ class _Engine:
                             timeout=600)
             reason = None if result.exit_code == 0 else _last_line(result)
         except ProviderError as exc:  # a finished trial is still collected directly below
-            reason = _one_line(exc)
+            reason = one_line(exc)
         if reason:
             self.progress.log(f"[yellow]{trial.trial_id}: results not copied to the bucket: "
                               f"{reason}")
@@ -667,9 +668,6 @@ def _read_summary(path: Path) -> dict[str, Any] | None:
         return None
     return data if isinstance(data, dict) else None
 
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _last_line(result: CommandResult) -> str:
@@ -855,7 +853,7 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
             finished = engine.execute(todo)
         except BaseException as exc:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            store.set_status(status, finished_at=now_iso(), error=_one_line(exc))
+            store.set_status(status, finished_at=now_iso(), error=one_line(exc))
             raise
         finally:
             engine.stop.set()

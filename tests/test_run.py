@@ -247,15 +247,20 @@ def test_command_over_budget_is_killed(tmp_path):
     assert s["command"]["stopped_by"] == "memory_budget"
 
 
-def test_sigterm_stops_cleanly_with_an_interrupted_summary(tmp_path):
+def _running_trial(out, *args, **popen) -> subprocess.Popen:
+    """``python -m workloads.run`` started and past its first progress line (the trial runs)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path), "--workload", "sleep",
-         "--duration", "60"],
-        stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "workloads.run", "--out", str(out), *args],
+        stderr=subprocess.PIPE, text=True, **popen,
     )  # fmt: skip
     assert proc.stderr is not None
-    first = proc.stderr.readline()  # the first progress line: the trial is running
+    first = proc.stderr.readline()
     assert protocol.parse_progress(first) is not None, first
+    return proc
+
+
+def test_sigterm_stops_cleanly_with_an_interrupted_summary(tmp_path):
+    proc = _running_trial(tmp_path, "--workload", "sleep", "--duration", "60")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == protocol.EXIT_INTERRUPTED
     s = summary(tmp_path)
@@ -305,13 +310,7 @@ def test_command_duration_is_a_time_limit(tmp_path):
 
 
 def test_sigint_in_command_mode_stops_the_tree(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path), "--command", "--",
-         "sleep", "60"],
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    assert protocol.parse_progress(proc.stderr.readline()) is not None
+    proc = _running_trial(tmp_path, "--command", "--", "sleep", "60")
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=15) == protocol.EXIT_INTERRUPTED
     s = summary(tmp_path)
@@ -322,14 +321,8 @@ def test_sigint_in_command_mode_stops_the_tree(tmp_path):
 
 def test_ctrl_c_to_the_process_group_keeps_the_samplers_series(tmp_path):
     """A terminal's Ctrl-C reaches the sampler process too: it must outlive it to report."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path), "--workload", "sleep",
-         "--duration", "60", "--sample-hz", "50"],
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    first = proc.stderr.readline()
-    assert protocol.parse_progress(first) is not None, first
+    proc = _running_trial(tmp_path, "--workload", "sleep", "--duration", "60", "--sample-hz",
+                          "50", start_new_session=True)  # a group of its own, as in a terminal
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=15) == protocol.EXIT_INTERRUPTED
