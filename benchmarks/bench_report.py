@@ -12,7 +12,7 @@ interleaved rounds:
 
 Target: the whole report in a few seconds for ~10 trials. Medians of wall and
 of CPU seconds: on a shared machine the CPU-seconds ratio is the fairer one.
-Also the import cost of ``orchestrator.report`` against pandas', each in a fresh
+Also the import cost of ``orchestrator.results.report`` against pandas', each in a fresh
 interpreter, because the CLI imports the report module on every ``report``.
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 
 from _common import machine_line, median, print_table, wall_and_cpu
 
-from orchestrator import report
-from orchestrator.spec import SweepSpec
-from orchestrator.sweep import run_sweep
+from orchestrator.engine.sweep import run_sweep
+from orchestrator.results import report
+from orchestrator.spec.spec import SweepSpec
 
 
 def make_store(out: Path) -> Path:
@@ -82,12 +82,12 @@ def main() -> None:
     print(machine_line())
     print_table([f"report of a {trials}-trial store", "wall s", "CPU s"], rows)
     print(f"plots cost {rows[1][2] / rows[0][2]:.1f}x the text alone (CPU seconds)")
-    ours, pandas = import_seconds("orchestrator.report", 3), import_seconds("pandas", 3)
+    ours, pandas = import_seconds("orchestrator.results.report", 3), import_seconds("pandas", 3)
     print_table(
         ["import (fresh interpreter)", "seconds"],
-        [["orchestrator.report", ours], ["pandas", pandas]],
+        [["orchestrator.results.report", ours], ["pandas", pandas]],
     )
-    print(f"importing orchestrator.report costs {ours / pandas:.2f}x importing pandas")
+    print(f"importing orchestrator.results.report costs {ours / pandas:.2f}x importing pandas")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import typer
 
 from orchestrator import __version__
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, CloudprofError, UsageError
-from orchestrator.spec import SweepSpec
+from orchestrator.spec.spec import SweepSpec
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -251,7 +251,7 @@ def sweep(
     ] = None,
 ) -> None:
     """Run a workload at several worker counts on each machine type and record the results."""
-    from orchestrator.config import build_spec, flag_name, load_run_spec
+    from orchestrator.spec.config import build_spec, flag_name, load_run_spec
 
     values: dict[str, Any] = {
         "machines": machine, "workers": workers, "repeats": repeats, "duration": duration,
@@ -269,7 +269,7 @@ def sweep(
         spec = load_run_spec(resume)
     else:
         spec = build_spec(values, config)
-    engine = _lazy("orchestrator.sweep", "the sweep engine")
+    engine = _lazy("orchestrator.engine.sweep", "the sweep engine")
     engine.run_sweep(spec, resume=resume, console=_console())  # prints the plan, report, store
 
 
@@ -290,7 +290,7 @@ def catalog(
     fmt: Annotated[str, typer.Option("--format", help="table or csv.")] = "table",
 ) -> None:
     """List machine types with vCPUs, memory, prices per hour, and where each price comes from."""
-    from orchestrator import catalog as cat
+    from orchestrator.spec import catalog as cat
 
     if provider is not None and provider not in cat.CATALOG_PROVIDERS:
         raise UsageError(
@@ -376,7 +376,7 @@ def report(
     run: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/<sweep-id>.")],
 ) -> None:
     """Print a run's summary and write report.html, report.md and plots/ into it."""
-    reports = _lazy("orchestrator.report", "reporting")
+    reports = _lazy("orchestrator.results.report", "reporting")
     console = _console()
     reports.print_summary(run, console)
     written = reports.write_report(run)
@@ -393,7 +393,7 @@ def compare(
     """Compare two or more runs side by side, with ratios."""
     if len(runs) < 2:
         raise UsageError("compare needs at least two runs, e.g. cloudprof compare runs/a runs/b")
-    _lazy("orchestrator.compare", "run comparison").compare_runs(list(runs), _console())
+    _lazy("orchestrator.results.compare", "run comparison").compare_runs(list(runs), _console())
 
 
 @app.command()
@@ -436,9 +436,9 @@ def cleanup(
     ] = None,
 ) -> None:
     """List (and with --yes delete) leftover resources carrying cloudprof's labels."""
-    from orchestrator.catalog import check_name
-    from orchestrator.config import check_bucket, parse_duration, read_config
-    from orchestrator.store import recorded_buckets
+    from orchestrator.results.store import recorded_buckets
+    from orchestrator.spec.catalog import check_name
+    from orchestrator.spec.config import check_bucket, parse_duration, read_config
 
     if provider is not None and provider not in ("gcp", "aws"):
         raise UsageError(f"--provider: cleanup applies to gcp and aws, not {provider!r}")
@@ -455,7 +455,7 @@ def cleanup(
              *recorded_buckets(runs_dirs)]
     # Bucket arguments only when there are buckets: cleanup's 5-argument call stays as is.
     buckets = {"given_buckets": given, "found_buckets": found} if given or found else {}
-    module = _lazy("orchestrator.cleanup", "cleanup")
+    module = _lazy("orchestrator.engine.cleanup", "cleanup")
     module.cleanup(provider, older_than_s, sweep_id, yes, _console(), **buckets)
 
 
@@ -463,7 +463,7 @@ def _sweep_id_of(value: str) -> str:
     """A sweep id given as such, or as its run directory (read from sweep.json)."""
     import json
 
-    from orchestrator.store import SWEEP_FILE
+    from orchestrator.results.store import SWEEP_FILE
 
     path = Path(value)
     if not path.is_dir():

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.engine.remote import SshKeys, startup_script
 from orchestrator.errors import (
     BucketError,
     CapacityError,
@@ -30,7 +31,7 @@ from orchestrator.errors import (
     ProviderError,
     QuotaError,
 )
-from orchestrator.planner import slug
+from orchestrator.plan.planner import slug
 from orchestrator.providers import get_provider, open_bucket
 from orchestrator.providers.aws import (
     AwsProvider,
@@ -50,7 +51,6 @@ from orchestrator.providers.base import (
     ProviderOptions,
     VmRequest,
 )
-from orchestrator.remote import SshKeys, startup_script
 from tests.fixtures.moto_server import FAKE_ACCESS_KEY, FAKE_SECRET_KEY
 from tests.test_sweep_local import assert_inputs_labelled
 

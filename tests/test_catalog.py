@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import catalog
-from orchestrator.catalog import (
+from orchestrator.errors import UnknownMachineError, UsageError
+from orchestrator.spec import catalog
+from orchestrator.spec.catalog import (
     COLUMNS,
     CatalogError,
     check_name,
@@ -20,7 +21,6 @@ from orchestrator.catalog import (
     sort_catalog,
     suggest,
 )
-from orchestrator.errors import UnknownMachineError, UsageError
 
 GOOD_ROW = {
     "provider": "gcp",

@@ -87,7 +87,7 @@ def test_help_and_catalog_import_no_heavy_library(args: list[str]) -> None:
     names, out = imported_modules(*args)
     heavy = {n for n in names if n.split(".")[0] in HEAVY}
     assert not heavy, f"cloudprof {' '.join(args)} imported {sorted(heavy)}"
-    assert not {"orchestrator.sweep", "orchestrator.report"} & names
+    assert not {"orchestrator.engine.sweep", "orchestrator.results.report"} & names
     assert ("Usage: cloudprof" in out) if "--help" in args else ("n2-highcpu-80" in out)
 
 
@@ -225,7 +225,7 @@ def test_catalog_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_broken_catalog_file_is_one_line_naming_file_and_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from orchestrator.catalog import CATALOG_ENV, catalog_dir
+    from orchestrator.spec.catalog import CATALOG_ENV, catalog_dir
 
     for name in ("gcp.csv", "aws.csv"):
         (tmp_path / name).write_text((catalog_dir() / name).read_text())
@@ -284,7 +284,7 @@ def test_cleanup_passes_its_options(
 ) -> None:
     calls: list[tuple[Any, ...]] = []
     fake_module(
-        "orchestrator.cleanup",
+        "orchestrator.engine.cleanup",
         cleanup=lambda provider, older_than_s, sweep_id, yes, console: (
             calls.append((provider, older_than_s, sweep_id, yes)) or 0
         ),
@@ -326,7 +326,7 @@ def test_sweep_maps_engine_errors_and_ctrl_c_to_exit_codes(
         seen.append((spec, resume))
         raise MemoryGateError("trial n2-highcpu-80-w2-r0 peaked at 3.1 GiB,\n above 2.0 GiB")
 
-    fake_module("orchestrator.sweep", run_sweep=gate)
+    fake_module("orchestrator.engine.sweep", run_sweep=gate)
     argv = ["sweep", "-m", "n2-highcpu-80", "--dry-run", "--max-peak-memory", "2G",
             "--out", str(tmp_path)]  # fmt: skip
     code, _, err = run_main(argv, capsys)
@@ -338,7 +338,7 @@ def test_sweep_maps_engine_errors_and_ctrl_c_to_exit_codes(
     def interrupted(spec: Any, *, resume: Path | None = None, console: Any = None) -> Path:
         raise KeyboardInterrupt
 
-    fake_module("orchestrator.sweep", run_sweep=interrupted)
+    fake_module("orchestrator.engine.sweep", run_sweep=interrupted)
     code, _, err = run_main(argv, capsys)
     assert code == EXIT_INTERRUPTED and err == "error: interrupted\n"
 
@@ -346,11 +346,11 @@ def test_sweep_maps_engine_errors_and_ctrl_c_to_exit_codes(
 def test_resume_uses_the_recorded_spec_and_refuses_stray_flags(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_module: Any
 ) -> None:
-    from orchestrator.spec import SweepSpec
+    from orchestrator.spec.spec import SweepSpec
 
     seen: list[Any] = []
     fake_module(
-        "orchestrator.sweep",
+        "orchestrator.engine.sweep",
         run_sweep=lambda spec, *, resume=None, console=None: seen.append((spec, resume)) or resume,
     )
     run = tmp_path / "run1"

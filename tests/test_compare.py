@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator import compare, report
 from orchestrator.errors import CloudprofError, UsageError
+from orchestrator.results import compare, report
 from tests.test_report import E2, N2, scaling_trials, write_store
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import (
+from orchestrator.errors import BucketError, UnknownMachineError, UsageError
+from orchestrator.spec.config import (
     CONFIG_KEYS,
     build_spec,
     check_bucket,
@@ -21,8 +22,7 @@ from orchestrator.config import (
     parse_workers,
     read_config,
 )
-from orchestrator.errors import BucketError, UnknownMachineError, UsageError
-from orchestrator.spec import SweepSpec
+from orchestrator.spec.spec import SweepSpec
 
 
 def spec_of(tmp_path: Path, config: Path | None = None, **cli: Any) -> SweepSpec:

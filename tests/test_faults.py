@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.errors import EXIT_INTERRUPTED
-from orchestrator.planner import slug
+from orchestrator.plan.planner import slug
 from orchestrator.providers import open_bucket
 from tests.fixtures import sweeps
 from tests.fixtures.sweeps import CloudSweep, processes_with, wait_for

@@ -25,8 +25,8 @@ SMALL = {"frames": 20, "rows": 100, "cols": 200, "dim": 60}
 
 def strategy_sweep(runs: Path, strategy: str, workers: list[int]) -> Path:
     """A real --dry-run sweep of the cube workload with one strategy, as a user would run it."""
-    from orchestrator.spec import SweepSpec
-    from orchestrator.sweep import run_sweep
+    from orchestrator.engine.sweep import run_sweep
+    from orchestrator.spec.spec import SweepSpec
 
     spec = SweepSpec(
         machines=["n2-highcpu-8"],

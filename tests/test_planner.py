@@ -9,11 +9,11 @@ import re
 import pytest
 from rich.console import Console
 
-from orchestrator import planner
-from orchestrator.catalog import MachineType
-from orchestrator.planner import Plan, default_workers, make_plan, new_sweep_id, render_plan
+from orchestrator.plan import planner
+from orchestrator.plan.planner import Plan, default_workers, make_plan, new_sweep_id, render_plan
 from orchestrator.providers.base import LABEL_SWEEP
-from orchestrator.spec import SweepSpec
+from orchestrator.spec.catalog import MachineType
+from orchestrator.spec.spec import SweepSpec
 
 
 def machine(name: str = "n2-highcpu-8", vcpus: int = 8, price: float | None = 0.36,

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import remote
+from orchestrator.engine import remote
+from orchestrator.engine.remote import (
+    ENV_RETENTION_DAYS,
+    SshKeys,
+    SshTarget,
+    build_workloads_wheel,
+    connect,
+    open_ssh,
+)
 from orchestrator.errors import (
     ConnectionLostError,
     HostKeyError,
@@ -26,14 +34,6 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.providers.base import Instance
-from orchestrator.remote import (
-    ENV_RETENTION_DAYS,
-    SshKeys,
-    SshTarget,
-    build_workloads_wheel,
-    connect,
-    open_ssh,
-)
 from tests.fixtures.sshd import free_port, sshd_env
 
 HOSTILE = ["$(touch {d}/pwned1)", "; touch {d}/pwned2", "`touch {d}/pwned3`", "a'b\"c", "*", "~"]

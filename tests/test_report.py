@@ -1,7 +1,7 @@
 """The report's numbers against the stored trials, its files, and its behaviour on odd stores.
 
 Stores are written here with pandas in the results-store layout
-(``orchestrator.store``), the same files the sweep engine writes; one test at
+(``orchestrator.results.store``), the same files the sweep engine writes; one test at
 the end runs a real tiny sweep through the engine and reports it.
 """
 
@@ -21,9 +21,9 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from orchestrator import report
 from orchestrator.errors import CloudprofError, UsageError
-from orchestrator.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
+from orchestrator.results import report
+from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
 from workloads.protocol import TIMESERIES_COLUMNS
 
 
@@ -373,9 +373,9 @@ def test_measured_costs_are_not_labelled_estimates(two_machines: Path) -> None:
 
 
 def test_plan_figures_are_labelled_estimates_next_to_the_vm_time(tmp_path: Path) -> None:
-    from orchestrator.planner import make_plan
-    from orchestrator.spec import SweepSpec
-    from orchestrator.sweep import lookup_machines
+    from orchestrator.engine.sweep import lookup_machines
+    from orchestrator.plan.planner import make_plan
+    from orchestrator.spec.spec import SweepSpec
 
     spec = SweepSpec(machines=["n2-highcpu-80", "c2-standard-60"], workers=[1, 2])
     plan = make_plan(spec, "p", lookup_machines(spec))
@@ -518,7 +518,8 @@ def test_bad_run_paths_are_usage_errors(tmp_path: Path, kind: str) -> None:
 
 def test_importing_the_report_modules_loads_no_heavy_library() -> None:
     code = (
-        "import sys, orchestrator.report, orchestrator.plots, orchestrator.compare\n"
+        "import sys, orchestrator.results.report, orchestrator.results.plots\n"
+        "import orchestrator.results.compare\n"
         "heavy = [m for m in ('pandas', 'numpy', 'matplotlib', 'pyarrow') if m in sys.modules]\n"
         "print(','.join(heavy))"
     )
@@ -532,8 +533,8 @@ def test_importing_the_report_modules_loads_no_heavy_library() -> None:
 @pytest.mark.slow
 def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     """The engine's own store, from a tiny --dry-run sweep, reported end to end."""
-    from orchestrator.spec import SweepSpec
-    from orchestrator.sweep import run_sweep
+    from orchestrator.engine.sweep import run_sweep
+    from orchestrator.spec.spec import SweepSpec
 
     spec = SweepSpec(
         machines=["n2-highcpu-8"],
@@ -581,7 +582,7 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
 
 
 def test_time_series_pick_one_trial_per_worker_count_at_most_eight() -> None:
-    from orchestrator import plots
+    from orchestrator.results import plots
 
     workers = [1, 2, 4, 8, 16, 32, 64, 80, 160]
     trials = pd.DataFrame(

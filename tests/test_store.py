@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.catalog import MachineType
 from orchestrator.errors import UsageError
-from orchestrator.planner import TrialPlan
-from orchestrator.store import TRIAL_COLUMNS, RunStore
+from orchestrator.plan.planner import TrialPlan
+from orchestrator.results.store import TRIAL_COLUMNS, RunStore
+from orchestrator.spec.catalog import MachineType
 
 MACHINE = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,
                       memory_gib=8.0, region="us-central1", price_on_demand=0.36,

@@ -21,6 +21,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator import providers
+from orchestrator.engine.sweep import INPUTS_RETENTION_S, run_sweep
 from orchestrator.errors import (
     EXIT_INTERRUPTED,
     EXIT_MEMORY_GATE,
@@ -32,7 +33,7 @@ from orchestrator.errors import (
     PartialSweepError,
     UsageError,
 )
-from orchestrator.planner import slug
+from orchestrator.plan.planner import slug
 from orchestrator.providers.base import (
     LABEL_CREATED,
     LABEL_CREATOR,
@@ -45,9 +46,8 @@ from orchestrator.providers.base import (
     marker_key,
 )
 from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
-from orchestrator.spec import SweepSpec
-from orchestrator.store import RunStore
-from orchestrator.sweep import INPUTS_RETENTION_S, run_sweep
+from orchestrator.results.store import RunStore
+from orchestrator.spec.spec import SweepSpec
 from workloads.base import UnitCounter, Workload
 
 SMALL = {"frames": "4", "rows": "40", "cols": "40", "dim": "8"}
@@ -348,7 +348,7 @@ def test_preempted_machine_is_recorded_and_torn_down(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(providers.PROVIDERS, "vanishing", f"{__name__}:VanishingProvider")
-    monkeypatch.setattr("orchestrator.sweep.RETRY_BACKOFF_S", 0.01)
+    monkeypatch.setattr("orchestrator.engine.sweep.RETRY_BACKOFF_S", 0.01)
     VanishingExecutor.runs, VanishingProvider.deleted = 0, []
     spec = spec_for(tmp_path / "runs", provider="vanishing", dry_run=False, workers=[1, 2, 3],
                     bucket=str(tmp_path / "bucket"))

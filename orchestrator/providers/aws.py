@@ -327,7 +327,7 @@ def regions_to_search(primary: str, extra: set[str] | None = None) -> list[str]:
     default) plus ``extra``, so cleanup and resume find a sweep's machines even
     when the shell's default region is another one.
     """
-    from orchestrator.catalog import load_catalog
+    from orchestrator.spec.catalog import load_catalog
 
     try:
         catalog = {m.region for m in load_catalog("aws") if m.region}
@@ -598,7 +598,7 @@ class AwsProvider(Provider):
         return ready
 
     def connect(self, inst: Instance) -> Executor:
-        from orchestrator import remote
+        from orchestrator.engine import remote
 
         return remote.connect(inst, self.options.ssh)
 
@@ -647,7 +647,7 @@ class AwsProvider(Provider):
 
         sweep = tags[LABEL_SWEEP]
         name = sweep_resource_name(sweep)
-        from orchestrator.remote import caller_cidr
+        from orchestrator.engine.remote import caller_cidr
 
         cidr = caller_cidr()
         with _translated(f"creating security group {name}"):
@@ -846,7 +846,7 @@ def _to_instance(described: dict[str, Any], region: str) -> Instance:
         machine=described.get("InstanceType", ""),
         zone=(described.get("Placement") or {}).get("AvailabilityZone") or None,
         state=described["State"]["Name"],
-        address=public_ip,  # orchestrator.remote applies CLOUDPROF_SSH_ENDPOINT
+        address=public_ip,  # orchestrator.engine.remote applies CLOUDPROF_SSH_ENDPOINT
         port=22,
         labels=tags,
         facts={

@@ -2,7 +2,7 @@
 
 A provider makes machines exist (``create``/``delete``/``list``) and reachable
 (``wait_ready``/``connect``); an :class:`Executor` runs commands and moves files
-on one machine. The sweep engine (``orchestrator.sweep``) only talks to these
+on one machine. The sweep engine (``orchestrator.engine.sweep``) only talks to these
 classes, so a new cloud is one new module in this package plus a line in
 ``orchestrator.providers.__init__``.
 """
@@ -334,5 +334,5 @@ class ProviderOptions:
     hosts: list[str] = field(default_factory=list)  # ssh provider: user@addr[:port]
     ssh_key: Path | None = None  # use this private key instead of a per-sweep one
     workdir: Path | None = None  # local provider: where its "hosts" live
-    ssh: Any = None  # the sweep's orchestrator.remote.SshKeys, set by the engine
+    ssh: Any = None  # the sweep's orchestrator.engine.remote.SshKeys, set by the engine
     sweep_id: str | None = None

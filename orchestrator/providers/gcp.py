@@ -382,7 +382,7 @@ class GcpProvider(Provider):
         from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
-        from orchestrator import remote
+        from orchestrator.engine import remote
 
         name = firewall_name(sweep_id)
         rule = compute_v1.Firewall(
@@ -599,7 +599,7 @@ class GcpProvider(Provider):
                 self._maybe_delete_firewall(sweep_id)
 
     def connect(self, inst: Instance) -> Executor:
-        from orchestrator.remote import connect
+        from orchestrator.engine.remote import connect
 
         return connect(inst, self.options.ssh)
 

@@ -35,12 +35,12 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.catalog import MachineType, check_name
 from orchestrator.errors import UsageError
 from orchestrator.providers.base import Executor, Instance, Provider, ProviderOptions, VmRequest
+from orchestrator.spec.catalog import MachineType, check_name
 
 if TYPE_CHECKING:
-    from orchestrator.remote import SshExecutor
+    from orchestrator.engine.remote import SshExecutor
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -122,7 +122,7 @@ def parse_host_spec(text: str) -> SshHost:
 
 def load_hosts_file(path: Path) -> list[SshHost]:
     """Hosts of a TOML hosts file, validated; every problem is one line naming the file."""
-    from orchestrator.remote import PUBLIC_KEY_RE, host_key_from_line
+    from orchestrator.engine.remote import PUBLIC_KEY_RE, host_key_from_line
 
     try:
         data = tomllib.loads(Path(path).read_text())
@@ -278,7 +278,7 @@ class SshProvider(Provider):
         )
 
     def _open(self, inst: Instance, timeout: float) -> SshExecutor:
-        from orchestrator.remote import SshTarget, open_ssh
+        from orchestrator.engine.remote import SshTarget, open_ssh
 
         cached = self._executors.get(inst.id)
         if cached is not None and cached.is_connected():

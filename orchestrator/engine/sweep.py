@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.engine.progress import SweepProgress
 from orchestrator.errors import (
     BudgetError,
     CapacityError,
@@ -39,7 +40,7 @@ from orchestrator.errors import (
     UsageError,
     one_line,
 )
-from orchestrator.planner import (
+from orchestrator.plan.planner import (
     Plan,
     TrialPlan,
     Upload,
@@ -49,7 +50,6 @@ from orchestrator.planner import (
     render_plan,
     slug,
 )
-from orchestrator.progress import SweepProgress
 from orchestrator.providers.base import (
     LABEL_SWEEP,
     Bucket,
@@ -61,14 +61,14 @@ from orchestrator.providers.base import (
     VmRequest,
     sweep_labels,
 )
-from orchestrator.spec import SweepSpec
-from orchestrator.store import RunStore, now_iso
+from orchestrator.results.store import RunStore, now_iso
+from orchestrator.spec.spec import SweepSpec
 from workloads import protocol
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.catalog import MachineType
+    from orchestrator.spec.catalog import MachineType
 
 SSH_USER = "cloudprof"
 EXPIRY_MARGIN_S = 1800.0  # a VM outlives its estimate by 50% plus this, then deletes itself
@@ -176,8 +176,8 @@ def generate_inputs(inputs: StagedInputs) -> Path:
 
 def lookup_machines(spec: SweepSpec) -> list[MachineType]:
     """Catalog rows of the spec's machines; local/ssh machines may be off-catalog."""
-    from orchestrator.catalog import MachineType, lookup
     from orchestrator.errors import UnknownMachineError
+    from orchestrator.spec.catalog import MachineType, lookup
 
     out = []
     for name in spec.machines:
@@ -428,7 +428,7 @@ class _Engine:
         labels = {**vm.labels, **sweep_labels(slug(self.plan.sweep_id), now, expires)}
         public_key, script = "", ""
         if self.ssh_keys is not None:
-            from orchestrator import remote
+            from orchestrator.engine import remote
 
             public_key = self.ssh_keys.user_public
             script = remote.startup_script(self.ssh_keys, SSH_USER, int(expires))
@@ -717,7 +717,7 @@ def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
     names = sorted({_exec_provider_name(spec, vm) for vm in plan.vms})
     keys = None
     if run_dir is not None and any(provider_class(n).creates_machines for n in names):
-        from orchestrator.remote import SshKeys
+        from orchestrator.engine.remote import SshKeys
 
         keys = SshKeys.for_sweep(run_dir, spec.ssh_key)
     out = {}
@@ -798,7 +798,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         for provider in checkers.values():
             provider.check_credentials()
         if any(provider.creates_machines for provider in checkers.values()):
-            from orchestrator.remote import boot_timeout
+            from orchestrator.engine.remote import boot_timeout
 
             boot_timeout()  # a bad CLOUDPROF_SSH_BOOT_TIMEOUT fails here, before any VM exists
     render_plan(plan, console, spec.dry_run)
@@ -911,7 +911,7 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     partial = bool(failed_machines or len(bad) or missing)
     store.set_status("partial" if partial else "done", finished_at=now_iso())
     try:
-        from orchestrator.report import print_summary, write_report
+        from orchestrator.results.report import print_summary, write_report
 
         html = write_report(run_dir)
         print_summary(run_dir, console)

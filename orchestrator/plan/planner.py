@@ -14,12 +14,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.catalog import MachineType
+from orchestrator.spec.catalog import MachineType
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.spec import SweepSpec
+    from orchestrator.spec.spec import SweepSpec
 
 
 @dataclass

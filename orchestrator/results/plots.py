@@ -5,7 +5,7 @@ global state and no GUI backend, so a report can be written from the sweep
 engine's thread or a headless CI box. matplotlib is imported inside the
 functions; importing this module costs nothing.
 
-The numbers plotted are the ones the tables show (``orchestrator.report``'s
+The numbers plotted are the ones the tables show (``orchestrator.results.report``'s
 summary, knees and Pareto front), so a figure never disagrees with a table.
 """
 
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import report as rpt
+from orchestrator.results import report as rpt
 
 if TYPE_CHECKING:
     import pandas as pd

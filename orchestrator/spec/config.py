@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.catalog import check_name, load_catalog, lookup, suggest
 from orchestrator.errors import BucketError, UsageError
-from orchestrator.spec import SweepSpec
+from orchestrator.spec.catalog import check_name, load_catalog, lookup, suggest
+from orchestrator.spec.spec import SweepSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -580,7 +580,7 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
 
 def load_run_spec(run_dir: Path) -> SweepSpec:
     """The spec recorded in ``RUN/sweep.json`` (for ``--resume``)."""
-    from orchestrator.store import SWEEP_FILE
+    from orchestrator.results.store import SWEEP_FILE
 
     path = run_dir / SWEEP_FILE
     try:

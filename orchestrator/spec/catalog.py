@@ -74,7 +74,7 @@ def catalog_dir() -> Path:
     env = os.environ.get(CATALOG_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "infra" / "catalog"
+    return Path(__file__).resolve().parents[2] / "infra" / "catalog"
 
 
 def _positive_float(text: str, column: str, where: str, *, optional: bool = False) -> float | None:

@@ -31,8 +31,8 @@ from orchestrator.errors import UsageError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from orchestrator.catalog import MachineType
-    from orchestrator.planner import TrialPlan
+    from orchestrator.plan.planner import TrialPlan
+    from orchestrator.spec.catalog import MachineType
 
 SWEEP_FILE = "sweep.json"
 TRIALS_FILE = "trials.parquet"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import CloudprofError, UsageError
-from orchestrator.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
+from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -853,7 +853,7 @@ def write_report(run_dir: str | Path) -> Path:
     Each file is written to a temporary name and renamed, so a reader never sees
     half a report.
     """
-    from orchestrator import plots
+    from orchestrator.results import plots
 
     run = load_run(run_dir)
     report = build_report(run)

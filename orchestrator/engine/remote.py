@@ -80,7 +80,7 @@ ENV_PYTHON = "CLOUDPROF_SSH_PYTHON"
 ENV_BOOT_TIMEOUT = "CLOUDPROF_SSH_BOOT_TIMEOUT"
 BOOT_TIMEOUT_S = 300.0  # a cloud VM's sshd is usually up in 30-90 s
 
-STARTUP_TEMPLATE = Path(__file__).resolve().parent.parent / "infra" / "startup.sh"
+STARTUP_TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "startup.sh"
 # Files the startup script writes; the bootstrap waits for "done" when "started" exists.
 STARTUP_STATE_DIR = "/var/lib/cloudprof"
 

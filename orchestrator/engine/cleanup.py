@@ -45,7 +45,7 @@ from orchestrator.errors import (
     UsageError,
     one_line,
 )
-from orchestrator.planner import slug
+from orchestrator.plan.planner import slug
 from orchestrator.providers import PROVIDERS, get_provider, open_bucket
 from orchestrator.providers.base import LABEL_SWEEP, Bucket, LabelledPrefix, Resource
 

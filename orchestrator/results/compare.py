@@ -4,7 +4,7 @@ Each run is reduced to the same headline numbers the report leads with (best
 units/s, best units/s per vCPU, best cost per million units, peak memory, the
 knee of its fastest machine), and every later run is shown as a ratio to the
 first, so "1.8×" reads directly as the gain. The numbers come from
-``orchestrator.report``'s summary, never recomputed here.
+``orchestrator.results.report``'s summary, never recomputed here.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import report as rpt
 from orchestrator.errors import UsageError
+from orchestrator.results import report as rpt
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-    from orchestrator.planner import TrialPlan
+    from orchestrator.plan.planner import TrialPlan
 
 
 def _gib(n: float | None) -> str:

@@ -1,0 +1,1 @@
+"""Making it happen: the sweep engine, SSH execution and bootstrap, progress, cleanup."""

@@ -1,0 +1,1 @@
+"""What will run: trials, their grouping per VM, the estimate of time and cost."""

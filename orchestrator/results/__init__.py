@@ -1,0 +1,1 @@
+"""What came back: the results store, reports, plots, comparisons. Never imports the engine."""
