@@ -320,7 +320,7 @@ def catalog(
     )  # fmt: skip
     rows = cat.sort_catalog(rows, sort, spot=spot)
     if fmt == "csv":
-        _print_catalog_csv(rows, cat.COLUMNS)
+        sys.stdout.write(cat.render_csv(rows))
     elif not rows:
         typer.echo("no machine type matches these filters", err=True)
     else:
@@ -329,20 +329,6 @@ def catalog(
 
 def _fmt_price(price: float | None) -> str:
     return "-" if price is None else f"{price:.4f}"
-
-
-def _print_catalog_csv(rows: list[Any], columns: tuple[str, ...]) -> None:
-    """The rows in the catalog files' own format (full precision), for scripts."""
-    import csv
-
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(columns)
-    for m in rows:
-        writer.writerow(
-            [m.provider, m.name, m.family, m.vcpus, f"{m.memory_gib:g}", m.region,
-             m.price_on_demand, "" if m.price_spot is None else m.price_spot,
-             m.price_source, m.price_date]
-        )  # fmt: skip
 
 
 def _print_catalog_table(rows: list[Any]) -> None:
@@ -366,7 +352,8 @@ def _print_catalog_table(rows: list[Any]) -> None:
         )  # fmt: skip
     console = _console()
     console.print(table)
-    console.print("Price sources (figures marked approx. are estimates):", highlight=False)
+    console.print("Price sources (offline estimates are not fetched: run `cloudprof catalog "
+                  "refresh` for dated provider prices):", highlight=False)
     for (source, day), number in notes.items():
         console.print(f"  \\[{number}] {source}; price date {day}", highlight=False)
 

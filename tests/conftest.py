@@ -6,3 +6,14 @@ pytest_plugins = [
     "tests.fixtures.gcs_emulator",
     "tests.fixtures.fake_gce",
 ]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _shipped_catalog_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests read the shipped catalog, never a catalog the user refreshed into ~/.cache."""
+    from orchestrator.spec.catalog import CATALOG_ENV, shipped_dir
+
+    monkeypatch.setenv(CATALOG_ENV, str(shipped_dir()))
