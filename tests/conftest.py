@@ -5,6 +5,8 @@ pytest_plugins = [
     "tests.fixtures.moto_server",
     "tests.fixtures.gcs_emulator",
     "tests.fixtures.fake_gce",
+    "tests.fixtures.fake_billing",
+    "tests.fixtures.fake_aws_pricing",
 ]
 
 
