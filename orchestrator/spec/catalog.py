@@ -97,6 +97,21 @@ class MachineType:
         """Whether the price was fetched from a provider or a maintained catalog."""
         return bool(self.fetched_at)
 
+    def price_label(self, today: date | None = None) -> str:
+        """Where the price comes from and how old it is, for the plan and the report."""
+        age = self.age_days(today)
+        old = "" if age is None else f", {age} day{'s' if age != 1 else ''} old"
+        if self.fetched:
+            return f"fetched {self.price_date}{old}"
+        if self.price_source.startswith("offline estimate"):
+            return f"shipped offline estimate of {self.price_date}{old}"
+        return f"{self.price_source or 'price'} of {self.price_date}{old}"
+
+    def stale(self, today: date | None = None) -> bool:
+        """Older than STALE_DAYS (the plan warns: prices change, spot ones by the hour)."""
+        age = self.age_days(today)
+        return age is not None and age > STALE_DAYS
+
 
 def shipped_dir() -> Path:
     """The checkout's ``infra/catalog``: offline estimates, the fallback."""
@@ -334,6 +349,21 @@ def lookup(name: str, provider: str | None = None, region: str | None = None) ->
         f"machine type {name!r} has no catalog price in region {region!r}; "
         f"regions with a price: {regions}"
     )
+
+
+def machine_arch(provider: str, name: str) -> str:
+    """The CPU architecture of a machine type: its catalog row's, else its family's.
+
+    Providers pick the boot image with it (an arm64 machine cannot boot an x86 image).
+    """
+    try:
+        rows = load_catalog(provider) if provider in CATALOG_PROVIDERS else []
+    except CloudprofError:  # an unreadable catalog: the family still tells
+        rows = []
+    for m in rows:
+        if m.name == name:
+            return m.arch
+    return arch_of(provider, name)
 
 
 def filter_catalog(
