@@ -310,13 +310,15 @@ def test_sweeps_use_the_freshest_price_per_machine_and_fall_back_to_the_shipped_
     assert lookup("c6i.large").provider == "aws"  # no user aws file: shipped only
 
 
-def test_merge_freshest_keeps_first_appearance_order_and_prefers_the_first_source_on_ties() -> None:
-    a = parse_row_like(name="x-1", region="r1", day="2024-01-01", source="a")
-    b = parse_row_like(name="x-1", region="r2", day="2024-01-01", source="a")
-    c = parse_row_like(name="x-1", region="r1", day="2024-01-01", source="b")
-    d = parse_row_like(name="x-1", region="r2", day="2024-02-01", source="b")
-    merged = catalog.merge_freshest([a, b], [c, d])
-    assert [(m.region, m.price_source) for m in merged] == [("r1", "a"), ("r2", "b")]
+def test_merge_keeps_the_fallbacks_region_order_and_prefers_the_first_source_on_ties() -> None:
+    a = parse_row_like(name="x-1", region="r2", day="2024-01-01", source="user")
+    b = parse_row_like(name="x-1", region="r1", day="2024-01-01", source="user")
+    e = parse_row_like(name="x-1", region="r3", day="2024-01-01", source="user")
+    c = parse_row_like(name="x-1", region="r1", day="2024-01-01", source="shipped")
+    d = parse_row_like(name="x-1", region="r2", day="2024-02-01", source="shipped")
+    merged = catalog.merge_freshest([a, b, e], [c, d])
+    assert [(m.region, m.price_source) for m in merged] == [
+        ("r1", "user"), ("r2", "shipped"), ("r3", "user")]
 
 
 def parse_row_like(*, name: str, region: str, day: str, source: str) -> catalog.MachineType:

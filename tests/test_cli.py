@@ -81,7 +81,8 @@ def imported_modules(*args: str) -> tuple[set[str], str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["sweep", "--help"], ["catalog", "--help"], ["catalog", "--provider", "gcp"]],
+    [["--help"], ["sweep", "--help"], ["catalog", "--help"], ["catalog", "--provider", "gcp"],
+     ["catalog", "refresh", "--help"]],
 )
 def test_help_and_catalog_import_no_heavy_library(args: list[str]) -> None:
     names, out = imported_modules(*args)

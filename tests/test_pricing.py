@@ -74,6 +74,8 @@ def test_gcp_refresh_prices_each_machine_from_its_family_skus_across_every_page(
     assert n2.price_spot == pytest.approx(8 * N2_SPOT[0] + 8 * N2_SPOT[1])
     assert n2.fetched and n2.price_date == today and n2.fetched_at.startswith(today)
     assert "Cloud Billing Catalog API services/6F81-5844-456A" in n2.price_source
+    assert lookup("n2-highcpu-8").region == "us-central1"  # the default region stays
+    assert done.rows[0].region == "us-central1"  # also for types only the refresh knows
     assert lookup("n2-standard-4", region="europe-west1").price_on_demand == pytest.approx(
         4 * 0.0348 + 16 * 0.00466)
     t2a = lookup("t2a-standard-4", region="us-central1")

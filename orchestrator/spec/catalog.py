@@ -269,16 +269,23 @@ def _read(path: Path, provider: str) -> tuple[MachineType, ...]:
 def merge_freshest(*sources: Iterable[MachineType]) -> list[MachineType]:
     """One row per (machine type, region): the newest price date, earlier source on a tie.
 
-    Rows keep the order of their first appearance, so the first source's first
-    row of a machine type stays its default region.
+    Rows are ordered as in the *last* source (the shipped fallback), then the
+    others' extra rows in their own order: which region is a machine type's
+    default (its first row) stays cloudprof's choice, whatever order a refresh
+    or an imported catalog lists regions in.
     """
+    materialized = [list(rows) for rows in sources]
     best: dict[tuple[str, str], MachineType] = {}
-    for rows in sources:
+    for rows in materialized:
         for m in rows:
             key = (m.name, m.region)
             if key not in best or m.price_date > best[key].price_date:
                 best[key] = m
-    return list(best.values())
+    order: dict[tuple[str, str], None] = {}
+    for rows in [materialized[-1], *materialized[:-1]] if materialized else []:
+        for m in rows:
+            order.setdefault((m.name, m.region), None)
+    return [best[key] for key in order]
 
 
 def load_catalog(provider: str | None = None) -> list[MachineType]:

@@ -27,6 +27,7 @@ from orchestrator.spec.pricing.families import GCP_FAMILIES, arch_of, family_of
 
 BILLING_ENDPOINT_ENV = "CLOUDPROF_GCP_BILLING_ENDPOINT"
 COMPUTE_SERVICE = "services/6F81-5844-456A"  # Compute Engine in the Cloud Billing catalog
+DEFAULT_REGION = "us-central1"  # listed first: a new machine type's default region
 
 # The start of each family's Core/Ram SKU descriptions ("N2D AMD Instance Core running
 # in Americas"; spot ones are prefixed "Spot Preemptible "). c2's SKUs are "Compute
@@ -145,7 +146,7 @@ def build_rows(rates: dict[tuple[str, str], Rates], shapes: dict[str, dict[str, 
     rows: list[MachineType] = []
     missing: set[str] = set()
     day = fetched_at[:10]
-    for region in sorted(shapes):
+    for region in sorted(shapes, key=lambda r: (r != DEFAULT_REGION, r)):
         if regions and region not in regions:
             continue
         for shape in sorted(shapes[region].values(), key=lambda s: s.name):
