@@ -266,3 +266,33 @@ def test_a_refresh_never_writes_rows_the_reader_would_refuse(user_cache: Path) -
         cache.write_catalog("aws", [bad], "test")
     assert not (user_cache / "aws.csv").exists()
     assert load_catalog("aws")  # the shipped fallback still loads
+
+
+def test_gcp_sku_descriptions_match_with_or_without_the_vendor_word() -> None:
+    from google.cloud import billing_v1
+
+    from orchestrator.spec.pricing.gcp import rates_from_skus
+    from tests.fixtures.fake_billing import family_skus
+
+    skus = [billing_v1.Sku.from_json(json.dumps(s), ignore_unknown_fields=True)
+            for s in [*family_skus("N2D AMD Instance", "us-east1", 0.0275, 0.0037),
+                      *family_skus("C4A Instance", "us-east1", 0.031, 0.0034),
+                      *family_skus("N2 Instance", "us-east1", 0.0316, 0.0042)]]
+    rates = rates_from_skus(skus)
+    assert rates[("n2d", "us-east1")].core == pytest.approx(0.0275)
+    assert rates[("c4a", "us-east1")].ram == pytest.approx(0.0034)
+    assert rates[("n2", "us-east1")].core == pytest.approx(0.0316)  # N2 is not N2D
+    assert set(rates) == {("n2d", "us-east1"), ("c4a", "us-east1"), ("n2", "us-east1")}
+
+
+def test_refreshing_both_clouds_writes_the_one_that_works_and_fails_for_the_other(
+    fake_billing: FakeBilling, fake_gce: FakeGce, fake_aws_pricing: FakeAwsPricing,
+    user_cache: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_billing.error = (503, "UNAVAILABLE", "The service is currently unavailable.")
+    aws_data(fake_aws_pricing)
+    code, out, err = run_main(["catalog", "refresh", "--region", "us-east-1"], capsys)
+    assert code != 0
+    assert err.splitlines()[0].startswith("error: gcp: ")
+    assert "aws: 4 prices in 1 region(s) written to" in out
+    assert (user_cache / "aws.csv").exists() and not (user_cache / "gcp.csv").exists()

@@ -30,17 +30,19 @@ COMPUTE_SERVICE = "services/6F81-5844-456A"  # Compute Engine in the Cloud Billi
 DEFAULT_REGION = "us-central1"  # listed first: a new machine type's default region
 
 # The start of each family's Core/Ram SKU descriptions ("N2D AMD Instance Core running
-# in Americas"; spot ones are prefixed "Spot Preemptible "). c2's SKUs are "Compute
-# optimized", m1's "Memory-optimized". Prefixes are distinct, so "N2 Instance" never
-# matches an N2D SKU.
+# in Americas"; spot ones are prefixed "Spot Preemptible "), compared with the vendor
+# word (AMD, Arm, Intel) taken out, since Google writes it for some series only. c2's
+# SKUs are "Compute optimized", m1's "Memory-optimized". Whole prefixes are compared,
+# so "N2 Instance" never matches an N2D SKU.
 SKU_PREFIXES: dict[str, str] = {
     "e2": "E2 Instance", "n1": "N1 Predefined Instance", "n2": "N2 Instance",
-    "n2d": "N2D AMD Instance", "n4": "N4 Instance", "c2": "Compute optimized",
-    "c2d": "C2D AMD Instance", "c3": "C3 Instance", "c3d": "C3D Instance",
-    "c4": "C4 Instance", "t2d": "T2D AMD Instance", "t2a": "T2A Arm Instance",
-    "c4a": "C4A Arm Instance", "m1": "Memory-optimized Instance",
+    "n2d": "N2D Instance", "n4": "N4 Instance", "c2": "Compute optimized",
+    "c2d": "C2D Instance", "c3": "C3 Instance", "c3d": "C3D Instance",
+    "c4": "C4 Instance", "t2d": "T2D Instance", "t2a": "T2A Instance",
+    "c4a": "C4A Instance", "m1": "Memory-optimized Instance",
     "m2": "M2 Memory-optimized Instance", "m3": "M3 Memory-optimized Instance",
 }  # fmt: skip
+_VENDOR_RE = re.compile(r" (?:AMD|Arm|Intel)(?= )")
 assert set(SKU_PREFIXES) == set(GCP_FAMILIES)
 # Same family and resource, but not a predefined VM's price.
 _EXCLUDE = ("Custom", "Sole Tenancy", "Extended", "Commitment", "Premium", "Reserved")
@@ -81,7 +83,7 @@ def _classify(sku: Any) -> tuple[str, str, bool] | None:
     text = sku.description
     if any(word in text for word in _EXCLUDE):
         return None
-    m = _SKU_RE.match(text)
+    m = _SKU_RE.match(_VENDOR_RE.sub("", text))
     if not m:
         return None
     for family, prefix in SKU_PREFIXES.items():
