@@ -296,3 +296,18 @@ def test_refreshing_both_clouds_writes_the_one_that_works_and_fails_for_the_othe
     assert err.splitlines()[0].startswith("error: gcp: ")
     assert "aws: 4 prices in 1 region(s) written to" in out
     assert (user_cache / "aws.csv").exists() and not (user_cache / "gcp.csv").exists()
+
+
+def test_a_gcp_refresh_can_be_limited_to_regions(
+    fake_billing: FakeBilling, fake_gce: FakeGce, user_cache: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gcp_skus(fake_billing)
+    code, out, err = run_main(["catalog", "refresh", "--provider", "gcp", "--region",
+                               "europe-west1"], capsys)
+    assert code == 0, err
+    rows = catalog.parse_catalog_file(user_cache / "gcp.csv", "gcp")
+    assert rows and {m.region for m in rows} == {"europe-west1"}
+    # n2-highcpu-2/8/80 and n2-standard-4: no other family has SKUs in europe-west1
+    assert "gcp: 4 prices in 1 region(s)" in out
+    assert "no price found for" in err and "t2a in europe-west1" in err

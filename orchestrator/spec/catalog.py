@@ -51,10 +51,11 @@ COLUMNS = (
     "price_date",
     "fetched_at",
 )
-# Columns a file may lack (files written before they existed, hand-made price lists):
-# an empty arch is the family's (see pricing.families), an empty fetched_at means
-# the price was not fetched by cloudprof.
-OPTIONAL_COLUMNS = ("arch", "fetched_at", "price_spot")
+# Columns a file may lack (files written before they existed, hand-made price lists)
+# or leave empty: an empty arch is the family's (see pricing.families), an empty
+# fetched_at means the price was not fetched by cloudprof, an empty spot no spot offer.
+NEW_COLUMNS = ("arch", "fetched_at")
+EMPTY_ALLOWED = (*NEW_COLUMNS, "price_spot")
 SORT_KEYS = ("name", "vcpus", "memory", "price")
 
 # Machine types and regions are interpolated into API calls and file names:
@@ -156,7 +157,7 @@ def _parse_row(row: dict[str, str], where: str, provider: str) -> MachineType:
     if None in row:
         raise CatalogError(f"{where}: more cells than the {len(COLUMNS)} columns")
     for column in COLUMNS:
-        if column not in OPTIONAL_COLUMNS and not cells.get(column):
+        if column not in EMPTY_ALLOWED and not cells.get(column):
             raise CatalogError(f"{where}: empty {column}")
     if cells["provider"] != provider:
         raise CatalogError(f"{where}: provider {cells['provider']!r} in the {provider} catalog")
@@ -231,7 +232,7 @@ def parse_catalog_file(path: Path, provider: str) -> list[MachineType]:
     with fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
-        missing = [c for c in COLUMNS if c not in header and c not in OPTIONAL_COLUMNS[:2]]
+        missing = [c for c in COLUMNS if c not in header and c not in NEW_COLUMNS]
         if missing:
             raise CatalogError(f"{path}:1: missing column(s) {', '.join(missing)}")
         try:
