@@ -273,8 +273,16 @@ def sweep(
     engine.run_sweep(spec, resume=resume, console=_console())  # prints the plan, report, store
 
 
-@app.command()
+catalog_app = typer.Typer(
+    invoke_without_command=True,
+    help="List machine types and prices; `catalog refresh` fetches dated prices.",
+)
+app.add_typer(catalog_app, name="catalog")
+
+
+@catalog_app.callback()
 def catalog(
+    ctx: typer.Context,
     provider: Annotated[str | None, typer.Option(help="gcp or aws.")] = None,
     family: Annotated[
         str | None, typer.Option(help="n2, c6i, or a name prefix like n2-highcpu.")
@@ -290,6 +298,8 @@ def catalog(
     fmt: Annotated[str, typer.Option("--format", help="table or csv.")] = "table",
 ) -> None:
     """List machine types with vCPUs, memory, prices per hour, and where each price comes from."""
+    if ctx.invoked_subcommand is not None:
+        return
     from orchestrator.spec import catalog as cat
 
     if provider is not None and provider not in cat.CATALOG_PROVIDERS:
@@ -320,29 +330,73 @@ def catalog(
     )  # fmt: skip
     rows = cat.sort_catalog(rows, sort, spot=spot)
     if fmt == "csv":
-        _print_catalog_csv(rows, cat.COLUMNS)
+        sys.stdout.write(cat.render_csv(rows))
     elif not rows:
         typer.echo("no machine type matches these filters", err=True)
     else:
         _print_catalog_table(rows)
 
 
+@catalog_app.command("refresh")
+def catalog_refresh(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="With --from skypilot: its catalogs folder or a vms.csv "
+                       "(default ~/.sky/catalogs).", show_default=False),
+    ] = None,
+    provider: Annotated[
+        str | None, typer.Option(help="gcp or aws (default: both).")
+    ] = None,
+    source: Annotated[
+        str, typer.Option("--from", help="api (the providers' price APIs) or skypilot.")
+    ] = "api",
+    region: Annotated[
+        list[str] | None,
+        typer.Option("--region", help="Only this region (repeatable; default: all for GCP, "
+                     "the shipped catalog's for AWS)."),
+    ] = None,
+    project: Annotated[str | None, typer.Option(help="GCP project for machine types.")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a catalog file you edited (kept beside).")
+    ] = False,
+) -> None:
+    """Fetch dated prices (your credentials) into ~/.cache/cloudprof/catalog; sweeps use them."""
+    from orchestrator.spec import catalog as cat
+    from orchestrator.spec.pricing import refresh as pricing
+
+    if source not in pricing.SOURCES:
+        raise UsageError(f"--from: choose {' or '.join(pricing.SOURCES)}, not {source!r}")
+    if path is not None and source != "skypilot":
+        raise UsageError("a PATH is only read with --from skypilot")
+    if provider is not None and provider not in cat.CATALOG_PROVIDERS:
+        raise UsageError(
+            f"--provider: choose {' or '.join(cat.CATALOG_PROVIDERS)}, not {provider!r}")
+    for name in region or []:
+        cat.check_name(name, "region")
+    failures: list[CloudprofError] = []
+    for name in [provider] if provider else list(cat.CATALOG_PROVIDERS):
+        try:
+            done = pricing.refresh(name, source=source, path=path, regions=region or (),
+                                   project=project, force=force)
+        except CloudprofError as exc:
+            if provider:  # the one asked for: its error is the command's
+                raise
+            typer.echo(f"error: {name}: {exc}", err=True)
+            failures.append(exc)
+            continue
+        typer.echo(f"{name}: {len(done.rows)} prices in {done.regions} region(s) written to "
+                   f"{done.path} (from {done.source}; fetched {done.rows[0].fetched_at})")
+        if done.missing:
+            shown = ", ".join(done.missing[:8]) + (
+                f" and {len(done.missing) - 8} more" if len(done.missing) > 8 else "")
+            typer.echo(f"warning: {name}: no price found for {shown}; the shipped offline "
+                       "estimate stays in use there", err=True)
+    if failures:
+        raise failures[0]
+
+
 def _fmt_price(price: float | None) -> str:
     return "-" if price is None else f"{price:.4f}"
-
-
-def _print_catalog_csv(rows: list[Any], columns: tuple[str, ...]) -> None:
-    """The rows in the catalog files' own format (full precision), for scripts."""
-    import csv
-
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(columns)
-    for m in rows:
-        writer.writerow(
-            [m.provider, m.name, m.family, m.vcpus, f"{m.memory_gib:g}", m.region,
-             m.price_on_demand, "" if m.price_spot is None else m.price_spot,
-             m.price_source, m.price_date]
-        )  # fmt: skip
 
 
 def _print_catalog_table(rows: list[Any]) -> None:
@@ -366,7 +420,8 @@ def _print_catalog_table(rows: list[Any]) -> None:
         )  # fmt: skip
     console = _console()
     console.print(table)
-    console.print("Price sources (figures marked approx. are estimates):", highlight=False)
+    console.print("Price sources (offline estimates are not fetched: run `cloudprof catalog "
+                  "refresh` for dated provider prices):", highlight=False)
     for (source, day), number in notes.items():
         console.print(f"  \\[{number}] {source}; price date {day}", highlight=False)
 

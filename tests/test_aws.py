@@ -278,6 +278,10 @@ def test_image_choice_follows_architecture_and_env(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("CLOUDPROF_AWS_IMAGE", raising=False)
     assert image_parameter(None, "c6i.large") == "/aws/service/debian/release/12/latest/amd64"
     assert image_parameter(None, "c7g.large") == "/aws/service/debian/release/12/latest/arm64"
+    # every Graviton family of the catalog (its arch column), the newest included
+    assert image_parameter(None, "c8g.4xlarge").endswith("/arm64")
+    assert image_parameter(None, "r7g.large").endswith("/arm64")
+    assert image_parameter(None, "m7a.large").endswith("/amd64")
     assert "/arm64/" in image_parameter("ubuntu-24.04", "t4g.small")
     assert image_parameter("al2023", "m7gd.xlarge").endswith("arm64")
     assert image_parameter("ami-0123456789abcdef0", "c6i.large") is None

@@ -66,13 +66,14 @@ def test_shipped_catalog_covers_the_articles_machines_and_aws_families() -> None
         assert len({m.region for m in load_catalog(provider)}) >= 3
 
 
-def test_every_shipped_price_has_a_source_and_a_date_and_approximations_say_so() -> None:
+def test_every_shipped_price_has_a_source_and_a_date_and_says_it_is_an_offline_estimate() -> None:
     for m in load_catalog():
         assert m.price_on_demand is not None and m.price_on_demand > 0
         assert m.price_source
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", m.price_date)
         # none of these figures was fetched live: the source must not pretend otherwise
-        assert "approx." in m.price_source
+        assert "offline estimate (not fetched)" in m.price_source
+        assert not m.fetched
 
 
 def test_shipped_prices_are_consistent_within_a_family_and_region() -> None:
@@ -142,7 +143,9 @@ def test_missing_column_duplicate_row_extra_cell_and_empty_file(tmp_path: Path) 
         parse_catalog_file(path, "gcp")
 
     path = write_csv(tmp_path / "c.csv", [GOOD_ROW])
-    path.write_text(path.read_text() + "gcp,x,n2,2,2,us-central1,0.1,,src,2024-06-01,extra\n")
+    path.write_text(
+        path.read_text() + "gcp,x,n2,x86_64,2,2,us-central1,0.1,,src,2024-06-01,,extra\n"
+    )
     with pytest.raises(CatalogError, match=r"c\.csv:3: more cells"):
         parse_catalog_file(path, "gcp")
 
@@ -215,7 +218,7 @@ def test_filters() -> None:
         f"n2-highcpu-{v}" for v in (2, 4, 8, 16, 32, 48, 64, 80, 96)
     }
     n2 = filter_catalog(rows, family="n2")
-    assert {m.name.rsplit("-", 1)[0] for m in n2} == {"n2-highcpu", "n2-standard"}
+    assert {m.name.rsplit("-", 1)[0] for m in n2} == {"n2-highcpu", "n2-standard", "n2-highmem"}
     sized = filter_catalog(rows, provider="aws", min_vcpus=64, max_vcpus=96)
     assert sized and all(m.provider == "aws" and 64 <= m.vcpus <= 96 for m in sized)
     cheap = filter_catalog(rows, max_price=0.1)
@@ -238,3 +241,87 @@ def test_sorts() -> None:
     assert vcpus == sorted(vcpus)
     with pytest.raises(UsageError, match="cannot sort by 'cost'"):
         sort_catalog(rows, "cost")
+
+
+# ---------------------------------------------------------------- families, arch, freshness
+
+
+def test_the_shipped_files_are_exactly_what_the_one_rate_table_generates() -> None:
+    """A hand edit of a shipped price (instead of its family's rate) is caught here."""
+    from orchestrator.spec.pricing.shipped import shipped_texts
+
+    for name, text in shipped_texts().items():
+        assert (catalog.shipped_dir() / name).read_text(encoding="utf-8") == text, name
+
+
+def test_the_shipped_catalog_covers_every_family_of_the_issue_with_its_architecture() -> None:
+    from orchestrator.spec.pricing.families import AWS_FAMILIES, GCP_FAMILIES
+
+    for provider, families in (("gcp", GCP_FAMILIES), ("aws", AWS_FAMILIES)):
+        rows = load_catalog(provider)
+        assert {m.family for m in rows} == set(families)
+        for m in rows:
+            assert m.arch == families[m.family], m.name
+    assert lookup("t2a-standard-8").arch == "arm64"
+    assert lookup("c4a-highcpu-16").arch == "arm64"
+    assert lookup("c8g.2xlarge").arch == "arm64"
+    assert lookup("c7a.2xlarge").arch == "x86_64"
+
+
+def test_an_empty_arch_is_the_familys_and_a_wrong_one_is_refused(tmp_path: Path) -> None:
+    rows = [{**GOOD_ROW, "instance_type": "t2a-standard-4", "family": "t2a", "arch": ""},
+            {**GOOD_ROW, "arch": ""}]
+    t2a, n2 = parse_catalog_file(write_csv(tmp_path / "gcp.csv", rows), "gcp")
+    assert (t2a.arch, n2.arch) == ("arm64", "x86_64")
+    bad = write_csv(tmp_path / "bad.csv", [{**GOOD_ROW, "arch": "sparc"}])
+    with pytest.raises(CatalogError, match=r"bad\.csv:2: arch must be x86_64 or arm64"):
+        parse_catalog_file(bad, "gcp")
+
+
+def test_a_file_without_the_newer_columns_still_loads(tmp_path: Path) -> None:
+    old = tuple(c for c in COLUMNS if c not in ("arch", "fetched_at"))
+    path = write_csv(tmp_path / "gcp.csv", [{k: GOOD_ROW[k] for k in old}], columns=old)
+    (machine,) = parse_catalog_file(path, "gcp")
+    assert machine.arch == "x86_64" and machine.fetched_at == "" and not machine.fetched
+
+
+def test_sweeps_use_the_freshest_price_per_machine_and_fall_back_to_the_shipped_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(catalog.CATALOG_ENV)
+    monkeypatch.setenv(catalog.CACHE_ENV, str(tmp_path))
+    shipped = lookup("n2-highcpu-8")
+    assert not shipped.fetched  # no refreshed file yet: the shipped estimate
+    user = catalog.user_catalog_dir()
+    assert user == tmp_path / "catalog"
+    user.mkdir()
+    fresh = {**GOOD_ROW, "instance_type": "n2-highcpu-8", "vcpus": "8", "memory_gib": "8",
+             "price_on_demand": "0.3", "price_spot": "0.09", "price_source": "fetched here",
+             "price_date": "2099-01-01", "fetched_at": "2099-01-01T00:00:00Z"}
+    stale = {**fresh, "instance_type": "n2-highcpu-16", "price_date": "2000-01-01"}
+    write_csv(user / "gcp.csv", [fresh, stale])
+    assert lookup("n2-highcpu-8").price_on_demand == 0.3
+    assert lookup("n2-highcpu-8").fetched
+    # older than the shipped estimate: the shipped row wins
+    assert "offline estimate" in lookup("n2-highcpu-16").price_source
+    assert not lookup("n2-highcpu-16").fetched
+    # machines the refresh did not cover stay available, labelled as estimates
+    assert "offline estimate" in lookup("c3-standard-8").price_source
+    assert lookup("c6i.large").provider == "aws"  # no user aws file: shipped only
+
+
+def test_merge_keeps_the_fallbacks_region_order_and_prefers_the_first_source_on_ties() -> None:
+    a = parse_row_like(name="x-1", region="r2", day="2024-01-01", source="user")
+    b = parse_row_like(name="x-1", region="r1", day="2024-01-01", source="user")
+    e = parse_row_like(name="x-1", region="r3", day="2024-01-01", source="user")
+    c = parse_row_like(name="x-1", region="r1", day="2024-01-01", source="shipped")
+    d = parse_row_like(name="x-1", region="r2", day="2024-02-01", source="shipped")
+    merged = catalog.merge_freshest([a, b, e], [c, d])
+    assert [(m.region, m.price_source) for m in merged] == [
+        ("r1", "user"), ("r2", "shipped"), ("r3", "user")]
+
+
+def parse_row_like(*, name: str, region: str, day: str, source: str) -> catalog.MachineType:
+    return catalog.MachineType(provider="gcp", name=name, family="x", vcpus=1, memory_gib=1,
+                               region=region, price_on_demand=1.0, price_spot=None,
+                               price_source=source, price_date=day)

@@ -81,7 +81,8 @@ def imported_modules(*args: str) -> tuple[set[str], str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["sweep", "--help"], ["catalog", "--help"], ["catalog", "--provider", "gcp"]],
+    [["--help"], ["sweep", "--help"], ["catalog", "--help"], ["catalog", "--provider", "gcp"],
+     ["catalog", "refresh", "--help"]],
 )
 def test_help_and_catalog_import_no_heavy_library(args: list[str]) -> None:
     names, out = imported_modules(*args)
@@ -217,7 +218,7 @@ def test_catalog_table(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_main(["catalog", "--family", "c2", "--region", "us-central1"], capsys)
     assert code == 0
     assert "c2-standard-60" in out and "c2-standard-4" in out and "n2-" not in out
-    assert "[1]" in out and "approx." in out and "2024-06-01" in out
+    assert "[1]" in out and "offline estimate" in out and "price date 2025-06-01" in out
     code, _, err = run_main(["catalog", "--min-vcpus", "500"], capsys)
     assert code == 0 and "no machine type matches" in err
 
@@ -232,7 +233,7 @@ def test_a_broken_catalog_file_is_one_line_naming_file_and_line(
     gcp = tmp_path / "gcp.csv"
     lines = gcp.read_text().splitlines()
     cells = lines[4].split(",")
-    cells[6] = "free"  # price_on_demand
+    cells[7] = "free"  # price_on_demand
     lines[4] = ",".join(cells)
     gcp.write_text("\n".join(lines) + "\n")
     monkeypatch.setenv(CATALOG_ENV, str(tmp_path))

@@ -645,3 +645,15 @@ def test_resume_after_sigkill_reattaches_to_the_same_vm(
     assert fake_gce.instances == {} and fake_gce.firewalls == {}
     trials = pd.read_parquet(run_dir / "trials.parquet")
     assert sorted(trials["workers"]) == [1, 2] and set(trials["status"]) == {"ok"}
+
+
+def test_arm64_machines_boot_the_arm64_build_of_the_default_image(fake_gce: FakeGce) -> None:
+    provider = _provider()
+    provider.create(_request(machine="t2a-standard-4"))
+    (sent,) = fake_gce.sent("POST", r"/zones/us-central1-a/instances$")
+    assert sent.body["disks"][0]["initializeParams"]["sourceImage"] == (
+        "projects/debian-cloud/global/images/family/debian-12-arm64")
+    body = provider.instance_body(_request(machine="c4a-standard-8"), "us-central1-a")
+    assert body.disks[0].initialize_params.source_image.endswith("/debian-12-arm64")
+    body = provider.instance_body(_request(machine="n2d-standard-8"), "us-central1-a")
+    assert body.disks[0].initialize_params.source_image.endswith("/debian-12")

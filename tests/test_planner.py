@@ -122,3 +122,31 @@ def test_render_plan_lists_every_action() -> None:
     assert "inputs/h/frame_0000.parquet" in text and "5 more" in text
     assert text.count("python -m workloads.run") == 2 and "--workers 16" in text
     assert "estimated cost $" in text and "estimates, not measurements" in text
+
+
+def test_the_plan_says_where_each_price_comes_from_and_warns_when_it_is_old() -> None:
+    from dataclasses import replace
+    from datetime import date, timedelta
+
+    from orchestrator.spec.catalog import lookup
+
+    shipped = lookup("n2-highcpu-8")
+    fresh = replace(lookup("c2-standard-4"), price_source="Cloud Billing Catalog API",
+                    price_date=(date.today() - timedelta(days=3)).isoformat(),
+                    fetched_at="2026-01-01T00:00:00Z")
+    spec = SweepSpec(machines=["n2-highcpu-8", "c2-standard-4"], workers=[1])
+    out = io.StringIO()
+    render_plan(make_plan(spec, "s3", [shipped, fresh]), Console(file=out, width=200),
+                dry_run=True)
+    text = out.getvalue()
+    age = (date.today() - date.fromisoformat(shipped.price_date)).days
+    assert f"(shipped offline estimate of {shipped.price_date}, {age} days old)" in text
+    assert "(fetched " in text and ", 3 days old)" in text
+    warning = next(line for line in text.splitlines() if line.startswith("warning:"))
+    assert "n2-highcpu-8" in warning and "c2-standard-4" not in warning
+    assert "cloudprof catalog refresh" in warning
+
+    out = io.StringIO()
+    render_plan(make_plan(SweepSpec(machines=["c2-standard-4"], workers=[1]), "s4", [fresh]),
+                Console(file=out, width=200), dry_run=True)
+    assert "warning:" not in out.getvalue()

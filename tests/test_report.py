@@ -295,6 +295,8 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
     (n2,) = [r for r in md_table(md, "Per machine") if r["machine"] == "n2-highcpu-8"]
     assert n2["scaling stops at"] == "4 workers" and n2["peak RSS"] == "182 MiB at 8"
     assert n2["$/hour"] == "$0.29" and n2["workers tested"] == "1, 2, 4, 8"
+    # the discounts a user may have are named, not silently ignored
+    assert "discounts not applied (GCP sustained/committed use, AWS savings plans" in md
 
 
 def test_text_is_escaped_in_html_and_markdown(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.spec.catalog import MachineType
+from orchestrator.spec.catalog import STALE_DAYS, MachineType
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -310,7 +310,7 @@ def render_plan(plan: Plan, console: Console, dry_run: bool) -> None:
         m, e = vm.machine, vm.estimate
         price = "no catalog price" if e.price_per_hour is None else (
             f"${e.price_per_hour:.4f}/h {'spot' if vm.spot else 'on-demand'} "
-            f"(catalog {m.price_date})")
+            f"({m.price_label()})")
         labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
         console.print(
             f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
@@ -335,6 +335,12 @@ def render_plan(plan: Plan, console: Console, dry_run: bool) -> None:
                 console.print(f"  ... {len(plan.uploads) - 5} more")
             console.print(f"  {up.key}  [dim]{_fmt_bytes(up.size_bytes)}[/dim]",
                           highlight=False)
+    stale = sorted({vm.machine.name for vm in plan.vms
+                    if vm.estimate.price_per_hour is not None and vm.machine.stale()})
+    if stale:
+        console.print(f"[yellow]warning:[/yellow] the prices of {', '.join(stale)} are over "
+                      f"{STALE_DAYS} days old: run `cloudprof catalog refresh` for current "
+                      "ones", highlight=False)
     console.print("[bold]Trial commands[/bold] (each also gets --param inputs=<staged dir> "
                   "--out <trial dir>):")
     for vm in plan.vms:

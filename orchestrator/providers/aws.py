@@ -283,12 +283,6 @@ def sweep_resource_name(sweep_id: str) -> str:
 # ---------------------------------------------------------------- helpers
 
 
-def _arch(machine: str) -> str:
-    """arm64 for Graviton families (c6g, m7gd, t4g, x2gd, c7gn...), else x86_64."""
-    family = machine.split(".", 1)[0]
-    return "arm64" if re.fullmatch(r"[a-z]+\d+g[a-z]*", family) else "x86_64"
-
-
 def image_parameter(image: str | None, machine: str) -> str | None:
     """SSM parameter for ``image`` (short name, parameter path); None for a literal AMI id."""
     image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
@@ -301,7 +295,9 @@ def image_parameter(image: str | None, machine: str) -> str | None:
             f"unknown AWS image {image!r}: use one of {', '.join(IMAGES)}, "
             "an SSM parameter path (/aws/service/...) or an AMI id (ami-...)"
         )
-    return IMAGES[image][_arch(machine)]
+    from orchestrator.spec.catalog import machine_arch
+
+    return IMAGES[image][machine_arch("aws", machine)]  # Graviton machines boot arm64
 
 
 # ---------------------------------------------------------------- resources (cleanup)

@@ -65,6 +65,8 @@ ZONE_ENV = "CLOUDSDK_COMPUTE_ZONE"
 REGION_ENV = "CLOUDSDK_COMPUTE_REGION"
 
 DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+# arm64 machines (t2a, c4a) boot the arm64 build of the same image family.
+DEFAULT_IMAGES = {"x86_64": DEFAULT_IMAGE, "arm64": DEFAULT_IMAGE + "-arm64"}
 DEFAULT_NETWORK = "global/networks/default"
 GCE_DELETE_LEAD_S = 300  # GCE deletes this long before the startup script powers off
 DEFAULT_LIFETIME_S = 6 * 3600  # expiry when the engine gave none: VMs never live unbounded
@@ -429,10 +431,13 @@ class GcpProvider(Provider):
         return gce_labels(labels)
 
     @staticmethod
-    def _image(image: str | None) -> str:
-        """``projects/P/global/images/...`` as is; ``P/family`` or a debian-cloud family."""
+    def _image(image: str | None, machine: str = "") -> str:
+        """``projects/P/global/images/...`` as is; ``P/family`` or a debian-cloud family;
+        none: Debian 12 for the machine's architecture (catalog ``arch`` column)."""
         if not image:
-            return DEFAULT_IMAGE
+            from orchestrator.spec.catalog import machine_arch
+
+            return DEFAULT_IMAGES[machine_arch("gcp", machine)]
         if image.startswith(("projects/", "https://")):
             return image
         project, _, family = image.rpartition("/")
@@ -465,7 +470,7 @@ class GcpProvider(Provider):
             disks=[compute_v1.AttachedDisk(
                 boot=True, auto_delete=True, type_="PERSISTENT",
                 initialize_params=compute_v1.AttachedDiskInitializeParams(
-                    source_image=self._image(req.image), disk_size_gb=req.disk_gb,
+                    source_image=self._image(req.image, req.machine), disk_size_gb=req.disk_gb,
                     labels=labels))],
             network_interfaces=[compute_v1.NetworkInterface(
                 network=DEFAULT_NETWORK,

@@ -541,6 +541,8 @@ def _results_table(summary: pd.DataFrame) -> Table:
         "eff. = efficiency = units/s ÷ (workers × units/s at 1 worker on the same machine), "
         "– without a 1-worker baseline; CPU = mean utilisation of the host's cores.",
         "$/M units = $/hour ÷ (units/s × 3600) × 1e6; (est.) marks an estimate.",
+        "$/hour is a list price: discounts not applied (GCP sustained/committed use, AWS "
+        "savings plans and reserved instances) would lower every cost here.",
         "Pareto: no other row is both faster and cheaper per unit.",
     ]
     return Table("Results per machine and worker count" + title_note, headers, rows, notes)

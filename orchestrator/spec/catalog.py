@@ -1,20 +1,26 @@
-"""Machine types and their prices, from the CSV files in ``infra/catalog/``.
+"""Machine types and their prices: the user's refreshed catalog, else the shipped one.
 
 Prices carry their source and date: a sweep copies the rows it used into its
 results, so an old report keeps the costs it was made with.
 
-The CSV files are data, not code, so they live in ``infra/catalog/`` and are
-found relative to this package (cloudprof is installed editable, ``pip install
--e .``); ``CLOUDPROF_CATALOG_DIR`` points elsewhere (tests, a private price
-list). Every file is validated when it is loaded, and a bad row is reported
-with its file and line, because a silently wrong price makes every cost figure
-of a sweep wrong.
+Two places hold catalog files (``<provider>.csv``): the user's cache,
+``$CLOUDPROF_CACHE/catalog`` or ``~/.cache/cloudprof/catalog``, written by
+``cloudprof catalog refresh`` with fetched, dated prices; and the shipped
+``infra/catalog/`` (offline estimates, the fallback), found relative to this
+package (cloudprof is installed editable). For each machine type and region the
+row with the newest price date wins, so a refresh that missed a SKU falls back
+to the shipped estimate for that machine, labelled as such. Nothing here calls
+the network: sweeps only read files. ``CLOUDPROF_CATALOG_DIR`` replaces both
+(tests, a private price list). Every file is validated when it is loaded, and a
+bad row is reported with its file and line, because a silently wrong price
+makes every cost figure of a sweep wrong.
 """
 
 from __future__ import annotations
 
 import csv
 import difflib
+import io
 import math
 import os
 import re
@@ -25,13 +31,17 @@ from functools import lru_cache
 from pathlib import Path
 
 from orchestrator.errors import CloudprofError, UnknownMachineError, UsageError
+from orchestrator.spec.pricing.families import ARCHES, arch_of
 
 CATALOG_ENV = "CLOUDPROF_CATALOG_DIR"
+CACHE_ENV = "CLOUDPROF_CACHE"  # the user's cache root, shared with the local bucket
+STALE_DAYS = 30  # the plan warns about prices older than this
 CATALOG_PROVIDERS = ("gcp", "aws")  # one file each: infra/catalog/<provider>.csv
 COLUMNS = (
     "provider",
     "instance_type",
     "family",
+    "arch",
     "vcpus",
     "memory_gib",
     "region",
@@ -39,7 +49,13 @@ COLUMNS = (
     "price_spot",
     "price_source",
     "price_date",
+    "fetched_at",
 )
+# Columns a file may lack (files written before they existed, hand-made price lists)
+# or leave empty: an empty arch is the family's (see pricing.families), an empty
+# fetched_at means the price was not fetched by cloudprof, an empty spot no spot offer.
+NEW_COLUMNS = ("arch", "fetched_at")
+EMPTY_ALLOWED = (*NEW_COLUMNS, "price_spot")
 SORT_KEYS = ("name", "vcpus", "memory", "price")
 
 # Machine types and regions are interpolated into API calls and file names:
@@ -64,17 +80,64 @@ class MachineType:
     price_spot: float | None
     price_source: str
     price_date: str  # ISO date
+    arch: str = "x86_64"  # "x86_64" | "arm64": picks the VM image
+    fetched_at: str = ""  # ISO UTC time the price was fetched; "" for estimates
 
     def price(self, spot: bool) -> float | None:
         return self.price_spot if spot else self.price_on_demand
 
+    def age_days(self, today: date | None = None) -> int | None:
+        """Days since the price date (None when the row has no date, e.g. an ssh host)."""
+        try:
+            return ((today or date.today()) - date.fromisoformat(self.price_date)).days
+        except ValueError:
+            return None
+
+    @property
+    def fetched(self) -> bool:
+        """Whether the price was fetched from a provider or a maintained catalog."""
+        return bool(self.fetched_at)
+
+    def price_label(self, today: date | None = None) -> str:
+        """Where the price comes from and how old it is, for the plan and the report."""
+        age = self.age_days(today)
+        old = "" if age is None else f", {age} day{'s' if age != 1 else ''} old"
+        if self.fetched:
+            return f"fetched {self.price_date}{old}"
+        if self.price_source.startswith("offline estimate"):
+            return f"shipped offline estimate of {self.price_date}{old}"
+        return f"{self.price_source or 'price'} of {self.price_date}{old}"
+
+    def stale(self, today: date | None = None) -> bool:
+        """Older than STALE_DAYS (the plan warns: prices change, spot ones by the hour)."""
+        age = self.age_days(today)
+        return age is not None and age > STALE_DAYS
+
+
+def shipped_dir() -> Path:
+    """The checkout's ``infra/catalog``: offline estimates, the fallback."""
+    return Path(__file__).resolve().parents[2] / "infra" / "catalog"
+
+
+def user_catalog_dir() -> Path:
+    """Where ``cloudprof catalog refresh`` writes: ``$CLOUDPROF_CACHE/catalog`` or ~/.cache."""
+    root = os.environ.get(CACHE_ENV)
+    return (Path(root) if root else Path.home() / ".cache" / "cloudprof") / "catalog"
+
 
 def catalog_dir() -> Path:
-    """Where the CSV files are: ``$CLOUDPROF_CATALOG_DIR`` or the checkout's ``infra/catalog``."""
+    """The one directory read when ``$CLOUDPROF_CATALOG_DIR`` is set, else the shipped one."""
     env = os.environ.get(CATALOG_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "infra" / "catalog"
+    return Path(env) if env else shipped_dir()
+
+
+def catalog_files(provider: str) -> list[Path]:
+    """The files a provider's rows are read from, the user's refreshed one first."""
+    if os.environ.get(CATALOG_ENV):
+        return [catalog_dir() / f"{provider}.csv"]
+    user = user_catalog_dir() / f"{provider}.csv"
+    return [user, shipped_dir() / f"{provider}.csv"] if user.is_file() else [
+        shipped_dir() / f"{provider}.csv"]
 
 
 def _positive_float(text: str, column: str, where: str, *, optional: bool = False) -> float | None:
@@ -94,7 +157,7 @@ def _parse_row(row: dict[str, str], where: str, provider: str) -> MachineType:
     if None in row:
         raise CatalogError(f"{where}: more cells than the {len(COLUMNS)} columns")
     for column in COLUMNS:
-        if column != "price_spot" and not cells.get(column):
+        if column not in EMPTY_ALLOWED and not cells.get(column):
             raise CatalogError(f"{where}: empty {column}")
     if cells["provider"] != provider:
         raise CatalogError(f"{where}: provider {cells['provider']!r} in the {provider} catalog")
@@ -119,6 +182,9 @@ def _parse_row(row: dict[str, str], where: str, provider: str) -> MachineType:
         date.fromisoformat(day)
     except ValueError:
         raise CatalogError(f"{where}: price_date must be YYYY-MM-DD, got {day!r}") from None
+    arch = cells.get("arch") or arch_of(provider, cells["instance_type"])
+    if arch not in ARCHES:
+        raise CatalogError(f"{where}: arch must be {' or '.join(ARCHES)}, got {arch!r}")
     return MachineType(
         provider=provider,
         name=cells["instance_type"],
@@ -130,7 +196,29 @@ def _parse_row(row: dict[str, str], where: str, provider: str) -> MachineType:
         price_spot=spot,
         price_source=cells["price_source"],
         price_date=day,
+        arch=arch,
+        fetched_at=cells.get("fetched_at", ""),
     )
+
+
+def to_cells(m: MachineType) -> dict[str, str]:
+    """A row as the catalog files write it (full precision), keyed by COLUMNS."""
+    return {
+        "provider": m.provider, "instance_type": m.name, "family": m.family, "arch": m.arch,
+        "vcpus": str(m.vcpus), "memory_gib": f"{m.memory_gib:g}", "region": m.region,
+        "price_on_demand": "" if m.price_on_demand is None else repr(m.price_on_demand),
+        "price_spot": "" if m.price_spot is None else repr(m.price_spot),
+        "price_source": m.price_source, "price_date": m.price_date, "fetched_at": m.fetched_at,
+    }  # fmt: skip
+
+
+def render_csv(rows: Iterable[MachineType]) -> str:
+    """CSV text of ``rows`` in the catalog files' format (header included)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(to_cells(m) for m in rows)
+    return out.getvalue()
 
 
 def parse_catalog_file(path: Path, provider: str) -> list[MachineType]:
@@ -144,7 +232,7 @@ def parse_catalog_file(path: Path, provider: str) -> list[MachineType]:
     with fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
-        missing = [c for c in COLUMNS if c not in header]
+        missing = [c for c in COLUMNS if c not in header and c not in NEW_COLUMNS]
         if missing:
             raise CatalogError(f"{path}:1: missing column(s) {', '.join(missing)}")
         try:
@@ -165,21 +253,54 @@ def parse_catalog_file(path: Path, provider: str) -> list[MachineType]:
     return rows
 
 
-@lru_cache(maxsize=8)
-def _load_dir(directory: Path) -> tuple[MachineType, ...]:
-    rows: list[MachineType] = []
-    for provider in CATALOG_PROVIDERS:
-        rows.extend(parse_catalog_file(directory / f"{provider}.csv", provider))
-    return tuple(rows)
+@lru_cache(maxsize=16)
+def _parse_cached(path: Path, provider: str, mtime_ns: int, size: int) -> tuple[MachineType, ...]:
+    """One file's rows, parsed again only when the file changes (a refresh mid-process)."""
+    return tuple(parse_catalog_file(path, provider))
+
+
+def _read(path: Path, provider: str) -> tuple[MachineType, ...]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return tuple(parse_catalog_file(path, provider))  # raises the one-line error
+    return _parse_cached(path, provider, stat.st_mtime_ns, stat.st_size)
+
+
+def merge_freshest(*sources: Iterable[MachineType]) -> list[MachineType]:
+    """One row per (machine type, region): the newest price date, earlier source on a tie.
+
+    Rows are ordered as in the *last* source (the shipped fallback), then the
+    others' extra rows in their own order: which region is a machine type's
+    default (its first row) stays cloudprof's choice, whatever order a refresh
+    or an imported catalog lists regions in.
+    """
+    materialized = [list(rows) for rows in sources]
+    best: dict[tuple[str, str], MachineType] = {}
+    for rows in materialized:
+        for m in rows:
+            key = (m.name, m.region)
+            if key not in best or m.price_date > best[key].price_date:
+                best[key] = m
+    order: dict[tuple[str, str], None] = {}
+    for rows in [materialized[-1], *materialized[:-1]] if materialized else []:
+        for m in rows:
+            order.setdefault((m.name, m.region), None)
+    return [best[key] for key in order]
 
 
 def load_catalog(provider: str | None = None) -> list[MachineType]:
     """Every catalog row (one per machine type and region), optionally of one provider.
 
-    The first row of a machine type in its file is its default region.
+    The freshest price of each machine type and region across the user's
+    refreshed catalog and the shipped one; the first row of a machine type is
+    its default region.
     """
-    rows = _load_dir(catalog_dir())
-    return [m for m in rows if provider is None or m.provider == provider]
+    rows: list[MachineType] = []
+    for name in CATALOG_PROVIDERS:
+        if provider is None or provider == name:
+            rows += merge_freshest(*(_read(p, name) for p in catalog_files(name)))
+    return rows
 
 
 def check_name(name: str, what: str = "machine type") -> str:
@@ -236,6 +357,21 @@ def lookup(name: str, provider: str | None = None, region: str | None = None) ->
         f"machine type {name!r} has no catalog price in region {region!r}; "
         f"regions with a price: {regions}"
     )
+
+
+def machine_arch(provider: str, name: str) -> str:
+    """The CPU architecture of a machine type: its catalog row's, else its family's.
+
+    Providers pick the boot image with it (an arm64 machine cannot boot an x86 image).
+    """
+    try:
+        rows = load_catalog(provider) if provider in CATALOG_PROVIDERS else []
+    except CloudprofError:  # an unreadable catalog: the family still tells
+        rows = []
+    for m in rows:
+        if m.name == name:
+            return m.arch
+    return arch_of(provider, name)
 
 
 def filter_catalog(

@@ -1,0 +1,73 @@
+"""``cloudprof catalog refresh``: fetch (or import) prices and write the user's catalog.
+
+One function per source, one result shape, so the CLI only prints. A source
+that cannot price some machines says which (``missing``); those keep the
+shipped estimate, which sweeps then label as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import UsageError
+from orchestrator.spec.catalog import CATALOG_PROVIDERS, MachineType
+from orchestrator.spec.pricing.cache import now_utc, write_catalog
+
+SOURCES = ("api", "skypilot")
+AWS_DEFAULT_REGIONS = ("us-east-1", "us-west-2", "eu-west-1")  # the shipped catalog's
+
+
+@dataclass
+class Refreshed:
+    provider: str
+    path: Path
+    rows: list[MachineType]
+    missing: list[str]
+    source: str
+
+    @property
+    def regions(self) -> int:
+        return len({m.region for m in self.rows})
+
+
+def fetch_rows(provider: str, *, source: str = "api", path: Path | None = None,
+               regions: Sequence[str] = (), project: str | None = None,
+               fetched_at: str | None = None) -> tuple[list[MachineType], list[str], str]:
+    """(rows, what could not be priced, a one-line description of the source)."""
+    fetched_at = fetched_at or now_utc()
+    if source == "skypilot":
+        from orchestrator.spec.pricing import skypilot
+
+        vms = skypilot.find_vms_csv(provider, path)
+        rows = skypilot.import_vms_csv(provider, vms)
+        if regions:
+            rows = [m for m in rows if m.region in regions]
+        return rows, [], f"SkyPilot catalog {vms}"
+    if source != "api":
+        raise UsageError(f"--from: choose {' or '.join(SOURCES)}, not {source!r}")
+    if provider == "gcp":
+        from orchestrator.spec.pricing import gcp
+
+        got = gcp.fetch(fetched_at, project=project, regions=set(regions) or None)
+        return got.rows, got.missing, (f"Cloud Billing Catalog API ({got.skus_read} SKUs) "
+                                       "+ Compute Engine machine types")
+    from orchestrator.spec.pricing import aws
+
+    got_aws = aws.fetch(regions or AWS_DEFAULT_REGIONS, fetched_at)
+    return got_aws.rows, got_aws.missing, ("AWS Price List API + EC2 instance types "
+                                           "+ spot price history")
+
+
+def refresh(provider: str, *, source: str = "api", path: Path | None = None,
+            regions: Sequence[str] = (), project: str | None = None,
+            force: bool = False) -> Refreshed:
+    """Fetch ``provider``'s prices from ``source`` and write them to the user's catalog."""
+    if provider not in CATALOG_PROVIDERS:
+        raise UsageError(f"--provider: choose {' or '.join(CATALOG_PROVIDERS)}, "
+                         f"not {provider!r}")
+    rows, missing, described = fetch_rows(provider, source=source, path=path,
+                                          regions=regions, project=project)
+    written = write_catalog(provider, rows, described, force=force)
+    return Refreshed(provider, written, rows, missing, described)

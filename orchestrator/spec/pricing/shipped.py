@@ -1,0 +1,196 @@
+"""The shipped catalog (``infra/catalog/*.csv``): offline estimates, generated here.
+
+No price can be fetched where cloudprof is built, so the shipped files hold
+*estimates*, labelled as such on every row, and computed the same way for
+every machine from the per-family rates below (one place to correct a rate):
+
+* GCP: vCPUs × USD per vCPU-hour + GiB × USD per GiB-hour, the way Google
+  prices its predefined machine types (and the way the refresh computes them);
+* AWS: vCPUs × USD per vCPU-hour, since EC2 prices grow linearly with size
+  within a family;
+* other regions: the first region's price × a regional factor; spot: on-demand
+  × a typical spot fraction (none for GCP's memory-optimized series, which
+  have no spot offering in the shipped regions).
+
+The rates are from memory of the providers' public price pages around
+``ESTIMATE_DATE`` (not fetched). ``cloudprof catalog refresh`` replaces them
+with fetched prices in the user's cache. Regenerate the files after editing:
+``python -m orchestrator.spec.pricing.shipped``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from orchestrator.spec.catalog import COLUMNS
+from orchestrator.spec.pricing.families import AWS_FAMILIES, GCP_FAMILIES, arch_of
+
+ESTIMATE_DATE = "2025-06-01"
+SHIPPED_MARK = "offline estimate"  # in every shipped row's price_source
+
+# ---- GCP: USD per vCPU-hour and per GiB-hour in us-central1, on-demand.
+GCP_RATES: dict[str, tuple[float, float]] = {
+    "e2": (0.021811, 0.002923), "n1": (0.031611, 0.004237), "n2": (0.031611, 0.004237),
+    "n2d": (0.027502, 0.003686), "n4": (0.030400, 0.003560), "c2": (0.033982, 0.004554),
+    "c2d": (0.029563, 0.003959), "c3": (0.034650, 0.004645), "c3d": (0.029563, 0.003959),
+    "c4": (0.034840, 0.003964), "t2d": (0.027502, 0.003686), "t2a": (0.022000, 0.002750),
+    "c4a": (0.030975, 0.003380), "m1": (0.034806, 0.005112), "m2": (0.034806, 0.005112),
+    "m3": (0.037500, 0.005025),
+}  # fmt: skip
+GCP_REGIONS = {"us-central1": 1.0, "europe-west4": 1.1, "asia-east1": 1.16}
+GCP_SPOT_FRACTION = 0.30
+GCP_NO_SPOT = ("m1", "m2", "m3")
+GCP_MEMORY_REGIONS = ("us-central1", "europe-west4")  # where the m-series rows are listed
+
+# Predefined shapes: series -> (GiB per vCPU, vCPU counts).
+_STD = (2, 4, 8, 16, 32)
+GCP_SHAPES: dict[str, tuple[float, tuple[int, ...]]] = {
+    "e2-standard": (4, _STD), "e2-highcpu": (1, _STD), "e2-highmem": (8, (2, 4, 8, 16)),
+    "n1-standard": (3.75, (1, 2, 4, 8, 16, 32, 64, 96)),
+    "n1-highcpu": (0.9, (2, 4, 8, 16, 32, 64, 96)),
+    "n1-highmem": (6.5, (2, 4, 8, 16, 32, 64, 96)),
+    "n2-standard": (4, (2, 4, 8, 16, 32, 48, 64, 80, 96, 128)),
+    "n2-highcpu": (1, (2, 4, 8, 16, 32, 48, 64, 80, 96)),
+    "n2-highmem": (8, (2, 4, 8, 16, 32, 48, 64, 80, 96, 128)),
+    "n2d-standard": (4, (2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 224)),
+    "n2d-highcpu": (1, (2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 224)),
+    "n2d-highmem": (8, (2, 4, 8, 16, 32, 48, 64, 80, 96)),
+    "n4-standard": (4, (2, 4, 8, 16, 32, 48, 64, 80)),
+    "n4-highcpu": (2, (2, 4, 8, 16, 32, 48, 64, 80)),
+    "n4-highmem": (8, (2, 4, 8, 16, 32, 48, 64, 80)),
+    "c2-standard": (4, (4, 8, 16, 30, 60)),
+    "c2d-standard": (4, (2, 4, 8, 16, 32, 56, 112)),
+    "c2d-highcpu": (2, (2, 4, 8, 16, 32, 56, 112)),
+    "c2d-highmem": (8, (2, 4, 8, 16, 32, 56, 112)),
+    "c3-standard": (4, (4, 8, 22, 44, 88, 176)),
+    "c3-highcpu": (2, (4, 8, 22, 44, 88, 176)),
+    "c3-highmem": (8, (4, 8, 22, 44, 88, 176)),
+    "c3d-standard": (4, (4, 8, 16, 30, 60, 90, 180, 360)),
+    "c3d-highcpu": (2, (4, 8, 16, 30, 60, 90, 180, 360)),
+    "c3d-highmem": (8, (4, 8, 16, 30, 60, 90, 180, 360)),
+    "c4-standard": (3.75, (2, 4, 8, 16, 32, 48, 96, 192)),
+    "c4-highcpu": (2, (2, 4, 8, 16, 32, 48, 96, 192)),
+    "c4-highmem": (7.75, (2, 4, 8, 16, 32, 48, 96, 192)),
+    "t2d-standard": (4, (1, 2, 4, 8, 16, 32, 48, 60)),
+    "t2a-standard": (4, (1, 2, 4, 8, 16, 32, 48)),
+    "c4a-standard": (4, (1, 2, 4, 8, 16, 32, 48, 64, 72)),
+    "c4a-highcpu": (2, (1, 2, 4, 8, 16, 32, 48, 64, 72)),
+    "c4a-highmem": (8, (1, 2, 4, 8, 16, 32, 48, 64, 72)),
+}
+# Memory-optimized machines are not a ratio × size: name -> (vCPUs, GiB).
+GCP_FIXED: dict[str, tuple[int, float]] = {
+    "m1-ultramem-40": (40, 961), "m1-ultramem-80": (80, 1922), "m1-ultramem-160": (160, 3844),
+    "m1-megamem-96": (96, 1433.6),
+    "m2-megamem-416": (416, 5888), "m2-ultramem-208": (208, 5888),
+    "m2-ultramem-416": (416, 11776),
+    "m3-megamem-64": (64, 976), "m3-megamem-128": (128, 1952),
+    "m3-ultramem-32": (32, 976), "m3-ultramem-64": (64, 1952), "m3-ultramem-128": (128, 3904),
+}  # fmt: skip
+
+# ---- AWS: USD per vCPU-hour in us-east-1, Linux, shared tenancy, on-demand.
+AWS_RATES: dict[str, float] = {
+    "c6i": 0.0425, "m6i": 0.048, "r6i": 0.063,
+    "c6a": 0.03825, "m6a": 0.0432, "r6a": 0.0567,
+    "c7i": 0.044625, "m7i": 0.0504, "r7i": 0.06615,
+    "c7a": 0.05132, "m7a": 0.05796, "r7a": 0.076075,
+    "c7g": 0.03625, "m7g": 0.0408, "r7g": 0.05355,
+    "c8g": 0.03988, "m8g": 0.04488, "r8g": 0.05891,
+}  # fmt: skip
+AWS_REGIONS = {"us-east-1": 1.0, "us-west-2": 1.0, "eu-west-1": 1.073}
+AWS_SPOT_FRACTION = 0.40
+AWS_GIB_PER_VCPU = {"c": 2, "m": 4, "r": 8}
+_AWS_SIZES = {"large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 32,
+              "12xlarge": 48, "16xlarge": 64, "24xlarge": 96, "32xlarge": 128,
+              "48xlarge": 192}
+AWS_LARGEST = {"6i": 128, "6a": 192, "7i": 192, "7a": 192, "7g": 64, "8g": 192}  # vCPUs
+
+
+
+def _money(value: float) -> str:
+    return f"{round(value, 6):g}"
+
+
+def gcp_rows() -> list[dict[str, str]]:
+    """Every shipped GCP row, machine by machine, regions in ``GCP_REGIONS`` order."""
+    machines: list[tuple[str, int, float]] = []
+    for series, (ratio, sizes) in GCP_SHAPES.items():
+        machines += [(f"{series}-{v}", v, v * ratio) for v in sizes]
+    machines += [(name, v, gib) for name, (v, gib) in GCP_FIXED.items()]
+    rows = []
+    for name, vcpus, gib in machines:
+        family = name.split("-", 1)[0]
+        assert family in GCP_FAMILIES, name
+        cpu_rate, ram_rate = GCP_RATES[family]
+        base = vcpus * cpu_rate + gib * ram_rate
+        regions = GCP_MEMORY_REGIONS if family in GCP_NO_SPOT else tuple(GCP_REGIONS)
+        for region in regions:
+            factor = GCP_REGIONS[region]
+            price = base * factor
+            spot = "" if family in GCP_NO_SPOT else _money(price * GCP_SPOT_FRACTION)
+            source = (f"{SHIPPED_MARK} (not fetched): {family} ${cpu_rate}/vCPU-h + "
+                      f"${ram_rate}/GiB-h in us-central1"
+                      + (f" x{factor} for {region}" if factor != 1.0 else "")
+                      + ", from memory of cloud.google.com/compute/vm-instance-pricing; "
+                      + ("spot: none listed" if not spot else
+                         f"spot: typical {GCP_SPOT_FRACTION} of on-demand"))
+            rows.append(_row("gcp", name, family, vcpus, gib, region, price, spot, source))
+    return rows
+
+
+def aws_rows() -> list[dict[str, str]]:
+    """Every shipped AWS row: c/m/r of each generation, sizes up to the generation's largest."""
+    rows = []
+    for family in AWS_FAMILIES:
+        kind, gen = family[0], family[1:]
+        rate = AWS_RATES[family]
+        for size, vcpus in _AWS_SIZES.items():
+            if vcpus > AWS_LARGEST[gen]:
+                continue
+            gib = vcpus * AWS_GIB_PER_VCPU[kind]
+            for region, factor in AWS_REGIONS.items():
+                price = vcpus * rate * factor
+                source = (f"{SHIPPED_MARK} (not fetched): {family} ${rate}/vCPU-h in us-east-1"
+                          + (f" x{factor} for {region}" if factor != 1.0 else "")
+                          + ", Linux on-demand, from memory of aws.amazon.com/ec2/pricing; "
+                          f"spot: typical {AWS_SPOT_FRACTION} of on-demand, varies by zone")
+                rows.append(_row("aws", f"{family}.{size}", family, vcpus, gib, region, price,
+                                 _money(price * AWS_SPOT_FRACTION), source))
+    return rows
+
+
+def _row(provider: str, name: str, family: str, vcpus: int, gib: float, region: str,
+         price: float, spot: str, source: str) -> dict[str, str]:
+    return {
+        "provider": provider, "instance_type": name, "family": family,
+        "arch": arch_of(provider, name), "vcpus": str(vcpus), "memory_gib": f"{gib:g}",
+        "region": region, "price_on_demand": _money(price), "price_spot": spot,
+        "price_source": source, "price_date": ESTIMATE_DATE, "fetched_at": "",
+    }  # fmt: skip
+
+
+def render(rows: list[dict[str, str]]) -> str:
+    """CSV text of ``rows`` with the catalog's header."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def shipped_texts() -> dict[str, str]:
+    """File name -> the text the shipped file must have."""
+    return {"gcp.csv": render(gcp_rows()), "aws.csv": render(aws_rows())}
+
+
+def main() -> None:
+    """Rewrite ``infra/catalog/*.csv`` from the tables above."""
+    target = Path(__file__).resolve().parents[3] / "infra" / "catalog"
+    for name, text in shipped_texts().items():
+        (target / name).write_text(text, encoding="utf-8")
+        print(f"wrote {target / name} ({text.count(chr(10)) - 1} rows)")
+
+
+if __name__ == "__main__":
+    main()
