@@ -328,6 +328,7 @@ class UslFit:
     x_star: float  # predicted throughput at N* (λ/σ as N → ∞ when κ = 0)
     r2: float  # on the individual repeats
     max_rel_error: float  # worst |fit − median| / median over the tested worker counts
+    rel_rmse: float  # root mean square of (repeat / fit − 1): the noise around the curve
     points: int
     tested: tuple[int, ...]
 
@@ -487,6 +488,7 @@ def _make_fit(
         x_star=x_star,
         r2=r2,
         max_rel_error=worst,
+        rel_rmse=float(np.sqrt(np.mean((x / pred - 1.0) ** 2))),
         points=int(n.size),
         tested=tested,
     )
@@ -553,6 +555,7 @@ class UslModel:
             "ci95": {k: [num(a), num(b)] for k, (a, b) in self.intervals.items()},
             "r2": f.r2,
             "max_rel_error": f.max_rel_error,
+            "rel_rmse": f.rel_rmse,
             "poor_fit": f.poor,
             "peak_within_tested": f.peak_tested,
             "verdict": f.verdict(),
