@@ -15,7 +15,9 @@ from orchestrator.plan.model import (
     fit_usl_with_intervals,
     knee_point,
     knee_range,
+    machine_confidence,
     peak_workers,
+    rank,
     spread,
     usl,
     within_noise,
@@ -177,3 +179,26 @@ def test_a_knee_one_repeat_can_move_shows_its_range():
     assert k.low == 4 and k.high in (8, None)
     assert sum(k.share.values()) == pytest.approx(1.0)
     assert json.dumps(k.to_dict())
+
+
+def test_the_headline_says_when_the_runner_up_is_within_noise():
+    noisy = rank({("a", 8): [9030.0, 13659.0, 11000.0], ("b", 16): [11500.0, 10200.0, 12900.0]})
+    assert noisy is not None and noisy.best == ("b", 16) and noisy.within_noise
+    assert "within noise" in noisy.describe()
+    clear = rank({"a": [100.0, 101.0, 99.0], "b": [150.0, 149.0, 151.0]})
+    assert clear is not None and clear.best == "b" and not clear.within_noise
+    assert "clearly ahead" in clear.describe()
+    cheapest = rank({"a": [1.0, 1.1, 0.9], "b": [2.0, 2.1, 1.9]}, higher_is_better=False)
+    assert cheapest is not None and cheapest.best == "a"
+    assert rank({}) is None
+
+
+def test_a_machines_confidence_block_is_strict_json_and_says_why_there_is_no_curve():
+    block = machine_confidence(surface(1000.0, 0.05, 0.0005, noise=0.03, repeats=4, seed=2),
+                               predict_at=[40], n_boot=50)
+    data = json.loads(json.dumps(block, allow_nan=False))
+    assert data["usl"]["n_star"] > 0 and data["usl_reason"] is None
+    assert data["spread"]["8"]["ci95"] is not None  # 4 repeats: a bootstrap interval
+    assert data["knee"]["workers"] in GRID
+    short = machine_confidence({1: [10.0], 2: [19.0]})
+    assert short["usl"] is None and "at least 3" in short["usl_reason"]
