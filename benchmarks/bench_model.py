@@ -224,8 +224,9 @@ def main() -> int:
     cases = surfaces(args.replays, args.seed)
     started = time.perf_counter()
     fit_usl({1: [1.0], 2: [1.9], 4: [3.5]})  # import scipy outside the figures
-    bench_grid(cases, args.seed)
-    bench_adaptive(cases, args.seed)
+    if cases:  # --replays 0: only the measured stores
+        bench_grid(cases, args.seed)
+        bench_adaptive(cases, args.seed)
     if args.store:
         bench_stores(args.store)
     print(f"({time.perf_counter() - started:.0f} s)")

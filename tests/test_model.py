@@ -202,3 +202,12 @@ def test_a_machines_confidence_block_is_strict_json_and_says_why_there_is_no_cur
     assert data["knee"]["workers"] in GRID
     short = machine_confidence({1: [10.0], 2: [19.0]})
     assert short["usl"] is None and "at least 3" in short["usl_reason"]
+
+
+@pytest.mark.parametrize(
+    ("sigma", "kappa", "n_star"),
+    [(0.0, 0.01, 10.0), (0.5, 0.005, 10.0), (1.0, 0.01, 1.0), (0.99, 0.5, 1.0),
+     (0.2, 0.0, math.inf)],
+)
+def test_the_predicted_peak_is_never_below_one_worker(sigma, kappa, n_star):
+    assert peak_workers(sigma, kappa) == pytest.approx(n_star)

@@ -311,10 +311,14 @@ def usl(n: Any, lam: float, sigma: float, kappa: float) -> Any:
 
 
 def peak_workers(sigma: float, kappa: float) -> float:
-    """N* = √((1−σ)/κ), where the USL curve peaks; inf when κ = 0 (no retrograde scaling)."""
+    """N* = √((1−σ)/κ), where the USL curve peaks; inf when κ = 0 (no retrograde scaling).
+
+    At least 1: when the formula gives less (σ near 1), throughput falls from the
+    first worker on, and the best count is one worker, not zero.
+    """
     if kappa <= 0:
         return math.inf
-    return math.sqrt(max(0.0, 1.0 - sigma) / kappa)
+    return max(1.0, math.sqrt(max(0.0, 1.0 - sigma) / kappa))
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def _most_informative(model: UslModel, cap: int, exclude: Sequence[int]) -> int 
     params = np.array(model.boot)
     lam, sigma, kappa = params[:, 0:1], params[:, 1:2], params[:, 2:3]
     with np.errstate(divide="ignore"):
-        n_star = np.sqrt(np.clip(1.0 - sigma[:, 0], 0.0, None) / kappa[:, 0])
+        n_star = np.maximum(1.0, np.sqrt(np.clip(1.0 - sigma[:, 0], 0.0, None) / kappa[:, 0]))
     y = np.log(np.minimum(n_star, 10.0 * cap))  # κ = 0 refits: "far out", not inf
     cand = np.arange(1, cap + 1, dtype=float)
     logx = np.log(usl(cand[None, :], lam, sigma, kappa))
