@@ -123,6 +123,14 @@ def sweep(
             rich_help_panel=SWEEP,
         ),
     ] = None,
+    warmup: Annotated[
+        str | None,
+        typer.Option(
+            help="Untimed warm-up before each trial, e.g. 5s: workers allocate their buffers "
+            "before the clock and the memory sampler start (default: none).",
+            rich_help_panel=SWEEP,
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -255,7 +263,8 @@ def sweep(
 
     values: dict[str, Any] = {
         "machines": machine, "workers": workers, "repeats": repeats, "duration": duration,
-        "workload": workload, "frames": frames, "dim": dim, "rows": rows, "cols": cols,
+        "warmup": warmup, "workload": workload, "frames": frames, "dim": dim, "rows": rows,
+        "cols": cols,
         "strategy": strategy, "seed": seed, "params": param, "provider": provider,
         "region": region, "zone": zone, "project": project, "bucket": bucket, "spot": spot,
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,

@@ -421,3 +421,24 @@ def test_the_readme_example_config_is_valid(tmp_path: Path) -> None:
     assert spec.workers == [1, 2, 4, 8, 16, 32, 60, 64, 80]
     assert spec.provider == "gcp" and spec.max_peak_memory == 8 * 1024**3
     assert spec.out == tmp_path / "runs"
+
+
+@pytest.mark.parametrize(("text", "expected"), [(None, 0.0), ("0", 0.0), ("0s", 0.0), ("5s", 5.0)])
+def test_a_sweep_level_warmup_is_a_duration_that_may_be_zero(tmp_path, text, expected):
+    cli: dict[str, Any] = {"machines": ["n2-highcpu-16"]}
+    if text is not None:
+        cli["warmup"] = text
+    assert spec_of(tmp_path, **cli).warmup_s == expected
+
+
+@pytest.mark.parametrize("text", ["-1", "soon", "5x"])
+def test_a_bad_warmup_is_one_line_naming_the_flag(tmp_path, text):
+    with pytest.raises(UsageError) as info:
+        spec_of(tmp_path, machines=["n2-highcpu-16"], warmup=text)
+    assert "--warmup" in one_line_usage_error(info)
+
+
+def test_the_warmup_can_come_from_the_config_file(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text('machines = ["n2-highcpu-16"]\nwarmup = "2s"\n')
+    assert build_spec({"out": str(tmp_path / "runs")}, config).warmup_s == 2.0

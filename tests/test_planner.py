@@ -150,3 +150,14 @@ def test_the_plan_says_where_each_price_comes_from_and_warns_when_it_is_old() ->
     render_plan(make_plan(SweepSpec(machines=["c2-standard-4"], workers=[1]), "s4", [fresh]),
                 Console(file=out, width=200), dry_run=True)
     assert "warning:" not in out.getvalue()
+
+
+def test_a_warmup_reaches_the_runner_and_is_counted_in_the_estimate() -> None:
+    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 2], duration_s=10.0, warmup_s=5.0)
+    vm = make_plan(spec, "20260101-000000-abcd", [machine()], input_bytes=0).vms[0]
+    args = vm.trials[0].runner_args
+    assert args[args.index("--warmup") + 1] == "5"
+    assert vm.estimate.trials_s == pytest.approx(2 * (10.0 + 5.0 + planner.TRIAL_OVERHEAD_S))
+    no_warmup = SweepSpec(machines=["n2-highcpu-8"], workers=[1], duration_s=10.0)
+    plain = make_plan(no_warmup, "20260101-000000-abcd", [machine()], input_bytes=0).vms[0]
+    assert "--warmup" not in plain.trials[0].runner_args

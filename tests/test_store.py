@@ -130,3 +130,14 @@ def test_one_process_at_a_time_per_run(store: RunStore) -> None:
         pass
     with RunStore.open(store.run_dir).running():  # released when the holder is done
         pass
+
+
+def test_the_leak_probability_and_ramp_are_stored_with_each_trial(store: RunStore) -> None:
+    ramp = summary(100.0)
+    ramp["leak"] = {"verdict": "ok", "slope_mb_per_s": 9.0, "probability": 0.01, "ramp": True}
+    store.record_trial(ramp, None, MACHINE, trial=trial(1), sweep_id="s", ran_on="local",
+                       provider="local")
+    record(store, 2, 150.0)  # a runner from before the verdict had a probability
+    frame = pd.read_parquet(store.trials_path).set_index("workers")
+    assert frame.loc[1, "leak_probability"] == pytest.approx(0.01) and frame.loc[1, "leak_ramp"]
+    assert math.isnan(frame.loc[2, "leak_probability"]) and not frame.loc[2, "leak_ramp"]

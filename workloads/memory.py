@@ -6,6 +6,17 @@ trial) and call it a leak when the line's growth across that phase is a large
 enough fraction of the steady RSS. Too few samples or too short a phase gives
 "inconclusive" rather than a guess.
 
+Growth is not enough: 160 workers allocating their buffers one after another
+(slower still on a loaded host) make RSS *ramp* well past the warm-up and then
+level off. So the verdict also asks whether memory is still growing at the end:
+a line with one bend (``end_slope``) through the steady phase gives the slope
+at its end with a 95 % interval (standard error widened for the samples'
+autocorrelation: RSS samples at 10 Hz are not independent), and from it the
+probability that the end still grows at the leak rate. Growth that levels off
+(that probability ≤ 5 %) is a ramp, "ok"; a probability ≥ 95 % is a leak; in
+between, "inconclusive" with the probability shown — a longer trial or
+``--warmup`` settles it.
+
 A spike is a short excursion (under about a second) above the local median.
 Samples catch the spikes that
 last longer than the sampling interval; the kernel's high-water mark catches
@@ -15,6 +26,8 @@ samples, and we report it as one.
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +48,7 @@ class LeakThresholds:
     min_growth_bytes: int = 8 * 1024 * 1024  # below this, growth is allocator noise
     min_samples: int = 10
     min_window_s: float = 1.0
+    confidence: float = 0.95  # leak when P(end grows at the leak rate) ≥ this; ok when ≤ 1 − this
 
 
 def _fit(t: list[float], y: list[float]) -> tuple[float, float, float]:
@@ -47,6 +61,92 @@ def _fit(t: list[float], y: list[float]) -> tuple[float, float, float]:
     slope = sty / stt if stt > 0 else 0.0
     r2 = (sty * sty) / (stt * syy) if stt > 0 and syy > 0 else 0.0
     return slope, my - slope * mt, r2
+
+
+@dataclass(frozen=True)
+class SlopeEstimate:
+    """A least-squares slope with its standard error, widened for autocorrelated samples."""
+
+    slope: float
+    stderr: float
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+        return self.slope - z * self.stderr, self.slope + z * self.stderr
+
+    def probability_above(self, rate: float) -> float:
+        """P(true slope > rate) under a normal approximation; a step function when exact."""
+        if self.stderr <= 0 or not math.isfinite(self.stderr):
+            return 1.0 if self.slope > rate else 0.0
+        return 1.0 - statistics.NormalDist(self.slope, self.stderr).cdf(rate)
+
+
+def _ols(x: Any, y: Any, contrast: list[float]) -> tuple[float, float, float]:
+    """OLS of y on the columns of x: contrast·β, its standard error, and the SSE.
+
+    The standard error is inflated by √((1+ρ)/(1−ρ)), ρ the lag-1
+    autocorrelation of the residuals (clipped to [0, 0.99]): a sampler sees the
+    same allocations several times, so n samples carry the information of about
+    n(1−ρ)/(1+ρ) independent ones. Without this every wobble is "significant".
+    """
+    import numpy as np
+
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ beta
+    sse = float(resid @ resid)
+    c = np.asarray(contrast)
+    value = float(c @ beta)
+    dof = len(y) - x.shape[1]
+    if dof <= 0 or sse <= 0:
+        return value, 0.0 if sse <= 0 else math.inf, sse
+    rho = min(max(float(resid[1:] @ resid[:-1]) / sse, 0.0), 0.99)
+    cov = np.linalg.pinv(x.T @ x) * (sse / dof)
+    stderr = math.sqrt(max(float(c @ cov @ c), 0.0) * (1 + rho) / (1 - rho))
+    return value, stderr, sse
+
+
+def line_slope(t: list[float], y: list[float]) -> SlopeEstimate:
+    """The slope of a straight line through the series, with its (widened) standard error."""
+    import numpy as np
+
+    tt = np.asarray(t, dtype=float)
+    if tt.size < 3:
+        return SlopeEstimate(0.0, math.inf)
+    tt = tt - tt[0]  # conditioning: seconds since the window opened
+    x = np.column_stack([np.ones_like(tt), tt])
+    slope, stderr, _ = _ols(x, np.asarray(y, dtype=float), [0.0, 1.0])
+    return SlopeEstimate(slope, stderr)
+
+
+def end_slope(t: list[float], y: list[float], breaks: int = 16) -> tuple[SlopeEstimate, float]:
+    """The slope at the end of the series, allowing one bend: (slope, where it bends in s).
+
+    Fits y = a + b·t + c·max(0, t − t₀) for t₀ on a grid over the middle of the
+    window (20–85 %) and keeps the best, or the straight line when no bend fits
+    better. Growth that levels off (buffers allocated, then reused) bends to a
+    flat end; a leak keeps its slope. The end's slope is b + c with its standard
+    error from the same fit.
+    """
+    import numpy as np
+
+    tt = np.asarray(t, dtype=float)
+    yy = np.asarray(y, dtype=float)
+    if tt.size < 8:
+        return line_slope(t, y), math.nan
+    tt = tt - tt[0]
+    span = float(tt[-1])
+    line = np.column_stack([np.ones_like(tt), tt])
+    best_slope, best_err, best_sse = _ols(line, yy, [0.0, 1.0])
+    bend = math.nan
+    for k in range(breaks):
+        t0 = span * (0.20 + 0.65 * k / max(1, breaks - 1))
+        if int(np.sum(tt > t0)) < 4:
+            continue
+        x = np.column_stack([line, np.maximum(0.0, tt - t0)])
+        slope, err, sse = _ols(x, yy, [0.0, 1.0, 1.0])
+        if sse < best_sse:
+            best_slope, best_err, best_sse, bend = slope, err, sse, t0 + float(t[0])
+    return SlopeEstimate(best_slope, best_err), bend
 
 
 def _median(values: list[float]) -> float:
@@ -125,8 +225,29 @@ def leak_test(
     step = growth / 3
     steady_growth = thirds[1] - thirds[0] >= step / 4 and thirds[2] - thirds[1] >= step / 4
     out["median_by_thirds_bytes"] = [int(m) for m in thirds]
-    leaking = rel >= th.relative_growth and growth >= th.min_growth_bytes and steady_growth
-    out["verdict"] = "leak" if leaking else "ok"
+    grew = rel >= th.relative_growth and growth >= th.min_growth_bytes and steady_growth
+    whole = line_slope(ts, ys)
+    out["slope_ci_mb_per_s"] = [round(v / MB, 6) for v in whole.interval(th.confidence)]
+    # The leak rate: the growth across the steady window that the thresholds call a leak.
+    leak_rate = max(th.relative_growth * median, th.min_growth_bytes) / window
+    end, bend = end_slope(ts, ys)
+    p_leak = end.probability_above(leak_rate)
+    out["leak_rate_mb_per_s"] = round(leak_rate / MB, 6)
+    out["end_slope_mb_per_s"] = round(end.slope / MB, 6)
+    out["end_slope_ci_mb_per_s"] = [round(v / MB, 6) for v in end.interval(th.confidence)]
+    out["bend_t"] = round(bend, 3) if math.isfinite(bend) else None
+    out["probability"] = round(p_leak, 4) if grew else 0.0
+    out["ramp"] = bool(grew and p_leak <= 1.0 - th.confidence)
+    if not grew or out["ramp"]:
+        out["verdict"] = "ok"
+        if out["ramp"]:
+            out["reason"] = "grew, then levelled off: a ramp (buffers being allocated), not a leak"
+    elif p_leak >= th.confidence:
+        out["verdict"] = "leak"
+    else:
+        out["reason"] = (
+            f"grew, and the end may still grow (P = {p_leak:.0%}): run longer or with --warmup"
+        )
     return out
 
 

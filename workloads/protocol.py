@@ -37,7 +37,7 @@ SUMMARY_KEYS = (
     "peak_rss_sampled_bytes",  # max of the sampled series
     "cpu_percent_mean",  # 100 = one core busy
     "cpu_utilisation",  # 0..1 of all logical cores
-    "leak",  # {"verdict": "ok"|"leak"|"inconclusive", "slope_mb_per_s": float, ...}
+    "leak",  # {"verdict": "ok"|"leak"|"inconclusive", "slope_mb_per_s", "probability", "ramp", ...}
     "spikes",  # list of {"t": s, "rss_bytes": int, ...}
     "memory_budget",  # {"limit_bytes": int|None, "breached": bool}
     "gpu",  # None when NVML is absent

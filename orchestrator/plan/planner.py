@@ -192,6 +192,8 @@ def runner_args(spec: SweepSpec, workers: int) -> list[str]:
         "--duration", f"{spec.duration_s:g}",
         "--sample-hz", f"{spec.sample_hz:g}",
     ]
+    if spec.warmup_s > 0:
+        args += ["--warmup", f"{spec.warmup_s:g}"]
     return args
 
 
@@ -267,7 +269,11 @@ def make_plan(
                 labels={LABEL_SWEEP: slug(sweep_id), **(labels or {})},
                 trials=trials,
                 estimate=estimate_vm(
-                    provider, machine.price(spec.spot), len(trials), spec.duration_s, input_bytes
+                    provider,
+                    machine.price(spec.spot),
+                    len(trials),
+                    spec.duration_s + spec.warmup_s,  # the warm-up is paid for too
+                    input_bytes,
                 ),
             )
         )

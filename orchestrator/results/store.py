@@ -77,6 +77,8 @@ EXTRA_COLUMNS = (
     "peak_rss_sampled_bytes",
     "cpu_percent_mean",
     "leak_slope_mb_per_s",
+    "leak_probability",  # P(RSS still grows at the leak rate at the end), 0..1; None: old runner
+    "leak_ramp",  # grew, then levelled off: verdict ok
     "exit_code",  # of the trial runner; None when it never returned
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
@@ -379,6 +381,8 @@ def trial_row(
         "peak_rss_sampled_bytes": s.get("peak_rss_sampled_bytes"),
         "cpu_percent_mean": _num(s.get("cpu_percent_mean")),
         "leak_slope_mb_per_s": _num(leak.get("slope_mb_per_s")),
+        "leak_probability": _num(leak.get("probability")),
+        "leak_ramp": leak.get("ramp"),
         "exit_code": exit_code,
     }
 

@@ -166,6 +166,13 @@ def parse_duration(value: Any, where: str = "--duration") -> float:
     return seconds
 
 
+def parse_warmup(value: Any, where: str = "--warmup") -> float:
+    """Like a duration, but 0 (no warm-up, the default) is allowed."""
+    if not isinstance(value, bool) and str(value).strip().rstrip("sS").strip() in ("0", "0.0"):
+        return 0.0
+    return parse_duration(value, where)
+
+
 def parse_param(text: str, where: str = "--param") -> tuple[str, str]:
     """``key=value`` for a user's workload (values stay strings; the workload converts)."""
     key, sep, value = text.partition("=")
@@ -336,6 +343,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "workers": parse_workers,
     "repeats": _integer(1),
     "duration": parse_duration,
+    "warmup": parse_warmup,
     "workload": _workload,
     "frames": _integer(1),
     "dim": _integer(1),
@@ -360,7 +368,13 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "ssh_key": _path,
 }
 CONFIG_KEYS = tuple(_CONVERTERS)
-_ALIASES = {"machine": "machines", "host": "hosts", "param": "params", "duration_s": "duration"}
+_ALIASES = {
+    "machine": "machines",
+    "host": "hosts",
+    "param": "params",
+    "duration_s": "duration",
+    "warmup_s": "warmup",
+}
 _PATH_KEYS = ("out", "hosts_file", "ssh_key")
 _FLAG_NAMES = {"machines": "machine", "hosts": "host", "hosts_file": "hosts", "params": "param"}
 
@@ -457,7 +471,7 @@ def build_spec(cli: dict[str, Any], config: Path | None = None) -> SweepSpec:
             params[key] = values.pop(key)
 
     spec = SweepSpec(machines=values.pop("machines", []), workload_params=params)
-    renamed = {"duration": "duration_s"}
+    renamed = {"duration": "duration_s", "warmup": "warmup_s"}
     for key, value in values.items():
         if key in _PATH_KEYS:
             value = Path(value).expanduser()

@@ -20,6 +20,9 @@ class SweepSpec:
     workers: list[int] | None = None  # None: powers of two up to vCPUs, vCPUs, one oversubscribed
     repeats: int = 1
     duration_s: float = 3.0  # per trial; 9 default trials + inputs fit a 2-minute --dry-run
+    # Before each trial, untimed and unsampled: workers allocate their buffers and warm
+    # caches first, so neither the rate nor the leak verdict sees the start-up ramp.
+    warmup_s: float = 0.0
     workload: str = DEFAULT_WORKLOAD  # registry name or "module:Class"
     workload_params: dict[str, Any] = field(default_factory=dict)  # frames, dim, strategy...
     provider: str | None = None  # None: the machine's provider in the catalog

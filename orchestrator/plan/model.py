@@ -1,0 +1,686 @@
+"""How sure is each answer: spread, the knee's range, and a scaling model (USL) per machine.
+
+Pure functions, no I/O: the report, ``compare``, the adaptive planner and the
+benchmarks all call these with plain numbers, so one figure means the same
+thing everywhere. Inputs are *samples*: ``{workers: [units/s of each repeat]}``
+for one machine.
+
+Why these methods:
+
+- **Spread** — a median alone hides that repeats on a shared host ranged
+  9,030–13,659 units/s. :func:`spread` gives the IQR always and a bootstrap 95 %
+  interval of the median once there are enough repeats for one to mean something
+  (``MIN_REPEATS_FOR_CI``).
+- **Knee** — "the smallest count no larger count beats by 10 %" can be moved by
+  one noisy repeat, so :func:`knee_range` re-finds it on bootstrap resamples of
+  the repeats and reports the range it lands in.
+- **USL** — Gunther's Universal Scalability Law,
+  ``X(N) = λN / (1 + σ(N−1) + κN(N−1))``, is the standard three-parameter model
+  of throughput against concurrency: σ is contention (serial fraction), κ is
+  coherency (cross-talk that makes throughput *fall* past a peak at
+  ``N* = √((1−σ)/κ)``). It is fitted by bounded nonlinear least squares
+  (``scipy.optimize.least_squares``, what ``curve_fit`` calls; σ, κ ∈ [0, 1],
+  λ > 0) on relative errors, since run-to-run noise is a fraction of the rate,
+  and bootstrapped for intervals.
+
+scipy and numpy are imported inside functions: this module is imported by the
+CLI's report path and must not slow ``cloudprof --help``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Samples = Mapping[int, Sequence[float]]
+"""One machine's measurements: worker count → units/s of each repeat."""
+
+KNEE_GAIN = 0.10
+"""Scaling has stopped at worker count w when no larger tested count gives more
+than this fraction more throughput than w (median over repeats)."""
+
+CONFIDENCE = 0.95
+N_BOOT = 200  # bootstrap resamples: enough for stable 2.5/97.5 % percentiles of a 3-parameter fit
+MIN_REPEATS_FOR_CI = 4  # with 2–3 repeats a bootstrap interval is just [min, max]: show the IQR
+MIN_DISTINCT_WORKERS = 3  # the USL has three parameters
+POOR_FIT_R2 = 0.90
+POOR_FIT_MAX_REL_ERROR = 0.15
+"""A fit is called poor when R² < POOR_FIT_R2 or its curve misses the median of
+any tested worker count by more than POOR_FIT_MAX_REL_ERROR (relative): the
+curve is then not a trustworthy summary, and the report says so instead of
+drawing it as if it were."""
+KAPPA_ZERO = 1e-6  # see _fit_arrays: a coherency term this small is κ = 0
+SEED = 20261122  # fixed: the same store gives the same intervals on every report
+
+
+# ---------------------------------------------------------------- spread
+
+
+def _np() -> Any:
+    import numpy as np
+
+    return np
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(_np().median(_np().asarray(values, dtype=float)))
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A median with how far the repeats spread around it."""
+
+    median: float
+    n: int
+    q1: float  # interquartile range of the repeats
+    q3: float
+    ci: tuple[float, float] | None = None  # bootstrap 95 % interval of the median, when n allows
+
+    @property
+    def low(self) -> float:
+        """Lower end of the interval shown: the CI when there is one, else Q1."""
+        return self.ci[0] if self.ci else self.q1
+
+    @property
+    def high(self) -> float:
+        return self.ci[1] if self.ci else self.q3
+
+    @property
+    def method(self) -> str:
+        return "95% CI" if self.ci else "IQR"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median": self.median,
+            "n": self.n,
+            "q1": self.q1,
+            "q3": self.q3,
+            "ci95": list(self.ci) if self.ci else None,
+        }
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    stat: Callable[[Any], Any] | None = None,
+    level: float = CONFIDENCE,
+    n_boot: int = 2000,
+    seed: int = SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``stat`` (default: the median) over ``values``."""
+    np = _np()
+    x = np.asarray(_finite(values), dtype=float)
+    if x.size == 0:
+        raise ValueError("bootstrap_ci needs at least one finite value")
+    rng = np.random.default_rng(seed)
+    draws = x[rng.integers(0, x.size, size=(n_boot, x.size))]
+    stats = np.median(draws, axis=1) if stat is None else np.apply_along_axis(stat, 1, draws)
+    alpha = (1.0 - level) / 2
+    return float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
+
+
+def spread(values: Sequence[float], seed: int = SEED) -> Spread | None:
+    """Median, IQR and (from MIN_REPEATS_FOR_CI repeats on) a bootstrap 95 % CI; None if empty."""
+    np = _np()
+    x = _finite(values)
+    if not x:
+        return None
+    q1, med, q3 = (float(v) for v in np.quantile(np.asarray(x), [0.25, 0.5, 0.75]))
+    ci = bootstrap_ci(x, seed=seed) if len(x) >= MIN_REPEATS_FOR_CI else None
+    return Spread(median=med, n=len(x), q1=q1, q3=q3, ci=ci)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Ratio of two groups' medians (b / a) with its bootstrap interval."""
+
+    ratio: float
+    low: float
+    high: float
+    n_a: int
+    n_b: int
+
+    @property
+    def clear(self) -> bool:
+        """False when the interval contains 1: the two are within noise of each other."""
+        return not (self.low <= 1.0 <= self.high)
+
+    def describe(self) -> str:
+        words = "higher" if self.ratio > 1 else "lower"
+        if not self.clear:
+            words = "no clear difference"
+        return f"{self.ratio:.2f}x [{self.low:.2f}–{self.high:.2f}] ({words})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ratio": self.ratio,
+            "ci95": [self.low, self.high],
+            "n_a": self.n_a,
+            "n_b": self.n_b,
+            "clear_difference": self.clear,
+        }
+
+
+def compare_groups(
+    a: Sequence[float], b: Sequence[float], n_boot: int = 2000, seed: int = SEED
+) -> Comparison | None:
+    """Is ``b`` different from ``a``? Ratio of medians, resampling each group's repeats.
+
+    With one repeat per side there is no spread to resample: the interval is the
+    ratio itself and ``clear`` is True, which a caller should show with n=1 so a
+    reader is not misled; :func:`within_noise` refuses to call that "clear".
+    """
+    np = _np()
+    xa, xb = np.asarray(_finite(a)), np.asarray(_finite(b))
+    if xa.size == 0 or xb.size == 0 or np.median(xa) <= 0:
+        return None
+    rng = np.random.default_rng(seed)
+    ma = np.median(xa[rng.integers(0, xa.size, size=(n_boot, xa.size))], axis=1)
+    mb = np.median(xb[rng.integers(0, xb.size, size=(n_boot, xb.size))], axis=1)
+    ratios = mb / np.where(ma > 0, ma, np.nan)
+    ratios = ratios[np.isfinite(ratios)]
+    alpha = (1.0 - CONFIDENCE) / 2
+    return Comparison(
+        ratio=float(np.median(xb) / np.median(xa)),
+        low=float(np.quantile(ratios, alpha)),
+        high=float(np.quantile(ratios, 1 - alpha)),
+        n_a=int(xa.size),
+        n_b=int(xb.size),
+    )
+
+
+def within_noise(a: Sequence[float], b: Sequence[float], seed: int = SEED) -> bool:
+    """True when the runner-up ``b`` cannot be told apart from the best ``a``.
+
+    A single repeat on either side has no measured noise, so it can never show a
+    clear difference: that is reported as within noise rather than as a win.
+    """
+    cmp = compare_groups(a, b, seed=seed)
+    if cmp is None:
+        return True
+    if min(cmp.n_a, cmp.n_b) < 2:
+        return True
+    return not cmp.clear
+
+
+# ---------------------------------------------------------------- knee
+
+
+def knee_point(
+    workers: Sequence[int], units_per_s: Sequence[float], gain: float = KNEE_GAIN
+) -> int | None:
+    """The smallest worker count that no larger tested count beats by more than ``gain``.
+
+    Comparing against every larger count (not only the next one) keeps one noisy
+    step from hiding a later jump. None when only the largest count qualifies
+    (the last step still gained more than ``gain``: scaling had not stopped) or
+    fewer than two counts have a finite rate.
+    """
+    points = sorted(
+        (int(w), float(u)) for w, u in zip(workers, units_per_s, strict=True) if math.isfinite(u)
+    )
+    for i, (w, ups) in enumerate(points[:-1]):
+        if all(u <= ups * (1.0 + gain) for _, u in points[i + 1 :]):
+            return w
+    return None
+
+
+@dataclass(frozen=True)
+class KneeRange:
+    """The knee on the medians and where it lands across bootstrap resamples of the repeats."""
+
+    workers: int | None  # on the medians (what a single-number report would say)
+    low: int | None  # 2.5 % / 97.5 % of the resampled knees (None: not reached in that tail)
+    high: int | None
+    share: dict[int | None, float] = field(default_factory=dict)  # knee → fraction of resamples
+
+    @property
+    def stable(self) -> bool:
+        """True when every resample finds the same knee (or there is no spread to resample)."""
+        return len(self.share) <= 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workers": self.workers,
+            "range95": [self.low, self.high],
+            "share": {("not reached" if k is None else str(k)): v for k, v in self.share.items()},
+        }
+
+
+def _resample(samples: Samples, rng: Any) -> dict[int, list[float]]:
+    """One stratified bootstrap draw: each worker count's repeats resampled with replacement."""
+    out: dict[int, list[float]] = {}
+    for n, values in samples.items():
+        if values:
+            idx = rng.integers(0, len(values), size=len(values))
+            out[n] = [values[i] for i in idx]
+    return out
+
+
+def _clean(samples: Samples) -> dict[int, list[float]]:
+    out = {int(n): _finite(v) for n, v in samples.items()}
+    return {n: v for n, v in sorted(out.items()) if v}
+
+
+def knee_range(
+    samples: Samples, gain: float = KNEE_GAIN, n_boot: int = 1000, seed: int = SEED
+) -> KneeRange:
+    """The knee with its bootstrap range: re-found on resampled repeats of every worker count.
+
+    A knee that one noisy repeat can move shows up as a wide range (or a split
+    between two counts in ``share``); a robust one as a single count.
+    """
+    np = _np()
+    data = _clean(samples)
+    ns = list(data)
+    point = knee_point(ns, [_median(data[n]) for n in ns], gain)
+    rng = np.random.default_rng(seed)
+    found: list[int | None] = []
+    for _ in range(n_boot):
+        draw = _resample(data, rng)
+        found.append(knee_point(ns, [_median(draw[n]) for n in ns], gain))
+    share: dict[int | None, float] = {}
+    for k in found:
+        share[k] = share.get(k, 0.0) + 1.0 / max(1, len(found))
+    # "Not reached" ranks above every count: scaling went on past the largest one tested.
+    big = (max(ns) + 1) if ns else 1
+    ranked = sorted((big if k is None else k) for k in found)
+    if not ranked:
+        return KneeRange(point, None, None, {})
+    lo = ranked[int(0.025 * (len(ranked) - 1))]
+    hi = ranked[math.ceil(0.975 * (len(ranked) - 1))]
+    return KneeRange(
+        workers=point,
+        low=None if lo == big else lo,
+        high=None if hi == big else hi,
+        share={k: round(v, 4) for k, v in sorted(share.items(), key=lambda kv: -kv[1])},
+    )
+
+
+# ---------------------------------------------------------------- USL
+
+
+def usl(n: Any, lam: float, sigma: float, kappa: float) -> Any:
+    """Gunther's Universal Scalability Law: throughput at ``n`` workers (scalar or array)."""
+    return lam * n / (1.0 + sigma * (n - 1.0) + kappa * n * (n - 1.0))
+
+
+def peak_workers(sigma: float, kappa: float) -> float:
+    """N* = √((1−σ)/κ), where the USL curve peaks; inf when κ = 0 (no retrograde scaling).
+
+    At least 1: when the formula gives less (σ near 1), throughput falls from the
+    first worker on, and the best count is one worker, not zero.
+    """
+    if kappa <= 0:
+        return math.inf
+    return max(1.0, math.sqrt(max(0.0, 1.0 - sigma) / kappa))
+
+
+@dataclass(frozen=True)
+class UslFit:
+    """One least-squares USL fit: parameters, the predicted peak and how well it fits."""
+
+    lam: float  # units/s of one worker, as the model sees it
+    sigma: float  # contention: 0 = none, 1 = fully serial
+    kappa: float  # coherency: > 0 makes throughput fall past N*
+    n_star: float  # predicted peak worker count (inf when κ = 0)
+    x_star: float  # predicted throughput at N* (λ/σ as N → ∞ when κ = 0)
+    r2: float  # on the individual repeats
+    max_rel_error: float  # worst |fit − median| / median over the tested worker counts
+    rel_rmse: float  # root mean square of (repeat / fit − 1): the noise around the curve
+    points: int
+    tested: tuple[int, ...]
+
+    def predict(self, n: Any) -> Any:
+        return usl(n, self.lam, self.sigma, self.kappa)
+
+    @property
+    def poor(self) -> bool:
+        return self.r2 < POOR_FIT_R2 or self.max_rel_error > POOR_FIT_MAX_REL_ERROR
+
+    @property
+    def peak_tested(self) -> bool:
+        """True when a tested count lies beyond N*: the peak is interpolated, not extrapolated."""
+        return math.isfinite(self.n_star) and max(self.tested) > self.n_star
+
+    def verdict(self) -> str:
+        """One line a user reads next to the fit."""
+        if self.poor:
+            return (
+                f"poor fit (R² {self.r2:.2f}, worst miss {self.max_rel_error:.0%}): "
+                "the USL does not describe these points; trust the measured medians"
+            )
+        if not math.isfinite(self.n_star):
+            return f"good fit (R² {self.r2:.2f}); no peak predicted (κ = 0)"
+        where = "within" if self.peak_tested else "beyond (extrapolated)"
+        return f"good fit (R² {self.r2:.2f}); peak {where} the tested range"
+
+
+def _initial_guess(n: Any, x: Any) -> tuple[float, float, float]:
+    """Start values from the USL's linear form: N/X = ((1−σ) + (σ−κ)N + κN²)/λ.
+
+    A least-squares quadratic in N through N/X gives all three parameters
+    directly; they are clipped into the bounds and refined by curve_fit.
+    """
+    np = _np()
+    try:
+        c0, c1, c2 = np.linalg.lstsq(np.vstack([np.ones_like(n), n, n * n]).T, n / x, rcond=None)[
+            0
+        ]
+        lam = 1.0 / (c0 + c1 + c2)  # N = 1: 1/X(1) = (c0 + c1 + c2)
+        kappa = c2 * lam
+        sigma = c1 * lam + kappa
+    except (np.linalg.LinAlgError, ZeroDivisionError, FloatingPointError):
+        lam, sigma, kappa = math.nan, math.nan, math.nan
+    if not (math.isfinite(lam) and lam > 0):
+        lam = float(np.max(x / n))
+    sigma = min(max(sigma, 0.0), 0.99) if math.isfinite(sigma) else 0.05
+    kappa = min(max(kappa, 1e-7), 0.99) if math.isfinite(kappa) else 1e-4
+    return lam, sigma, kappa
+
+
+def _least_squares(n: Any, x: Any, p0: tuple[float, float, float]) -> tuple[float, float, float]:
+    """Bounded fit of the USL on relative errors, with its analytic Jacobian.
+
+    This is what ``scipy.optimize.curve_fit(usl, n, x, sigma=x, bounds=...)``
+    does, called one level down: curve_fit's wrapper (and the covariance it
+    estimates, which the bootstrap makes redundant) tripled the time of a refit.
+    """
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    def residuals(p: Any) -> Any:
+        return usl(n, *p) / x - 1.0
+
+    def jacobian(p: Any) -> Any:
+        lam, sigma, kappa = p
+        d = 1.0 + sigma * (n - 1.0) + kappa * n * (n - 1.0)
+        g = -lam * n / (d * d) / x
+        return np.column_stack([n / d / x, g * (n - 1.0), g * n * (n - 1.0)])
+
+    result = least_squares(
+        residuals,
+        p0,
+        jac=jacobian,
+        bounds=([1e-12, 0.0, 0.0], [math.inf, 1.0, 1.0]),
+        method="trf",
+        x_scale=[max(p0[0], 1e-12), 0.1, 0.001],
+        max_nfev=2000,
+    )
+    if result.status <= 0:
+        raise RuntimeError(result.message)
+    return float(result.x[0]), float(result.x[1]), float(result.x[2])
+
+
+def _fit_arrays(n: Any, x: Any, p0: tuple[float, float, float] | None = None) -> tuple:
+    """Best of the linearised start and a low-κ start (the surface has a flat κ valley)."""
+    np = _np()
+    starts = [p0] if p0 is not None else [_initial_guess(n, x)]
+    if p0 is None:
+        starts.append((float(np.max(x / n)), 0.05, 1e-5))
+    best, best_sse = None, math.inf
+    for start in starts:
+        try:
+            params = _least_squares(n, x, start)
+        except (RuntimeError, ValueError):
+            continue
+        sse = float(np.sum(((usl(n, *params) - x) / x) ** 2))
+        if sse < best_sse:
+            best, best_sse = params, sse
+    if best is None:
+        raise ValueError("the USL fit did not converge")
+    lam, sigma, kappa = best
+    # κ on its bound, up to the optimiser's tolerance: the coherency term is below a
+    # millionth of the denominator at the largest tested count, so the data show no
+    # peak at all; a peak at N* = 10⁵ computed from round-off would be made up.
+    top = float(np.max(n))
+    if kappa * top * (top - 1.0) < KAPPA_ZERO * (1.0 + sigma * (top - 1.0)):
+        kappa = 0.0
+    return lam, sigma, kappa
+
+
+def _flatten(samples: Samples) -> tuple[Any, Any]:
+    np = _np()
+    data = _clean(samples)
+    n = np.array([w for w, vals in data.items() for _ in vals], dtype=float)
+    x = np.array([v for vals in data.values() for v in vals], dtype=float)
+    keep = x > 0
+    return n[keep], x[keep]
+
+
+def fit_usl(samples: Samples) -> UslFit | None:
+    """Least-squares USL fit to every repeat of one machine; None below MIN_DISTINCT_WORKERS counts.
+
+    Fitting all repeats (not the medians) lets worker counts with more repeats
+    weigh more, and keeps the fit and its bootstrap on the same data.
+    """
+    np = _np()
+    n, x = _flatten(samples)
+    tested = tuple(sorted({int(v) for v in n}))
+    if len(tested) < MIN_DISTINCT_WORKERS or np.any(n < 1):
+        return None
+    lam, sigma, kappa = _fit_arrays(n, x)
+    return _make_fit(n, x, tested, lam, sigma, kappa)
+
+
+def _make_fit(
+    n: Any, x: Any, tested: tuple[int, ...], lam: float, sigma: float, kappa: float
+) -> UslFit:
+    np = _np()
+    pred = usl(n, lam, sigma, kappa)
+    ss_res = float(np.sum((x - pred) ** 2))
+    ss_tot = float(np.sum((x - np.mean(x)) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
+    worst = 0.0
+    for w in tested:
+        med = float(np.median(x[n == w]))
+        worst = max(worst, abs(float(usl(w, lam, sigma, kappa)) - med) / med)
+    n_star = peak_workers(sigma, kappa)
+    x_star = float(usl(n_star, lam, sigma, kappa)) if math.isfinite(n_star) else (
+        lam / sigma if sigma > 0 else math.inf
+    )
+    return UslFit(
+        lam=lam,
+        sigma=sigma,
+        kappa=kappa,
+        n_star=n_star,
+        x_star=x_star,
+        r2=r2,
+        max_rel_error=worst,
+        rel_rmse=float(np.sqrt(np.mean((x / pred - 1.0) ** 2))),
+        points=int(n.size),
+        tested=tested,
+    )
+
+
+def _quantiles(values: Sequence[float], level: float = CONFIDENCE) -> tuple[float, float]:
+    """Nearest-rank percentile interval that tolerates inf (an N* with κ = 0)."""
+    s = sorted(values)
+    if not s:
+        return math.nan, math.nan
+    alpha = (1.0 - level) / 2
+    return s[int(alpha * (len(s) - 1))], s[math.ceil((1 - alpha) * (len(s) - 1))]
+
+
+@dataclass(frozen=True)
+class UslModel:
+    """A USL fit with bootstrap intervals: what the report, ``--json`` and the planner read."""
+
+    fit: UslFit
+    boot: tuple[tuple[float, float, float], ...]  # (λ, σ, κ) of each bootstrap refit
+    intervals: dict[str, tuple[float, float]]  # lam, sigma, kappa, n_star, x_star → 95 % interval
+
+    @property
+    def n_star_rel_halfwidth(self) -> float:
+        """Half the 95 % interval of N* over N*: the ±x that ``--adaptive`` drives to ±10 %."""
+        lo, hi = self.intervals["n_star"]
+        if not (math.isfinite(self.fit.n_star) and math.isfinite(hi)) or self.fit.n_star <= 0:
+            return math.inf
+        return (hi - lo) / 2 / self.fit.n_star
+
+    def band(self, workers: Sequence[float]) -> list[tuple[float, float, float]]:
+        """(fit, low, high) throughput at each worker count: the curve and its 95 % band.
+
+        Also the prediction at untested counts: the band says how far to trust it.
+        """
+        np = _np()
+        ns = np.asarray(workers, dtype=float)
+        if not self.boot:
+            pred = self.fit.predict(ns)
+            return [(float(p), float(p), float(p)) for p in pred]
+        curves = np.array([usl(ns, *p) for p in self.boot])
+        alpha = (1.0 - CONFIDENCE) / 2
+        lo = np.quantile(curves, alpha, axis=0)
+        hi = np.quantile(curves, 1 - alpha, axis=0)
+        return [
+            (float(f), float(a), float(b))
+            for f, a, b in zip(self.fit.predict(ns), lo, hi, strict=True)
+        ]
+
+    def to_dict(self, predict_at: Sequence[int] = ()) -> dict[str, Any]:
+        """The fit for ``report --json``: parameters with intervals, peak, quality, predictions."""
+
+        def num(v: float) -> float | None:
+            return float(v) if math.isfinite(v) else None
+
+        f = self.fit
+        return {
+            "model": "usl",
+            "lambda": f.lam,
+            "sigma": f.sigma,
+            "kappa": f.kappa,
+            "n_star": num(f.n_star),
+            "x_star": num(f.x_star),
+            "ci95": {k: [num(a), num(b)] for k, (a, b) in self.intervals.items()},
+            "r2": f.r2,
+            "max_rel_error": f.max_rel_error,
+            "rel_rmse": f.rel_rmse,
+            "poor_fit": f.poor,
+            "peak_within_tested": f.peak_tested,
+            "verdict": f.verdict(),
+            "points": f.points,
+            "tested_workers": list(f.tested),
+            "bootstrap": {"method": "residuals", "resamples": len(self.boot)},
+            "predictions": [
+                {"workers": int(w), "units_per_s": p, "ci95": [lo, hi]}
+                for w, (p, lo, hi) in zip(predict_at, self.band(predict_at), strict=True)
+            ],
+        }
+
+
+def fit_usl_with_intervals(
+    samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
+) -> UslModel | None:
+    """USL fit plus bootstrap 95 % intervals of λ, σ, κ, N* and X(N*); None if it cannot fit.
+
+    The bootstrap resamples the repeats' relative deviations from the fit (pooled
+    over all worker counts, scaled by √(n/(n−3)) for the three fitted parameters)
+    onto the fitted curve and refits. Resampling each count's own 2–3 repeats
+    instead was measured to under-cover badly (the true N* fell inside the "95 %"
+    interval in 72 % of noisy surfaces, against 88 % this way; tests/test_model.py
+    and benchmarks/bench_model.py check coverage), because a draw from three
+    values cannot be wider than those three values. Each refit starts from the
+    point fit, which keeps 200 refits under a second.
+    """
+    np = _np()
+    fit = fit_usl(samples)
+    if fit is None:
+        return None
+    n, x = _flatten(samples)
+    rng = np.random.default_rng(seed)
+    fitted = fit.predict(n)
+    dof = max(1, n.size - 3)
+    rel_resid = (x / fitted - 1.0) * math.sqrt(n.size / dof)
+    p0 = (fit.lam, min(fit.sigma, 0.99), max(fit.kappa, 1e-9))
+    boot: list[tuple[float, float, float]] = []
+    for _ in range(n_boot):
+        bx = np.maximum(fitted * (1.0 + rel_resid[rng.integers(0, n.size, size=n.size)]), 1e-12)
+        try:
+            boot.append(_fit_arrays(n, bx, p0))
+        except ValueError:
+            continue
+    cols = {
+        "lam": [b[0] for b in boot],
+        "sigma": [b[1] for b in boot],
+        "kappa": [b[2] for b in boot],
+        "n_star": [peak_workers(b[1], b[2]) for b in boot],
+    }
+    cols["x_star"] = [
+        float(usl(ns, *b)) if math.isfinite(ns) else (b[0] / b[1] if b[1] > 0 else math.inf)
+        for ns, b in zip(cols["n_star"], boot, strict=True)
+    ]
+    intervals = {k: _quantiles(v) for k, v in cols.items()}
+    return UslModel(
+        fit=fit,
+        boot=tuple(boot),
+        intervals=intervals,
+    )
+
+
+# ---------------------------------------------------------------- what a report shows
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The best group, the runner-up, and whether they can be told apart."""
+
+    best: Any
+    runner_up: Any | None
+    comparison: Comparison | None  # runner-up / best
+    within_noise: bool
+
+    def describe(self, name: Callable[[Any], str] = str) -> str:
+        if self.runner_up is None:
+            return f"{name(self.best)} (nothing to compare it with)"
+        if self.within_noise:
+            return f"{name(self.best)}; {name(self.runner_up)} is within noise of it"
+        assert self.comparison is not None
+        return f"{name(self.best)}, clearly ahead of {name(self.runner_up)}"
+
+
+def rank(groups: Mapping[Any, Sequence[float]], higher_is_better: bool = True) -> Ranking | None:
+    """Best and runner-up by median (e.g. (machine, workers) → units/s of each repeat).
+
+    The headline uses this to say when the runner-up is within noise of the
+    best instead of naming a winner that one more repeat could overturn.
+    """
+    meds = {k: _median(v) for k, v in groups.items() if _finite(v)}
+    if not meds:
+        return None
+    order = sorted(meds, key=lambda k: meds[k], reverse=higher_is_better)
+    best = order[0]
+    if len(order) == 1:
+        return Ranking(best, None, None, False)
+    second = order[1]
+    return Ranking(
+        best=best,
+        runner_up=second,
+        comparison=compare_groups(groups[best], groups[second]),
+        within_noise=within_noise(groups[best], groups[second]),
+    )
+
+
+def machine_confidence(
+    samples: Samples, predict_at: Sequence[int] = (), n_boot: int = N_BOOT
+) -> dict[str, Any]:
+    """Everything the report shows for one machine, JSON-ready: spread per count, knee, USL.
+
+    ``usl`` is None (with ``usl_reason``) when fewer than MIN_DISTINCT_WORKERS
+    counts have a finite rate: a report must say why there is no curve.
+    """
+    data = _clean(samples)
+    model = fit_usl_with_intervals(data, n_boot=n_boot)
+    s = {n: spread(v) for n, v in data.items()}
+    return {
+        "spread": {str(n): sp.to_dict() for n, sp in s.items() if sp is not None},
+        "knee": knee_range(data).to_dict(),
+        "usl": model.to_dict(predict_at) if model is not None else None,
+        "usl_reason": None
+        if model is not None
+        else f"needs at least {MIN_DISTINCT_WORKERS} worker counts with a result",
+    }

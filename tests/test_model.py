@@ -1,0 +1,213 @@
+"""The pure model core: spread, knee range, USL fit with intervals, on surfaces with known truth."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from orchestrator.plan.model import (
+    MIN_REPEATS_FOR_CI,
+    compare_groups,
+    fit_usl,
+    fit_usl_with_intervals,
+    knee_point,
+    knee_range,
+    machine_confidence,
+    peak_workers,
+    rank,
+    spread,
+    usl,
+    within_noise,
+)
+
+GRID = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
+
+
+def surface(lam, sigma, kappa, noise=0.0, repeats=1, grid=GRID, seed=0):
+    """Samples of a USL surface with multiplicative Gaussian noise (a fraction of the rate)."""
+    rng = np.random.default_rng(seed)
+    return {
+        n: [float(usl(n, lam, sigma, kappa)) * (1 + rng.normal(0, noise)) for _ in range(repeats)]
+        for n in grid
+    }
+
+
+@pytest.mark.parametrize(
+    ("lam", "sigma", "kappa"),
+    [
+        (1000.0, 0.05, 0.0005),  # peak ≈ 44
+        (12000.0, 0.02, 0.0001),  # peak ≈ 99
+        (50.0, 0.30, 0.002),  # heavy contention, peak ≈ 19
+        (800.0, 0.0, 0.0002),  # coherency only, peak ≈ 71
+    ],
+)
+def test_the_fit_recovers_known_parameters_from_exact_points(lam, sigma, kappa):
+    fit = fit_usl(surface(lam, sigma, kappa))
+    assert fit is not None
+    assert fit.lam == pytest.approx(lam, rel=1e-3)
+    assert fit.sigma == pytest.approx(sigma, abs=1e-3)
+    assert fit.kappa == pytest.approx(kappa, rel=1e-2)
+    assert fit.n_star == pytest.approx(peak_workers(sigma, kappa), rel=1e-2)
+    assert fit.x_star == pytest.approx(usl(fit.n_star, lam, sigma, kappa), rel=1e-3)
+    assert fit.r2 > 0.999 and not fit.poor
+
+
+def test_noisy_repeats_give_intervals_that_hold_the_truth_in_most_surfaces():
+    # 95 % intervals from a small sample under-cover somewhat; a broken bootstrap
+    # (or one resampling each count's 3 repeats, measured at ~72 %) falls below 75 %.
+    truth = peak_workers(0.05, 0.0005)
+    peak_hits = band_hits = 0
+    surfaces = 20
+    for seed in range(surfaces):
+        model = fit_usl_with_intervals(
+            surface(1000.0, 0.05, 0.0005, noise=0.03, repeats=3, seed=seed), n_boot=100
+        )
+        assert model is not None
+        lo, hi = model.intervals["n_star"]
+        assert lo <= model.fit.n_star <= hi and 0 < model.n_star_rel_halfwidth < 0.3
+        for name in ("lam", "sigma", "kappa", "x_star"):
+            a, b = model.intervals[name]
+            assert a <= b, name
+        peak_hits += lo < truth < hi
+        (fitted, blo, bhi), = model.band([40])  # an untested count: a prediction
+        assert blo <= fitted <= bhi
+        band_hits += blo < usl(40, 1000.0, 0.05, 0.0005) < bhi
+    assert peak_hits >= 0.75 * surfaces
+    assert band_hits >= 0.75 * surfaces
+
+
+def test_without_coherency_no_peak_is_predicted_and_the_verdict_says_so():
+    fit = fit_usl(surface(500.0, 0.1, 0.0))
+    assert fit is not None
+    assert math.isinf(fit.n_star) and not fit.peak_tested
+    assert fit.x_star == pytest.approx(500.0 / 0.1, rel=0.01)  # Amdahl's ceiling λ/σ
+    assert "no peak predicted" in fit.verdict()
+
+
+def test_a_peak_beyond_the_tested_counts_is_called_extrapolated():
+    fit = fit_usl(surface(1000.0, 0.02, 0.0001, grid=[1, 2, 4, 8, 16]))
+    assert fit is not None and fit.n_star > 16
+    assert "extrapolated" in fit.verdict()
+
+
+def test_points_the_law_cannot_describe_are_called_a_poor_fit():
+    # Throughput that collapses and recovers (e.g. two NUMA nodes): no USL curve passes near it.
+    samples = {1: [100.0], 2: [200.0], 4: [400.0], 8: [90.0], 16: [800.0], 32: [60.0]}
+    fit = fit_usl(samples)
+    assert fit is not None and fit.poor
+    assert fit.verdict().startswith("poor fit")
+
+
+def test_fewer_than_three_worker_counts_cannot_be_fitted():
+    assert fit_usl({1: [10.0, 11.0], 4: [30.0]}) is None
+    assert fit_usl_with_intervals({2: [10.0], 4: [20.0], 8: [math.nan]}) is None
+
+
+def test_the_fit_serialises_to_strict_json_with_predictions():
+    model = fit_usl_with_intervals(surface(500.0, 0.1, 0.0, noise=0.02, seed=1), n_boot=50)
+    assert model is not None
+    data = json.loads(json.dumps(model.to_dict(predict_at=[3, 200]), allow_nan=False))
+    assert data["model"] == "usl" and data["n_star"] is None  # κ = 0: no finite peak
+    assert [p["workers"] for p in data["predictions"]] == [3, 200]
+    assert set(data["ci95"]) == {"lam", "sigma", "kappa", "n_star", "x_star"}
+
+
+@pytest.mark.parametrize(
+    ("values", "median", "has_ci"),
+    [
+        ([10.0, 12.0, 11.0], 11.0, False),
+        ([9030.0, 13659.0, 11000.0, 12000.0, 10000.0], 11000.0, True),
+        ([5.0, math.nan, 7.0, 6.0], 6.0, False),
+    ],
+)
+def test_spread_gives_the_median_iqr_and_a_ci_once_repeats_allow(values, median, has_ci):
+    s = spread(values)
+    assert s is not None and s.median == median
+    assert s.q1 <= s.median <= s.q3
+    assert (s.ci is not None) == has_ci == (s.n >= MIN_REPEATS_FOR_CI)
+    assert s.low <= s.median <= s.high
+    assert s.method == ("95% CI" if has_ci else "IQR")
+
+
+def test_spread_of_nothing_is_none():
+    assert spread([]) is None and spread([math.nan]) is None
+
+
+def test_groups_far_apart_differ_clearly_and_overlapping_ones_do_not():
+    far = compare_groups([100.0, 101.0, 99.0, 100.5], [150.0, 149.0, 151.0, 150.5])
+    assert far is not None and far.clear and far.low > 1.4
+    assert "higher" in far.describe()
+    near = compare_groups([9030.0, 13659.0, 11000.0], [11500.0, 10200.0, 12900.0])
+    assert near is not None and not near.clear
+    assert "no clear difference" in near.describe()
+    assert within_noise([9030.0, 13659.0, 11000.0], [11500.0, 10200.0, 12900.0])
+    assert not within_noise([100.0, 101.0, 99.0], [150.0, 149.0, 151.0])
+
+
+def test_a_single_repeat_is_never_a_clear_win():
+    assert within_noise([100.0], [200.0])
+
+
+@pytest.mark.parametrize(
+    ("workers", "rates", "knee"),
+    [
+        ([1, 2, 4, 8], [1.0, 2.0, 3.9, 4.0], 4),
+        ([1, 2, 4, 8], [1.0, 2.0, 4.0, 8.0], None),  # still scaling
+        ([1, 2, 4, 8], [1.0, 1.05, 1.5, 1.6], 4),  # a later jump is not hidden by a flat step
+        ([1, 2, 4], [5.0, math.nan, 5.2], 1),
+        ([4], [3.0], None),
+    ],
+)
+def test_knee_point_is_the_smallest_count_no_larger_count_beats(workers, rates, knee):
+    assert knee_point(workers, rates) == knee
+
+
+def test_a_knee_robust_to_noise_has_one_point_range():
+    samples = {1: [100, 101, 99], 2: [200, 199, 201], 4: [390, 392, 391], 8: [400, 401, 399]}
+    k = knee_range(samples)
+    assert k.workers == 4 and (k.low, k.high) == (4, 4) and k.stable
+
+
+def test_a_knee_one_repeat_can_move_shows_its_range():
+    # 8 workers' repeats straddle the 10 % line above 4 workers: the knee is 4 or 8.
+    samples = {1: [100, 101, 99], 2: [200, 199, 201], 4: [390, 392, 391], 8: [380, 470, 420]}
+    k = knee_range(samples)
+    assert not k.stable
+    assert k.low == 4 and k.high in (8, None)
+    assert sum(k.share.values()) == pytest.approx(1.0)
+    assert json.dumps(k.to_dict())
+
+
+def test_the_headline_says_when_the_runner_up_is_within_noise():
+    noisy = rank({("a", 8): [9030.0, 13659.0, 11000.0], ("b", 16): [11500.0, 10200.0, 12900.0]})
+    assert noisy is not None and noisy.best == ("b", 16) and noisy.within_noise
+    assert "within noise" in noisy.describe()
+    clear = rank({"a": [100.0, 101.0, 99.0], "b": [150.0, 149.0, 151.0]})
+    assert clear is not None and clear.best == "b" and not clear.within_noise
+    assert "clearly ahead" in clear.describe()
+    cheapest = rank({"a": [1.0, 1.1, 0.9], "b": [2.0, 2.1, 1.9]}, higher_is_better=False)
+    assert cheapest is not None and cheapest.best == "a"
+    assert rank({}) is None
+
+
+def test_a_machines_confidence_block_is_strict_json_and_says_why_there_is_no_curve():
+    block = machine_confidence(surface(1000.0, 0.05, 0.0005, noise=0.03, repeats=4, seed=2),
+                               predict_at=[40], n_boot=50)
+    data = json.loads(json.dumps(block, allow_nan=False))
+    assert data["usl"]["n_star"] > 0 and data["usl_reason"] is None
+    assert data["spread"]["8"]["ci95"] is not None  # 4 repeats: a bootstrap interval
+    assert data["knee"]["workers"] in GRID
+    short = machine_confidence({1: [10.0], 2: [19.0]})
+    assert short["usl"] is None and "at least 3" in short["usl_reason"]
+
+
+@pytest.mark.parametrize(
+    ("sigma", "kappa", "n_star"),
+    [(0.0, 0.01, 10.0), (0.5, 0.005, 10.0), (1.0, 0.01, 1.0), (0.99, 0.5, 1.0),
+     (0.2, 0.0, math.inf)],
+)
+def test_the_predicted_peak_is_never_below_one_worker(sigma, kappa, n_star):
+    assert peak_workers(sigma, kappa) == pytest.approx(n_star)
