@@ -168,6 +168,16 @@ def test_summary_medians_match_the_stored_trials(two_machines: Path) -> None:
     assert n2_4.efficiency == pytest.approx(380 / (4 * 100))
 
 
+def test_summary_spread_is_the_range_of_the_repeats_that_finished_ok(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {2: [190, 200, 180, 500]})
+    trials[-1]["status"] = "failed"  # its 500 units/s must not widen the spread
+    summary = report.summarise(report.load_run(write_store(tmp_path / "s", trials)).trials)
+    (row,) = summary.to_dict("records")
+    assert (row["units_per_s_min"], row["units_per_s"], row["units_per_s_max"]) == (180, 190, 200)
+    assert (row["repeats"], row["failed"]) == (3, 1)
+    assert list(summary.columns) == report.SUMMARY_COLUMNS
+
+
 def test_cost_per_million_units_is_price_over_hourly_output(two_machines: Path) -> None:
     summary = report.summarise(report.load_run(two_machines).trials)
     for row in summary.to_dict("records"):

@@ -121,83 +121,90 @@ def _leak_summary(verdicts: list[Any]) -> str:
     return worst if count == len(known) else f"{worst} {count}/{len(known)}"
 
 
+SUMMARY_COLUMNS = [
+    *_GROUP,
+    "workers",
+    "vcpus",
+    "repeats",
+    "failed",
+    "units_per_s",
+    "units_per_s_min",
+    "units_per_s_max",
+    "units_per_s_per_vcpu",
+    "efficiency",
+    "peak_rss_bytes",
+    "cpu_utilisation",
+    "leak_verdict",
+    "price_per_hour",
+    "cost_per_million_units",
+    "oversubscribed",
+    "spot",
+    "estimate",
+    "pareto",
+]
+"""The summary's columns, in order (``report --json`` documents them)."""
+
+_NUMERIC_TRIAL_COLUMNS = (
+    "units_per_s",
+    "units_per_s_per_vcpu",
+    "efficiency",
+    "peak_rss_bytes",
+    "cpu_utilisation",
+    "price_per_hour",
+    "vcpus",
+)
+
+
 def summarise(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per (machine, ran_on, workers): medians over the repeats that finished ok.
 
     Peak memory is the max over repeats, not the median: it is what a machine
-    must hold. Cost per million units is computed from the median throughput
-    (the same formula as the stored column). ``failed`` counts the other repeats.
+    must hold. ``units_per_s_min``/``_max`` are the spread behind the median.
+    Cost per million units is computed from the median throughput (the same
+    formula as the stored column). ``failed`` counts the other repeats. One
+    pandas ``groupby`` does the reduction, so a new column is one more line.
     """
     import pandas as pd
 
-    rows: list[dict[str, Any]] = []
-    for (machine, ran_on, workers), group in trials.groupby(
-        [*_GROUP, "workers"], sort=True, dropna=False
-    ):
-        ok = group[group["status"] == OK]
-        failed = len(group) - len(ok)
-        if ok.empty:
-            continue
-        ups = float(ok["units_per_s"].astype(float).median())
-        price_values = ok["price_per_hour"].dropna().astype(float)
-        price = float(price_values.iloc[0]) if not price_values.empty else math.nan
-        rows.append(
-            {
-                "machine": machine,
-                "ran_on": ran_on,
-                "workers": int(workers),
-                "vcpus": _first_int(ok["vcpus"]),
-                "repeats": len(ok),
-                "failed": failed,
-                "units_per_s": ups,
-                "units_per_s_per_vcpu": _median(ok["units_per_s_per_vcpu"]),
-                "efficiency": _median(ok["efficiency"]),
-                "peak_rss_bytes": _max(ok["peak_rss_bytes"]),
-                "cpu_utilisation": _median(ok["cpu_utilisation"]),
-                "leak_verdict": _leak_summary(list(ok["leak_verdict"])),
-                "price_per_hour": price,
-                "cost_per_million_units": cost_per_million_units(price, ups),
-                "oversubscribed": bool(ok["oversubscribed"].fillna(False).astype(bool).any()),
-                "spot": "spot" in ok and bool(ok["spot"].fillna(False).astype(bool).any()),
-                "estimate": str(ran_on) != str(machine),
-            }
+    keys = [*_GROUP, "workers"]
+    ok = trials[trials["status"] == OK].copy()
+    for column in _NUMERIC_TRIAL_COLUMNS:
+        ok[column] = pd.to_numeric(ok[column], errors="coerce").astype(float)
+    for column in ("oversubscribed", "spot"):
+        values = ok[column] if column in ok else pd.Series(False, index=ok.index)
+        ok[column] = values.fillna(False).astype(bool)
+    summary = (
+        ok.groupby(keys, sort=True, dropna=False)
+        .agg(
+            vcpus=("vcpus", "first"),  # first non-null, like every per-host fact
+            repeats=("status", "size"),
+            units_per_s=("units_per_s", "median"),
+            units_per_s_min=("units_per_s", "min"),
+            units_per_s_max=("units_per_s", "max"),
+            units_per_s_per_vcpu=("units_per_s_per_vcpu", "median"),
+            efficiency=("efficiency", "median"),
+            peak_rss_bytes=("peak_rss_bytes", "max"),
+            cpu_utilisation=("cpu_utilisation", "median"),
+            leak_verdict=("leak_verdict", lambda v: _leak_summary(list(v))),
+            price_per_hour=("price_per_hour", "first"),
+            oversubscribed=("oversubscribed", "any"),
+            spot=("spot", "any"),
         )
-    columns = [
-        *_GROUP,
-        "workers",
-        "vcpus",
-        "repeats",
-        "failed",
-        "units_per_s",
-        "units_per_s_per_vcpu",
-        "efficiency",
-        "peak_rss_bytes",
-        "cpu_utilisation",
-        "leak_verdict",
-        "price_per_hour",
-        "cost_per_million_units",
-        "oversubscribed",
-        "spot",
-        "estimate",
+        .reset_index()
+    )
+    attempted = trials.groupby(keys, sort=True, dropna=False).size().rename("attempted")
+    summary = summary.join(attempted, on=keys)
+    summary["failed"] = (summary.pop("attempted") - summary["repeats"]).astype(int)
+    summary["workers"] = summary["workers"].astype(int)
+    summary["vcpus"] = [int(v) if math.isfinite(v) else None for v in summary["vcpus"]]
+    summary["cost_per_million_units"] = [
+        cost_per_million_units(p, u)
+        for p, u in zip(summary["price_per_hour"], summary["units_per_s"], strict=True)
     ]
-    summary = pd.DataFrame(rows, columns=columns)
+    summary["estimate"] = summary["machine"].astype(str) != summary["ran_on"].astype(str)
+    summary = summary.reindex(columns=SUMMARY_COLUMNS[:-1])
     summary["pareto"] = pareto_front(summary)
     return summary.reset_index(drop=True)
-
-
-def _median(series: pd.Series) -> float:
-    values = series.dropna().astype(float)
-    return float(values.median()) if not values.empty else math.nan
-
-
-def _max(series: pd.Series) -> float:
-    values = series.dropna().astype(float)
-    return float(values.max()) if not values.empty else math.nan
-
-
-def _first_int(series: pd.Series) -> int | None:
-    values = series.dropna()
-    return int(values.iloc[0]) if not values.empty else None
 
 
 @dataclass(frozen=True)
