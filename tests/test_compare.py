@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -133,3 +134,23 @@ def test_ratio_formatting() -> None:
         "×0.012",
         report.DASH,
     ]
+
+
+def test_compare_json_gives_values_and_ratios_to_the_first_run(
+    runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator import cli
+
+    before, after = runs
+    assert cli.main(["compare", str(before), str(after), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "cloudprof.compare/1"
+    assert [r["name"] for r in doc["runs"]] == ["before", "after"]
+    first, second = (r["metrics"] for r in doc["runs"])
+    assert first["best_units_per_s"] == {
+        "value": 395.0, "where": "n2-highcpu-8 × 8", "estimate": False, "ratio_to_first": 1.0
+    }  # fmt: skip
+    assert second["best_units_per_s"]["ratio_to_first"] == 2.0
+    assert second["best_cost_per_million_units"]["ratio_to_first"] == pytest.approx(0.5)
+    assert second["knee_workers"]["value"] == 4
+    assert doc["runs"][1]["same_workload_as_first"] is True

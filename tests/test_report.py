@@ -614,3 +614,38 @@ def test_unknown_host_facts_show_dashes(tmp_path: Path) -> None:
     (machine,) = md_table(md, "Per machine")
     assert machine["vCPUs"] == report.DASH
     assert {r["per vCPU"] for r in md_table(md, "Results per machine")} == {report.DASH}
+
+
+# ------------------------------------------------------------------ --json
+
+
+def test_report_json_holds_the_summarys_numbers_with_stable_keys(
+    two_machines: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator import cli
+
+    trials = scaling_trials("n2-highcpu-8", 0.29, N2)
+    trials += scaling_trials("c2-standard-4", 0.2, {2: [50]})
+    trials += scaling_trials("n2-highcpu-8", 0.29, {1: [10]}, status="failed", repeat=9)
+    write_store(two_machines, trials, timeseries=False)
+    assert cli.main(["report", str(two_machines), "--json"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out)  # stdout is the JSON document and nothing else
+    assert "NaN" not in out
+    assert list(doc) == [
+        "schema", "run", "trials", "best", "machines", "results", "failed_trials", "plan"
+    ]  # fmt: skip
+    assert doc["schema"] == report.JSON_SCHEMA == "cloudprof.report/1"
+    assert doc["trials"] == {"total": 14, "ok": 13, "not_ok": 1}
+    assert doc["failed_trials"][0]["status"] == "failed"
+    summary = report.summarise(report.load_run(two_machines).trials)
+    assert [list(r) for r in doc["results"]] == [report.SUMMARY_COLUMNS] * len(summary)
+    for row, expected in zip(doc["results"], summary.to_dict("records"), strict=True):
+        assert row["units_per_s"] == expected["units_per_s"]
+        assert row["peak_rss_bytes"] == expected["peak_rss_bytes"]
+    assert doc["results"][0]["machine"] == "c2-standard-4"
+    assert doc["results"][0]["efficiency"] is None  # no 1-worker baseline: null, not NaN
+    _, machine = doc["machines"]
+    assert machine["knee_workers"] == 4 and machine["best_units_per_s"] == 395
+    assert doc["best"]["by_throughput"]["workers"] == 8
+    assert not (two_machines / "report.html").exists()  # --json writes no file

@@ -10,7 +10,7 @@ module holds the entry points and re-exports the names callers use, so
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TextIO
 
 from orchestrator.results.report.formatting import (
     DASH,
@@ -23,6 +23,8 @@ from orchestrator.results.report.formatting import (
     n_workers,
 )
 from orchestrator.results.report.html import render_html
+from orchestrator.results.report.json_doc import SCHEMA as JSON_SCHEMA
+from orchestrator.results.report.json_doc import render_json, report_document
 from orchestrator.results.report.markdown import render_markdown
 from orchestrator.results.report.model import (
     KNEE_GAIN,
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DASH",
     "EST",
+    "JSON_SCHEMA",
     "KNEE_GAIN",
     "LOCAL",
     "OK",
@@ -85,10 +88,13 @@ __all__ = [
     "n_workers",
     "pareto_front",
     "peak_memory",
+    "print_json",
     "print_summary",
     "render_console",
     "render_html",
+    "render_json",
     "render_markdown",
+    "report_document",
     "summarise",
     "write_report",
 ]
@@ -120,3 +126,10 @@ def write_report(run_dir: str | Path) -> Path:
     html_path = run.run_dir / REPORT_HTML
     atomic_write_bytes(html_path, render_html(report).encode())
     return html_path
+
+
+def print_json(run_dir: str | Path, out: TextIO) -> dict[str, Any]:
+    """``cloudprof report --json``: the report document on ``out``; writes no file."""
+    document = report_document(load_run(run_dir))
+    out.write(render_json(document))
+    return document
