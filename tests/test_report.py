@@ -649,3 +649,61 @@ def test_report_json_holds_the_summarys_numbers_with_stable_keys(
     assert machine["knee_workers"] == 4 and machine["best_units_per_s"] == 395
     assert doc["best"]["by_throughput"]["workers"] == 8
     assert not (two_machines / "report.html").exists()  # --json writes no file
+
+
+# ------------------------------------------------------------------ terminal width
+
+
+@pytest.fixture
+def mixed_hosts(tmp_path: Path) -> Path:
+    """Estimated and measured costs, a failed repeat, a long knee text: the widest tables."""
+    trials = scaling_trials("n2-highcpu-8", 0.29, N2)
+    trials += scaling_trials("e2-standard-4", 0.13, E2, ran_on="local")
+    trials[0].update(status="failed", error="the trial ran out of memory at 2.1 GiB")
+    return write_store(tmp_path / "mixed", trials, sweep={"sweep_id": "mixed"})
+
+
+def _lines_at(run_dir: Path, width: int) -> list[str]:
+    console = Console(record=True, width=width)
+    report.print_summary(run_dir, console)
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 100, 60])
+def test_terminal_tables_never_split_a_number_or_a_word(mixed_hosts: Path, width: int) -> None:
+    lines = _lines_at(mixed_hosts, width)
+    assert max(len(line.rstrip()) for line in lines) <= width
+    tokens = {token for line in lines for token in line.split()}
+    built = report.build_report(report.load_run(mixed_hosts))
+    flowing = " ".join(" ".join(lines).split())  # the "Left out" note may wrap
+    dropped = {
+        header
+        for names in re.findall(rf"Left out at {width} columns: (.*?) \(a wider", flowing)
+        for header in names.split(", ")
+    }
+    for table in built.tables:
+        for i, header in enumerate(table.headers):
+            if header in dropped:
+                continue
+            for row in table.rows:
+                cell = row.cells[i]
+                if report.terminal.unbreakable(cell, header in report.terminal._NUMERIC):
+                    assert any(cell in line for line in lines), (header, cell)
+                else:
+                    assert set(cell.split()) <= tokens, (header, cell)
+    if width == 80:  # $/M units with "(est.)" and the notes column stay, "per vCPU" goes
+        assert {"per vCPU", "leak"} <= dropped and "$0.602 (est.)" in "\n".join(lines)
+
+
+def test_a_wide_terminal_shows_every_column(mixed_hosts: Path) -> None:
+    lines = _lines_at(mixed_hosts, 200)
+    assert not any(line.startswith("Left out") for line in lines)
+    assert any("per vCPU" in line and "leak" in line for line in lines)
+
+
+def test_a_narrow_terminal_stacks_each_row(mixed_hosts: Path) -> None:
+    lines = _lines_at(mixed_hosts, 36)
+    assert max(len(line.rstrip()) for line in lines) <= 36
+    text = "\n".join(lines)
+    assert re.search(r"^  \$/M units +\$0\.602 \(est\.\) *$", text, re.M)  # header, then its value
+    assert re.search(r"^  per vCPU +29\.8 *$", text, re.M)  # nothing left out when stacked
