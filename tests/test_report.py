@@ -7,6 +7,7 @@ the end runs a real tiny sweep through the engine and reports it.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -276,6 +277,29 @@ def parse_html(path: Path) -> _Checker:
     return checker
 
 
+def b64(path: Path) -> str:
+    import base64
+
+    return base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def test_report_html_is_self_contained_and_shows_every_plot_alone(
+    two_machines: Path, tmp_path: Path
+) -> None:
+    html_path = report.write_report(two_machines)
+    alone = tmp_path / "mailed" / "report.html"  # attached to a ticket, without plots/
+    alone.parent.mkdir()
+    alone.write_bytes(html_path.read_bytes())
+    checker = parse_html(alone)
+    assert len(checker.images) == len(list((two_machines / "plots").glob("*.png"))) >= 5
+    for src in checker.images:
+        head, _, data = src.partition(",")
+        assert head == "data:image/png;base64"
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+    text = alone.read_text()
+    assert not re.search(r"""(src|href)=["'](?!data:)""", text)  # nothing fetched from elsewhere
+
+
 def test_write_report_files_and_plots(two_machines: Path) -> None:
     html_path = report.write_report(two_machines)
     assert html_path == two_machines / "report.html"
@@ -293,9 +317,9 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(plots/{png.name})" in md
     checker = parse_html(html_path)
-    assert sorted(checker.images) == sorted(f"plots/{name}" for name in plots)
-    for src in checker.images:
-        assert (two_machines / src).is_file()
+    pngs = (two_machines / "plots").glob("*.png")
+    inlined = sorted(f"data:image/png;base64,{b64(png)}" for png in pngs)
+    assert sorted(checker.images) == inlined  # every plot, inlined: the page is self-contained
     text = " ".join(checker.text)
     assert "Results per machine and worker count" in text and "where scaling stops" in text
     rows = md_table(md, "Results per machine and worker count")

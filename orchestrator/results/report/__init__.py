@@ -124,7 +124,7 @@ def write_report(run_dir: str | Path) -> Path:
     report.plots = plots.render_plots(run, report.summary, run.run_dir / PLOTS_DIR)
     atomic_write_bytes(run.run_dir / REPORT_MD, render_markdown(report).encode())
     html_path = run.run_dir / REPORT_HTML
-    atomic_write_bytes(html_path, render_html(report).encode())
+    atomic_write_bytes(html_path, render_html(report, base_dir=run.run_dir).encode())
     return html_path
 
 

@@ -1,8 +1,15 @@
-"""The report as one HTML page (report.html)."""
+"""The report as one self-contained HTML page (report.html).
+
+The plots are inlined as ``data:`` URIs, so the one file can be mailed or
+attached to a ticket and still shows every figure; the PNGs stay in ``plots/``
+for anything that wants them alone.
+"""
 
 from __future__ import annotations
 
+import base64
 import html
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,7 +29,17 @@ figcaption{color:#555;font-size:90%}
 """
 
 
-def render_html(report: Report) -> str:
+def data_uri(png: Path) -> str:
+    """A PNG file as a ``data:image/png;base64,...`` URI."""
+    return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+
+
+def render_html(report: Report, base_dir: Path | None = None) -> str:
+    """The page; with ``base_dir`` (the store), every plot is inlined from ``base_dir/path``.
+
+    Without it the images are linked by their relative path (a preview that
+    writes no plots); ``write_report`` always inlines.
+    """
     e = html.escape
     out = [
         "<!DOCTYPE html>",
@@ -50,8 +67,9 @@ def render_html(report: Report) -> str:
     if report.plots:
         out.append("<h2>Plots</h2>")
         for path, caption in report.plots:
+            src = data_uri(base_dir / path) if base_dir is not None else path
             out.append(
-                f'<figure><img src="{e(path, quote=True)}" alt="{e(caption, quote=True)}">'
+                f'<figure><img src="{e(src, quote=True)}" alt="{e(caption, quote=True)}">'
                 f"<figcaption>{e(caption)}</figcaption></figure>"
             )
     out += ["</body>", "</html>"]
