@@ -615,21 +615,121 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     assert (run / "plots" / "timeseries_n2-highcpu-8_on_local.png").is_file()
 
 
-def test_time_series_pick_one_trial_per_worker_count_at_most_eight() -> None:
+WIDE = [1, 2, 4, 8, 16, 32, 64, 80, 160]
+
+
+@pytest.fixture
+def wide_sweep(tmp_path: Path) -> Path:
+    """Nine worker counts × two repeats on one machine, three counts on another; each series
+    has a cumulative ``units`` column and a last CPU sample of 3 × what the host can do."""
+    rates = {w: [10.0 * min(w, 60), 10.5 * min(w, 60)] for w in WIDE}
+    trials = scaling_trials("n2-highcpu-80", 2.9, rates, vcpus=80)
+    trials += scaling_trials("e2-standard-4", 0.13, {1: [9, 9], 2: [17, 18], 4: [30, 31]}, vcpus=4)
+    run = write_store(tmp_path / "wide", trials)
+    for t in trials:
+        trial_id = f"{t['machine']}-w{t['workers']}-r{t['repeat']}"
+        time = np.arange(0.0, 3.0, 0.1)
+        series = {c: np.zeros(len(time)) for c in TIMESERIES_COLUMNS}
+        cpu = np.full(len(time), 90.0 * t["workers"])
+        cpu[-1] = 300.0 * t["vcpus"]  # a short last interval
+        series.update(
+            t=time,
+            rss_bytes=(100 + t["workers"] * time + np.sin(time * 7)) * 2**20,
+            cpu_percent=cpu,
+            units=np.floor(t["units_per_s"] * time),
+        )
+        pd.DataFrame(series).to_parquet(run / TIMESERIES_DIR / f"{trial_id}.parquet")
+    return run
+
+
+def _figures(run_dir: Path) -> dict[str, Any]:
     from orchestrator.results import plots
 
-    workers = [1, 2, 4, 8, 16, 32, 64, 80, 160]
-    trials = pd.DataFrame(
-        [
-            {"workers": w, "repeat": r, "status": "failed" if r == 0 else "ok"}
-            for w in workers
-            for r in (0, 1)
-        ]
-    )
-    chosen = plots._pick_trials(trials)
-    assert len(chosen) == plots.MAX_SERIES == 8
-    assert chosen["workers"].iloc[0] == 1 and chosen["workers"].iloc[-1] == 160
-    assert chosen["workers"].is_unique and set(chosen["repeat"]) == {1}  # the ok repeat
+    run = report.load_run(run_dir)
+    summary = report.summarise(run.trials)
+    colours = plots.machine_colours(zip(run.trials["machine"], run.trials["ran_on"], strict=True))
+    figures = {
+        "throughput": plots.throughput_figure(summary, run.trials, colours=colours),
+        "efficiency": plots.efficiency_figure(summary, colours=colours),
+        "cost": plots.cost_figure(summary, colours=colours),
+        "memory": plots.memory_figure(summary, colours=colours),
+    }
+    for machine, group in run.trials.groupby("machine"):
+        figures[f"timeseries {machine}"] = plots.timeseries_figure(
+            run, group, colour=colours[machine]
+        )
+    return {"colours": colours, **figures}
+
+
+def test_every_plot_gives_a_machine_the_same_colour(wide_sweep: Path) -> None:
+    from matplotlib.colors import to_hex
+
+    figures = _figures(wide_sweep)
+    colours = figures.pop("colours")
+    assert len(set(colours.values())) == len(colours) == 2
+    for name in ("throughput", "efficiency", "memory"):
+        (ax,) = figures[name].axes
+        labelled = {line.get_label(): to_hex(line.get_color()) for line in ax.get_lines()}
+        assert {k: labelled[k] for k in colours} == colours, name
+    (ax,) = figures["cost"].axes
+    dots = {c.get_label(): to_hex(c.get_facecolor()[0]) for c in ax.collections}
+    assert {k: dots[k] for k in colours} == colours
+    for machine, colour in colours.items():
+        lines = [ln for ax in figures[f"timeseries {machine}"].axes for ln in ax.get_lines()]
+        assert lines and {to_hex(ln.get_color()) for ln in lines} == {colour}
+
+
+def test_time_series_shows_every_worker_count_and_repeat_and_marks_each_peak(
+    wide_sweep: Path,
+) -> None:
+    fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
+    rss_axes = fig.axes[0::3]
+    assert [ax.get_ylabel().split("\n")[0] for ax in rss_axes] == [
+        report.n_workers(w) for w in WIDE
+    ]  # 16 and 160 included: no worker count is dropped
+    for ax in rss_axes:
+        lines = [ln for ln in ax.get_lines() if ln.get_linestyle() != "None"]
+        peaks = [ln for ln in ax.get_lines() if ln.get_marker() == "v"]
+        assert len(lines) == 2 and len(peaks) == 2  # both repeats, each with its peak
+        for line, peak in zip(lines, peaks, strict=True):
+            assert peak.get_ydata()[0] == max(line.get_ydata())
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {"repeat 0", "repeat 1", "peak"} <= legend
+
+
+def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None:
+    fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
+    cpu = [max(ln.get_ydata()) for ax in fig.axes[1::3] for ln in ax.get_lines()]
+    assert max(cpu) == 100 * 80  # the last sample read 300 × 80, clipped to the host
+
+
+def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep: Path) -> None:
+    from orchestrator.results import plots
+
+    figures = _figures(wide_sweep)
+    assert figures["throughput"].axes[0].get_ylim()[0] == 0
+    assert figures["cost"].axes[0].get_xlim()[0] == 0
+    units_axes = figures["timeseries n2-highcpu-80"].axes[2::3]
+    assert all(ax.get_ylim()[0] == 0 and ax.get_ylabel() == "units/s" for ax in units_axes)
+    last_row = [max(ln.get_ydata()) for ln in units_axes[-1].get_lines()]
+    assert sorted(last_row) == pytest.approx([600, 630], rel=0.05)  # 160 workers: the stored rates
+    t, rate = plots.units_per_s_over_time([0, 1, 2, 3, 4], [0, 5, 10, 15, 20])
+    assert list(t) == [1, 2, 3, 4] and list(rate) == pytest.approx([5, 5, 5, 5])
+
+
+def test_legends_never_cover_data(wide_sweep: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figures = _figures(wide_sweep)
+    del figures["colours"]
+    for name, fig in figures.items():
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        assert not any(ax.get_legend() for ax in fig.axes), name  # none inside an axes
+        for legend in fig.legends:
+            box = legend.get_window_extent(renderer)
+            for ax in fig.axes:
+                assert not box.overlaps(ax.get_window_extent(renderer)), name
 
 
 def test_unknown_host_facts_show_dashes(tmp_path: Path) -> None:

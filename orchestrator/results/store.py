@@ -75,6 +75,7 @@ EXTRA_COLUMNS = (
     "hostname",
     "cpu_model",
     "peak_rss_sampled_bytes",
+    "peak_rss_before_trial_bytes",  # imports, input loading, warm-up: before t = 0
     "cpu_percent_mean",
     "leak_slope_mb_per_s",
     "exit_code",  # of the trial runner; None when it never returned
@@ -377,6 +378,7 @@ def trial_row(
         "hostname": host.get("hostname"),
         "cpu_model": host.get("cpu_model"),
         "peak_rss_sampled_bytes": s.get("peak_rss_sampled_bytes"),
+        "peak_rss_before_trial_bytes": s.get("peak_rss_before_trial_bytes"),
         "cpu_percent_mean": _num(s.get("cpu_percent_mean")),
         "leak_slope_mb_per_s": _num(leak.get("slope_mb_per_s")),
         "exit_code": exit_code,
