@@ -27,6 +27,8 @@ DPI = 90
 
 LINESTYLES = ("-", "--", ":", "-.")
 """One per repeat (or per ``split_by`` value): the colour already says which machine."""
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+"""One per ``split_by`` value, so a single-point line is told apart too."""
 
 
 def machine_colours(pairs) -> dict[str, str]:
@@ -154,10 +156,18 @@ def _workers_axis(ax: Axes, summary: pd.DataFrame) -> None:
 
 
 def _line_with_oversubscription(
-    ax: Axes, group: pd.DataFrame, y: str, label: str, colour: str, linestyle: str = "-"
+    ax: Axes,
+    group: pd.DataFrame,
+    y: str,
+    label: str,
+    colour: str,
+    linestyle: str = "-",
+    marker: str = "o",
 ) -> None:
     """One line per machine in its colour; oversubscribed points drawn hollow."""
-    ax.plot(group["workers"], group[y], marker="o", label=label, color=colour, linestyle=linestyle)
+    ax.plot(
+        group["workers"], group[y], marker=marker, label=label, color=colour, linestyle=linestyle
+    )
     over = group[group["oversubscribed"]]
     if not over.empty:
         ax.plot(
@@ -188,8 +198,8 @@ def throughput_figure(
     ax = fig.add_subplot()
     for label, machine, group, keys, index in _groups(summary, split_by):
         colour = colours[machine]
-        style = LINESTYLES[index % len(LINESTYLES)]
-        _line_with_oversubscription(ax, group, "units_per_s", label, colour, style)
+        style, marker = LINESTYLES[index % len(LINESTYLES)], MARKERS[index % len(MARKERS)]
+        _line_with_oversubscription(ax, group, "units_per_s", label, colour, style, marker)
         if trials is not None:
             mine = trials[trials["status"] == rpt.OK]
             for column, value in keys.items():
