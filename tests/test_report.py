@@ -586,6 +586,7 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     trials = pd.read_parquet(run / TRIALS_FILE)
     sweep = json.loads((run / SWEEP_FILE).read_text())
     assert list(trials["status"]) == ["ok", "ok"]
+    assert (trials["load_s"] > 0).all() and (trials["peak_rss_before_trial_bytes"] > 0).all()
     summary = report.summarise(report.load_run(run).trials)
     price = sweep["prices"]["n2-highcpu-8"]["price_per_hour"]
     for row in summary.to_dict("records"):
@@ -695,6 +696,26 @@ def test_time_series_shows_every_worker_count_and_repeat_and_marks_each_peak(
             assert peak.get_ydata()[0] == max(line.get_ydata())
     legend = {t.get_text() for t in fig.legends[0].get_texts()}
     assert {"repeat 0", "repeat 1", "peak"} <= legend
+
+
+def test_time_series_draws_the_load_phase_before_the_trial(tmp_path: Path) -> None:
+    from matplotlib.colors import to_hex
+
+    from orchestrator.results import plots
+
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [10], 2: [19]})
+    for t in trials:
+        t.update(load_s=1.5, peak_rss_before_trial_bytes=300 * 2**20)
+    run = report.load_run(write_store(tmp_path / "load", trials))
+    fig = plots.timeseries_figure(run, run.trials, colour="#123456")
+    for rss in fig.axes[0::3]:
+        (span,) = rss.patches  # the load phase, as long as it was
+        assert span.get_x() == pytest.approx(-1.5) and span.get_width() == pytest.approx(1.5)
+        (peak_before,) = rss.collections  # its peak, drawn over it
+        (segment,) = peak_before.get_segments()
+        assert segment.tolist() == [[-1.5, 300.0], [0.0, 300.0]]
+        assert to_hex(peak_before.get_color()[0]) == "#123456"
+    assert rss.get_xlim()[0] < -1.5 < 0 < rss.get_xlim()[1]
 
 
 def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None:

@@ -365,12 +365,15 @@ def timeseries_figure(
 
     RSS (MiB), CPU % (clipped to 100 × the host's cores) and units/s (from the
     cumulative ``units`` column). Every repeat is drawn, in the machine's colour,
-    one line style per repeat; ▼ marks each trial's sampled peak. A dotted
-    line shows the peak RSS before t = 0 (imports, input loading and warm-up,
-    which the agent does not sample) when the trial recorded it. Rows share
-    their y axes, so worker counts compare at a glance.
+    one line style per repeat; ▼ marks each trial's sampled peak. Like ``mprof
+    plot``, the process's life before the trial is drawn left of t = 0: a shaded
+    span as long as the load phase (interpreter start, imports, input loading,
+    warm-up: ``load_s``) with a dotted line at its peak RSS, both recorded by the
+    runner; the agent does not sample that phase, so no curve is drawn there.
+    Rows share their y axes, so worker counts compare at a glance.
     """
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     series = list(_series(run, group))
     if not series:
@@ -380,7 +383,7 @@ def timeseries_figure(
     repeats = sorted({int(r["repeat"]) for r, _ in series if r.get("repeat") is not None})
     fig = _new_figure(10.0, 1.2 + 2.0 * len(workers))
     axes = fig.subplots(len(workers), 3, sharex=True, sharey="col", squeeze=False)
-    before_shown = False
+    before_shown = load_shown = False
     for r, frame in series:
         row = axes[workers.index(int(r["workers"]))]
         style = LINESTYLES[repeats.index(int(r["repeat"])) % len(LINESTYLES)] if repeats else "-"
@@ -393,9 +396,17 @@ def timeseries_figure(
             row[0].plot(
                 [t[peak]], [rss[peak]], marker="v", color=colour, markersize=8, linestyle="none"
             )
-        before = r.get("peak_rss_before_trial_bytes")
+        before, load_s = r.get("peak_rss_before_trial_bytes"), r.get("load_s")
+        if _finite(load_s) and float(load_s) > 0:  # like mprof: the process before the trial
+            for ax in row:
+                ax.axvspan(-float(load_s), 0.0, color=colour, alpha=0.06, linewidth=0)
+            load_shown = True
         if _finite(before):
-            row[0].axhline(float(before) / 2**20, color=colour, linestyle=(0, (1, 2)), alpha=0.7)
+            start = -float(load_s) if _finite(load_s) else t[0] if len(t) else 0.0
+            row[0].hlines(
+                float(before) / 2**20, start, 0.0 if _finite(load_s) else t[-1],
+                color=colour, linestyles=(0, (1, 2)), alpha=0.8,
+            )  # fmt: skip
             before_shown = True
         cores = r.get("vcpus")
         cpu = cpu_percent_clipped(frame["cpu_percent"], int(cores) if _finite(cores) else None)
@@ -422,8 +433,9 @@ def timeseries_figure(
     cpu_note = f" (100 = one core, ≤ {100 * int(cores.iloc[0])})" if not cores.empty else ""
     axes[0][1].set_title("CPU %" + cpu_note, fontsize="small")
     axes[0][2].set_title("units/s over time (1 s window)", fontsize="small")
-    for ax in axes[-1]:
-        ax.set_xlabel("seconds since the trial started")
+    axes[-1][1].set_xlabel(  # one label under the middle panel: three would overlap
+        "seconds since the trial started" + (" (the load phase before 0)" if load_shown else "")
+    )
     handles = [
         Line2D(
             [], [], color=colour, linestyle=LINESTYLES[k % len(LINESTYLES)], label=f"repeat {rep}"
@@ -431,9 +443,11 @@ def timeseries_figure(
         for k, rep in enumerate(repeats)
     ]
     handles.append(Line2D([], [], color=colour, marker="v", linestyle="none", label="peak"))
+    if load_shown:
+        handles.append(Patch(color=colour, alpha=0.15, label="load phase before t=0 (not sampled)"))
     if before_shown:
         handles.append(
-            Line2D([], [], color=colour, linestyle=(0, (1, 2)), label="peak before t=0 (load)")
+            Line2D([], [], color=colour, linestyle=(0, (1, 2)), label="peak RSS before t=0")
         )
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize="small")
     fig.suptitle(

@@ -76,6 +76,7 @@ EXTRA_COLUMNS = (
     "cpu_model",
     "peak_rss_sampled_bytes",
     "peak_rss_before_trial_bytes",  # imports, input loading, warm-up: before t = 0
+    "load_s",  # seconds the trial process ran before t = 0 (that load phase)
     "cpu_percent_mean",
     "leak_slope_mb_per_s",
     "exit_code",  # of the trial runner; None when it never returned
@@ -379,6 +380,7 @@ def trial_row(
         "cpu_model": host.get("cpu_model"),
         "peak_rss_sampled_bytes": s.get("peak_rss_sampled_bytes"),
         "peak_rss_before_trial_bytes": s.get("peak_rss_before_trial_bytes"),
+        "load_s": _num(s.get("load_s")),
         "cpu_percent_mean": _num(s.get("cpu_percent_mean")),
         "leak_slope_mb_per_s": _num(leak.get("slope_mb_per_s")),
         "exit_code": exit_code,
