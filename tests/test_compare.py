@@ -154,3 +154,19 @@ def test_compare_json_gives_values_and_ratios_to_the_first_run(
     assert second["best_cost_per_million_units"]["ratio_to_first"] == pytest.approx(0.5)
     assert second["knee_workers"]["value"] == 4
     assert doc["runs"][1]["same_workload_as_first"] is True
+
+
+@pytest.mark.parametrize("width", [80, 50])
+def test_compare_at_80_columns_never_splits_a_number_or_a_word(
+    runs: tuple[Path, Path], width: int
+) -> None:
+    console = Console(record=True, width=width)
+    heads = compare.compare_runs([*runs, runs[0]], console)
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width
+    tokens = {token for line in lines for token in line.replace("│", " ").split()}
+    for head in heads:
+        for label, attr, fmt in compare.METRICS:
+            text = compare._cell(getattr(head, attr), fmt)
+            assert set(text.split()) <= tokens, (label, text)  # every number and word whole
+    assert "×2.00" in tokens and "×0.50" in tokens

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 _ROW_STYLE = {"failed": "red", "oversubscribed": "yellow", "pareto": "bold green"}
 
 _NUMERIC = frozenset(
-    {"workers", "n", "units/s", "per vCPU", "eff.", "peak RSS", "CPU", "vCPUs", "trials", "repeat"}
-)
+    {"workers", "n", "units/s", "per vCPU", "eff.", "peak RSS", "CPU", "vCPUs", "trials", "repeat",
+     "ratio"}
+)  # fmt: skip
 
 DROP_ORDER = (
     "per vCPU",
@@ -68,20 +69,29 @@ def render_console(report: Report, console: Console) -> None:
     for line in report.headlines:
         console.print(f"• {_rich_escape(line)}")
     for table in report.tables:
-        layout = fit(table, console.width)
-        if layout.stacked:
-            _print_stacked(table, console)
-        else:
-            console.print(_rich_table(table, layout))
-        if layout.dropped:
-            left_out = _rich_escape(", ".join(layout.dropped))
-            console.print(
-                f"[dim]Left out at {console.width} columns: {left_out} "
-                "(a wider terminal, report.md or --json show them).[/dim]"
-            )
-        for note in table.notes:
-            console.print(f"[dim]{_rich_escape(note)}[/dim]")
+        print_table(table, console)
         console.print()
+
+
+def print_table(table: Table, console: Console, rules: bool = False) -> None:
+    """One table fitted to the console (columns left out and named, or rows stacked), its notes.
+
+    ``rules`` draws vertical lines between the columns (compare's few wide text columns
+    read better with them); the report's many narrow columns go without.
+    """
+    layout = fit(table, console.width, rules)
+    if layout.stacked:
+        _print_stacked(table, console)
+    else:
+        console.print(_rich_table(table, layout, rules))
+    if layout.dropped:
+        left_out = _rich_escape(", ".join(layout.dropped))
+        console.print(
+            f"[dim]Left out at {console.width} columns: {left_out} "
+            "(a wider terminal, report.md or --json show them).[/dim]"
+        )
+    for note in table.notes:
+        console.print(f"[dim]{_rich_escape(note)}[/dim]")
 
 
 def _numeric(header: str) -> bool:
@@ -116,13 +126,13 @@ def column_widths(table: Table) -> list[tuple[int, int]]:
     return out
 
 
-def fit(table: Table, width: int) -> Layout:
+def fit(table: Table, width: int, rules: bool = False) -> Layout:
     """The columns shown and their widths so the table is at most ``width`` cells wide."""
     sizes = column_widths(table)
     shown = list(range(len(table.headers)))
     droppable = [table.headers.index(h) for h in DROP_ORDER if h in table.headers]
     while True:
-        room = width - _overhead(len(shown))
+        room = width - _overhead(len(shown), rules)
         need = sum(sizes[i][0] for i in shown)
         if need <= room:
             break
@@ -141,11 +151,13 @@ def fit(table: Table, width: int) -> Layout:
     return Layout(columns=tuple(shown), widths=tuple(widths), dropped=dropped)
 
 
-def _new_rich_table(title: str | None) -> RichTable:
-    """Compact: no vertical rules, one space between columns."""
+def _new_rich_table(title: str | None, rules: bool = False) -> RichTable:
+    """Compact: no vertical rules, one space between columns (or rich's ruled box)."""
     from rich import box
     from rich.table import Table as RichTable
 
+    if rules:
+        return RichTable(title=title, box=box.HEAVY_HEAD)
     return RichTable(
         title=title,
         box=box.SIMPLE_HEAD,
@@ -156,26 +168,27 @@ def _new_rich_table(title: str | None) -> RichTable:
     )
 
 
-_OVERHEAD: dict[int, int] = {}
+_OVERHEAD: dict[tuple[int, bool], int] = {}
 
 
-def _overhead(n_columns: int) -> int:
+def _overhead(n_columns: int, rules: bool = False) -> int:
     """Cells a table of ``n_columns`` takes beyond its columns' content (edges, gaps), measured."""
-    if n_columns not in _OVERHEAD:
+    key = (n_columns, rules)
+    if key not in _OVERHEAD:
         from rich.console import Console
         from rich.measure import Measurement
 
-        probe = _new_rich_table(None)
+        probe = _new_rich_table(None, rules)
         for _ in range(n_columns):
             probe.add_column(width=1)
         console = Console(width=10_000)
         total = Measurement.get(console, console.options, probe).maximum
-        _OVERHEAD[n_columns] = total - n_columns
-    return _OVERHEAD[n_columns]
+        _OVERHEAD[key] = total - n_columns
+    return _OVERHEAD[key]
 
 
-def _rich_table(table: Table, layout: Layout) -> RichTable:
-    rich_table = _new_rich_table(table.title)
+def _rich_table(table: Table, layout: Layout, rules: bool = False) -> RichTable:
+    rich_table = _new_rich_table(table.title, rules)
     for i, width in zip(layout.columns, layout.widths, strict=True):
         header = table.headers[i]
         rich_table.add_column(
