@@ -177,6 +177,8 @@ def test_summary_spread_is_the_range_of_the_repeats_that_finished_ok(tmp_path: P
     assert (row["units_per_s_min"], row["units_per_s"], row["units_per_s_max"]) == (180, 190, 200)
     assert (row["repeats"], row["failed"]) == (3, 1)
     assert list(summary.columns) == report.SUMMARY_COLUMNS
+    (shown,) = md_table(markdown_of(tmp_path / "s"), "Results per machine")
+    assert (shown["units/s"], shown["range"]) == ("190", "180–200")
 
 
 def test_cost_per_million_units_is_price_over_hourly_output(two_machines: Path) -> None:

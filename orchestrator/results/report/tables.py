@@ -194,6 +194,7 @@ def _results_table(summary: pd.DataFrame) -> Table:
             "workers": str(r["workers"]),
             "n": str(r["repeats"]),
             "units/s": fmt_rate(r["units_per_s"]),
+            "range": _range(r),
             "per vCPU": fmt_rate(r["units_per_s_per_vcpu"]),
             "eff.": fmt_pct(r["efficiency"]),
             "peak RSS": fmt_bytes(r["peak_rss_bytes"]),
@@ -209,13 +210,21 @@ def _results_table(summary: pd.DataFrame) -> Table:
         rows.append(Row(list(cells.values()), frozenset(flags)))
     headers = list(cells)
     notes = [
-        "n = repeats that finished ok; every figure is their median, except peak RSS (their max).",
+        "n = repeats that finished ok; every figure is their median, except peak RSS (their max); "
+        "range = the lowest and highest units/s of those repeats (– with one).",
         "eff. = efficiency = units/s ÷ (workers × units/s at 1 worker on the same machine), "
         "– without a 1-worker baseline; CPU = mean utilisation of the host's cores.",
         "$/M units = $/hour ÷ (units/s × 3600) × 1e6; (est.) marks an estimate.",
         "Pareto: no other row is both faster and cheaper per unit.",
     ]
     return Table("Results per machine and worker count" + title_note, headers, rows, notes)
+
+
+def _range(row: dict[str, Any]) -> str:
+    """ "380–400": the spread of units/s behind the median, when there is more than one repeat."""
+    if row["repeats"] < 2:
+        return DASH
+    return f"{fmt_rate(row['units_per_s_min'])}–{fmt_rate(row['units_per_s_max'])}"
 
 
 def _ran_on_column(summary: pd.DataFrame) -> tuple[bool, str]:

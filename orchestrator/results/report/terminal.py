@@ -26,10 +26,11 @@ _ROW_STYLE = {"failed": "red", "oversubscribed": "yellow", "pareto": "bold green
 
 _NUMERIC = frozenset(
     {"workers", "n", "units/s", "per vCPU", "eff.", "peak RSS", "CPU", "vCPUs", "trials", "repeat",
-     "ratio"}
+     "ratio", "range"}
 )  # fmt: skip
 
 DROP_ORDER = (
+    "range",
     "per vCPU",
     "leak",
     "CPU",
