@@ -37,6 +37,8 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas' missing values
+        return None
     if hasattr(value, "item") and not isinstance(value, str | bytes):
         value = value.item()  # numpy scalar
     if isinstance(value, float) and not math.isfinite(value):
