@@ -854,3 +854,14 @@ def test_a_narrow_terminal_stacks_each_row(mixed_hosts: Path) -> None:
     text = "\n".join(lines)
     assert re.search(r"^  \$/M units +\$0\.602 \(est\.\) *$", text, re.M)  # header, then its value
     assert re.search(r"^  per vCPU +29\.8 *$", text, re.M)  # nothing left out when stacked
+
+
+def test_json_values_are_plain_and_unknown_numbers_are_null() -> None:
+    from orchestrator.results.report.json_doc import plain
+
+    given = {"na": pd.NA, "nat": pd.NaT, "nan": np.float64("nan"), "inf": [math.inf]}
+    given |= {"int": np.int64(3), "bool": np.bool_(True)}
+    assert plain(given) == {
+        "na": None, "nat": None, "nan": None, "inf": [None], "int": 3, "bool": True
+    }  # fmt: skip
+    assert type(plain(np.int64(3))) is int
