@@ -438,9 +438,18 @@ def _print_catalog_table(rows: list[Any]) -> None:
 @app.command()
 def report(
     run: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/<sweep-id>.")],
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the report as JSON (stable keys, see README) and write no file."
+        ),
+    ] = False,
 ) -> None:
     """Print a run's summary and write report.html, report.md and plots/ into it."""
     reports = _lazy("orchestrator.results.report", "reporting")
+    if as_json:
+        reports.print_json(run, sys.stdout)
+        return
     console = _console()
     reports.print_summary(run, console)
     written = reports.write_report(run)
@@ -453,11 +462,19 @@ def compare(
     runs: Annotated[
         list[Path], typer.Argument(help="Two or more run directories.", metavar="RUN...")
     ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the comparison as JSON (stable keys, see README).")
+    ] = False,
 ) -> None:
     """Compare two or more runs side by side, with ratios."""
     if len(runs) < 2:
         raise UsageError("compare needs at least two runs, e.g. cloudprof compare runs/a runs/b")
-    _lazy("orchestrator.results.compare", "run comparison").compare_runs(list(runs), _console())
+    comparing = _lazy("orchestrator.results.compare", "run comparison")
+    if as_json:
+        document = comparing.compare_document(comparing.load_headlines(list(runs)), list(runs))
+        sys.stdout.write(_lazy("orchestrator.results.report", "reporting").render_json(document))
+        return
+    comparing.compare_runs(list(runs), _console())
 
 
 @app.command()

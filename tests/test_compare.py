@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -133,3 +134,39 @@ def test_ratio_formatting() -> None:
         "×0.012",
         report.DASH,
     ]
+
+
+def test_compare_json_gives_values_and_ratios_to_the_first_run(
+    runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator import cli
+
+    before, after = runs
+    assert cli.main(["compare", str(before), str(after), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "cloudprof.compare/1"
+    assert [r["name"] for r in doc["runs"]] == ["before", "after"]
+    first, second = (r["metrics"] for r in doc["runs"])
+    assert first["best_units_per_s"] == {
+        "value": 395.0, "where": "n2-highcpu-8 × 8", "estimate": False, "ratio_to_first": 1.0
+    }  # fmt: skip
+    assert second["best_units_per_s"]["ratio_to_first"] == 2.0
+    assert second["best_cost_per_million_units"]["ratio_to_first"] == pytest.approx(0.5)
+    assert second["knee_workers"]["value"] == 4
+    assert doc["runs"][1]["same_workload_as_first"] is True
+
+
+@pytest.mark.parametrize("width", [80, 50])
+def test_compare_at_80_columns_never_splits_a_number_or_a_word(
+    runs: tuple[Path, Path], width: int
+) -> None:
+    console = Console(record=True, width=width)
+    heads = compare.compare_runs([*runs, runs[0]], console)
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width
+    tokens = {token for line in lines for token in line.replace("│", " ").split()}
+    for head in heads:
+        for label, attr, fmt in compare.METRICS:
+            text = compare._cell(getattr(head, attr), fmt)
+            assert set(text.split()) <= tokens, (label, text)  # every number and word whole
+    assert "×2.00" in tokens and "×0.50" in tokens

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -91,3 +93,66 @@ def test_notebook_reproduces_the_articles_tables(tmp_path: Path) -> None:
     assert any("image/png" in o.get("data", {}) for o in outputs)
     rendered = json.dumps([o.get("data", {}).get("text/plain", "") for o in outputs])
     assert "fast" in rendered and "naive" in rendered
+    # the article's figures beside ours, in their own labelled columns
+    assert strategies["article_units_per_s"].to_dict() == pytest.approx(
+        {"naive": 0.15, "dataframes": 15.13, "numpy": 76.26, "threads": 355.5, "fast": math.nan},
+        nan_ok=True,
+    )
+    assert reads.loc["csv", "article_seconds_per_file"] == pytest.approx(0.2087)
+    assert reads.loc["parquet", "article_files_per_s"] == pytest.approx(100 / 6.57)
+
+
+def run_as_shipped(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, cache: Path
+) -> nbformat.NotebookNode:
+    """The notebook exactly as committed, in a checkout laid out like this one, executed from
+    notebooks/ (where ``jupyter nbconvert --execute`` and Jupyter run it)."""
+    (repo / "notebooks").mkdir(parents=True, exist_ok=True)
+    shutil.copy(NOTEBOOK, repo / "notebooks" / NOTEBOOK.name)
+    monkeypatch.setenv("CLOUDPROF_CACHE", str(cache))  # the shipped INPUT_CACHE = None reads it
+    nb = nbformat.read(repo / "notebooks" / NOTEBOOK.name, as_version=4)
+    NotebookClient(
+        nb, timeout=180, kernel_name="python3",
+        resources={"metadata": {"path": str(repo / "notebooks")}},
+    ).execute()  # fmt: skip
+    return nb
+
+
+def _outputs(nb: nbformat.NotebookNode) -> tuple[list, str]:
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = json.dumps(
+        [o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in outputs]
+    )
+    return outputs, text
+
+
+@pytest.fixture(scope="module")
+def input_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")  # the shipped inputs, generated once for both tests
+
+
+@pytest.mark.slow
+def test_the_notebook_runs_as_shipped_and_finds_stores_at_any_depth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, input_cache: Path
+) -> None:
+    repo = tmp_path / "checkout"
+    nested = repo / "runs" / "strategies"  # stores two levels below RUNS = "runs"
+    for strategy, workers in (("numpy", [1]), ("fast", [1, 2])):
+        strategy_sweep(nested, strategy, workers)
+    nb = run_as_shipped(repo, monkeypatch, input_cache)
+    outputs, text = _outputs(nb)
+    assert "2 stores, 3 trials (3 ok)" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert "article_units_per_s" in text and "355.5" in text
+
+
+@pytest.mark.slow
+def test_the_notebook_without_stores_shows_the_articles_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, input_cache: Path
+) -> None:
+    nb = run_as_shipped(tmp_path / "fresh-clone", monkeypatch, input_cache)
+    outputs, text = _outputs(nb)
+    assert "no results store under" in text and "0 stores" in text
+    assert "76.26" in text and "2026.62" not in text  # the table has the article's rates
+    assert any("image/png" in o.get("data", {}) for o in outputs)

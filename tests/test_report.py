@@ -7,6 +7,7 @@ the end runs a real tiny sweep through the engine and reports it.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -168,6 +169,18 @@ def test_summary_medians_match_the_stored_trials(two_machines: Path) -> None:
     assert n2_4.efficiency == pytest.approx(380 / (4 * 100))
 
 
+def test_summary_spread_is_the_range_of_the_repeats_that_finished_ok(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {2: [190, 200, 180, 500]})
+    trials[-1]["status"] = "failed"  # its 500 units/s must not widen the spread
+    summary = report.summarise(report.load_run(write_store(tmp_path / "s", trials)).trials)
+    (row,) = summary.to_dict("records")
+    assert (row["units_per_s_min"], row["units_per_s"], row["units_per_s_max"]) == (180, 190, 200)
+    assert (row["repeats"], row["failed"]) == (3, 1)
+    assert list(summary.columns) == report.SUMMARY_COLUMNS
+    (shown,) = md_table(markdown_of(tmp_path / "s"), "Results per machine")
+    assert (shown["units/s"], shown["range"]) == ("190", "180–200")
+
+
 def test_cost_per_million_units_is_price_over_hourly_output(two_machines: Path) -> None:
     summary = report.summarise(report.load_run(two_machines).trials)
     for row in summary.to_dict("records"):
@@ -266,6 +279,29 @@ def parse_html(path: Path) -> _Checker:
     return checker
 
 
+def b64(path: Path) -> str:
+    import base64
+
+    return base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def test_report_html_is_self_contained_and_shows_every_plot_alone(
+    two_machines: Path, tmp_path: Path
+) -> None:
+    html_path = report.write_report(two_machines)
+    alone = tmp_path / "mailed" / "report.html"  # attached to a ticket, without plots/
+    alone.parent.mkdir()
+    alone.write_bytes(html_path.read_bytes())
+    checker = parse_html(alone)
+    assert len(checker.images) == len(list((two_machines / "plots").glob("*.png"))) >= 5
+    for src in checker.images:
+        head, _, data = src.partition(",")
+        assert head == "data:image/png;base64"
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+    text = alone.read_text()
+    assert not re.search(r"""(src|href)=["'](?!data:)""", text)  # nothing fetched from elsewhere
+
+
 def test_write_report_files_and_plots(two_machines: Path) -> None:
     html_path = report.write_report(two_machines)
     assert html_path == two_machines / "report.html"
@@ -283,9 +319,9 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(plots/{png.name})" in md
     checker = parse_html(html_path)
-    assert sorted(checker.images) == sorted(f"plots/{name}" for name in plots)
-    for src in checker.images:
-        assert (two_machines / src).is_file()
+    pngs = (two_machines / "plots").glob("*.png")
+    inlined = sorted(f"data:image/png;base64,{b64(png)}" for png in pngs)
+    assert sorted(checker.images) == inlined  # every plot, inlined: the page is self-contained
     text = " ".join(checker.text)
     assert "Results per machine and worker count" in text and "where scaling stops" in text
     rows = md_table(md, "Results per machine and worker count")
@@ -554,6 +590,7 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     trials = pd.read_parquet(run / TRIALS_FILE)
     sweep = json.loads((run / SWEEP_FILE).read_text())
     assert list(trials["status"]) == ["ok", "ok"]
+    assert (trials["load_s"] > 0).all() and (trials["peak_rss_before_trial_bytes"] > 0).all()
     summary = report.summarise(report.load_run(run).trials)
     price = sweep["prices"]["n2-highcpu-8"]["price_per_hour"]
     for row in summary.to_dict("records"):
@@ -583,21 +620,141 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     assert (run / "plots" / "timeseries_n2-highcpu-8_on_local.png").is_file()
 
 
-def test_time_series_pick_one_trial_per_worker_count_at_most_eight() -> None:
+WIDE = [1, 2, 4, 8, 16, 32, 64, 80, 160]
+
+
+@pytest.fixture
+def wide_sweep(tmp_path: Path) -> Path:
+    """Nine worker counts × two repeats on one machine, three counts on another; each series
+    has a cumulative ``units`` column and a last CPU sample of 3 × what the host can do."""
+    rates = {w: [10.0 * min(w, 60), 10.5 * min(w, 60)] for w in WIDE}
+    trials = scaling_trials("n2-highcpu-80", 2.9, rates, vcpus=80)
+    trials += scaling_trials("e2-standard-4", 0.13, {1: [9, 9], 2: [17, 18], 4: [30, 31]}, vcpus=4)
+    run = write_store(tmp_path / "wide", trials)
+    for t in trials:
+        trial_id = f"{t['machine']}-w{t['workers']}-r{t['repeat']}"
+        time = np.arange(0.0, 3.0, 0.1)
+        series = {c: np.zeros(len(time)) for c in TIMESERIES_COLUMNS}
+        cpu = np.full(len(time), 90.0 * t["workers"])
+        cpu[-1] = 300.0 * t["vcpus"]  # a short last interval
+        series.update(
+            t=time,
+            rss_bytes=(100 + t["workers"] * time + np.sin(time * 7)) * 2**20,
+            cpu_percent=cpu,
+            units=np.floor(t["units_per_s"] * time),
+        )
+        pd.DataFrame(series).to_parquet(run / TIMESERIES_DIR / f"{trial_id}.parquet")
+    return run
+
+
+def _figures(run_dir: Path) -> dict[str, Any]:
     from orchestrator.results import plots
 
-    workers = [1, 2, 4, 8, 16, 32, 64, 80, 160]
-    trials = pd.DataFrame(
-        [
-            {"workers": w, "repeat": r, "status": "failed" if r == 0 else "ok"}
-            for w in workers
-            for r in (0, 1)
-        ]
-    )
-    chosen = plots._pick_trials(trials)
-    assert len(chosen) == plots.MAX_SERIES == 8
-    assert chosen["workers"].iloc[0] == 1 and chosen["workers"].iloc[-1] == 160
-    assert chosen["workers"].is_unique and set(chosen["repeat"]) == {1}  # the ok repeat
+    run = report.load_run(run_dir)
+    summary = report.summarise(run.trials)
+    colours = plots.machine_colours(zip(run.trials["machine"], run.trials["ran_on"], strict=True))
+    figures = {
+        "throughput": plots.throughput_figure(summary, run.trials, colours=colours),
+        "efficiency": plots.efficiency_figure(summary, colours=colours),
+        "cost": plots.cost_figure(summary, colours=colours),
+        "memory": plots.memory_figure(summary, colours=colours),
+    }
+    for machine, group in run.trials.groupby("machine"):
+        figures[f"timeseries {machine}"] = plots.timeseries_figure(
+            run, group, colour=colours[machine]
+        )
+    return {"colours": colours, **figures}
+
+
+def test_every_plot_gives_a_machine_the_same_colour(wide_sweep: Path) -> None:
+    from matplotlib.colors import to_hex
+
+    figures = _figures(wide_sweep)
+    colours = figures.pop("colours")
+    assert len(set(colours.values())) == len(colours) == 2
+    for name in ("throughput", "efficiency", "memory"):
+        (ax,) = figures[name].axes
+        labelled = {line.get_label(): to_hex(line.get_color()) for line in ax.get_lines()}
+        assert {k: labelled[k] for k in colours} == colours, name
+    (ax,) = figures["cost"].axes
+    dots = {c.get_label(): to_hex(c.get_facecolor()[0]) for c in ax.collections}
+    assert {k: dots[k] for k in colours} == colours
+    for machine, colour in colours.items():
+        lines = [ln for ax in figures[f"timeseries {machine}"].axes for ln in ax.get_lines()]
+        assert lines and {to_hex(ln.get_color()) for ln in lines} == {colour}
+
+
+def test_time_series_shows_every_worker_count_and_repeat_and_marks_each_peak(
+    wide_sweep: Path,
+) -> None:
+    fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
+    rss_axes = fig.axes[0::3]
+    assert [ax.get_ylabel().split("\n")[0] for ax in rss_axes] == [
+        report.n_workers(w) for w in WIDE
+    ]  # 16 and 160 included: no worker count is dropped
+    for ax in rss_axes:
+        lines = [ln for ln in ax.get_lines() if ln.get_linestyle() != "None"]
+        peaks = [ln for ln in ax.get_lines() if ln.get_marker() == "v"]
+        assert len(lines) == 2 and len(peaks) == 2  # both repeats, each with its peak
+        for line, peak in zip(lines, peaks, strict=True):
+            assert peak.get_ydata()[0] == max(line.get_ydata())
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {"repeat 0", "repeat 1", "peak"} <= legend
+
+
+def test_time_series_draws_the_load_phase_before_the_trial(tmp_path: Path) -> None:
+    from matplotlib.colors import to_hex
+
+    from orchestrator.results import plots
+
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [10], 2: [19]})
+    for t in trials:
+        t.update(load_s=1.5, peak_rss_before_trial_bytes=300 * 2**20)
+    run = report.load_run(write_store(tmp_path / "load", trials))
+    fig = plots.timeseries_figure(run, run.trials, colour="#123456")
+    for rss in fig.axes[0::3]:
+        (span,) = rss.patches  # the load phase, as long as it was
+        assert span.get_x() == pytest.approx(-1.5) and span.get_width() == pytest.approx(1.5)
+        (peak_before,) = rss.collections  # its peak, drawn over it
+        (segment,) = peak_before.get_segments()
+        assert segment.tolist() == [[-1.5, 300.0], [0.0, 300.0]]
+        assert to_hex(peak_before.get_color()[0]) == "#123456"
+    assert rss.get_xlim()[0] < -1.5 < 0 < rss.get_xlim()[1]
+
+
+def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None:
+    fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
+    cpu = [max(ln.get_ydata()) for ax in fig.axes[1::3] for ln in ax.get_lines()]
+    assert max(cpu) == 100 * 80  # the last sample read 300 × 80, clipped to the host
+
+
+def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep: Path) -> None:
+    from orchestrator.results import plots
+
+    figures = _figures(wide_sweep)
+    assert figures["throughput"].axes[0].get_ylim()[0] == 0
+    assert figures["cost"].axes[0].get_xlim()[0] == 0
+    units_axes = figures["timeseries n2-highcpu-80"].axes[2::3]
+    assert all(ax.get_ylim()[0] == 0 and ax.get_ylabel() == "units/s" for ax in units_axes)
+    last_row = [max(ln.get_ydata()) for ln in units_axes[-1].get_lines()]
+    assert sorted(last_row) == pytest.approx([600, 630], rel=0.05)  # 160 workers: the stored rates
+    t, rate = plots.units_per_s_over_time([0, 1, 2, 3, 4], [0, 5, 10, 15, 20])
+    assert list(t) == [1, 2, 3, 4] and list(rate) == pytest.approx([5, 5, 5, 5])
+
+
+def test_legends_never_cover_data(wide_sweep: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figures = _figures(wide_sweep)
+    del figures["colours"]
+    for name, fig in figures.items():
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        assert not any(ax.get_legend() for ax in fig.axes), name  # none inside an axes
+        for legend in fig.legends:
+            box = legend.get_window_extent(renderer)
+            for ax in fig.axes:
+                assert not box.overlaps(ax.get_window_extent(renderer)), name
 
 
 def test_unknown_host_facts_show_dashes(tmp_path: Path) -> None:
@@ -606,3 +763,107 @@ def test_unknown_host_facts_show_dashes(tmp_path: Path) -> None:
     (machine,) = md_table(md, "Per machine")
     assert machine["vCPUs"] == report.DASH
     assert {r["per vCPU"] for r in md_table(md, "Results per machine")} == {report.DASH}
+
+
+# ------------------------------------------------------------------ --json
+
+
+def test_report_json_holds_the_summarys_numbers_with_stable_keys(
+    two_machines: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator import cli
+
+    trials = scaling_trials("n2-highcpu-8", 0.29, N2)
+    trials += scaling_trials("c2-standard-4", 0.2, {2: [50]})
+    trials += scaling_trials("n2-highcpu-8", 0.29, {1: [10]}, status="failed", repeat=9)
+    write_store(two_machines, trials, timeseries=False)
+    assert cli.main(["report", str(two_machines), "--json"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out)  # stdout is the JSON document and nothing else
+    assert "NaN" not in out
+    assert list(doc) == [
+        "schema", "run", "trials", "best", "machines", "results", "failed_trials", "plan"
+    ]  # fmt: skip
+    assert doc["schema"] == report.JSON_SCHEMA == "cloudprof.report/1"
+    assert doc["trials"] == {"total": 14, "ok": 13, "not_ok": 1}
+    assert doc["failed_trials"][0]["status"] == "failed"
+    summary = report.summarise(report.load_run(two_machines).trials)
+    assert [list(r) for r in doc["results"]] == [report.SUMMARY_COLUMNS] * len(summary)
+    for row, expected in zip(doc["results"], summary.to_dict("records"), strict=True):
+        assert row["units_per_s"] == expected["units_per_s"]
+        assert row["peak_rss_bytes"] == expected["peak_rss_bytes"]
+    assert doc["results"][0]["machine"] == "c2-standard-4"
+    assert doc["results"][0]["efficiency"] is None  # no 1-worker baseline: null, not NaN
+    _, machine = doc["machines"]
+    assert machine["knee_workers"] == 4 and machine["best_units_per_s"] == 395
+    assert doc["best"]["by_throughput"]["workers"] == 8
+    assert not (two_machines / "report.html").exists()  # --json writes no file
+
+
+# ------------------------------------------------------------------ terminal width
+
+
+@pytest.fixture
+def mixed_hosts(tmp_path: Path) -> Path:
+    """Estimated and measured costs, a failed repeat, a long knee text: the widest tables."""
+    trials = scaling_trials("n2-highcpu-8", 0.29, N2)
+    trials += scaling_trials("e2-standard-4", 0.13, E2, ran_on="local")
+    trials[0].update(status="failed", error="the trial ran out of memory at 2.1 GiB")
+    return write_store(tmp_path / "mixed", trials, sweep={"sweep_id": "mixed"})
+
+
+def _lines_at(run_dir: Path, width: int) -> list[str]:
+    console = Console(record=True, width=width)
+    report.print_summary(run_dir, console)
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 100, 60])
+def test_terminal_tables_never_split_a_number_or_a_word(mixed_hosts: Path, width: int) -> None:
+    lines = _lines_at(mixed_hosts, width)
+    assert max(len(line.rstrip()) for line in lines) <= width
+    tokens = {token for line in lines for token in line.split()}
+    built = report.build_report(report.load_run(mixed_hosts))
+    flowing = " ".join(" ".join(lines).split())  # the "Left out" note may wrap
+    dropped = {
+        header
+        for names in re.findall(rf"Left out at {width} columns: (.*?) \(a wider", flowing)
+        for header in names.split(", ")
+    }
+    for table in built.tables:
+        for i, header in enumerate(table.headers):
+            if header in dropped:
+                continue
+            for row in table.rows:
+                cell = row.cells[i]
+                if report.terminal.unbreakable(cell, header in report.terminal._NUMERIC):
+                    assert any(cell in line for line in lines), (header, cell)
+                else:
+                    assert set(cell.split()) <= tokens, (header, cell)
+    if width == 80:  # $/M units with "(est.)" and the notes column stay, "per vCPU" goes
+        assert {"per vCPU", "leak"} <= dropped and "$0.602 (est.)" in "\n".join(lines)
+
+
+def test_a_wide_terminal_shows_every_column(mixed_hosts: Path) -> None:
+    lines = _lines_at(mixed_hosts, 200)
+    assert not any(line.startswith("Left out") for line in lines)
+    assert any("per vCPU" in line and "leak" in line for line in lines)
+
+
+def test_a_narrow_terminal_stacks_each_row(mixed_hosts: Path) -> None:
+    lines = _lines_at(mixed_hosts, 36)
+    assert max(len(line.rstrip()) for line in lines) <= 36
+    text = "\n".join(lines)
+    assert re.search(r"^  \$/M units +\$0\.602 \(est\.\) *$", text, re.M)  # header, then its value
+    assert re.search(r"^  per vCPU +29\.8 *$", text, re.M)  # nothing left out when stacked
+
+
+def test_json_values_are_plain_and_unknown_numbers_are_null() -> None:
+    from orchestrator.results.report.json_doc import plain
+
+    given = {"na": pd.NA, "nat": pd.NaT, "nan": np.float64("nan"), "inf": [math.inf]}
+    given |= {"int": np.int64(3), "bool": np.bool_(True)}
+    assert plain(given) == {
+        "na": None, "nat": None, "nan": None, "inf": [None], "int": 3, "bool": True
+    }  # fmt: skip
+    assert type(plain(np.int64(3))) is int

@@ -297,6 +297,8 @@ def test_warmup_is_untimed_and_recorded(tmp_path):
     assert s["seconds"] < 0.9  # the warm-up is not part of the trial
     table = pq.read_table(tmp_path / protocol.TIMESERIES_FILE).to_pylist()
     assert table[0]["units"] == 0  # nor are its units
+    # the load phase (interpreter start, imports, warm-up) is timed for the report's plot
+    assert s["load_s"] >= 0.5 and s["peak_rss_before_trial_bytes"] > 0
 
 
 def test_command_duration_is_a_time_limit(tmp_path):

@@ -318,6 +318,17 @@ class _Progress:
             print(protocol.format_progress(t, units, rate, rss), file=sys.stderr, flush=True)
 
 
+def _seconds_since_process_start() -> float | None:
+    """How long this process ran before its trial: interpreter start, imports, input loading,
+    warm-up. The agent samples only the trial; reports draw this span before t = 0."""
+    try:
+        import psutil
+
+        return round(max(0.0, time.time() - psutil.Process().create_time()), 3)
+    except Exception:  # psutil missing or /proc unreadable: the report shows no load phase
+        return None
+
+
 def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
     params = summary["params"]
     cls = load_workload(args.workload)
@@ -349,6 +360,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         units=counter,
     )
     summary["started_at"] = _now()
+    summary["load_s"] = _seconds_since_process_start()  # the load phase, drawn before t = 0
     agent.start()
     progress = _Progress(args.quiet)
     failure: BaseException | None = None

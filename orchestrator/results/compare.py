@@ -101,35 +101,77 @@ def ratio(value: float, base: float) -> float:
     return value / base
 
 
-def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]:
-    """Print the headline table of two or more runs with ratios to the first; returns the data."""
-    from rich.markup import escape
-    from rich.table import Table
-
+def load_headlines(run_dirs: list[str | Path]) -> list[Headline]:
+    """The headline numbers of each run, in the order given (the first is the base of ratios)."""
     if len(run_dirs) < 2:
         raise UsageError("compare needs at least two runs, e.g. cloudprof compare runs/a runs/b")
-    heads = [headline(rpt.load_run(d)) for d in run_dirs]
+    return [headline(rpt.load_run(d)) for d in run_dirs]
+
+
+COMPARE_SCHEMA = "cloudprof.compare/1"
+
+
+def compare_document(heads: list[Headline], run_dirs: list[str | Path]) -> dict[str, Any]:
+    """``cloudprof compare --json``: each run's metrics in base units, with its ratio to the first.
+
+    Keys are stable (``schema`` changes when one is renamed or removed); unknown
+    numbers are null. ``estimate`` is true for a cost priced on another host than
+    the machine it stands for.
+    """
+    from orchestrator.results.report.json_doc import plain
+
     base = heads[0]
-    table = Table(title="cloudprof compare (ratios are run ÷ first run)")
-    table.add_column("metric")
-    table.add_column(escape(base.name), overflow="fold")
+    runs = []
+    for head, path in zip(heads, run_dirs, strict=True):
+        metrics = {}
+        for _label, attr, _fmt in METRICS:
+            metric, first = getattr(head, attr), getattr(base, attr)
+            metrics[attr] = {
+                "value": metric.value,
+                "where": metric.where or None,
+                "estimate": metric.estimate,
+                "ratio_to_first": ratio(metric.value, first.value),
+            }
+        runs.append(
+            {
+                "name": head.name,
+                "path": str(path),
+                "workload": head.workload or None,
+                "same_workload_as_first": head.workload == base.workload,
+                "metrics": metrics,
+            }
+        )
+    return plain({"schema": COMPARE_SCHEMA, "runs": runs})
+
+
+def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]:
+    """Print the headline table of two or more runs with ratios to the first; returns the data.
+
+    The table goes through the report's terminal renderer, so at 80 columns it
+    wraps between words and never splits a number (a narrow terminal stacks it).
+    """
+    from orchestrator.results.report.terminal import print_table
+
+    heads = load_headlines(run_dirs)
+    base = heads[0]
+    headers = ["metric", base.name]
     for head in heads[1:]:
-        table.add_column(escape(head.name), overflow="fold")
-        table.add_column("ratio")
-    cells = ["workload", escape(base.workload or rpt.DASH)]
+        headers += [head.name, "ratio"]
+    cells = ["workload", base.workload or rpt.DASH]
     for head in heads[1:]:
         same = head.workload == base.workload
-        cells += [escape(head.workload or rpt.DASH), "same" if same else "differs"]
-    table.add_row(*cells)
+        cells += [head.workload or rpt.DASH, "same" if same else "differs"]
+    rows = [rpt.Row(cells)]
     for label, _attr, fmt in METRICS:
         first = base.metrics()[label]
-        cells = [label, escape(_cell(first, fmt))]
+        cells = [label, _cell(first, fmt)]
         for head in heads[1:]:
             metric = head.metrics()[label]
             r = ratio(metric.value, first.value)
-            cells += [escape(_cell(metric, fmt)), fmt_ratio(r)]
-        table.add_row(*cells)
-    console.print(table)
+            cells += [_cell(metric, fmt), fmt_ratio(r)]
+        rows.append(rpt.Row(cells))
+    title = "cloudprof compare (ratios are run ÷ first run)"
+    print_table(rpt.Table(title, headers, rows), console, rules=True)
     if any(h.best_cost_per_million_units.estimate for h in heads):
         console.print(
             "(est.): the trials ran on another host than the machine priced; "

@@ -75,6 +75,8 @@ EXTRA_COLUMNS = (
     "hostname",
     "cpu_model",
     "peak_rss_sampled_bytes",
+    "peak_rss_before_trial_bytes",  # imports, input loading, warm-up: before t = 0
+    "load_s",  # seconds the trial process ran before t = 0 (that load phase)
     "cpu_percent_mean",
     "leak_slope_mb_per_s",
     "leak_probability",  # P(RSS still grows at the leak rate at the end), 0..1; None: old runner
@@ -379,6 +381,8 @@ def trial_row(
         "hostname": host.get("hostname"),
         "cpu_model": host.get("cpu_model"),
         "peak_rss_sampled_bytes": s.get("peak_rss_sampled_bytes"),
+        "peak_rss_before_trial_bytes": s.get("peak_rss_before_trial_bytes"),
+        "load_s": _num(s.get("load_s")),
         "cpu_percent_mean": _num(s.get("cpu_percent_mean")),
         "leak_slope_mb_per_s": _num(leak.get("slope_mb_per_s")),
         "leak_probability": _num(leak.get("probability")),

@@ -1,0 +1,76 @@
+"""The report as one self-contained HTML page (report.html).
+
+The plots are inlined as ``data:`` URIs, so the one file can be mailed or
+attached to a ticket and still shows every figure; the PNGs stay in ``plots/``
+for anything that wants them alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.results.report.tables import Report
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3}
+tr.oversubscribed td{background:#fff6d5}
+tr.failed td{background:#fde2e2}
+tr.pareto td:first-child{font-weight:bold}
+p.note{color:#555;font-size:90%;margin:.2em 0}
+figure{display:inline-block;margin:1em}
+figcaption{color:#555;font-size:90%}
+"""
+
+
+def data_uri(png: Path) -> str:
+    """A PNG file as a ``data:image/png;base64,...`` URI."""
+    return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+
+
+def render_html(report: Report, base_dir: Path | None = None) -> str:
+    """The page; with ``base_dir`` (the store), every plot is inlined from ``base_dir/path``.
+
+    Without it the images are linked by their relative path (a preview that
+    writes no plots); ``write_report`` always inlines.
+    """
+    e = html.escape
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{e(report.title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{e(report.title)}</h1>",
+        "<ul>",
+        *(f"<li>{e(line)}</li>" for line in report.headlines),
+        "</ul>",
+    ]
+    for table in report.tables:
+        out.append(f"<h2>{e(table.title)}</h2>")
+        out.append("<table>")
+        out.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr>")
+        for row in table.rows:
+            cls = f' class="{" ".join(sorted(row.flags))}"' if row.flags else ""
+            out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row.cells) + "</tr>")
+        out.append("</table>")
+        out += [f'<p class="note">{e(note)}</p>' for note in table.notes]
+    if report.plots:
+        out.append("<h2>Plots</h2>")
+        for path, caption in report.plots:
+            src = data_uri(base_dir / path) if base_dir is not None else path
+            out.append(
+                f'<figure><img src="{e(src, quote=True)}" alt="{e(caption, quote=True)}">'
+                f"<figcaption>{e(caption)}</figcaption></figure>"
+            )
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,162 @@
+"""The report as one JSON document (``cloudprof report --json``), for scripts.
+
+Built from the model (the summary frame, knees, peak memory), never from the
+strings the other renderers print, so a script gets numbers in base units
+(units/s, bytes, USD, fractions), not "1.2 GiB" or "37%". Keys are stable:
+``SCHEMA`` names the layout and changes when a key is renamed or removed
+(adding a key does not change it). An unknown number is ``null``, never NaN,
+so any JSON parser reads the output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.results.report.model import (
+    OK,
+    SUMMARY_COLUMNS,
+    RunData,
+    best_rows,
+    knees,
+    peak_memory,
+    summarise,
+)
+from orchestrator.results.report.tables import describe_workload
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA = "cloudprof.report/1"
+
+
+def plain(value: Any) -> Any:
+    """A JSON-safe Python value: numpy scalars unwrapped, NaN and inf as None."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas' missing values
+        return None
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        value = value.item()  # numpy scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The whole report as a dict of plain values (see the README's "Reports" for the keys)."""
+    if summary is None:
+        summary = summarise(run.trials)
+    trials = run.trials
+    n_ok = int((trials["status"] == OK).sum())
+    units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
+    cheapest, fastest = best_rows(summary)
+    return plain(
+        {
+            "schema": SCHEMA,
+            "run": {
+                "id": run.name,
+                "path": str(run.run_dir),
+                "status": run.sweep.get("status"),
+                "workload": describe_workload(run) or None,
+                "unit": units[0] if len(units) == 1 else None,
+            },
+            "trials": {"total": len(trials), "ok": n_ok, "not_ok": len(trials) - n_ok},
+            "best": {
+                "by_cost": _best(cheapest, "cost_per_million_units"),
+                "by_throughput": _best(fastest, "units_per_s"),
+            },
+            "machines": _machines(summary),
+            "results": [
+                {column: row[column] for column in SUMMARY_COLUMNS}
+                for row in summary.to_dict("records")
+            ],
+            "failed_trials": _failed(trials),
+            "plan": _plan(run.sweep),
+        }
+    )
+
+
+def _best(row: dict[str, Any] | None, metric: str) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {
+        "machine": row["machine"],
+        "ran_on": row["ran_on"],
+        "workers": row["workers"],
+        metric: row[metric],
+        "estimate": bool(row["estimate"]) if metric.startswith("cost") else False,
+    }
+
+
+def _machines(summary: pd.DataFrame) -> list[dict[str, Any]]:
+    memory = {
+        (str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary).to_dict("records")
+    }
+    out = []
+    for (machine, ran_on), knee in knees(summary).items():
+        group = summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]
+        best = group.loc[group["units_per_s"].idxmax()]
+        peak = memory[(machine, ran_on)]
+        out.append(
+            {
+                "machine": machine,
+                "ran_on": ran_on,
+                "vcpus": best["vcpus"],
+                "price_per_hour": best["price_per_hour"],
+                "spot": bool(best["spot"]),
+                "workers_tested": sorted(int(w) for w in group["workers"]),
+                "knee_workers": knee.workers if knee.reached else None,
+                "knee_reached": knee.reached,
+                "best_units_per_s": best["units_per_s"],
+                "best_workers": int(best["workers"]),
+                "peak_rss_bytes": peak["peak_rss_bytes"],
+                "peak_rss_workers": peak["workers"],
+            }
+        )
+    return out
+
+
+def _failed(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    bad = trials[trials["status"] != OK]
+    columns = ["trial_id", "machine", "workers", "repeat", "status", "error"]
+    return [
+        {c: r.get(c) for c in columns}
+        for r in bad.sort_values(["machine", "workers", "repeat"], na_position="last").to_dict(
+            "records"
+        )
+    ]
+
+
+def _plan(sweep: dict[str, Any]) -> dict[str, Any] | None:
+    """The planner's estimates as sweep.json holds them (every figure in it is an estimate)."""
+    plan = sweep.get("plan")
+    if not isinstance(plan, dict):
+        return None
+    return {
+        "estimated_total_cost_usd": plan.get("estimated_total_cost_usd"),
+        "vms": [
+            {
+                "name": vm.get("name"),
+                "machine": (vm.get("machine") or {}).get("name")
+                if isinstance(vm.get("machine"), dict)
+                else vm.get("machine"),
+                "provider": vm.get("provider"),
+                "trials": len(vm.get("trials") or []),
+                "estimated_seconds": (vm.get("estimate") or {}).get("total_s"),
+                "estimated_cost_usd": (vm.get("estimate") or {}).get("cost_usd"),
+            }
+            for vm in plan.get("vms") or []
+            if isinstance(vm, dict)
+        ],
+    }
+
+
+def render_json(document: dict[str, Any]) -> str:
+    """Indented, key order as built (stable), strict JSON (no NaN)."""
+    return json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n"

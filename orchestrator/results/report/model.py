@@ -1,0 +1,314 @@
+"""The summary of a sweep as numbers: medians per machine and worker count, knees, Pareto front.
+
+A report answers the question cloudprof exists for: which machine, how many
+workers, what cost, what peak memory. The numbers come straight from the
+results store (``trials.parquet`` and ``sweep.json``), reduced per machine and
+worker count to the median over repeats, so a noisy repeat cannot pick the
+winner on its own. Everything here is data (pandas frames and small records);
+``tables`` turns it into strings and one renderer per format prints them.
+
+pandas is imported inside functions: the CLI imports this package lazily, but
+keeping it cheap costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import CloudprofError, UsageError
+from orchestrator.results.report.formatting import DASH, n_workers
+from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+KNEE_GAIN = 0.10
+"""Scaling has stopped at worker count w when no larger tested count gives more
+than this fraction more throughput than w (median over repeats)."""
+
+
+OK = "ok"
+LOCAL = "local"
+
+_LEAK_ORDER = {"leak": 0, "inconclusive": 1, "ok": 2}
+_GROUP = ["machine", "ran_on"]
+
+
+# ---------------------------------------------------------------- loading
+
+
+@dataclass
+class RunData:
+    """One results store as read from disk."""
+
+    run_dir: Path
+    sweep: dict[str, Any]
+    trials: pd.DataFrame  # all trials, TRIAL_COLUMNS (missing optional ones filled)
+
+    @property
+    def name(self) -> str:
+        return str(self.sweep.get("sweep_id") or self.run_dir.name)
+
+    def timeseries_path(self, trial_id: str) -> Path:
+        return self.run_dir / TIMESERIES_DIR / f"{trial_id}.parquet"
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a store; bad paths are a UsageError, a store without trials a CloudprofError."""
+    import pandas as pd
+
+    path = Path(run_dir)
+    if not path.exists():
+        raise UsageError(f"no results store at {path}: the path does not exist")
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a results store: expected a directory like runs/<id>")
+    sweep_file, trials_file = path / SWEEP_FILE, path / TRIALS_FILE
+    if not sweep_file.exists() and not trials_file.exists():
+        runs = sorted(p.parent.name for p in path.glob(f"*/{SWEEP_FILE}"))
+        hint = f"; it holds runs, e.g. {path / runs[-1]}" if runs else ""
+        raise UsageError(f"{path} is not a results store: no {SWEEP_FILE} or {TRIALS_FILE}{hint}")
+    sweep: dict[str, Any] = {}
+    if sweep_file.exists():
+        try:
+            sweep = json.loads(sweep_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {sweep_file}: {exc}") from exc
+        if not isinstance(sweep, dict):
+            raise UsageError(f"cannot read {sweep_file}: not a JSON object")
+    if not trials_file.exists():
+        raise CloudprofError(f"no trials in {path}")
+    try:
+        trials = pd.read_parquet(trials_file)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise UsageError(f"cannot read {trials_file}: {exc}") from exc
+    if trials.empty:
+        raise CloudprofError(f"no trials in {path}")
+    required = {"machine", "workers", "units_per_s", "status"}
+    missing = sorted(required - set(trials.columns))
+    if missing:
+        raise UsageError(f"{trials_file} lacks columns {', '.join(missing)}")
+    for column in TRIAL_COLUMNS:
+        if column not in trials.columns:
+            trials[column] = None
+    trials["ran_on"] = trials["ran_on"].fillna(trials["machine"])
+    return RunData(run_dir=path, sweep=sweep, trials=trials)
+
+
+# ---------------------------------------------------------------- the numbers
+
+
+def cost_per_million_units(price_per_hour: float | None, units_per_s: float | None) -> float:
+    """USD per million units: what an hour costs over what an hour produces. NaN when unknown."""
+    if price_per_hour is None or units_per_s is None:
+        return math.nan
+    price, rate = float(price_per_hour), float(units_per_s)
+    if not (math.isfinite(price) and math.isfinite(rate)) or rate <= 0:
+        return math.nan
+    return price / (rate * 3600.0) * 1e6
+
+
+def _leak_summary(verdicts: list[Any]) -> str:
+    """The worst verdict over repeats; a mixed result says how many repeats had it."""
+    known = [str(v) for v in verdicts if isinstance(v, str) and v]
+    if not known:
+        return DASH
+    worst = min(known, key=lambda v: _LEAK_ORDER.get(v, 1))
+    count = known.count(worst)
+    return worst if count == len(known) else f"{worst} {count}/{len(known)}"
+
+
+SUMMARY_COLUMNS = [
+    *_GROUP,
+    "workers",
+    "vcpus",
+    "repeats",
+    "failed",
+    "units_per_s",
+    "units_per_s_min",
+    "units_per_s_max",
+    "units_per_s_per_vcpu",
+    "efficiency",
+    "peak_rss_bytes",
+    "cpu_utilisation",
+    "leak_verdict",
+    "price_per_hour",
+    "cost_per_million_units",
+    "oversubscribed",
+    "spot",
+    "estimate",
+    "pareto",
+]
+"""The summary's columns, in order (``report --json`` documents them)."""
+
+_NUMERIC_TRIAL_COLUMNS = (
+    "units_per_s",
+    "units_per_s_per_vcpu",
+    "efficiency",
+    "peak_rss_bytes",
+    "cpu_utilisation",
+    "price_per_hour",
+    "vcpus",
+)
+
+
+def summarise(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per (machine, ran_on, workers): medians over the repeats that finished ok.
+
+    Peak memory is the max over repeats, not the median: it is what a machine
+    must hold. ``units_per_s_min``/``_max`` are the spread behind the median.
+    Cost per million units is computed from the median throughput (the same
+    formula as the stored column). ``failed`` counts the other repeats. One
+    pandas ``groupby`` does the reduction, so a new column is one more line.
+    """
+    import pandas as pd
+
+    keys = [*_GROUP, "workers"]
+    ok = trials[trials["status"] == OK].copy()
+    for column in _NUMERIC_TRIAL_COLUMNS:
+        ok[column] = pd.to_numeric(ok[column], errors="coerce").astype(float)
+    for column in ("oversubscribed", "spot"):
+        values = ok[column] if column in ok else pd.Series(False, index=ok.index)
+        ok[column] = values.fillna(False).astype(bool)
+    summary = (
+        ok.groupby(keys, sort=True, dropna=False)
+        .agg(
+            vcpus=("vcpus", "first"),  # first non-null, like every per-host fact
+            repeats=("status", "size"),
+            units_per_s=("units_per_s", "median"),
+            units_per_s_min=("units_per_s", "min"),
+            units_per_s_max=("units_per_s", "max"),
+            units_per_s_per_vcpu=("units_per_s_per_vcpu", "median"),
+            efficiency=("efficiency", "median"),
+            peak_rss_bytes=("peak_rss_bytes", "max"),
+            cpu_utilisation=("cpu_utilisation", "median"),
+            leak_verdict=("leak_verdict", lambda v: _leak_summary(list(v))),
+            price_per_hour=("price_per_hour", "first"),
+            oversubscribed=("oversubscribed", "any"),
+            spot=("spot", "any"),
+        )
+        .reset_index()
+    )
+    attempted = trials.groupby(keys, sort=True, dropna=False).size().rename("attempted")
+    summary = summary.join(attempted, on=keys)
+    summary["failed"] = (summary.pop("attempted") - summary["repeats"]).astype(int)
+    summary["workers"] = summary["workers"].astype(int)
+    summary["vcpus"] = [int(v) if math.isfinite(v) else None for v in summary["vcpus"]]
+    summary["cost_per_million_units"] = [
+        cost_per_million_units(p, u)
+        for p, u in zip(summary["price_per_hour"], summary["units_per_s"], strict=True)
+    ]
+    summary["estimate"] = summary["machine"].astype(str) != summary["ran_on"].astype(str)
+    summary = summary.reindex(columns=SUMMARY_COLUMNS[:-1])
+    summary["pareto"] = pareto_front(summary)
+    return summary.reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Knee:
+    """Where scaling stops for one machine: ``workers`` is None when it was not seen."""
+
+    workers: int | None
+    reached: bool  # False: throughput still grew at the largest count, or one count only
+    tested: tuple[int, ...] = ()  # the worker counts with a finite median throughput
+    units_per_s: float = math.nan
+
+    def describe(self) -> str:
+        if len(self.tested) < 2:
+            return f"{DASH} (one worker count tested)"
+        if not self.reached or self.workers is None:
+            return f"not reached (still scaling at {n_workers(max(self.tested))})"
+        return n_workers(self.workers)
+
+
+def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_GAIN) -> Knee:
+    """The smallest worker count that no larger tested count beats by more than ``gain``.
+
+    Comparing against every larger count (not only the next one) keeps one noisy
+    step from hiding a later jump. When only the largest count qualifies, the
+    last step still gained more than ``gain``: scaling had not stopped yet.
+    """
+    points = sorted(
+        (int(w), float(u)) for w, u in zip(workers, units_per_s, strict=True) if math.isfinite(u)
+    )
+    tested = tuple(w for w, _ in points)
+    for i, (w, ups) in enumerate(points[:-1]):
+        if all(u <= ups * (1.0 + gain) for _, u in points[i + 1 :]):
+            return Knee(workers=w, reached=True, tested=tested, units_per_s=ups)
+    return Knee(workers=None, reached=False, tested=tested)
+
+
+def knees(summary: pd.DataFrame) -> dict[tuple[str, str], Knee]:
+    """The knee of each (machine, ran_on) group of a summary."""
+    out: dict[tuple[str, str], Knee] = {}
+    for (machine, ran_on), group in summary.groupby(_GROUP, sort=True):
+        out[(str(machine), str(ran_on))] = find_knee(
+            list(group["workers"]), list(group["units_per_s"])
+        )
+    return out
+
+
+def pareto_front(summary: pd.DataFrame) -> list[bool]:
+    """Rows no other row beats on both throughput (higher) and cost per million units (lower)."""
+    points = list(zip(summary["units_per_s"], summary["cost_per_million_units"], strict=True))
+    flags: list[bool] = []
+    for i, (ups, cost) in enumerate(points):
+        if not (math.isfinite(ups) and math.isfinite(cost)):
+            flags.append(False)
+            continue
+        dominated = any(
+            j != i
+            and math.isfinite(u2)
+            and math.isfinite(c2)
+            and u2 >= ups
+            and c2 <= cost
+            and (u2 > ups or c2 < cost)
+            for j, (u2, c2) in enumerate(points)
+        )
+        flags.append(not dominated)
+    return flags
+
+
+def best_rows(summary: pd.DataFrame) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The rows with the lowest cost per million units and the highest throughput."""
+    by_cost = summary.dropna(subset=["cost_per_million_units"])
+    cheapest = (
+        by_cost.loc[by_cost["cost_per_million_units"].idxmin()].to_dict()
+        if not by_cost.empty
+        else None
+    )
+    by_rate = summary.dropna(subset=["units_per_s"])
+    fastest = by_rate.loc[by_rate["units_per_s"].idxmax()].to_dict() if not by_rate.empty else None
+    return cheapest, fastest
+
+
+def peak_memory(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (machine, ran_on): the highest peak RSS of any successful trial and its worker count."""
+    import pandas as pd
+
+    rows = []
+    for (machine, ran_on), group in summary.groupby(_GROUP, sort=True):
+        known = group.dropna(subset=["peak_rss_bytes"])
+        if known.empty:
+            rows.append(
+                {"machine": machine, "ran_on": ran_on, "peak_rss_bytes": math.nan, "workers": None}
+            )
+            continue
+        top = known.loc[known["peak_rss_bytes"].idxmax()]
+        rows.append(
+            {
+                "machine": machine,
+                "ran_on": ran_on,
+                "peak_rss_bytes": float(top["peak_rss_bytes"]),
+                "workers": int(top["workers"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*_GROUP, "peak_rss_bytes", "workers"])
+
+
+def machine_label(machine: Any, ran_on: Any) -> str:
+    """A machine's name, plus where it really ran when that was another host."""
+    return str(machine) if str(machine) == str(ran_on) else f"{machine} (ran on {ran_on})"

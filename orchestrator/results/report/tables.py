@@ -1,0 +1,395 @@
+"""The report as strings: headlines and tables built once from the model, for every renderer.
+
+One model (``Report``: headlines and tables of strings) is built once and
+rendered by ``terminal``, ``markdown`` and ``html``, so those outputs can never
+disagree.
+
+Estimates are labelled wherever they appear: a cost is an estimate when the
+trial ran on another host than the machine it stands for (``--dry-run`` runs on
+``local`` and prices the planned machine), and every figure from the plan is an
+estimate by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.results.report.formatting import (
+    DASH,
+    EST,
+    _finite,
+    fmt_bytes,
+    fmt_duration,
+    fmt_pct,
+    fmt_rate,
+    fmt_usd,
+    n_workers,
+)
+from orchestrator.results.report.model import (
+    KNEE_GAIN,
+    LOCAL,
+    OK,
+    Knee,
+    RunData,
+    best_rows,
+    knees,
+    machine_label,
+    peak_memory,
+    summarise,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Row:
+    cells: list[str]
+    flags: frozenset[str] = frozenset()  # "oversubscribed", "estimate", "pareto", "failed"
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    title: str
+    headlines: list[str]
+    tables: list[Table]
+    summary: pd.DataFrame
+    plots: list[tuple[str, str]] = field(default_factory=list)  # (relative path, caption)
+
+
+def build_report(run: RunData) -> Report:
+    """The whole report as strings: headlines, then tables."""
+    summary = summarise(run.trials)
+    knee_of = knees(summary)
+    headlines = _headlines(run, summary, knee_of)
+    tables = [] if summary.empty else [_results_table(summary), _machine_table(summary, knee_of)]
+    failed = _failed_table(run.trials)
+    if failed is not None:
+        tables.append(failed)
+    plan = _plan_table(run.sweep)
+    if plan is not None:
+        tables.append(plan)
+    return Report(
+        title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary
+    )
+
+
+def _where(row: dict[str, Any]) -> str:
+    text = f"{row['machine']} × {n_workers(int(row['workers']))}"
+    if row["estimate"]:
+        text += f" (ran on {row['ran_on']})"
+    return text
+
+
+def _headlines(
+    run: RunData, summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]
+) -> list[str]:
+    trials = run.trials
+    n_ok = int((trials["status"] == OK).sum())
+    lines = [
+        f"{len(trials)} trials: {n_ok} ok, {len(trials) - n_ok} not ok"
+        + (f"; sweep status {run.sweep['status']}" if run.sweep.get("status") else "")
+    ]
+    workload = describe_workload(run)
+    if workload:
+        lines.append(f"Workload: {workload}")
+    if summary.empty:
+        lines.append("No trial finished ok: there is no throughput, cost or knee to report.")
+        return lines
+    cheapest, fastest = best_rows(summary)
+    if cheapest is not None:
+        estimate = " — an estimate" if cheapest["estimate"] else ""
+        lines.append(
+            f"Best by cost: {_where(cheapest)}, "
+            f"{fmt_usd(cheapest['cost_per_million_units'])} per million units{estimate}"
+        )
+    else:
+        lines.append("Best by cost: – (no price known for these machines)")
+    if fastest is not None:
+        lines.append(
+            f"Best by throughput: {_where(fastest)}, {fmt_rate(fastest['units_per_s'])} units/s"
+        )
+    for (machine, ran_on), knee in knee_of.items():
+        lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe()}")
+    estimated = summary[summary["estimate"]]
+    if not estimated.empty:
+        hosts = ", ".join(
+            _host_facts(trials, h) for h in sorted({str(h) for h in estimated["ran_on"]})
+        )
+        lines.append(
+            f"Estimates: trials ran on {hosts} instead of the planned machine, so throughput is "
+            "that host's and every cost labelled (est.) prices it at the planned machine's rate."
+        )
+    one_host = {str(h) for h in summary["ran_on"]}
+    if summary["machine"].nunique() > 1 and len(one_host) == 1 and bool(summary["estimate"].all()):
+        lines.append(
+            f"Every machine ran on the same host ({one_host.pop()}): between machines, only the "
+            "prices differ here, not the hardware. Run without --dry-run to measure them."
+        )
+    if bool(summary["oversubscribed"].any()):
+        lines.append("Rows marked oversubscribed ran more workers than the host has logical cores.")
+    return lines
+
+
+def describe_workload(run: RunData) -> str:
+    """ "cube (frames=4, dim=10), 1 unit = 1 cube, 5 s per trial": what every trial ran."""
+    spec = run.sweep.get("spec")
+    if not isinstance(spec, dict) or not spec.get("workload"):
+        return ""
+    params = spec.get("workload_params") or {}
+    text = str(spec["workload"])
+    if params:
+        text += " (" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + ")"
+    units = sorted({u for u in run.trials.get("unit", []) if isinstance(u, str) and u})
+    if len(units) == 1:
+        text += f", 1 unit = 1 {units[0]}"
+    if _finite(spec.get("duration_s")):
+        text += f", {float(spec['duration_s']):g} s per trial"
+    return text
+
+
+def _host_facts(trials: pd.DataFrame, ran_on: str) -> str:
+    """ "local (2 vCPUs, AMD EPYC 7B13)": the host behind the measurements."""
+    mine = trials[trials["ran_on"].astype(str) == ran_on]
+    facts = []
+    vcpus = mine["vcpus"].dropna()
+    if not vcpus.empty:
+        facts.append(f"{int(vcpus.iloc[0])} vCPUs")
+    if "cpu_model" in mine:
+        models = mine["cpu_model"].dropna()
+        if not models.empty:
+            facts.append(str(models.iloc[0]))
+    return f"{ran_on} ({', '.join(facts)})" if facts else ran_on
+
+
+def _results_table(summary: pd.DataFrame) -> Table:
+    show_ran_on, title_note = _ran_on_column(summary)
+    all_estimates = bool(summary["estimate"].all())
+    cost_header = "$/M units" + (EST if all_estimates else "")
+    rows = []
+    for r in summary.to_dict("records"):
+        flags = {name for name in ("oversubscribed", "estimate", "pareto") if r[name]}
+        notes = []
+        if r["oversubscribed"]:
+            notes.append("oversubscribed")
+        if r["pareto"]:
+            notes.append("Pareto")
+        if r["failed"]:
+            flags.add("failed")
+            notes.append(f"{r['failed']} failed")
+        cells = {
+            "machine": str(r["machine"]),
+            "ran on": str(r["ran_on"]),
+            "workers": str(r["workers"]),
+            "n": str(r["repeats"]),
+            "units/s": fmt_rate(r["units_per_s"]),
+            "range": _range(r),
+            "per vCPU": fmt_rate(r["units_per_s_per_vcpu"]),
+            "eff.": fmt_pct(r["efficiency"]),
+            "peak RSS": fmt_bytes(r["peak_rss_bytes"]),
+            "CPU": fmt_pct(r["cpu_utilisation"]),
+            "leak": str(r["leak_verdict"]),
+            cost_header: fmt_usd(
+                r["cost_per_million_units"], estimate=bool(r["estimate"]) and not all_estimates
+            ),
+            "notes": ", ".join(notes),
+        }
+        if not show_ran_on:
+            del cells["ran on"]
+        rows.append(Row(list(cells.values()), frozenset(flags)))
+    headers = list(cells)
+    notes = [
+        "n = repeats that finished ok; every figure is their median, except peak RSS (their max); "
+        "range = the lowest and highest units/s of those repeats (– with one).",
+        "eff. = efficiency = units/s ÷ (workers × units/s at 1 worker on the same machine), "
+        "– without a 1-worker baseline; CPU = mean utilisation of the host's cores.",
+        "$/M units = $/hour ÷ (units/s × 3600) × 1e6; (est.) marks an estimate.",
+        "$/hour is a list price: discounts not applied (GCP sustained/committed use, AWS "
+        "savings plans and reserved instances) would lower every cost here.",
+        "Pareto: no other row is both faster and cheaper per unit.",
+    ]
+    return Table("Results per machine and worker count" + title_note, headers, rows, notes)
+
+
+def _range(row: dict[str, Any]) -> str:
+    """ "380–400": the spread of units/s behind the median, when there is more than one repeat."""
+    if row["repeats"] < 2:
+        return DASH
+    return f"{fmt_rate(row['units_per_s_min'])}–{fmt_rate(row['units_per_s_max'])}"
+
+
+def _ran_on_column(summary: pd.DataFrame) -> tuple[bool, str]:
+    """Whether to show the "ran on" column, or a title note when all trials ran on one host."""
+    elsewhere = summary["machine"].astype(str) != summary["ran_on"].astype(str)
+    if not elsewhere.any():
+        return False, ""
+    hosts = sorted({str(h) for h in summary["ran_on"]})
+    if elsewhere.all() and len(hosts) == 1:
+        return False, f" (all trials ran on {hosts[0]})"
+    return True, ""
+
+
+def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) -> Table:
+    show_ran_on, title_note = _ran_on_column(summary)
+    memory = {
+        (str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary).to_dict("records")
+    }
+    rows = []
+    for (machine, ran_on), knee in knee_of.items():
+        group = summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]
+        best = group.loc[group["units_per_s"].idxmax()]
+        tested = sorted(int(w) for w in group["workers"])
+        peak = memory[(machine, ran_on)]
+        where = f" at {int(peak['workers'])}" if _finite(peak["workers"]) else ""
+        cells = [
+            machine,
+            ran_on,
+            str(int(best["vcpus"])) if _finite(best["vcpus"]) else DASH,
+            fmt_usd(best["price_per_hour"]) + (" spot" if best["spot"] else ""),
+            ", ".join(map(str, tested)),
+            knee.describe(),
+            f"{fmt_rate(best['units_per_s'])} at {int(best['workers'])}",
+            fmt_bytes(peak["peak_rss_bytes"]) + where,
+        ]
+        rows.append(Row(cells if show_ran_on else cells[:1] + cells[2:]))
+    headers = [
+        "machine",
+        "ran on",
+        "vCPUs",
+        "$/hour",
+        "workers tested",
+        "scaling stops at",
+        "best units/s",
+        "peak RSS",
+    ]
+    if not show_ran_on:
+        headers.remove("ran on")
+    notes = [
+        f"Scaling stops at the smallest worker count that no larger tested count beats by more "
+        f"than {KNEE_GAIN:.0%} in median units/s (the knee).",
+        "vCPUs of the host the trials ran on; $/hour is the catalog price of the planned machine "
+        "at launch (its spot price when marked spot).",
+        "Peak RSS: the kernel's high-water mark of the trial process (VmHWM), max over trials.",
+    ]
+    return Table("Per machine: where scaling stops, peak memory" + title_note, headers, rows, notes)
+
+
+def _failed_table(trials: pd.DataFrame) -> Table | None:
+    bad = trials[trials["status"] != OK]
+    if bad.empty:
+        return None
+    rows = []
+    for r in bad.sort_values(["machine", "workers", "repeat"], na_position="last").to_dict(
+        "records"
+    ):
+        error = " ".join(str(r.get("error") or "").split())
+        rows.append(
+            Row(
+                [
+                    str(r.get("trial_id") or DASH),
+                    str(r["machine"]),
+                    str(r["workers"]),
+                    str(r.get("repeat") if r.get("repeat") is not None else DASH),
+                    str(r["status"]),
+                    (error[:160] + "…") if len(error) > 160 else (error or DASH),
+                ],
+                flags=frozenset({"failed"}),
+            )
+        )
+    return Table(
+        "Trials that did not finish ok",
+        ["trial", "machine", "workers", "repeat", "status", "error"],
+        rows,
+        ["These trials are left out of every median above."],
+    )
+
+
+def _plan_table(sweep: dict[str, Any]) -> Table | None:
+    """The planner's estimates per VM, next to the VM time the store recorded.
+
+    Seeing both tells a user how far to trust the next plan; a VM without a
+    deletion time is shown with its last state, because it may still be billing.
+    """
+    plan = sweep.get("plan")
+    if not isinstance(plan, dict) or not plan.get("vms"):
+        return None
+    records = sweep.get("vms") if isinstance(sweep.get("vms"), dict) else {}
+    rows = []
+    for vm in plan["vms"]:
+        machine = vm.get("machine")
+        est = vm.get("estimate") or {}
+        price = est.get("price_per_hour")
+        vm_time, vm_cost = _vm_time_and_cost(records.get(vm.get("name")) or {}, price)
+        where = " ".join(
+            str(part) for part in (vm.get("provider"), vm.get("zone") or vm.get("region")) if part
+        )
+        total_s = est.get("total_s")
+        rows.append(
+            Row(
+                [
+                    str(machine.get("name") if isinstance(machine, dict) else machine),
+                    (where or DASH) + (" spot" if vm.get("spot") else ""),
+                    str(len(vm.get("trials") or [])),
+                    fmt_usd(price),
+                    fmt_duration(total_s) if _finite(total_s) else DASH,
+                    fmt_usd(est.get("cost_usd")),
+                    vm_time,
+                    vm_cost,
+                ],
+                flags=frozenset({"estimate"}),
+            )
+        )
+    notes = [
+        "est. time and est. cost come from the plan (boot, bootstrap, staging, trials, teardown): "
+        "estimates.",
+        "VM time: from the create request to the deletion, as recorded in sweep.json; VM cost = "
+        "VM time × $/hour, an estimate of the bill (providers round and bill minimums). "
+        "A --dry-run creates no VM: its time is the local run's.",
+    ]
+    total = plan.get("estimated_total_cost_usd")
+    if _finite(total):
+        notes.append(f"Estimated total cost of the planned VMs: {fmt_usd(total, estimate=True)}.")
+    headers = [
+        "machine",
+        "where",
+        "trials",
+        "$/hour",
+        "est. time",
+        "est. cost",
+        "VM time",
+        "VM cost (est.)",
+    ]
+    return Table("Plan (estimates) and VM time", headers, rows, notes)
+
+
+def _vm_time_and_cost(record: dict[str, Any], price: Any) -> tuple[str, str]:
+    start, end = _parse_time(record.get("requested_at")), _parse_time(record.get("deleted_at"))
+    if start is None:
+        return DASH, DASH
+    if end is None:
+        return f"not deleted ({record.get('state') or 'unknown'})", DASH
+    seconds = (end - start).total_seconds()
+    if record.get("provider") == LOCAL:
+        return fmt_duration(seconds), f"{DASH} (local)"
+    cost = float(price) * seconds / 3600.0 if _finite(price) else math.nan
+    return fmt_duration(seconds), fmt_usd(cost)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
