@@ -746,8 +746,11 @@ def _open_bucket(spec: SweepSpec, providers: dict[str, Provider]) -> Bucket | No
 
 
 def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
-              console: Console | None = None) -> Path:
+              console: Console | None = None, plan_only: bool = False) -> Path | None:
     """Run (or resume) a sweep and return its run directory.
+
+    ``plan_only`` prints the plan and its estimate and returns None: no credentials
+    are asked for, no input is generated, no VM or run directory is created.
 
     Raises BudgetError before anything starts when the estimate is above
     ``max_cost``; CredentialsError unless ``dry_run``; MemoryGateError after
@@ -762,7 +765,7 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
     started: list[Path] = []  # the run directory, once it exists
     try:
         with _sigterm_as_interrupt():
-            return _run(spec, resume, console, started)
+            return _run(spec, resume, console, started, plan_only)
     except KeyboardInterrupt:
         run_dir = started[0] if started else None
         where = f"; resume with: cloudprof sweep --resume {run_dir}" if run_dir else ""
@@ -770,9 +773,12 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
                                     run_dir) from None
 
 
-def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path]) -> Path:
+def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path],
+         plan_only: bool = False) -> Path | None:
+    done: set[str] = set()
     if resume is not None:
         store = RunStore.open(resume)
+        done = store.done_trial_ids()
         data = store.read_sweep()
         try:
             spec = SweepSpec.from_dict(data["spec"])
@@ -787,12 +793,19 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         inputs = plan_inputs(spec)
         plan = make_plan(spec, sweep_id, machines, input_bytes=inputs.size if inputs else 0)
         if inputs is not None:
-            plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size) for rel, size in inputs.files]
+            predicted = inputs.local_dir is None  # the cube's files are not generated yet
+            plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size, predicted)
+                            for rel, size in inputs.files]
         cost = plan.total_cost_usd
         if spec.max_cost is not None and cost is not None and cost > spec.max_cost:
+            if plan_only:
+                render_plan(plan, console, spec.dry_run)
             raise BudgetError(f"estimated cost ${cost:.2f} is above --max-cost "
                               f"${spec.max_cost:.2f}; nothing was started")
         store = None
+    if plan_only:
+        render_plan(plan, console, spec.dry_run, done=done)
+        return None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
         for provider in checkers.values():
@@ -801,7 +814,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             from orchestrator.engine.remote import boot_timeout
 
             boot_timeout()  # a bad CLOUDPROF_SSH_BOOT_TIMEOUT fails here, before any VM exists
-    render_plan(plan, console, spec.dry_run)
+    render_plan(plan, console, spec.dry_run, done=done)
 
     if inputs is not None:
         with console.status("Preparing inputs (generated once, then cached)..."):
@@ -818,9 +831,8 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     run_dir = store.run_dir
     started.append(run_dir)
     with store.running():
-        done: set[str] = set()
         if resume is not None:
-            done = store.done_trial_ids()
+            done = store.done_trial_ids()  # again under the lock: what the plan showed may be older
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
         return _execute(spec, plan, store, inputs, done, console)

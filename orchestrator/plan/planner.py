@@ -69,6 +69,7 @@ class VmPlan:
 class Upload:
     key: str  # object key in the bucket
     size_bytes: int
+    predicted: bool = False  # True: the size is the planner's prediction (not generated yet)
 
 
 @dataclass
@@ -294,17 +295,25 @@ def _fmt_bytes(n: int) -> str:
     return f"{size:.1f} GiB"
 
 
-def render_plan(plan: Plan, console: Console, dry_run: bool) -> None:
+def render_plan(plan: Plan, console: Console, dry_run: bool, *,
+                done: set[str] | frozenset[str] = frozenset()) -> None:
     """Print every cloud action the plan stands for, with its estimated time and cost.
 
     One short block per VM rather than a wide table: the plan must stay readable
-    in an 80-column terminal and in CI logs.
+    in an 80-column terminal and in CI logs. Identical trial commands (repeats)
+    are printed once with a count; ``done`` (a resumed sweep's finished trial ids)
+    leaves only what remains to run.
     """
     from rich.markup import escape
 
     head = ("Plan — dry run: no cloud call is made; the same pipeline runs on this machine"
             if dry_run else "Plan")
     console.print(f"[bold]{head}[/bold]\nsweep {plan.sweep_id}", highlight=False)
+    total = sum(len(vm.trials) for vm in plan.vms)
+    left = sum(1 for vm in plan.vms for t in vm.trials if t.trial_id not in done)
+    if done:
+        console.print(f"[bold]Resumed:[/bold] {total - left} of {total} trials already done, "
+                      f"{left} remain", highlight=False)
     verb = "would be created" if dry_run else "to create"
     for i, vm in enumerate(plan.vms, 1):
         m, e = vm.machine, vm.estimate
@@ -312,37 +321,70 @@ def render_plan(plan: Plan, console: Console, dry_run: bool) -> None:
             f"${e.price_per_hour:.4f}/h {'spot' if vm.spot else 'on-demand'} "
             f"(catalog {m.price_date})")
         labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
+        remaining = sum(1 for t in vm.trials if t.trial_id not in done)
+        trials = (f"{remaining} of {len(vm.trials)} trials remain" if done
+                  else f"{len(vm.trials)} trials")
         console.print(
             f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
-            f"({m.vcpus} vCPUs, {m.memory_gib:g} GiB) named {vm.name}\n"
+            f"({_fmt_size(m)}) named {vm.name}\n"
             f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
             f"spot {'yes' if vm.spot else 'no'} · {price}\n"
             f"  labels {escape(labels)} + creator, created, expires (set at creation)\n"
-            f"  {len(vm.trials)} trials · estimated {_fmt_s(e.total_s)} = boot "
+            f"  {trials} · estimated {_fmt_s(e.total_s)} = boot "
             f"{_fmt_s(e.boot_s)} + bootstrap {_fmt_s(e.bootstrap_s)} + staging "
             f"{_fmt_s(e.staging_s)} + trials {_fmt_s(e.trials_s)} + teardown "
             f"{_fmt_s(e.teardown_s)} · estimated cost {_fmt_cost(e.cost_usd)}",
             highlight=False,
         )
     if plan.uploads:
-        total = sum(u.size_bytes for u in plan.uploads)
-        console.print(f"[bold]Bucket objects to upload[/bold] ({len(plan.uploads)}, "
-                      f"{_fmt_bytes(total)}; skipped when already there):", highlight=False)
-        many = len(plan.uploads) > 6
-        shown = plan.uploads[:3] + plan.uploads[-2:] if many else plan.uploads
-        for i, up in enumerate(shown):
-            if many and i == 3:
-                console.print(f"  ... {len(plan.uploads) - 5} more")
-            console.print(f"  {up.key}  [dim]{_fmt_bytes(up.size_bytes)}[/dim]",
-                          highlight=False)
-    console.print("[bold]Trial commands[/bold] (each also gets --param inputs=<staged dir> "
-                  "--out <trial dir>):")
+        _render_uploads(plan.uploads, console)
+    commands: dict[str, int] = {}  # in plan order; the repeats of one command are counted
     for vm in plan.vms:
         for t in vm.trials:
-            console.print(f"  python -m workloads.run {escape(shlex.join(t.runner_args))}",
-                          soft_wrap=True, highlight=False)
+            if t.trial_id not in done:
+                line = shlex.join(t.runner_args)
+                commands[line] = commands.get(line, 0) + 1
+    console.print(f"[bold]Trial commands[/bold] ({left} trials; each also gets --param "
+                  "inputs=<staged dir> --out <trial dir>):", highlight=False)
+    for line, count in commands.items():
+        times = f"  [dim]× {count} repeats[/dim]" if count > 1 else ""
+        console.print(f"  python -m workloads.run {escape(line)}{times}",
+                      soft_wrap=True, highlight=False)
     console.print(
         f"[bold]Estimated[/bold] wall time {_fmt_s(plan.total_s)} (VMs run concurrently), "
         f"estimated cost {_fmt_cost(plan.total_cost_usd)} — estimates, not measurements.",
         highlight=False,
     )
+
+
+UPLOADS_SHOWN = 6  # more bucket objects than this: the first and last ones, and the rest's sum
+
+
+def _render_uploads(uploads: list[Upload], console: Console) -> None:
+    """Every object, or the first and last ones and what the others add up to (count, bytes)."""
+    total = sum(u.size_bytes for u in uploads)
+    note = " predicted" if any(u.predicted for u in uploads) else ""
+    console.print(f"[bold]Bucket objects to upload[/bold] ({len(uploads)}, {_fmt_bytes(total)}"
+                  f"{note}; skipped when already there):", highlight=False)
+    many = len(uploads) > UPLOADS_SHOWN
+    head, tail = (uploads[:3], uploads[-2:]) if many else (uploads, [])
+    for up in head:
+        console.print(f"  {up.key}  [dim]{_fmt_upload(up)}[/dim]", highlight=False)
+    if many:
+        rest = uploads[3:-2]
+        console.print(f"  ... {len(rest)} more objects, "
+                      f"{_fmt_bytes(sum(u.size_bytes for u in rest))}{note}", highlight=False)
+    for up in tail:
+        console.print(f"  {up.key}  [dim]{_fmt_upload(up)}[/dim]", highlight=False)
+
+
+def _fmt_upload(up: Upload) -> str:
+    size = _fmt_bytes(up.size_bytes)
+    return f"{size} predicted" if up.predicted else size
+
+
+def _fmt_size(m: MachineType) -> str:
+    """vCPUs and memory; an SSH host outside the catalog has its size read when connected."""
+    if m.vcpus < 1:
+        return "size read from the host when connected"
+    return f"{m.vcpus} vCPUs, {m.memory_gib:g} GiB"
