@@ -95,3 +95,36 @@ def test_catalog_json_holds_the_same_rows_as_csv_at_full_precision(
     assert [tuple(r[k] for k in key) for r in rows] == [tuple(r[k] for k in key) for r in table]
     assert [r["price_on_demand"] for r in rows] == [float(r["price_on_demand"]) for r in table]
     assert all(isinstance(r["vcpus"], int) and r["vcpus"] <= 8 for r in rows) and rows
+
+
+def test_plan_prints_plan_and_estimate_then_stops_without_credentials_or_any_write(
+    tmp_path: Path,
+) -> None:
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
+           "CLOUDPROF_CACHE": str(tmp_path / "cache"), "COLUMNS": "200",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    out = tmp_path / "runs"
+    proc = subprocess.run(
+        ["cloudprof", "sweep", "-m", "n2-highcpu-80", "--workers", "1,80", "--repeats", "2",
+         "--plan", "--out", str(out)],
+        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # no Google credentials here: none were asked for
+    assert "VM 1/1 to create: gcp n2-highcpu-80" in proc.stdout
+    assert "× 2 repeats" in proc.stdout and "predicted" in proc.stdout
+    assert re.search(r"estimated cost \$\d+\.\d{4} — estimates", proc.stdout), proc.stdout
+    assert "Report" not in proc.stdout and "Results store" not in proc.stdout
+    # nothing generated, nothing written: no run directory, no inputs cache, no bucket
+    assert not out.exists() and not (tmp_path / "cache").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_plan_with_a_budget_below_the_estimate_shows_the_plan_and_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.errors import EXIT_BUDGET
+
+    code = cli.main(["sweep", "-m", "n2-highcpu-80", "--plan", "--max-cost", "0.0001",
+                     "--out", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    assert code == EXIT_BUDGET and "VM 1/1 to create" in out and "above --max-cost" in err
+    assert not (tmp_path / "runs").exists()

@@ -11,7 +11,7 @@ import re
 import secrets
 import shlex
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec.catalog import MachineType
@@ -315,13 +315,20 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
         console.print(f"[bold]Resumed:[/bold] {total - left} of {total} trials already done, "
                       f"{left} remain", highlight=False)
     verb = "would be created" if dry_run else "to create"
+    estimates = []  # of what remains: the whole plan unless resumed
     for i, vm in enumerate(plan.vms, 1):
-        m, e = vm.machine, vm.estimate
+        m = vm.machine
+        remaining = sum(1 for t in vm.trials if t.trial_id not in done)
+        if remaining == 0:
+            console.print(f"[bold]VM {i}/{len(plan.vms)}:[/bold] {vm.provider} {m.name}: all "
+                          f"{len(vm.trials)} trials done, not created", highlight=False)
+            continue
+        e = replace(vm.estimate, trials_s=vm.estimate.trials_s * remaining / len(vm.trials))
+        estimates.append(e)
         price = "no catalog price" if e.price_per_hour is None else (
             f"${e.price_per_hour:.4f}/h {'spot' if vm.spot else 'on-demand'} "
             f"(catalog {m.price_date})")
         labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
-        remaining = sum(1 for t in vm.trials if t.trial_id not in done)
         trials = (f"{remaining} of {len(vm.trials)} trials remain" if done
                   else f"{len(vm.trials)} trials")
         console.print(
@@ -350,9 +357,13 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
         times = f"  [dim]× {count} repeats[/dim]" if count > 1 else ""
         console.print(f"  python -m workloads.run {escape(line)}{times}",
                       soft_wrap=True, highlight=False)
+    costs = [e.cost_usd for e in estimates if e.cost_usd is not None]
+    what = "of what remains " if done else ""
     console.print(
-        f"[bold]Estimated[/bold] wall time {_fmt_s(plan.total_s)} (VMs run concurrently), "
-        f"estimated cost {_fmt_cost(plan.total_cost_usd)} — estimates, not measurements.",
+        f"[bold]Estimated[/bold] {what}wall time "
+        f"{_fmt_s(max((e.total_s for e in estimates), default=0.0))} (VMs run concurrently), "
+        f"estimated cost {_fmt_cost(sum(costs) if costs else None)} — estimates, not "
+        "measurements.",
         highlight=False,
     )
 
