@@ -159,12 +159,24 @@ def plan_inputs(spec: SweepSpec) -> StagedInputs | None:
     return StagedInputs(cube_spec.hash, files, cube_spec=cube_spec)
 
 
-def generate_inputs(inputs: StagedInputs) -> Path:
-    """Generate (or find in the cache) the inputs; the real file list replaces the predicted one."""
-    if inputs.local_dir is None:
-        from workloads.inputs import ensure_inputs
+def generate_inputs(inputs: StagedInputs, console: Console | None = None) -> Path:
+    """Generate (or find in the cache) the inputs; the real file list replaces the predicted one.
 
-        inputs.local_dir = ensure_inputs(inputs.cube_spec)
+    With a ``console``, a bar counts the frames written (generating large inputs takes
+    minutes); found in the cache, nothing is shown.
+    """
+    if inputs.local_dir is None:
+        from workloads.inputs import default_cache_dir, ensure_inputs, is_complete
+
+        cube = inputs.cube_spec
+        if console is None or is_complete(default_cache_dir() / cube.hash, cube):
+            inputs.local_dir = ensure_inputs(cube)
+        else:
+            from orchestrator.engine.progress import counting
+
+            with counting(console, "Generating inputs", cube.frames) as bar:
+                inputs.local_dir = ensure_inputs(cube, on_frame=bar.set)
+                bar.finish(f"frames, cached in {inputs.local_dir}")
     files = sorted(p for p in inputs.local_dir.rglob("*") if p.is_file())
     inputs.files = [(p.relative_to(inputs.local_dir).as_posix(), p.stat().st_size)
                     for p in files]
@@ -817,8 +829,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     render_plan(plan, console, spec.dry_run, done=done)
 
     if inputs is not None:
-        with console.status("Preparing inputs (generated once, then cached)..."):
-            generate_inputs(inputs)
+        generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs
         plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size) for rel, size in inputs.files]
     if store is None:
         store = RunStore.create(Path(spec.out) / plan.sweep_id, {
@@ -858,10 +869,7 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
             if bucket is not None:
                 _label_prefixes(bucket, plan, inputs)
             if inputs is not None and bucket is not None:
-                progress.log(f"Staging inputs in {bucket.url}/{inputs.prefix}/ ...")
-                uploaded = bucket.upload_dir(inputs.local_dir, inputs.prefix)
-                progress.log(f"  {len(uploaded)} object(s) uploaded, "
-                             f"{len(inputs.files) - len(uploaded)} already there")
+                _stage(bucket, inputs, progress)
             finished = engine.execute(todo)
         except BaseException as exc:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -888,6 +896,30 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
     if not finished:
         raise KeyboardInterrupt
     return _finish(spec, plan, store, console)
+
+
+def _stage(bucket: Bucket, inputs: StagedInputs, progress: SweepProgress) -> None:
+    """Upload the inputs with a bar of bytes and MiB/s; say what was sent and how fast."""
+    progress.log(f"Staging inputs in {bucket.url}/{inputs.prefix}/ ...")
+    bar = progress.transfer("staging inputs", inputs.size)
+    sent = [0]
+    lock = threading.Lock()
+
+    def on_bytes(n: int) -> None:
+        with lock:
+            sent[0] += n
+        if bar is not None:
+            bar.add(n)
+
+    started = time.monotonic()
+    uploaded = bucket.upload_dir(inputs.local_dir, inputs.prefix, progress=on_bytes)
+    seconds = time.monotonic() - started
+    if bar is not None:
+        bar.set(inputs.size)  # objects already there count as staged
+        bar.finish("staged")
+    rate = f" at {sent[0] / 2**20 / seconds:,.1f} MiB/s" if sent[0] and seconds > 0 else ""
+    progress.log(f"  {len(uploaded)} object(s) uploaded ({sent[0] / 2**20:,.1f} MiB in "
+                 f"{seconds:.1f} s{rate}), {len(inputs.files) - len(uploaded)} already there")
 
 
 def _expiry(now: float, vm: VmPlan) -> float:

@@ -1004,7 +1004,8 @@ class S3Bucket(Bucket):
                     out[self._relative(obj["Key"])] = etag
         return out
 
-    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+    def upload_dir(self, local_dir: Path, prefix: str,
+                   progress: Callable[[int], None] | None = None) -> list[str]:
         local_dir = Path(local_dir)
         if not local_dir.is_dir():
             raise BucketError(f"nothing to upload: {local_dir} is not a directory")
@@ -1022,7 +1023,8 @@ class S3Bucket(Bucket):
             path, key, md5 = item
             with self._calls(f"upload {key}"):
                 client.upload_file(
-                    str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}}
+                    str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}},
+                    Callback=progress,  # boto3 calls it with the bytes of each chunk sent
                 )
             return key
 

@@ -829,7 +829,8 @@ class GcsBucket(Bucket):
         return {self._rel(b.name): base64.b64decode(b.md5_hash).hex() if b.md5_hash else ""
                 for b in blobs}
 
-    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+    def upload_dir(self, local_dir: Path, prefix: str,
+                   progress: Callable[[int], None] | None = None) -> list[str]:
         local_dir = Path(local_dir)
         if not local_dir.is_dir():
             raise BucketError(f"nothing to upload: {local_dir} is not a directory")
@@ -847,6 +848,8 @@ class GcsBucket(Bucket):
                     str(path), checksum="md5")
             except _api_errors() as exc:
                 raise self._error(exc, f"uploading {key}") from None
+            if progress is not None:  # the client reports no bytes mid-file: one call a file
+                progress(path.stat().st_size)
             return key
 
         return self._pool(upload, todo)

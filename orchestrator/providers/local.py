@@ -257,7 +257,8 @@ class LocalBucket(Bucket):
             return True
         return src.stat().st_size == dest.stat().st_size and self.md5(src) == self.md5(dest)
 
-    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+    def upload_dir(self, local_dir: Path, prefix: str,
+                   progress: Callable[[int], None] | None = None) -> list[str]:
         local_dir = Path(local_dir)
         files = sorted(p for p in local_dir.rglob("*") if p.is_file())
 
@@ -267,6 +268,8 @@ class LocalBucket(Bucket):
             if self._same(path, dest):
                 return None
             self._place(path, dest)
+            if progress is not None:
+                progress(path.stat().st_size)
             return key
 
         with ThreadPoolExecutor(max_workers=4) as pool:
