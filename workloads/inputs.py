@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workloads.atomic import atomic_write_text
 from workloads.base import WorkloadInputError
 
 if TYPE_CHECKING:
@@ -295,9 +296,7 @@ def generate(spec: InputSpec, directory: str | os.PathLike[str],
         "content_hash": content.hexdigest(),
         "files": files,
     }
-    tmp = directory / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, directory / MANIFEST)
+    atomic_write_text(directory / MANIFEST, json.dumps(manifest, indent=1))
     return directory
 
 

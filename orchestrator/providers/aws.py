@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from orchestrator.atomic import atomic_path
 from orchestrator.errors import (
     BucketError,
     CapacityError,
@@ -1040,11 +1041,8 @@ class S3Bucket(Bucket):
 
         def download(key: str) -> Path:
             target = local_dir / key[len(root_rel) :]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".part")
-            with self._calls(f"download {key}"):
+            with atomic_path(target) as tmp, self._calls(f"download {key}"):
                 client.download_file(self.name, self._full(key), str(tmp))
-            tmp.replace(target)  # a crash never leaves a half file under the real name
             return target
 
         with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:

@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.atomic import atomic_write_text
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
 
@@ -864,7 +865,4 @@ def write_report(run_dir: str | Path) -> Path:
     return html_path
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+_write_atomic = atomic_write_text
