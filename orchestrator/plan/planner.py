@@ -351,7 +351,8 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
             if t.trial_id not in done:
                 line = shlex.join(t.runner_args)
                 commands[line] = commands.get(line, 0) + 1
-    console.print(f"[bold]Trial commands[/bold] ({left} trials; each also gets --param "
+    console.print(f"[bold]Trial commands[/bold] ({left} trial{'' if left == 1 else 's'}; "
+                  "each also gets --param "
                   "inputs=<staged dir> --out <trial dir>):", highlight=False)
     for line, count in commands.items():
         times = f"  [dim]× {count} repeats[/dim]" if count > 1 else ""
