@@ -159,6 +159,7 @@ def test_an_ssh_host_outside_the_catalog_is_not_shown_as_zero_vcpus() -> None:
     text = rendered(plan)
     assert "0 vCPUs" not in text and "0 GiB" not in text
     assert "box1 (size read from the host when connected)" in text
+    assert "Host 1/1 to use" in text and "nothing is created" in text and "VM 1/1" not in text
 
 
 def test_a_resumed_plan_shows_only_what_remains() -> None:

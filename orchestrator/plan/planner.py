@@ -331,12 +331,20 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
         labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
         trials = (f"{remaining} of {len(vm.trials)} trials remain" if done
                   else f"{len(vm.trials)} trials")
+        if vm.provider in EXISTING_HOSTS:
+            head = (f"[bold]Host {i}/{len(plan.vms)} "
+                    f"{'would be used' if dry_run else 'to use'}:[/bold] {vm.provider} "
+                    f"{m.name} ({_fmt_size(m)}), already running: nothing is created or "
+                    f"deleted · {price}\n")
+        else:
+            head = (f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
+                    f"({_fmt_size(m)}) named {vm.name}\n"
+                    f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
+                    f"spot {'yes' if vm.spot else 'no'} · {price}\n"
+                    f"  labels {escape(labels)} + creator, created, expires (set at "
+                    "creation)\n")
         console.print(
-            f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
-            f"({_fmt_size(m)}) named {vm.name}\n"
-            f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
-            f"spot {'yes' if vm.spot else 'no'} · {price}\n"
-            f"  labels {escape(labels)} + creator, created, expires (set at creation)\n"
+            f"{head}"
             f"  {trials} · estimated {_fmt_s(e.total_s)} = boot "
             f"{_fmt_s(e.boot_s)} + bootstrap {_fmt_s(e.bootstrap_s)} + staging "
             f"{_fmt_s(e.staging_s)} + trials {_fmt_s(e.trials_s)} + teardown "
@@ -369,6 +377,7 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
     )
 
 
+EXISTING_HOSTS = {"ssh"}  # providers whose machines exist already: the plan creates none
 UPLOADS_SHOWN = 6  # more bucket objects than this: the first and last ones, and the rest's sum
 
 
