@@ -574,19 +574,20 @@ def _print_runs_table(found: list[Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from orchestrator.results.report import fmt_rate, fmt_usd
     from orchestrator.results.runs import fmt_age
 
     table = Table(box=None, pad_edge=False, title="Runs (newest first)")
     for column, justify, wrap in (
         ("run", "left", False), ("status", "left", False), ("machines", "left", True),
         ("ok", "right", False), ("failed", "right", False), ("best units/s", "left", True),
-        ("est. cost", "right", False), ("age", "right", False),
+        ("cost", "right", False), ("age", "right", False),
     ):  # fmt: skip
         table.add_column(column, justify=justify, no_wrap=not wrap)  # type: ignore[arg-type]
     for run in found:
         best = "-" if run.best is None else (
-            f"{run.best.units_per_s:,.0f} ({run.best.machine} × {run.best.workers})")
-        cost = "-" if run.estimated_cost_usd is None else f"${run.estimated_cost_usd:.2f}"
+            f"{fmt_rate(run.best.units_per_s)} ({run.best.machine} × {run.best.workers})")
+        cost = fmt_usd(run.estimated_cost_usd, estimate=True)
         status = run.status + (" (dry run)" if run.dry_run else "")
         table.add_row(
             escape(run.id), escape(status), escape(", ".join(run.machines) or "-"),
@@ -598,7 +599,7 @@ def _print_runs_table(found: list[Any]) -> None:
     for run in found:
         if run.error:
             console.print(f"  {escape(run.id)}: {escape(run.error)}", highlight=False)
-    console.print("ok = trials ok of those planned; est. cost = the plan's estimate at launch "
+    console.print("ok = trials ok of those planned; cost = the plan's estimate at launch "
                   "(the run's report has its measured VM time).", highlight=False)
 
 

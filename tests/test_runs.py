@@ -113,6 +113,7 @@ def test_runs_under_an_empty_or_missing_directory_says_so(
 
 
 @pytest.mark.parametrize(("seconds", "expected"),
-                         [(None, "-"), (5, "5s"), (125, "2m"), (7300, "2h"), (3 * 86400, "3d")])
+                         [(None, "-"), (5, "5s"), (125, "2m"), (7300, "2h01m"),
+                          (3 * 86400 + 4 * 3600, "3d04h")])
 def test_ages_are_shown_in_the_unit_that_matters(seconds: float | None, expected: str) -> None:
     assert fmt_age(seconds) == expected

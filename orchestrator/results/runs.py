@@ -129,10 +129,14 @@ def _epoch(iso: Any) -> float | None:
 
 
 def fmt_age(seconds: float | None) -> str:
-    """45s, 12m, 3h, 5d: how long ago, to the unit that matters."""
+    """A short age: 45s, 12m, 2h05m, 3d04h (also what ``cloudprof cleanup`` prints)."""
     if seconds is None:
         return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size:.0f}{unit}"
-    return f"{seconds:.0f}s"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
