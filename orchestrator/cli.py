@@ -570,32 +570,47 @@ def runs(
 
 
 def _print_runs_table(found: list[Any]) -> None:
-    """A rich table; the estimated cost is the plan's, labelled so."""
+    """A table; where it is wider than the terminal, one short block per run instead, so
+    that no cell is wrapped mid-number or mid-word. Costs are the plan's, marked (est.)."""
     from rich.markup import escape
+    from rich.measure import Measurement
     from rich.table import Table
 
     from orchestrator.results.report import fmt_rate, fmt_usd
     from orchestrator.results.runs import fmt_age
 
-    table = Table(box=None, pad_edge=False, title="Runs (newest first)")
-    for column, justify, wrap in (
-        ("run", "left", False), ("status", "left", False), ("machines", "left", True),
-        ("ok", "right", False), ("failed", "right", False), ("best units/s", "left", True),
-        ("cost", "right", False), ("age", "right", False),
-    ):  # fmt: skip
-        table.add_column(column, justify=justify, no_wrap=not wrap)  # type: ignore[arg-type]
+    rows, bests = [], []
     for run in found:
         best = "-" if run.best is None else (
             f"{fmt_rate(run.best.units_per_s)} ({run.best.machine} × {run.best.workers})")
-        cost = fmt_usd(run.estimated_cost_usd, estimate=True)
-        status = run.status + (" (dry run)" if run.dry_run else "")
-        table.add_row(
-            escape(run.id), escape(status), escape(", ".join(run.machines) or "-"),
-            f"{run.trials_ok}/{run.trials_planned}", str(run.trials_failed), escape(best),
-            cost, fmt_age(run.age_s),
-        )  # fmt: skip
+        bests.append("-" if run.best is None else (
+            f"{fmt_rate(run.best.units_per_s)} units/s, {run.best.machine} × "
+            f"{run.best.workers} worker{'' if run.best.workers == 1 else 's'}"))
+        rows.append({
+            "run": run.id, "status": run.status + (" (dry run)" if run.dry_run else ""),
+            "machines": ", ".join(run.machines) or "-",
+            "ok": f"{run.trials_ok}/{run.trials_planned}", "failed": str(run.trials_failed),
+            "best units/s": best, "cost": fmt_usd(run.estimated_cost_usd, estimate=True),
+            "age": fmt_age(run.age_s),
+        })  # fmt: skip
+    table = Table(box=None, pad_edge=False, title="Runs (newest first)")
+    for column in rows[0]:
+        right = column in ("ok", "failed", "cost", "age")
+        table.add_column(column, justify="right" if right else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(escape(v) for v in row.values()))
     console = _console()
-    console.print(table)
+    unbounded = console.options.update_width(10**6)  # measured unclamped, then compared
+    if Measurement.get(console, unbounded, table).maximum <= console.width:
+        console.print(table)
+    else:
+        console.print("Runs (newest first)", highlight=False)
+        for row, best in zip(rows, bests, strict=True):
+            console.print(
+                f"{escape(row['run'])}  {escape(row['status'])}, {row['age']} old\n"
+                f"  machines {escape(row['machines'])}\n"
+                f"  trials {row['ok']} ok, {row['failed']} failed · cost {row['cost']}\n"
+                f"  best {escape(best)}", highlight=False)
     for run in found:
         if run.error:
             console.print(f"  {escape(run.id)}: {escape(run.error)}", highlight=False)

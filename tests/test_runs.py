@@ -117,3 +117,18 @@ def test_runs_under_an_empty_or_missing_directory_says_so(
                           (3 * 86400 + 4 * 3600, "3d04h")])
 def test_ages_are_shown_in_the_unit_that_matters(seconds: float | None, expected: str) -> None:
     assert fmt_age(seconds) == expected
+
+
+@pytest.mark.parametrize("columns", [60, 80, 200])
+def test_runs_never_wraps_a_cell_and_stacks_when_the_table_is_too_wide(
+    out: Path, columns: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert cli.main(["runs", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "…" not in text  # nothing cut short
+    assert all(len(line) <= columns for line in text.splitlines())
+    for whole in ("20260101-000000-aaaa", "done (dry run)", "n2-highcpu-8", "120"):
+        assert whole in text  # on one line, never split
+    stacked = "best 120 units/s, n2-highcpu-8 × 2 workers" in text
+    assert stacked == (columns < 120), text
