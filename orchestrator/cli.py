@@ -9,6 +9,7 @@ error into one ``error: ...`` line on stderr and the documented exit code.
 
 from __future__ import annotations
 
+import enum
 import importlib
 import os
 import sys
@@ -20,19 +21,87 @@ import typer
 
 from orchestrator import __version__
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, CloudprofError, UsageError
+from orchestrator.providers import PROVIDERS
+from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
 from orchestrator.spec.spec import SweepSpec
+from workloads.base import REGISTRY
+from workloads.cube_strategies import STRATEGIES
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+def _choices(name: str, values: object) -> type[enum.Enum]:
+    """An Enum of the names another module defines, so that ``--help`` lists them and the
+    shell completes them, from that module's one definition."""
+    return enum.Enum(name, {str(v): str(v) for v in values}, type=str)  # type: ignore[return-value]
+
+
+ProviderChoice = _choices("ProviderChoice", PROVIDERS)
+CatalogProvider = _choices("CatalogProvider", CATALOG_PROVIDERS)
+CleanupProvider = _choices("CleanupProvider", ("gcp", "aws"))
+Strategy = _choices("Strategy", STRATEGIES)
+SortKey = _choices("SortKey", SORT_KEYS)
+TableFormat = _choices("TableFormat", ("table", "csv"))
+RefreshSource = _choices("RefreshSource", REFRESH_SOURCES)
+_SOURCE_DEFAULT = RefreshSource("api")
+_SORT_DEFAULT = SortKey("name")
+_FORMAT_DEFAULT = TableFormat("table")
+
+
+def _value(choice: enum.Enum | None) -> str | None:
+    return None if choice is None else str(choice.value)
+
+
+class _ClickConventions:
+    """Help and usage as Click and argparse write them, not as Typer 0.29 does.
+
+    Typer labels every parameter with its Python type (``<bool>``, ``<list[Path]>``) and
+    writes a required argument as ``{RUN}`` in the usage line. A flag takes no value, so
+    it gets no label (``--help`` included); an argument is named by its metavar alone
+    (``RUN``, ``RUN...``, ``[RUN]`` when optional), its help says what it is.
+    """
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if isinstance(param, typer.core.TyperArgument):
+                param.display_type_rich = _no_type  # type: ignore[method-assign]
+                param.get_usage_pieces = _usage_of(param)  # type: ignore[method-assign]
+            elif getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def _usage_of(param: Any) -> Any:
+    def pieces(ctx: Any) -> list[str]:
+        name = param.display_name_raw.upper()
+        if param.nargs != 1 and not name.endswith("..."):
+            name += "..."
+        return [name if param.required else f"[{name}]"]
+
+    return pieces
+
+
+class _Group(_ClickConventions, typer.core.TyperGroup):
+    pass
+
+
+class _Command(_ClickConventions, typer.core.TyperCommand):
+    pass
+
+
 app = typer.Typer(
     name="cloudprof",
+    cls=_Group,
     help=(
         "Which cloud machine, how many workers, what cost, what peak memory: "
         "profile a workload across VM types."
     ),
     invoke_without_command=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -87,11 +156,28 @@ def _root(
     ] = False,
 ) -> None:
     """Which cloud machine, how many workers, what cost, what peak memory."""
-    if ctx.invoked_subcommand is None:
+    if ctx.invoked_subcommand is None:  # a command is missing: a usage error, as in git or Click
         typer.echo(ctx.get_help())
+        raise typer.Exit(EXIT_USAGE)
 
 
-@app.command()
+def _complete_workload(incomplete: str) -> list[str]:
+    """The registered workloads (a module:Class is the user's own)."""
+    return [name for name in REGISTRY if name.startswith(incomplete)]
+
+
+def _complete_machine(incomplete: str) -> list[str]:
+    """Machine types of the catalog (read only when the shell asks)."""
+    from orchestrator.spec.catalog import load_catalog
+
+    try:
+        names = {m.name for m in load_catalog(None)}
+    except CloudprofError:
+        return []
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
+@app.command(cls=_Command)
 def sweep(
     machine: Annotated[
         list[str] | None,
@@ -99,6 +185,8 @@ def sweep(
             "--machine",
             "-m",
             help="Machine type (repeatable), e.g. n2-highcpu-80, c6i.large.",
+            metavar="TYPE",
+            autocompletion=_complete_machine,
             rich_help_panel=SWEEP,
         ),
     ] = None,
@@ -107,19 +195,22 @@ def sweep(
         typer.Option(
             help="Worker counts: 1,2,4,8 or 1-8 or 1-64:x2 (default: powers of two up to the "
             "vCPUs, the vCPUs, one oversubscribed).",
+            metavar="COUNTS",
             rich_help_panel=SWEEP,
         ),
     ] = None,
     repeats: Annotated[
         int | None,
         typer.Option(
-            help=f"Trials per worker count (default: {_DEFAULTS.repeats}).", rich_help_panel=SWEEP
+            help=f"Trials per worker count (default: {_DEFAULTS.repeats}).", metavar="N",
+            rich_help_panel=SWEEP,
         ),
     ] = None,
     duration: Annotated[
         str | None,
         typer.Option(
             help=f"Time per trial: 5, 30s, 2m (default: {_DEFAULTS.duration_s:g}s).",
+            metavar="TIME",
             rich_help_panel=SWEEP,
         ),
     ] = None,
@@ -137,6 +228,7 @@ def sweep(
             "--config",
             "-c",
             help="sweep.toml with any of these options; flags override it.",
+            metavar="FILE",
             rich_help_panel=SWEEP,
         ),
     ] = None,
@@ -149,6 +241,15 @@ def sweep(
             rich_help_panel=SWEEP,
         ),
     ] = None,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Print the plan and its estimated time and cost, then stop: no VM, no "
+            "credentials, no input generated, nothing run or written.",
+            rich_help_panel=SWEEP,
+        ),
+    ] = False,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -161,25 +262,32 @@ def sweep(
         str | None,
         typer.Option(
             help=f"Registered workload or module:Class (default: {_DEFAULTS.workload}).",
+            metavar="NAME",
+            autocompletion=_complete_workload,
             rich_help_panel=WORKLOAD,
         ),
     ] = None,
     frames: Annotated[
-        int | None, typer.Option(help="Input frames (Parquet files).", rich_help_panel=WORKLOAD)
+        int | None,
+        typer.Option(help="Input frames (Parquet files).", metavar="N", rich_help_panel=WORKLOAD),
     ] = None,
-    dim: Annotated[int | None, typer.Option(help="Cube side.", rich_help_panel=WORKLOAD)] = None,
+    dim: Annotated[
+        int | None, typer.Option(help="Cube side.", metavar="N", rich_help_panel=WORKLOAD)
+    ] = None,
     rows: Annotated[
-        int | None, typer.Option(help="Rows per frame.", rich_help_panel=WORKLOAD)
+        int | None, typer.Option(help="Rows per frame.", metavar="N", rich_help_panel=WORKLOAD)
     ] = None,
     cols: Annotated[
-        int | None, typer.Option(help="Columns per frame.", rich_help_panel=WORKLOAD)
+        int | None,
+        typer.Option(help="Columns per frame.", metavar="N", rich_help_panel=WORKLOAD),
     ] = None,
     strategy: Annotated[
-        str | None,
-        typer.Option(help="naive, dataframes, numpy, threads or fast.", rich_help_panel=WORKLOAD),
+        Strategy | None,  # type: ignore[valid-type]
+        typer.Option(help="How the cube workload reads its inputs.", rich_help_panel=WORKLOAD),
     ] = None,
     seed: Annotated[
-        int | None, typer.Option(help="Input generator seed.", rich_help_panel=WORKLOAD)
+        int | None,
+        typer.Option(help="Input generator seed.", metavar="N", rich_help_panel=WORKLOAD),
     ] = None,
     param: Annotated[
         list[str] | None,
@@ -187,28 +295,35 @@ def sweep(
             "--param",
             "-p",
             help="key=value for the workload (repeatable).",
+            metavar="KEY=VALUE",
             rich_help_panel=WORKLOAD,
         ),
     ] = None,
     provider: Annotated[
-        str | None,
+        ProviderChoice | None,  # type: ignore[valid-type]
         typer.Option(
-            help="gcp, aws, ssh or local (default: the machine's provider in the catalog).",
+            help="Where the machines come from (default: the machine's provider in the "
+            "catalog).",
             rich_help_panel=CLOUD,
         ),
     ] = None,
     region: Annotated[
         str | None,
-        typer.Option(help="Region (default: the catalog's first).", rich_help_panel=CLOUD),
+        typer.Option(help="Region (default: the catalog's first).", metavar="REGION",
+                     rich_help_panel=CLOUD),
     ] = None,
     zone: Annotated[
-        str | None, typer.Option(help="Zone (sets the region).", rich_help_panel=CLOUD)
+        str | None,
+        typer.Option(help="Zone (sets the region).", metavar="ZONE", rich_help_panel=CLOUD),
     ] = None,
-    project: Annotated[str | None, typer.Option(help="GCP project.", rich_help_panel=CLOUD)] = None,
+    project: Annotated[
+        str | None, typer.Option(help="GCP project.", metavar="ID", rich_help_panel=CLOUD)
+    ] = None,
     bucket: Annotated[
         str | None,
         typer.Option(
-            help="gs://name, s3://name or a directory for the inputs.", rich_help_panel=CLOUD
+            help="gs://name, s3://name or a directory for the inputs.", metavar="URL",
+            rich_help_panel=CLOUD,
         ),
     ] = None,
     spot: Annotated[
@@ -218,31 +333,36 @@ def sweep(
     hosts: Annotated[
         Path | None,
         typer.Option(
-            "--hosts", help="TOML file of SSH hosts (provider ssh).", rich_help_panel=CLOUD
+            "--hosts", help="TOML file of SSH hosts (provider ssh).", metavar="FILE",
+            rich_help_panel=CLOUD,
         ),
     ] = None,
     host: Annotated[
         list[str] | None,
         typer.Option(
-            "--host", help="user@address[:port] (repeatable, provider ssh).", rich_help_panel=CLOUD
+            "--host", help="An SSH host (repeatable, provider ssh).",
+            metavar="USER@ADDRESS[:PORT]", rich_help_panel=CLOUD,
         ),
     ] = None,
     ssh_key: Annotated[
         Path | None,
         typer.Option(
-            help="Private key for --host (instead of a per-sweep key).", rich_help_panel=CLOUD
+            help="Private key for --host (instead of a per-sweep key).", metavar="FILE",
+            rich_help_panel=CLOUD,
         ),
     ] = None,
     max_cost: Annotated[
         float | None,
         typer.Option(
-            help="Refuse to start when the estimate is above this many USD.", rich_help_panel=LIMITS
+            help="Refuse to start when the estimate is above this many USD.", metavar="USD",
+            rich_help_panel=LIMITS,
         ),
     ] = None,
     max_peak_memory: Annotated[
         str | None,
         typer.Option(
             help="Memory gate: exit 3 when a trial peaks above this (2G, 512MiB).",
+            metavar="SIZE",
             rich_help_panel=LIMITS,
         ),
     ] = None,
@@ -250,12 +370,14 @@ def sweep(
         float | None,
         typer.Option(
             help=f"Profiling samples per second (default: {_DEFAULTS.sample_hz:g}).",
+            metavar="HZ",
             rich_help_panel=LIMITS,
         ),
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", rich_help_panel=LIMITS),
+        typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", metavar="DIR",
+                     rich_help_panel=LIMITS),
     ] = None,
 ) -> None:
     """Run a workload at several worker counts on each machine type and record the results."""
@@ -264,8 +386,8 @@ def sweep(
     values: dict[str, Any] = {
         "machines": machine, "workers": workers, "repeats": repeats, "duration": duration,
         "warmup": warmup, "workload": workload, "frames": frames, "dim": dim, "rows": rows,
-        "cols": cols,
-        "strategy": strategy, "seed": seed, "params": param, "provider": provider,
+        "cols": cols, "strategy": _value(strategy), "seed": seed, "params": param,
+        "provider": _value(provider),
         "region": region, "zone": zone, "project": project, "bucket": bucket, "spot": spot,
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,
         "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host, "ssh_key": ssh_key,
@@ -279,11 +401,13 @@ def sweep(
     else:
         spec = build_spec(values, config)
     engine = _lazy("orchestrator.engine.sweep", "the sweep engine")
-    engine.run_sweep(spec, resume=resume, console=_console())  # prints the plan, report, store
+    # prints the plan, then (unless --plan) the report and where the store is
+    engine.run_sweep(spec, resume=resume, console=_console(), plan_only=plan)
 
 
 catalog_app = typer.Typer(
     invoke_without_command=True,
+    cls=_Group,
     help="List machine types and prices; `catalog refresh` fetches dated prices.",
 )
 app.add_typer(catalog_app, name="catalog")
@@ -292,31 +416,45 @@ app.add_typer(catalog_app, name="catalog")
 @catalog_app.callback()
 def catalog(
     ctx: typer.Context,
-    provider: Annotated[str | None, typer.Option(help="gcp or aws.")] = None,
-    family: Annotated[
-        str | None, typer.Option(help="n2, c6i, or a name prefix like n2-highcpu.")
+    provider: Annotated[
+        CatalogProvider | None,  # type: ignore[valid-type]
+        typer.Option(help="Only this cloud."),
     ] = None,
-    region: Annotated[str | None, typer.Option(help="Only this region.")] = None,
-    min_vcpus: Annotated[int | None, typer.Option(help="At least this many vCPUs.")] = None,
-    max_vcpus: Annotated[int | None, typer.Option(help="At most this many vCPUs.")] = None,
-    max_price: Annotated[float | None, typer.Option(help="At most this many USD per hour.")] = None,
+    family: Annotated[
+        str | None,
+        typer.Option(help="n2, c6i, or a name prefix like n2-highcpu.", metavar="FAMILY"),
+    ] = None,
+    region: Annotated[str | None, typer.Option(help="Only this region.", metavar="REGION")] = None,
+    min_vcpus: Annotated[
+        int | None, typer.Option(help="At least this many vCPUs.", metavar="N")
+    ] = None,
+    max_vcpus: Annotated[
+        int | None, typer.Option(help="At most this many vCPUs.", metavar="N")
+    ] = None,
+    max_price: Annotated[
+        float | None, typer.Option(help="At most this many USD per hour.", metavar="USD")
+    ] = None,
     spot: Annotated[
         bool, typer.Option("--spot", help="Filter and sort by the spot price.")
     ] = False,
-    sort: Annotated[str, typer.Option(help="name, vcpus, memory or price.")] = "name",
-    fmt: Annotated[str, typer.Option("--format", help="table or csv.")] = "table",
+    sort: Annotated[SortKey, typer.Option(help="Sort key.")] = _SORT_DEFAULT,  # type: ignore[valid-type]
+    fmt: Annotated[
+        TableFormat,  # type: ignore[valid-type]
+        typer.Option("--format", help="A table for people or CSV in the catalog's own format."),
+    ] = _FORMAT_DEFAULT,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="A JSON array of machine types, full precision, for scripts."),
+    ] = False,
 ) -> None:
     """List machine types with vCPUs, memory, prices per hour, and where each price comes from."""
     if ctx.invoked_subcommand is not None:
         return
     from orchestrator.spec import catalog as cat
 
-    if provider is not None and provider not in cat.CATALOG_PROVIDERS:
-        raise UsageError(
-            f"--provider: the catalog covers {', '.join(cat.CATALOG_PROVIDERS)}, not {provider!r}"
-        )
-    if fmt not in ("table", "csv"):
-        raise UsageError(f"--format: choose table or csv, not {fmt!r}")
+    provider = _value(provider)
+    if as_json and fmt.value != "table":
+        raise UsageError(f"--json and --format {fmt.value} are two outputs: give one")
     for flag, value in (("--min-vcpus", min_vcpus), ("--max-vcpus", max_vcpus)):
         if value is not None and value < 1:
             raise UsageError(f"{flag}: must be 1 or more, got {value}")
@@ -337,8 +475,10 @@ def catalog(
         rows, provider=provider, family=family, region=region, min_vcpus=min_vcpus,
         max_vcpus=max_vcpus, max_price=max_price, spot=spot,
     )  # fmt: skip
-    rows = cat.sort_catalog(rows, sort, spot=spot)
-    if fmt == "csv":
+    rows = cat.sort_catalog(rows, sort.value, spot=spot)
+    if as_json:  # the catalog files' column names, as in --format csv; null for no price
+        _print_json([cat.to_record(m) for m in rows])
+    elif fmt.value == "csv":
         sys.stdout.write(cat.render_csv(rows))
     elif not rows:
         typer.echo("no machine type matches these filters", err=True)
@@ -346,25 +486,30 @@ def catalog(
         _print_catalog_table(rows)
 
 
-@catalog_app.command("refresh")
+@catalog_app.command("refresh", cls=_Command)
 def catalog_refresh(
     path: Annotated[
         Path | None,
         typer.Argument(help="With --from skypilot: its catalogs folder or a vms.csv "
-                       "(default ~/.sky/catalogs).", show_default=False),
+                       "(default ~/.sky/catalogs).", show_default=False, metavar="[PATH]"),
     ] = None,
     provider: Annotated[
-        str | None, typer.Option(help="gcp or aws (default: both).")
+        CatalogProvider | None,  # type: ignore[valid-type]
+        typer.Option(help="Only this cloud (default: both)."),
     ] = None,
     source: Annotated[
-        str, typer.Option("--from", help="api (the providers' price APIs) or skypilot.")
-    ] = "api",
+        RefreshSource,  # type: ignore[valid-type]
+        typer.Option("--from", help="api (the providers' price APIs) or skypilot."),
+    ] = _SOURCE_DEFAULT,
     region: Annotated[
         list[str] | None,
-        typer.Option("--region", help="Only this region (repeatable; default: all for GCP, "
+        typer.Option("--region", metavar="REGION",
+                     help="Only this region (repeatable; default: all for GCP, "
                      "the shipped catalog's for AWS)."),
     ] = None,
-    project: Annotated[str | None, typer.Option(help="GCP project for machine types.")] = None,
+    project: Annotated[
+        str | None, typer.Option(help="GCP project for machine types.", metavar="PROJECT")
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace a catalog file you edited (kept beside).")
     ] = False,
@@ -373,13 +518,9 @@ def catalog_refresh(
     from orchestrator.spec import catalog as cat
     from orchestrator.spec.pricing import refresh as pricing
 
-    if source not in pricing.SOURCES:
-        raise UsageError(f"--from: choose {' or '.join(pricing.SOURCES)}, not {source!r}")
+    provider, source = _value(provider), str(source.value)
     if path is not None and source != "skypilot":
         raise UsageError("a PATH is only read with --from skypilot")
-    if provider is not None and provider not in cat.CATALOG_PROVIDERS:
-        raise UsageError(
-            f"--provider: choose {' or '.join(cat.CATALOG_PROVIDERS)}, not {provider!r}")
     for name in region or []:
         cat.check_name(name, "region")
     failures: list[CloudprofError] = []
@@ -402,6 +543,13 @@ def catalog_refresh(
                        "estimate stays in use there", err=True)
     if failures:
         raise failures[0]
+
+
+def _print_json(data: Any) -> None:
+    """JSON for scripts on stdout: one document, keys as stored, no colours or wrapping."""
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _fmt_price(price: float | None) -> str:
@@ -435,9 +583,11 @@ def _print_catalog_table(rows: list[Any]) -> None:
         console.print(f"  \\[{number}] {source}; price date {day}", highlight=False)
 
 
-@app.command()
+@app.command(cls=_Command)
 def report(
-    run: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/<sweep-id>.")],
+    run: Annotated[
+        Path, typer.Argument(help="A run directory, e.g. runs/<sweep-id>.", metavar="RUN")
+    ],
     as_json: Annotated[
         bool,
         typer.Option(
@@ -457,7 +607,7 @@ def report(
         console.print(f"wrote {path}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def compare(
     runs: Annotated[
         list[Path], typer.Argument(help="Two or more run directories.", metavar="RUN...")
@@ -477,14 +627,89 @@ def compare(
     comparing.compare_runs(list(runs), _console())
 
 
-@app.command()
+@app.command(cls=_Command)
+def runs(
+    out: Annotated[
+        Path | None,
+        typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", metavar="DIR"),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="A JSON array, one object per run, for scripts.")
+    ] = False,
+) -> None:
+    """List the runs under --out, newest first: status, machines, trials, best result, cost."""
+    from orchestrator.results.runs import list_runs
+
+    found = list_runs(out or Path(_DEFAULTS.out))
+    if as_json:
+        _print_json([run.to_dict() for run in found])
+    elif not found:
+        typer.echo(f"no runs under {out or _DEFAULTS.out}", err=True)
+    else:
+        _print_runs_table(found)
+
+
+def _print_runs_table(found: list[Any]) -> None:
+    """A table; where it is wider than the terminal, one short block per run instead, so
+    that no cell is wrapped mid-number or mid-word. Costs are the plan's, marked (est.)."""
+    from rich.markup import escape
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    from orchestrator.results.report import fmt_rate, fmt_usd
+    from orchestrator.results.runs import fmt_age
+
+    rows, bests = [], []
+    for run in found:
+        best = "-" if run.best is None else (
+            f"{fmt_rate(run.best.units_per_s)} ({run.best.machine} × {run.best.workers})")
+        bests.append("-" if run.best is None else (
+            f"{fmt_rate(run.best.units_per_s)} units/s, {run.best.machine} × "
+            f"{run.best.workers} worker{'' if run.best.workers == 1 else 's'}"))
+        rows.append({
+            "run": run.id, "status": run.status + (" (dry run)" if run.dry_run else ""),
+            "machines": ", ".join(run.machines) or "-",
+            "ok": f"{run.trials_ok}/{run.trials_planned}", "failed": str(run.trials_failed),
+            "best units/s": best, "cost": fmt_usd(run.estimated_cost_usd, estimate=True),
+            "age": fmt_age(run.age_s),
+        })  # fmt: skip
+    table = Table(box=None, pad_edge=False, title="Runs (newest first)")
+    for column in rows[0]:
+        right = column in ("ok", "failed", "cost", "age")
+        table.add_column(column, justify="right" if right else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(escape(v) for v in row.values()))
+    console = _console()
+    unbounded = console.options.update_width(10**6)  # measured unclamped, then compared
+    if Measurement.get(console, unbounded, table).maximum <= console.width:
+        console.print(table)
+    else:
+        console.print("Runs (newest first)", highlight=False)
+        for row, best in zip(rows, bests, strict=True):
+            console.print(
+                f"{escape(row['run'])}  {escape(row['status'])}, {row['age']} old\n"
+                f"  machines {escape(row['machines'])}\n"
+                f"  trials {row['ok']} ok, {row['failed']} failed · cost {row['cost']}\n"
+                f"  best {escape(best)}", highlight=False)
+    for run in found:
+        if run.error:
+            console.print(f"  {escape(run.id)}: {escape(run.error)}", highlight=False)
+    console.print("ok = trials ok of those planned; cost = the plan's estimate at launch "
+                  "(the run's report has its measured VM time).", highlight=False)
+
+
+@app.command(cls=_Command)
 def cleanup(
-    provider: Annotated[str | None, typer.Option(help="gcp or aws (default: both).")] = None,
+    provider: Annotated[
+        CleanupProvider | None,  # type: ignore[valid-type]
+        typer.Option(help="Only this cloud (default: both)."),
+    ] = None,
     older_than: Annotated[
         str | None,
         typer.Option(
             help="Only resources created longer ago than this: 30m, 2h, 1d "
-            "(default: those whose expiry label has passed)."
+            "(default: those whose expiry label has passed).",
+            metavar="TIME",
         ),
     ] = None,
     sweep_id: Annotated[
@@ -509,11 +734,12 @@ def cleanup(
     out: Annotated[
         Path | None,
         typer.Option(help=f"Runs directory whose sweeps' buckets are looked in "
-                     f"(default: {_DEFAULTS.out})."),
+                     f"(default: {_DEFAULTS.out}).", metavar="DIR"),
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", help="sweep.toml whose bucket (and out) to use."),
+        typer.Option("--config", "-c", help="sweep.toml whose bucket (and out) to use.",
+                     metavar="FILE"),
     ] = None,
 ) -> None:
     """List (and with --yes delete) leftover resources carrying cloudprof's labels."""
@@ -521,8 +747,7 @@ def cleanup(
     from orchestrator.spec.catalog import check_name
     from orchestrator.spec.config import check_bucket, parse_duration, read_config
 
-    if provider is not None and provider not in ("gcp", "aws"):
-        raise UsageError(f"--provider: cleanup applies to gcp and aws, not {provider!r}")
+    provider = _value(provider)
     older_than_s = parse_duration(older_than, "--older-than") if older_than is not None else None
     runs_dirs = []
     if sweep_id is not None:

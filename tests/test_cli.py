@@ -117,7 +117,7 @@ def test_python_dash_m_orchestrator_runs_the_cli() -> None:
         (["sweep", "-m", "c6i.large", "--max-peak-memory", "lots"], "expected a size", False),
         (["sweep", "-m", "c6i.large", "--repeats", "x"], "Invalid value for '--repeats'", False),
         (["sweep", "-m", "c6i.large", "--bucket", "s3://a b"], "invalid bucket name", False),
-        (["catalog", "--sort", "cost"], "cannot sort by 'cost'", False),
+        (["catalog", "--sort", "cost"], "'cost' is not one of 'name', 'vcpus', 'memory'", False),
         (["compare", "only-one-run"], "compare needs at least two runs", False),
         (["report"], "Missing argument", False),
     ],
@@ -245,13 +245,14 @@ def test_a_broken_catalog_file_is_one_line_naming_file_and_line(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--provider", "ssh"], "the catalog covers gcp, aws, not 'ssh'"),
+        (["--provider", "ssh"], "'ssh' is not one of 'gcp', 'aws'"),
         (["--family", "n2-highcpo"], "'n2-highcpo' is not in the catalog; did you mean n2-highcpu"),
         (["--region", "us-central"], "did you mean us-central1"),
         (["--min-vcpus", "8", "--max-vcpus", "4"], "--min-vcpus 8 is above --max-vcpus 4"),
         (["--min-vcpus", "0"], "--min-vcpus: must be 1 or more"),
         (["--max-price", "-1"], "--max-price: must be positive"),
-        (["--format", "xml"], "--format: choose table or csv"),
+        (["--format", "xml"], "'xml' is not one of 'table', 'csv'"),
+        (["--format", "csv", "--json"], "--json and --format csv are two outputs"),
     ],
 )
 def test_catalog_errors(capsys: pytest.CaptureFixture[str], args: list[str], expected: str) -> None:
@@ -304,7 +305,7 @@ def test_cleanup_passes_its_options(
         (None, None, "sw-x1", False),
     ]
     for args, expected in (
-        (["--provider", "local"], "cleanup applies to gcp and aws"),
+        (["--provider", "local"], "'local' is not one of 'gcp', 'aws'"),
         (["--older-than", "soon"], "--older-than: expected a duration"),
         (["--sweep", "x;reboot"], "invalid sweep id"),
     ):
@@ -323,7 +324,8 @@ def test_sweep_maps_engine_errors_and_ctrl_c_to_exit_codes(
 ) -> None:
     seen: list[Any] = []
 
-    def gate(spec: Any, *, resume: Path | None = None, console: Any = None) -> Path:
+    def gate(spec: Any, *, resume: Path | None = None, console: Any = None,
+             plan_only: bool = False) -> Path:
         seen.append((spec, resume))
         raise MemoryGateError("trial n2-highcpu-80-w2-r0 peaked at 3.1 GiB,\n above 2.0 GiB")
 
@@ -336,7 +338,8 @@ def test_sweep_maps_engine_errors_and_ctrl_c_to_exit_codes(
     spec, resume = seen[0]
     assert spec.max_peak_memory == 2 * 1024**3 and spec.dry_run and resume is None
 
-    def interrupted(spec: Any, *, resume: Path | None = None, console: Any = None) -> Path:
+    def interrupted(spec: Any, *, resume: Path | None = None, console: Any = None,
+                    plan_only: bool = False) -> Path:
         raise KeyboardInterrupt
 
     fake_module("orchestrator.engine.sweep", run_sweep=interrupted)
@@ -352,7 +355,9 @@ def test_resume_uses_the_recorded_spec_and_refuses_stray_flags(
     seen: list[Any] = []
     fake_module(
         "orchestrator.engine.sweep",
-        run_sweep=lambda spec, *, resume=None, console=None: seen.append((spec, resume)) or resume,
+        run_sweep=lambda spec, *, resume=None, console=None, plan_only=False: (
+            seen.append((spec, resume)) or resume
+        ),
     )
     run = tmp_path / "run1"
     run.mkdir()
@@ -370,8 +375,8 @@ def test_resume_uses_the_recorded_spec_and_refuses_stray_flags(
 
 def test_version_and_bare_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_main(["--version"], capsys)[:2] == (0, "cloudprof 0.1.0\n")
-    code, out, _ = run_main([], capsys)
-    assert code == 0 and "catalog" in out and "cleanup" in out
+    code, out, _ = run_main([], capsys)  # no command is a usage error, with the help to fix it
+    assert code == EXIT_USAGE and "catalog" in out and "cleanup" in out and "runs" in out
 
 
 # ---------------------------------------------------------------- the real pipeline

@@ -161,3 +161,62 @@ def test_a_warmup_reaches_the_runner_and_is_counted_in_the_estimate() -> None:
     no_warmup = SweepSpec(machines=["n2-highcpu-8"], workers=[1], duration_s=10.0)
     plain = make_plan(no_warmup, "20260101-000000-abcd", [machine()], input_bytes=0).vms[0]
     assert "--warmup" not in plain.trials[0].runner_args
+def rendered(plan: Plan, **kw) -> str:
+    out = io.StringIO()
+    render_plan(plan, Console(file=out, width=200), dry_run=kw.pop("dry_run", False), **kw)
+    return out.getvalue()
+
+
+def test_repeats_of_one_trial_command_are_shown_once_with_a_count() -> None:
+    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 4], repeats=3)
+    text = rendered(make_plan(spec, "s3", [machine()]))
+    assert text.count("python -m workloads.run") == 2  # 6 trials, 2 distinct commands
+    assert text.count("× 3 repeats") == 2 and "(6 trials;" in text
+
+
+def test_bucket_objects_not_listed_are_counted_with_their_bytes_and_predictions_say_so() -> None:
+    plan = make_plan(SweepSpec(machines=["n2-highcpu-8"], workers=[1]), "s4", [machine()])
+    plan.uploads = [planner.Upload(f"inputs/h/frame_{i:04d}.parquet", 1024 * (i + 1), True)
+                    for i in range(10)]
+    text = rendered(plan)
+    assert "(10, 55.0 KiB predicted;" in text  # 1+2+...+10 KiB
+    listed = re.findall(r"frame_(\d{4})\.parquet\s+(\S+ KiB) predicted", text)
+    assert [n for n, _ in listed] == ["0000", "0001", "0002", "0008", "0009"]
+    assert "... 5 more objects, 30.0 KiB predicted" in text  # 4+5+6+7+8 KiB
+    plan.uploads = [planner.Upload("inputs/h/a.parquet", 2048)]  # measured: no mark
+    text = rendered(plan)
+    assert "a.parquet  2.0 KiB\n" in text and "predicted" not in text
+
+
+def test_an_ssh_host_outside_the_catalog_is_not_shown_as_zero_vcpus() -> None:
+    host = MachineType(provider="ssh", name="box1", family="", vcpus=0, memory_gib=0.0,
+                       region="", price_on_demand=None, price_spot=None, price_source="",
+                       price_date="")
+    plan = make_plan(SweepSpec(machines=["box1"], workers=[1], provider="ssh"), "s5", [host])
+    text = rendered(plan)
+    assert "0 vCPUs" not in text and "0 GiB" not in text
+    assert "box1 (size read from the host when connected)" in text
+    assert "Host 1/1 to use" in text and "nothing is created" in text and "VM 1/1" not in text
+
+
+def test_a_resumed_plan_shows_only_what_remains() -> None:
+    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 2, 4])
+    plan = make_plan(spec, "s6", [machine()])
+    done = {"n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"}
+    text = rendered(plan, done=done)
+    assert "2 of 3 trials already done, 1 remain" in text and "1 of 3 trials remain" in text
+    assert text.count("python -m workloads.run") == 1 and "--workers 4" in text
+
+
+def test_a_resumed_plan_estimates_only_what_remains_and_skips_finished_machines() -> None:
+    spec = SweepSpec(machines=["n2-highcpu-8", "c2-standard-4"], workers=[1, 2], duration_s=60)
+    plan = make_plan(spec, "s7", [machine(), machine("c2-standard-4", vcpus=4, price=0.2)])
+    whole = rendered(plan)
+    assert f"estimated cost {planner._fmt_cost(plan.total_cost_usd)} — estimates" in whole
+    done = {t.trial_id for t in plan.vms[0].trials} | {"c2-standard-4-w1-r0"}
+    text = rendered(plan, done=done)
+    assert "n2-highcpu-8: all 2 trials done, not created" in text
+    left = plan.vms[1].estimate
+    cost = 0.2 * (left.total_s - left.trials_s / 2) / 3600  # one of two trials remains
+    assert "Estimated of what remains wall time" in text
+    assert f"estimated cost {planner._fmt_cost(cost)} — estimates" in text

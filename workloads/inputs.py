@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workloads.atomic import atomic_write_text
 from workloads.base import WorkloadInputError
 
 if TYPE_CHECKING:
@@ -252,19 +254,32 @@ def _threads(n: int) -> int:
     return max(1, min(n, os.cpu_count() or 1, 16))
 
 
-def generate(spec: InputSpec, directory: str | os.PathLike[str]) -> Path:
+def generate(spec: InputSpec, directory: str | os.PathLike[str],
+             on_frame: Callable[[int], None] | None = None) -> Path:
     """Write ``spec``'s frames and manifest into ``directory``; a no-op if they are already there.
 
     The manifest is written last (atomically), so a directory whose generation was
-    interrupted never looks complete.
+    interrupted never looks complete. ``on_frame`` is called with the number of frames
+    written so far after each one (from the writer threads), for a progress display.
     """
     directory = Path(directory)
     if is_complete(directory, spec):
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     (directory / MANIFEST).unlink(missing_ok=True)
+    written = [0]
+    lock = threading.Lock()
+
+    def write(i: int) -> dict[str, Any]:
+        entry = _write_frame(spec, directory, i)
+        if on_frame is not None:
+            with lock:
+                written[0] += 1
+                on_frame(written[0])
+        return entry
+
     with ThreadPoolExecutor(_threads(spec.frames)) as pool:
-        files = list(pool.map(lambda i: _write_frame(spec, directory, i), range(spec.frames)))
+        files = list(pool.map(write, range(spec.frames)))
     content = hashlib.sha256("".join(f"{f['name']}:{f['md5']}\n" for f in files).encode())
     manifest = {
         "schema": MANIFEST_SCHEMA,
@@ -281,9 +296,7 @@ def generate(spec: InputSpec, directory: str | os.PathLike[str]) -> Path:
         "content_hash": content.hexdigest(),
         "files": files,
     }
-    tmp = directory / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, directory / MANIFEST)
+    atomic_write_text(directory / MANIFEST, json.dumps(manifest, indent=1))
     return directory
 
 
@@ -293,7 +306,8 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "cloudprof" / "inputs"
 
 
-def ensure_inputs(spec: InputSpec, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def ensure_inputs(spec: InputSpec, cache_dir: str | os.PathLike[str] | None = None,
+                  on_frame: Callable[[int], None] | None = None) -> Path:
     """``<cache>/<spec hash>/``, generated on first use and reused afterwards.
 
     Generation happens in a temporary sibling directory renamed into place, so a
@@ -307,7 +321,7 @@ def ensure_inputs(spec: InputSpec, cache_dir: str | os.PathLike[str] | None = No
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.hash}-", dir=cache))
     try:
-        generate(spec, tmp)
+        generate(spec, tmp, on_frame)
         try:
             os.rename(tmp, final)
         except OSError:  # ``final`` exists: a concurrent run won, or a stale partial copy

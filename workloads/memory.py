@@ -52,15 +52,19 @@ class LeakThresholds:
 
 
 def _fit(t: list[float], y: list[float]) -> tuple[float, float, float]:
-    """Least-squares line through (t, y): slope, intercept, R²."""
-    n = len(t)
-    mt, my = sum(t) / n, sum(y) / n
-    stt = sum((a - mt) ** 2 for a in t)
-    sty = sum((a - mt) * (b - my) for a, b in zip(t, y, strict=True))
-    syy = sum((b - my) ** 2 for b in y)
-    slope = sty / stt if stt > 0 else 0.0
-    r2 = (sty * sty) / (stt * syy) if stt > 0 and syy > 0 else 0.0
-    return slope, my - slope * mt, r2
+    """Least-squares line through (t, y): slope, intercept, R² (the standard library's).
+
+    No line (fewer than two distinct times) is slope 0; a flat line explains nothing (R² 0).
+    """
+    try:
+        slope, intercept = statistics.linear_regression(t, y)
+    except statistics.StatisticsError:  # < 2 points, or every t the same
+        return 0.0, (statistics.fmean(y) if y else 0.0), 0.0
+    try:
+        r2 = statistics.correlation(t, y) ** 2
+    except statistics.StatisticsError:  # y constant: the line explains no variance
+        r2 = 0.0
+    return slope, intercept, r2
 
 
 @dataclass(frozen=True)
@@ -149,10 +153,7 @@ def end_slope(t: list[float], y: list[float], breaks: int = 16) -> tuple[SlopeEs
     return SlopeEstimate(best_slope, best_err), bend
 
 
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+_median = statistics.median
 
 
 def _spike_threshold(baseline: float) -> float:

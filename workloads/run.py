@@ -32,6 +32,7 @@ from typing import Any
 
 from workloads import procfs, protocol
 from workloads.agent import MAX_SAMPLE_HZ, Agent, AgentReport
+from workloads.atomic import atomic_path
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
 from workloads.memory import find_spikes, leak_test
 
@@ -151,13 +152,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _atomic_write(path: Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    """``write(tmp)`` fills a temporary file that then replaces ``path`` in one rename."""
+    with atomic_path(path) as tmp:
         write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
@@ -167,8 +164,6 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2, sort_keys=False, default=str)
             f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
 
     _atomic_write(out / protocol.SUMMARY_FILE, write)
 

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
+
+from workloads.atomic import atomic_path
 
 ATTEMPTS = 4
 BACKOFF_S = 0.5  # doubled after each failed attempt
@@ -58,13 +59,6 @@ def md5_of(path: Path) -> str:
 
 def _file_path(url: str) -> Path:
     return Path(unquote(urlparse(url).path))
-
-
-def _tmp_beside(dest: Path) -> Path:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    os.close(fd)
-    return Path(name)
 
 
 def _retry(action: Callable[[], T], what: str, attempts: int = ATTEMPTS) -> T:
@@ -101,8 +95,7 @@ def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
         return dest
 
     def attempt() -> Path:
-        tmp = _tmp_beside(dest)
-        try:
+        with atomic_path(dest, mode=None) as tmp:  # a link keeps the source's mode
             if url.startswith("file://"):
                 src = _file_path(url)
                 tmp.unlink()
@@ -116,10 +109,7 @@ def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
                     shutil.copyfileobj(resp, out, CHUNK)
             if expected and (got := md5_of(tmp)) != expected:
                 raise TransferError(f"md5 mismatch (expected {expected}, got {got})")
-            os.replace(tmp, dest)
-            return dest
-        finally:
-            tmp.unlink(missing_ok=True)
+        return dest
 
     return _retry(attempt, f"get {entry['path']}")
 
@@ -134,13 +124,8 @@ def put_one(entry: dict[str, Any]) -> str:
 
     def attempt() -> str:
         if url.startswith("file://"):
-            dest = _file_path(url)
-            tmp = _tmp_beside(dest)
-            try:
+            with atomic_path(_file_path(url), mode=None) as tmp:
                 shutil.copyfile(src, tmp)
-                os.replace(tmp, dest)
-            finally:
-                tmp.unlink(missing_ok=True)
             return url
         headers = {"Content-Type": "application/octet-stream", **entry.get("headers", {})}
         headers["Content-Length"] = str(src.stat().st_size)

@@ -48,6 +48,7 @@ from orchestrator.errors import (
 from orchestrator.plan.planner import slug
 from orchestrator.providers import PROVIDERS, get_provider, open_bucket
 from orchestrator.providers.base import LABEL_SWEEP, Bucket, LabelledPrefix, Resource
+from orchestrator.results.runs import fmt_age
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -390,16 +391,7 @@ def _when(stamp: float | None, now: float) -> str:
     return f"{text} ({_span(delta)} ago)" if delta >= 0 else f"{text} (in {_span(-delta)})"
 
 
-def _span(seconds: float) -> str:
-    """A short age: 45s, 12m, 2h05m, 3d04h."""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+_span = fmt_age  # one age format for `cloudprof runs` and `cloudprof cleanup`
 
 
 def _duration_arg(seconds: float) -> str:

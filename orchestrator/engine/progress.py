@@ -8,7 +8,10 @@ user sees a stalled trial while it stalls rather than after it ends.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from workloads.protocol import parse_progress
@@ -22,6 +25,68 @@ if TYPE_CHECKING:
 
 def _gib(n: float | None) -> str:
     return "-" if not n else f"{n / 2**30:.2f} GiB"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def _count_column() -> Any:
+    """Done/total of a task: trials for a machine, MiB for a transfer (``unit="bytes"``)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class CountColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            total = task.total or 0
+            if task.fields.get("unit") == "bytes":
+                return Text(f"{_mib(task.completed)}/{_mib(total)} MiB", style="progress.download")
+            return Text(f"{int(task.completed)}/{int(total)}", style="progress.download")
+
+    return CountColumn()
+
+
+class _Counter:
+    """Counts work into a rich task (from any thread) and keeps its average rate up to date."""
+
+    def __init__(self, progress: Progress, task: TaskID, unit: str) -> None:
+        self._progress, self._task, self._unit = progress, task, unit
+        self._lock = threading.Lock()
+        self._done = 0.0
+        self._started = time.monotonic()
+
+    def add(self, amount: float) -> None:
+        with self._lock:
+            self._done += amount
+            done = self._done
+        self._progress.update(self._task, completed=done, rate=self._rate(done))
+
+    def set(self, done: float) -> None:
+        with self._lock:
+            self._done = done
+        self._progress.update(self._task, completed=done, rate=self._rate(done))
+
+    def _rate(self, done: float) -> str:
+        if self._unit != "bytes":
+            return ""
+        elapsed = time.monotonic() - self._started
+        return f"{done / 2**20 / elapsed:,.1f} MiB/s" if elapsed > 0 else ""
+
+    def finish(self, state: str) -> None:
+        self._progress.update(self._task, state=state)
+
+
+@contextlib.contextmanager
+def counting(console: Console, label: str, total: float, unit: str = "") -> Iterator[_Counter]:
+    """A bar of its own for long work before the sweep's display starts (inputs generated)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
+                  _count_column(), TextColumn("[cyan]{task.fields[rate]}"),
+                  TextColumn("[dim]{task.fields[state]}"), TimeElapsedColumn(),
+                  console=console, refresh_per_second=4, transient=False) as progress:
+        task = progress.add_task(label, total=total, unit=unit, rate="", state="")
+        yield _Counter(progress, task, unit)
 
 
 class SweepProgress:
@@ -38,18 +103,12 @@ class SweepProgress:
     def __enter__(self) -> SweepProgress:
         if self.console is None:
             return self
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(bar_width=24),
-            MofNCompleteColumn(),
+            _count_column(),
             TextColumn("{task.fields[trial]}"),
             TextColumn("[cyan]{task.fields[rate]}"),
             TextColumn("[dim]{task.fields[state]}"),
@@ -71,6 +130,14 @@ class SweepProgress:
                 self._tasks[key] = self._progress.add_task(
                     label, total=total, trial="", rate="", state="waiting"
                 )
+
+    def transfer(self, label: str, total_bytes: int) -> _Counter | None:
+        """A bar counting bytes (staging the inputs), with its MiB/s; None with no display."""
+        if self._progress is None:
+            return None
+        task = self._progress.add_task(label, total=total_bytes, unit="bytes", trial="",
+                                       rate="", state="uploading")
+        return _Counter(self._progress, task, "bytes")
 
     def _update(self, key: str, **fields: Any) -> None:
         if self._progress is not None and key in self._tasks:
@@ -107,9 +174,8 @@ class SweepProgress:
         status = row.get("status")
         self._update(key, completed=done, state=str(status))
         over = " (oversubscribed)" if row.get("oversubscribed") else ""
-        if status == "ok":
-            unit = row.get("unit") or "units"
-            self.log(f"  [green]✓[/green] {row['trial_id']}: {ups or 0:,.1f} {unit}/s,"
+        if status == "ok":  # units/s, as in the live rate and the report (1 unit = 1 cube...)
+            self.log(f"  [green]✓[/green] {row['trial_id']}: {ups or 0:,.1f} units/s,"
                      f" peak {_gib(row.get('peak_rss_bytes'))}{over}")
         else:
             self.log(f"  [red]✗[/red] {row['trial_id']}: {status}: {row.get('error') or ''}")

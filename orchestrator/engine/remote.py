@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.atomic import atomic_path, atomic_write_bytes
 from orchestrator.errors import (
     ConnectionLostError,
     HostKeyError,
@@ -107,13 +108,7 @@ def _serialization() -> Any:
 def _write_secret(path: Path, data: bytes) -> None:
     """Create ``path`` with mode 0600 from the start (never briefly world-readable)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, data, mode=0o600)  # its temp file is 0600 from creation too
 
 
 def _generate_ed25519(path: Path, comment: str) -> str:
@@ -739,21 +734,13 @@ class SshExecutor(Executor):
         remote = self._abs(remote)
         sftp = self._sftp_client()
         local = Path(local)
-        local.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.")
-        os.close(fd)
-        try:
-            with self._errors(f"downloading {remote}"):
-                try:
-                    sftp.get(remote, tmp)
-                except FileNotFoundError:
-                    raise FileNotFoundError(
-                        f"{remote} does not exist on {self.target.label}"
-                    ) from None
-            os.replace(tmp, local)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        with atomic_path(local) as tmp, self._errors(f"downloading {remote}"):
+            try:
+                sftp.get(remote, str(tmp))
+            except FileNotFoundError:
+                raise FileNotFoundError(
+                    f"{remote} does not exist on {self.target.label}"
+                ) from None
 
     @staticmethod
     def _mkdirs(sftp: Any, path: str) -> None:

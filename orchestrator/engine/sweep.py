@@ -159,12 +159,24 @@ def plan_inputs(spec: SweepSpec) -> StagedInputs | None:
     return StagedInputs(cube_spec.hash, files, cube_spec=cube_spec)
 
 
-def generate_inputs(inputs: StagedInputs) -> Path:
-    """Generate (or find in the cache) the inputs; the real file list replaces the predicted one."""
-    if inputs.local_dir is None:
-        from workloads.inputs import ensure_inputs
+def generate_inputs(inputs: StagedInputs, console: Console | None = None) -> Path:
+    """Generate (or find in the cache) the inputs; the real file list replaces the predicted one.
 
-        inputs.local_dir = ensure_inputs(inputs.cube_spec)
+    With a ``console``, a bar counts the frames written (generating large inputs takes
+    minutes); found in the cache, nothing is shown.
+    """
+    if inputs.local_dir is None:
+        from workloads.inputs import default_cache_dir, ensure_inputs, is_complete
+
+        cube = inputs.cube_spec
+        if console is None or is_complete(default_cache_dir() / cube.hash, cube):
+            inputs.local_dir = ensure_inputs(cube)
+        else:
+            from orchestrator.engine.progress import counting
+
+            with counting(console, "Generating inputs", cube.frames) as bar:
+                inputs.local_dir = ensure_inputs(cube, on_frame=bar.set)
+                bar.finish(f"frames, cached in {inputs.local_dir}")
     files = sorted(p for p in inputs.local_dir.rglob("*") if p.is_file())
     inputs.files = [(p.relative_to(inputs.local_dir).as_posix(), p.stat().st_size)
                     for p in files]
@@ -746,8 +758,11 @@ def _open_bucket(spec: SweepSpec, providers: dict[str, Provider]) -> Bucket | No
 
 
 def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
-              console: Console | None = None) -> Path:
+              console: Console | None = None, plan_only: bool = False) -> Path | None:
     """Run (or resume) a sweep and return its run directory.
+
+    ``plan_only`` prints the plan and its estimate and returns None: no credentials
+    are asked for, no input is generated, no VM or run directory is created.
 
     Raises BudgetError before anything starts when the estimate is above
     ``max_cost``; CredentialsError unless ``dry_run``; MemoryGateError after
@@ -762,7 +777,7 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
     started: list[Path] = []  # the run directory, once it exists
     try:
         with _sigterm_as_interrupt():
-            return _run(spec, resume, console, started)
+            return _run(spec, resume, console, started, plan_only)
     except KeyboardInterrupt:
         run_dir = started[0] if started else None
         where = f"; resume with: cloudprof sweep --resume {run_dir}" if run_dir else ""
@@ -770,9 +785,12 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
                                     run_dir) from None
 
 
-def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path]) -> Path:
+def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path],
+         plan_only: bool = False) -> Path | None:
+    done: set[str] = set()
     if resume is not None:
         store = RunStore.open(resume)
+        done = store.done_trial_ids()
         data = store.read_sweep()
         try:
             spec = SweepSpec.from_dict(data["spec"])
@@ -787,12 +805,19 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         inputs = plan_inputs(spec)
         plan = make_plan(spec, sweep_id, machines, input_bytes=inputs.size if inputs else 0)
         if inputs is not None:
-            plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size) for rel, size in inputs.files]
+            predicted = inputs.local_dir is None  # the cube's files are not generated yet
+            plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size, predicted)
+                            for rel, size in inputs.files]
         cost = plan.total_cost_usd
         if spec.max_cost is not None and cost is not None and cost > spec.max_cost:
+            if plan_only:
+                render_plan(plan, console, spec.dry_run)
             raise BudgetError(f"estimated cost ${cost:.2f} is above --max-cost "
                               f"${spec.max_cost:.2f}; nothing was started")
         store = None
+    if plan_only:
+        render_plan(plan, console, spec.dry_run, done=done)
+        return None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
         for provider in checkers.values():
@@ -801,11 +826,10 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             from orchestrator.engine.remote import boot_timeout
 
             boot_timeout()  # a bad CLOUDPROF_SSH_BOOT_TIMEOUT fails here, before any VM exists
-    render_plan(plan, console, spec.dry_run)
+    render_plan(plan, console, spec.dry_run, done=done)
 
     if inputs is not None:
-        with console.status("Preparing inputs (generated once, then cached)..."):
-            generate_inputs(inputs)
+        generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs
         plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size) for rel, size in inputs.files]
     if store is None:
         store = RunStore.create(Path(spec.out) / plan.sweep_id, {
@@ -818,9 +842,8 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     run_dir = store.run_dir
     started.append(run_dir)
     with store.running():
-        done: set[str] = set()
         if resume is not None:
-            done = store.done_trial_ids()
+            done = store.done_trial_ids()  # again under the lock: what the plan showed may be older
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
         return _execute(spec, plan, store, inputs, done, console)
@@ -846,10 +869,7 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
             if bucket is not None:
                 _label_prefixes(bucket, plan, inputs)
             if inputs is not None and bucket is not None:
-                progress.log(f"Staging inputs in {bucket.url}/{inputs.prefix}/ ...")
-                uploaded = bucket.upload_dir(inputs.local_dir, inputs.prefix)
-                progress.log(f"  {len(uploaded)} object(s) uploaded, "
-                             f"{len(inputs.files) - len(uploaded)} already there")
+                _stage(bucket, inputs, progress)
             finished = engine.execute(todo)
         except BaseException as exc:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -876,6 +896,30 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
     if not finished:
         raise KeyboardInterrupt
     return _finish(spec, plan, store, console)
+
+
+def _stage(bucket: Bucket, inputs: StagedInputs, progress: SweepProgress) -> None:
+    """Upload the inputs with a bar of bytes and MiB/s; say what was sent and how fast."""
+    progress.log(f"Staging inputs in {bucket.url}/{inputs.prefix}/ ...")
+    bar = progress.transfer("staging inputs", inputs.size)
+    sent = [0]
+    lock = threading.Lock()
+
+    def on_bytes(n: int) -> None:
+        with lock:
+            sent[0] += n
+        if bar is not None:
+            bar.add(n)
+
+    started = time.monotonic()
+    uploaded = bucket.upload_dir(inputs.local_dir, inputs.prefix, progress=on_bytes)
+    seconds = time.monotonic() - started
+    if bar is not None:
+        bar.set(inputs.size)  # objects already there count as staged
+        bar.finish("staged")
+    rate = f" at {sent[0] / 2**20 / seconds:,.1f} MiB/s" if sent[0] and seconds > 0 else ""
+    progress.log(f"  {len(uploaded)} object(s) uploaded ({sent[0] / 2**20:,.1f} MiB in "
+                 f"{seconds:.1f} s{rate}), {len(inputs.files) - len(uploaded)} already there")
 
 
 def _expiry(now: float, vm: VmPlan) -> float:

@@ -11,7 +11,7 @@ import re
 import secrets
 import shlex
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec.catalog import STALE_DAYS, MachineType
@@ -69,6 +69,7 @@ class VmPlan:
 class Upload:
     key: str  # object key in the bucket
     size_bytes: int
+    predicted: bool = False  # True: the size is the planner's prediction (not generated yet)
 
 
 @dataclass
@@ -300,61 +301,123 @@ def _fmt_bytes(n: int) -> str:
     return f"{size:.1f} GiB"
 
 
-def render_plan(plan: Plan, console: Console, dry_run: bool) -> None:
+def render_plan(plan: Plan, console: Console, dry_run: bool, *,
+                done: set[str] | frozenset[str] = frozenset()) -> None:
     """Print every cloud action the plan stands for, with its estimated time and cost.
 
     One short block per VM rather than a wide table: the plan must stay readable
-    in an 80-column terminal and in CI logs.
+    in an 80-column terminal and in CI logs. Identical trial commands (repeats)
+    are printed once with a count; ``done`` (a resumed sweep's finished trial ids)
+    leaves only what remains to run.
     """
     from rich.markup import escape
 
     head = ("Plan — dry run: no cloud call is made; the same pipeline runs on this machine"
             if dry_run else "Plan")
     console.print(f"[bold]{head}[/bold]\nsweep {plan.sweep_id}", highlight=False)
+    total = sum(len(vm.trials) for vm in plan.vms)
+    left = sum(1 for vm in plan.vms for t in vm.trials if t.trial_id not in done)
+    if done:
+        console.print(f"[bold]Resumed:[/bold] {total - left} of {total} trials already done, "
+                      f"{left} remain", highlight=False)
     verb = "would be created" if dry_run else "to create"
+    estimates = []  # of what remains: the whole plan unless resumed
     for i, vm in enumerate(plan.vms, 1):
-        m, e = vm.machine, vm.estimate
+        m = vm.machine
+        remaining = sum(1 for t in vm.trials if t.trial_id not in done)
+        if remaining == 0:
+            console.print(f"[bold]VM {i}/{len(plan.vms)}:[/bold] {vm.provider} {m.name}: all "
+                          f"{len(vm.trials)} trials done, not created", highlight=False)
+            continue
+        e = replace(vm.estimate, trials_s=vm.estimate.trials_s * remaining / len(vm.trials))
+        estimates.append(e)
         price = "no catalog price" if e.price_per_hour is None else (
             f"${e.price_per_hour:.4f}/h {'spot' if vm.spot else 'on-demand'} "
             f"({m.price_label()})")
         labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
+        trials = (f"{remaining} of {len(vm.trials)} trials remain" if done
+                  else f"{len(vm.trials)} trials")
+        if vm.provider in EXISTING_HOSTS:
+            head = (f"[bold]Host {i}/{len(plan.vms)} "
+                    f"{'would be used' if dry_run else 'to use'}:[/bold] {vm.provider} "
+                    f"{m.name} ({_fmt_size(m)}), already running: nothing is created or "
+                    f"deleted · {price}\n")
+        else:
+            head = (f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
+                    f"({_fmt_size(m)}) named {vm.name}\n"
+                    f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
+                    f"spot {'yes' if vm.spot else 'no'} · {price}\n"
+                    f"  labels {escape(labels)} + creator, created, expires (set at "
+                    "creation)\n")
         console.print(
-            f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
-            f"({m.vcpus} vCPUs, {m.memory_gib:g} GiB) named {vm.name}\n"
-            f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
-            f"spot {'yes' if vm.spot else 'no'} · {price}\n"
-            f"  labels {escape(labels)} + creator, created, expires (set at creation)\n"
-            f"  {len(vm.trials)} trials · estimated {_fmt_s(e.total_s)} = boot "
+            f"{head}"
+            f"  {trials} · estimated {_fmt_s(e.total_s)} = boot "
             f"{_fmt_s(e.boot_s)} + bootstrap {_fmt_s(e.bootstrap_s)} + staging "
             f"{_fmt_s(e.staging_s)} + trials {_fmt_s(e.trials_s)} + teardown "
             f"{_fmt_s(e.teardown_s)} · estimated cost {_fmt_cost(e.cost_usd)}",
             highlight=False,
         )
     if plan.uploads:
-        total = sum(u.size_bytes for u in plan.uploads)
-        console.print(f"[bold]Bucket objects to upload[/bold] ({len(plan.uploads)}, "
-                      f"{_fmt_bytes(total)}; skipped when already there):", highlight=False)
-        many = len(plan.uploads) > 6
-        shown = plan.uploads[:3] + plan.uploads[-2:] if many else plan.uploads
-        for i, up in enumerate(shown):
-            if many and i == 3:
-                console.print(f"  ... {len(plan.uploads) - 5} more")
-            console.print(f"  {up.key}  [dim]{_fmt_bytes(up.size_bytes)}[/dim]",
-                          highlight=False)
+        _render_uploads(plan.uploads, console)
     stale = sorted({vm.machine.name for vm in plan.vms
                     if vm.estimate.price_per_hour is not None and vm.machine.stale()})
     if stale:
         console.print(f"[yellow]warning:[/yellow] the prices of {', '.join(stale)} are over "
                       f"{STALE_DAYS} days old: run `cloudprof catalog refresh` for current "
                       "ones", highlight=False)
-    console.print("[bold]Trial commands[/bold] (each also gets --param inputs=<staged dir> "
-                  "--out <trial dir>):")
+    commands: dict[str, int] = {}  # in plan order; the repeats of one command are counted
     for vm in plan.vms:
         for t in vm.trials:
-            console.print(f"  python -m workloads.run {escape(shlex.join(t.runner_args))}",
-                          soft_wrap=True, highlight=False)
+            if t.trial_id not in done:
+                line = shlex.join(t.runner_args)
+                commands[line] = commands.get(line, 0) + 1
+    console.print(f"[bold]Trial commands[/bold] ({left} trial{'' if left == 1 else 's'}; "
+                  "each also gets --param "
+                  "inputs=<staged dir> --out <trial dir>):", highlight=False)
+    for line, count in commands.items():
+        times = f"  [dim]× {count} repeats[/dim]" if count > 1 else ""
+        console.print(f"  python -m workloads.run {escape(line)}{times}",
+                      soft_wrap=True, highlight=False)
+    costs = [e.cost_usd for e in estimates if e.cost_usd is not None]
+    what = "of what remains " if done else ""
     console.print(
-        f"[bold]Estimated[/bold] wall time {_fmt_s(plan.total_s)} (VMs run concurrently), "
-        f"estimated cost {_fmt_cost(plan.total_cost_usd)} — estimates, not measurements.",
+        f"[bold]Estimated[/bold] {what}wall time "
+        f"{_fmt_s(max((e.total_s for e in estimates), default=0.0))} (VMs run concurrently), "
+        f"estimated cost {_fmt_cost(sum(costs) if costs else None)} — estimates, not "
+        "measurements.",
         highlight=False,
     )
+
+
+EXISTING_HOSTS = {"ssh"}  # providers whose machines exist already: the plan creates none
+UPLOADS_SHOWN = 6  # more bucket objects than this: the first and last ones, and the rest's sum
+
+
+def _render_uploads(uploads: list[Upload], console: Console) -> None:
+    """Every object, or the first and last ones and what the others add up to (count, bytes)."""
+    total = sum(u.size_bytes for u in uploads)
+    note = " predicted" if any(u.predicted for u in uploads) else ""
+    console.print(f"[bold]Bucket objects to upload[/bold] ({len(uploads)}, {_fmt_bytes(total)}"
+                  f"{note}; skipped when already there):", highlight=False)
+    many = len(uploads) > UPLOADS_SHOWN
+    head, tail = (uploads[:3], uploads[-2:]) if many else (uploads, [])
+    for up in head:
+        console.print(f"  {up.key}  [dim]{_fmt_upload(up)}[/dim]", highlight=False)
+    if many:
+        rest = uploads[3:-2]
+        console.print(f"  ... {len(rest)} more objects, "
+                      f"{_fmt_bytes(sum(u.size_bytes for u in rest))}{note}", highlight=False)
+    for up in tail:
+        console.print(f"  {up.key}  [dim]{_fmt_upload(up)}[/dim]", highlight=False)
+
+
+def _fmt_upload(up: Upload) -> str:
+    size = _fmt_bytes(up.size_bytes)
+    return f"{size} predicted" if up.predicted else size
+
+
+def _fmt_size(m: MachineType) -> str:
+    """vCPUs and memory; an SSH host outside the catalog has its size read when connected."""
+    if m.vcpus < 1:
+        return "size read from the host when connected"
+    return f"{m.vcpus} vCPUs, {m.memory_gib:g} GiB"

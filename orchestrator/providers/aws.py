@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from orchestrator.atomic import atomic_path
 from orchestrator.errors import (
     BucketError,
     CapacityError,
@@ -1000,7 +1001,8 @@ class S3Bucket(Bucket):
                     out[self._relative(obj["Key"])] = etag
         return out
 
-    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+    def upload_dir(self, local_dir: Path, prefix: str,
+                   progress: Callable[[int], None] | None = None) -> list[str]:
         local_dir = Path(local_dir)
         if not local_dir.is_dir():
             raise BucketError(f"nothing to upload: {local_dir} is not a directory")
@@ -1018,7 +1020,8 @@ class S3Bucket(Bucket):
             path, key, md5 = item
             with self._calls(f"upload {key}"):
                 client.upload_file(
-                    str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}}
+                    str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}},
+                    Callback=progress,  # boto3 calls it with the bytes of each chunk sent
                 )
             return key
 
@@ -1034,11 +1037,8 @@ class S3Bucket(Bucket):
 
         def download(key: str) -> Path:
             target = local_dir / key[len(root_rel) :]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".part")
-            with self._calls(f"download {key}"):
+            with atomic_path(target) as tmp, self._calls(f"download {key}"):
                 client.download_file(self.name, self._full(key), str(tmp))
-            tmp.replace(target)  # a crash never leaves a half file under the real name
             return target
 
         with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:

@@ -227,10 +227,13 @@ class Bucket(abc.ABC):
     url: str  # "gs://name", "s3://name" or a local directory path
 
     @abc.abstractmethod
-    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+    def upload_dir(self, local_dir: Path, prefix: str,
+                   progress: Callable[[int], None] | None = None) -> list[str]:
         """Upload every file below ``local_dir`` under ``prefix`` (in parallel).
 
         Skips objects whose content hash already matches; returns the keys uploaded.
+        ``progress`` is called (from any thread) with each number of bytes sent, as
+        they are sent, for a display of bytes and MB/s.
         """
 
     @abc.abstractmethod

@@ -342,21 +342,33 @@ class GcpProvider(Provider):
     # ---- operations
 
     def _retrying(self, what: str, call: Callable[[], Any], attempts: int = 4) -> Any:
-        """``call()``, again after a transient 5xx/429 (with backoff, a few times only)."""
-        from google.api_core import exceptions as gexc
+        """``call()``, again after a transient 5xx/429, a few times only.
 
-        transient = (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.TooManyRequests,
-                     gexc.GatewayTimeout)
-        for attempt in range(attempts):
-            try:
-                return call()
-            except transient as exc:
-                if attempt == attempts - 1:
-                    raise translate_api_error(exc, what) from None
-                time.sleep(min(self.poll_interval * 2 ** attempt, 10.0))
-            except _api_errors() as exc:
-                raise translate_api_error(exc, what) from None
-        raise AssertionError("unreachable")
+        google.api_core's ``Retry`` does the backoff (exponential with jitter, the one
+        Google's clients use); it retries for a time, not a number of tries, so the
+        ``on_error`` hook gives up after ``attempts`` by raising the last error.
+        """
+        from google.api_core import exceptions as gexc
+        from google.api_core import retry as gretry
+
+        failures: list[Exception] = []
+
+        def give_up_after_attempts(exc: Exception) -> None:
+            failures.append(exc)
+            if len(failures) >= attempts:
+                raise exc
+
+        policy = gretry.Retry(
+            predicate=gretry.if_exception_type(gexc.ServiceUnavailable,
+                                               gexc.InternalServerError,
+                                               gexc.TooManyRequests, gexc.GatewayTimeout),
+            initial=self.poll_interval, maximum=10.0, multiplier=2.0, timeout=None,
+            on_error=give_up_after_attempts,
+        )
+        try:
+            return policy(call)()
+        except _api_errors() as exc:
+            raise translate_api_error(exc, what) from None
 
     def _wait_once(self, name: str, zone: str | None) -> Any:
         """One ``wait`` call: GCE returns when the operation is done or after ~2 minutes."""
@@ -834,7 +846,8 @@ class GcsBucket(Bucket):
         return {self._rel(b.name): base64.b64decode(b.md5_hash).hex() if b.md5_hash else ""
                 for b in blobs}
 
-    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+    def upload_dir(self, local_dir: Path, prefix: str,
+                   progress: Callable[[int], None] | None = None) -> list[str]:
         local_dir = Path(local_dir)
         if not local_dir.is_dir():
             raise BucketError(f"nothing to upload: {local_dir} is not a directory")
@@ -852,6 +865,8 @@ class GcsBucket(Bucket):
                     str(path), checksum="md5")
             except _api_errors() as exc:
                 raise self._error(exc, f"uploading {key}") from None
+            if progress is not None:  # the client reports no bytes mid-file: one call a file
+                progress(path.stat().st_size)
             return key
 
         return self._pool(upload, todo)

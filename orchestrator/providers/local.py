@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import unquote, urlparse
 
+from orchestrator.atomic import atomic_path, atomic_write_bytes
 from orchestrator.errors import BucketError, ProviderError
 from orchestrator.providers.base import (
     Bucket,
@@ -241,14 +242,12 @@ class LocalBucket(Bucket):
 
     def _place(self, src: Path, dest: Path) -> None:
         """Hardlink (inputs are immutable, so sharing the inode is safe), else copy; atomic."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
+        with atomic_path(dest, mode=None) as tmp:  # a link keeps the source's mode
+            tmp.unlink()
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
 
     def _same(self, src: Path, dest: Path) -> bool:
         if not dest.is_file():
@@ -257,7 +256,8 @@ class LocalBucket(Bucket):
             return True
         return src.stat().st_size == dest.stat().st_size and self.md5(src) == self.md5(dest)
 
-    def upload_dir(self, local_dir: Path, prefix: str) -> list[str]:
+    def upload_dir(self, local_dir: Path, prefix: str,
+                   progress: Callable[[int], None] | None = None) -> list[str]:
         local_dir = Path(local_dir)
         files = sorted(p for p in local_dir.rglob("*") if p.is_file())
 
@@ -267,6 +267,8 @@ class LocalBucket(Bucket):
             if self._same(path, dest):
                 return None
             self._place(path, dest)
+            if progress is not None:
+                progress(path.stat().st_size)
             return key
 
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -315,11 +317,7 @@ class LocalBucket(Bucket):
 
     def put_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
         """Written atomically; a directory has no object metadata, so ``metadata`` is unused."""
-        dest = self._key_path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
+        atomic_write_bytes(self._key_path(key), data)
 
     def get_bytes(self, key: str) -> bytes | None:
         try:

@@ -19,13 +19,14 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.atomic import atomic_path as _atomic_path
+from orchestrator.atomic import atomic_write_bytes
 from orchestrator.errors import UsageError
 
 if TYPE_CHECKING:
@@ -88,28 +89,6 @@ ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
 # Statuses whose result stands: --resume does not run these again. A failed,
 # interrupted or preempted trial is missing data, so it runs again.
 DONE_STATUSES = frozenset({"ok", "memory_budget_exceeded"})
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` so that ``path`` holds either the old or the new content, never half."""
-    with _atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-
-
-@contextlib.contextmanager
-def _atomic_path(path: Path) -> Iterator[Path]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from a shared notebook
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def recorded_buckets(paths: Iterable[Path]) -> list[str]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import CloudprofError, UnknownMachineError, UsageError
 from orchestrator.spec.pricing.families import ARCHES, arch_of
@@ -57,6 +58,7 @@ COLUMNS = (
 NEW_COLUMNS = ("arch", "fetched_at")
 EMPTY_ALLOWED = (*NEW_COLUMNS, "price_spot")
 SORT_KEYS = ("name", "vcpus", "memory", "price")
+REFRESH_SOURCES = ("api", "skypilot")  # where `catalog refresh` reads prices from
 
 # Machine types and regions are interpolated into API calls and file names:
 # letters, digits and . _ - only (this also keeps shell metacharacters out).
@@ -209,6 +211,17 @@ def to_cells(m: MachineType) -> dict[str, str]:
         "price_on_demand": "" if m.price_on_demand is None else repr(m.price_on_demand),
         "price_spot": "" if m.price_spot is None else repr(m.price_spot),
         "price_source": m.price_source, "price_date": m.price_date, "fetched_at": m.fetched_at,
+    }  # fmt: skip
+
+
+def to_record(m: MachineType) -> dict[str, Any]:
+    """A row for JSON, keyed by COLUMNS: numbers as numbers, null for no price or fetch time."""
+    return {
+        "provider": m.provider, "instance_type": m.name, "family": m.family, "arch": m.arch,
+        "vcpus": m.vcpus, "memory_gib": m.memory_gib, "region": m.region,
+        "price_on_demand": m.price_on_demand, "price_spot": m.price_spot,
+        "price_source": m.price_source, "price_date": m.price_date,
+        "fetched_at": m.fetched_at or None,
     }  # fmt: skip
 
 

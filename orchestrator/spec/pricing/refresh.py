@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UsageError
-from orchestrator.spec.catalog import CATALOG_PROVIDERS, MachineType
+from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, MachineType
 from orchestrator.spec.pricing.cache import now_utc, write_catalog
 
-SOURCES = ("api", "skypilot")
+SOURCES = REFRESH_SOURCES
 AWS_DEFAULT_REGIONS = ("us-east-1", "us-west-2", "eu-west-1")  # the shipped catalog's
 
 
