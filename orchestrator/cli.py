@@ -219,7 +219,7 @@ def sweep(
         typer.Option(
             help="Untimed warm-up before each trial, e.g. 5s: workers allocate their buffers "
             "before the clock and the memory sampler start (default: none).",
-            rich_help_panel=SWEEP,
+            metavar="T", rich_help_panel=SWEEP,
         ),
     ] = None,
     config: Annotated[

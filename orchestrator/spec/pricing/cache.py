@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from orchestrator.atomic import atomic_write_bytes
 from orchestrator.errors import UsageError
 from orchestrator.spec.catalog import (
     CatalogError,
@@ -56,20 +55,6 @@ def edited(path: Path) -> bool:
         return True  # no (readable) record of writing it: someone else's file
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """``path`` holds the old bytes or the new ones, never half (a crash mid-refresh)."""
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(name, 0o644)
-        os.replace(name, path)
-    finally:
-        Path(name).unlink(missing_ok=True)
-
-
 def write_catalog(provider: str, rows: Sequence[MachineType], source: str, *,
                   force: bool = False, directory: Path | None = None) -> Path:
     """Write ``rows`` as the user's ``<provider>.csv``; returns its path.
@@ -98,9 +83,9 @@ def write_catalog(provider: str, rows: Sequence[MachineType], source: str, *,
                 "refusing to overwrite it: move it away, or pass --force to replace it "
                 "(the edited file is then kept beside it)")
         stamp = now_utc().replace(":", "")
-        path.replace(path.with_name(f"{path.name}.edited-{stamp}"))
-    _atomic_write(path, data)
+        path.rename(path.with_name(f"{path.name}.edited-{stamp}"))  # kept aside, not a write
+    atomic_write_bytes(path, data)
     meta = {"sha256": _sha256(data), "source": source, "written_at": now_utc(),
             "rows": len(rows)}
-    _atomic_write(meta_path(path), (json.dumps(meta, indent=1) + "\n").encode("utf-8"))
+    atomic_write_bytes(meta_path(path), (json.dumps(meta, indent=1) + "\n").encode("utf-8"))
     return path
