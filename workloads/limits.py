@@ -131,21 +131,25 @@ def _find_module(module: str, where: list[str]) -> importlib.machinery.ModuleSpe
     back to importlib's own search, which imports the parent packages.
     """
     locations: list[str] | None = [*where, *sys.path]
-    spec = None
     parts = module.split(".")
+    spec = None
     for i in range(len(parts)):
         if locations is None:
             return None  # a parent is a module, not a package
         spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
         if spec is None:
+            if i > 0:
+                return None  # the package is there, the submodule is not
             break
         locations = list(spec.submodule_search_locations or []) or None
     if spec is not None:
         return spec
     try:
+        if importlib.util.find_spec(parts[0]) is None:  # a top-level name imports nothing
+            return None
         return importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
+    except Exception as exc:  # the user's package __init__ failed: say so, in one line
+        raise ValueError(f"cannot import {module!r}: {type(exc).__name__}: {exc}") from None
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
