@@ -1,12 +1,35 @@
-# `make test` is the one command that sets up everything the tests need
-# (OpenSSH server and GNU time from Debian, the Python test stand-ins from PyPI)
-# and runs the whole suite. CI (.ci/run) runs exactly this.
-PYTHON ?= python3
+# README's two commands, in order, on a fresh Debian machine:
+#   make demo   a virtualenv in .venv (Debian's Python refuses `pip install` outside
+#               one, PEP 668), cloudprof installed into it, and the main job as a dry run
+#   make test   what the tests need (OpenSSH server and GNU time from Debian, the
+#               [dev] extra into the same .venv) and the whole suite
+# CI (.ci/run) runs both in a fresh copy of the checkout. Every target uses .venv
+# (VENV=... picks another); `. .venv/bin/activate` puts `cloudprof` on your PATH.
+PYTHON3 ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# the demo's sweep; CI passes a smaller one (DEMO_ARGS="--frames 8 ...")
+DEMO_ARGS ?=
 
-.PHONY: test deps system-deps lint unit bench
+.PHONY: demo test venv deps system-deps lint unit bench
+
+demo: venv
+	$(VENV)/bin/cloudprof sweep --machine n2-highcpu-80 --dry-run $(DEMO_ARGS)
 
 test: deps lint unit
+
+venv: $(VENV)/.installed
+
+# Debian's python3 has no venv module (ensurepip) until python3-venv is installed.
+$(VENV)/.installed: pyproject.toml
+	@if ! $(PYTHON3) -c "import ensurepip, venv" 2>/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-venv >/dev/null; \
+	fi
+	[ -x $(PY) ] || $(PYTHON3) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e .
+	touch $@
 
 system-deps:
 	@if [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/bin/time ]; then \
@@ -14,14 +37,14 @@ system-deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client time >/dev/null; \
 	fi
 
-deps: system-deps
-	$(PYTHON) -m pip install -q -e ".[dev]"
+deps: venv system-deps
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
 
 lint:
-	$(PYTHON) -m ruff check .
+	$(PY) -m ruff check .
 
 unit:
-	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2
+	$(PY) -m pytest -q -p no:cacheprovider -n 2
 
-bench:
-	$(PYTHON) benchmarks/run_all.py
+bench: venv
+	$(PY) benchmarks/run_all.py

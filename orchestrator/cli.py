@@ -26,6 +26,7 @@ from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_K
 from orchestrator.spec.spec import SweepSpec
 from workloads.base import REGISTRY
 from workloads.cube_strategies import STRATEGIES
+from workloads.limits import MAX_SAMPLE_HZ, MIN_SAMPLE_HZ
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -369,7 +370,8 @@ def sweep(
     sample_hz: Annotated[
         float | None,
         typer.Option(
-            help=f"Profiling samples per second (default: {_DEFAULTS.sample_hz:g}).",
+            help=f"Profiling samples per second, {MIN_SAMPLE_HZ:g} to {MAX_SAMPLE_HZ:g} (0: only "
+            f"the kernel's peak; default: {_DEFAULTS.sample_hz:g}).",
             metavar="HZ",
             rich_help_panel=LIMITS,
         ),

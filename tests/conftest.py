@@ -1,4 +1,20 @@
-"""Shared fixtures: the real local stand-ins live in tests/fixtures/, one module each."""
+"""Shared fixtures: the real local stand-ins live in tests/fixtures/, one module each.
+
+Every test runs hermetically: in an empty working directory of its own (cloudprof's
+defaults such as ``runs/`` are relative to it), with ``$HOME`` and the XDG
+directories in a temporary directory (nothing is read from the user's ``~/.ssh``,
+``~/.aws``, ``~/.config/gcloud`` or ``~/.cache``), and with cloudprof's inputs cache
+in a temporary directory shared by the session (generated inputs are reused
+between tests, never taken from an earlier run). A fixture or test that sets any of
+these itself still wins: it runs after the session's settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 pytest_plugins = [
     "tests.fixtures.sshd",
@@ -10,7 +26,27 @@ pytest_plugins = [
 ]
 
 
-import pytest  # noqa: E402
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A temporary $HOME, XDG directories and CLOUDPROF_CACHE for the whole session."""
+    root = tmp_path_factory.mktemp("hermetic")
+    with pytest.MonkeyPatch.context() as mp:
+        for name, sub in (("HOME", "home"), ("XDG_CACHE_HOME", "home/.cache"),
+                          ("XDG_CONFIG_HOME", "home/.config"),
+                          ("XDG_DATA_HOME", "home/.local/share"),
+                          ("CLOUDPROF_CACHE", "cloudprof-cache")):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+            mp.setenv(name, str(root / sub))
+        yield root
+
+
+@pytest.fixture(autouse=True)
+def empty_working_directory(tmp_path_factory: pytest.TempPathFactory,
+                            monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test starts in an empty directory of its own, never in the checkout."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(cwd)
+    return cwd
 
 
 @pytest.fixture(autouse=True)

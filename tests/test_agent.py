@@ -110,6 +110,17 @@ def test_memory_budget_breach_calls_back_once_and_is_recorded():
     assert report.budget_breached and report.budget_breach_rss_bytes == calls[0]
 
 
+def test_a_budget_already_crossed_at_the_first_sample_is_a_breach_not_a_failed_start():
+    # The sampler takes its first sample before it says "begun", so its first line can
+    # be "breach <rss>" (seen under load on a command that allocates at once).
+    calls: list[int] = []
+    agent = Agent(sample_hz=20, memory_budget=1, on_breach=calls.append).start()
+    report = agent.stop()
+    assert len(calls) == 1 and calls[0] > 1
+    assert report.budget_breached and report.budget_breach_rss_bytes == calls[0]
+    assert report.budget_breach_t is not None and report.budget_breach_t < 0.5
+
+
 def test_achieved_rate_and_own_cost_are_reported():
     agent = Agent(sample_hz=50).start()
     time.sleep(1.0)

@@ -50,9 +50,12 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 def cloudprof(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """The installed console script, as a user runs it."""
+    """The installed console script, as a user runs it: the one installed beside this
+    Python (in its venv), whatever $PATH holds — `make test` does not activate the venv."""
+    script = Path(sys.executable).parent / "cloudprof"
+    assert script.is_file(), f"cloudprof is not installed for {sys.executable}: pip install -e ."
     return subprocess.run(
-        ["cloudprof", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+        [str(script), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
     )
 
 

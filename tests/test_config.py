@@ -124,6 +124,43 @@ def test_bad_durations(text: str) -> None:
         parse_duration(text)
 
 
+def runner_accepts(*args: str) -> bool:
+    """Whether ``python -m workloads.run`` parses these options (its own parser, in-process)."""
+    from workloads import run
+
+    try:
+        run.build_parser().parse_args(["--out", "x", *args])
+    except run.UsageError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("hz", ["-1", "0", "0.5", "10", "100", "100.5", "1000", "nan", "inf"])
+def test_the_sweep_takes_exactly_the_sample_rates_the_runner_takes(tmp_path: Path, hz: str) -> None:
+    try:
+        spec = spec_of(tmp_path, machines=["c6i.large"], sample_hz=hz)
+    except UsageError as exc:
+        assert one_line_usage_error(pytest.ExceptionInfo.from_exc_info(
+            (type(exc), exc, exc.__traceback__))).startswith("--sample-hz: ")
+        assert not runner_accepts("--sample-hz", hz), f"the sweep refuses {hz}, the runner not"
+    else:
+        assert runner_accepts("--sample-hz", hz), f"the sweep takes {hz}, the runner refuses it"
+        assert spec.sample_hz == float(hz)
+    assert runner_accepts("--sample-hz", "0") and not runner_accepts("--sample-hz", "1000")
+
+
+@pytest.mark.parametrize("text", ["99999999999d", "8d", "604801"])
+def test_a_duration_beyond_seven_days_is_refused_by_the_sweep_and_the_runner(
+    tmp_path: Path, text: str
+) -> None:
+    with pytest.raises(UsageError, match=r"^--duration: .* is too long: .*7 days"):
+        spec_of(tmp_path, machines=["c6i.large"], duration=text)
+    assert spec_of(tmp_path, machines=["c6i.large"], duration="7d").duration_s == 7 * 86400
+    assert not runner_accepts("--duration", str(parse_duration(text)))
+    assert runner_accepts("--duration", str(7 * 86400))
+    assert parse_duration("30d", "--older-than") == 30 * 86400  # other durations are not trials
+
+
 def test_params_hosts_and_buckets() -> None:
     assert parse_param("path=/data/a=b c") == ("path", "/data/a=b c")
     for bad in ("novalue", "=x", "two words=1", "a-b=1"):
@@ -248,9 +285,43 @@ def test_workload_parameters_are_checked_by_the_workload(tmp_path: Path) -> None
         spec_of(tmp_path, machines=["c6i.large"], workload="cub")
     with pytest.raises(UsageError, match="--frames: must be 1 or more"):
         spec_of(tmp_path, machines=["c6i.large"], frames=0)
-    # a user's module:Class is checked where it runs
+
+
+def test_a_users_workload_must_be_importable_here_without_running_its_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "src" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise SystemExit('package code must not run')\n")
+    (package / "mod.py").write_text(
+        "import torch  # only the VM has it\n\n"
+        "raise SystemExit('module code must not run')\n\n"
+        "class MyWork:\n    pass\n"
+    )
+    (tmp_path / "src" / "broken.py").write_text("class MyWork(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
     user = spec_of(tmp_path, machines=["c6i.large"], workload="mypkg.mod:MyWork", params=["x=1"])
     assert user.workload == "mypkg.mod:MyWork" and user.workload_params == {"x": "1"}
+    for target, fragment in (
+        ("nosuchmodule:Thing", "cannot import 'nosuchmodule': no such module"),
+        ("mypkg.nope:MyWork", "cannot import 'mypkg.nope'"),
+        ("mypkg.mod:Other", f"module 'mypkg.mod' ({package / 'mod.py'}) defines no 'Other'"),
+        ("broken:MyWork", "cannot import 'broken'"),
+    ):
+        with pytest.raises(UsageError) as info:
+            spec_of(tmp_path, machines=["c6i.large"], workload=target)
+        message = one_line_usage_error(info)
+        assert message.startswith(f"--workload {target}: ") and fragment in message, message
+
+
+def test_a_workload_is_also_looked_for_in_a_given_search_path(tmp_path: Path) -> None:
+    from workloads.limits import check_workload_target
+
+    (tmp_path / "job.py").write_text("from workloads.base import Workload as Job\n")
+    check_workload_target("job:Job", search_path=[tmp_path])
+    elsewhere = tmp_path / "elsewhere"
+    with pytest.raises(ValueError, match=f"no such module in {elsewhere} or this Python's path"):
+        check_workload_target("job:Job", search_path=[elsewhere])
 
 
 @pytest.mark.parametrize(

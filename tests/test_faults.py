@@ -210,6 +210,16 @@ def _vm_process_environments(sweep: CloudSweep) -> list[bytes]:
     return envs
 
 
+def written_by_cloudprof(path: Path) -> bool:
+    """Not a third-party package that pip put into the VM's venv (pyarrow's libarrow_s3.so
+    holds the bytes "X-Amz-Signature"); cloudprof's own wheel there is checked."""
+    parts = path.parts
+    if "site-packages" not in parts:
+        return True
+    below = parts[parts.index("site-packages") + 1:]
+    return bool(below) and below[0].startswith(("workloads", "cloudprof_workloads"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
 def test_no_user_credential_reaches_the_vm_the_output_or_the_store(
@@ -250,8 +260,10 @@ def test_no_user_credential_reaches_the_vm_the_output_or_the_store(
     places: dict[str, bytes] = {"stdout": out.encode(), "stderr": err.encode()}
     places.update({f"vm env {i}": env for i, env in enumerate(environments)})
     for root in (run_dir, sweep.workdir):  # the results store, and every file the VM got
-        places.update({str(p): p.read_bytes() for p in root.rglob("*") if p.is_file()})
+        places.update({str(p): p.read_bytes() for p in root.rglob("*")
+                       if p.is_file() and written_by_cloudprof(p)})
     assert len(places) > 10 and any("trials.parquet" in name for name in places)
+    assert any(f"site-packages{os.sep}workloads{os.sep}" in name for name in places)  # ours
     signed = b"X-Amz-Security-Token=" + TOKEN.encode()
     for name, data in places.items():
         if name.startswith(str(sweep.workdir / "manifests")):

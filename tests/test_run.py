@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from workloads import protocol
-from workloads.run import parse_bytes
 
 MIB = 1024 * 1024
 
@@ -169,6 +168,9 @@ def test_memory_budget_breach_stops_the_trial(tmp_path):
         (["--workers", "0"], "must be positive"),
         (["--memory-budget", "lots"], "not a size"),
         (["--sample-hz", "500"], "between 0 and 100"),
+        (["--sample-hz", "nan"], "between 0 and 100"),
+        (["--duration", "99999999999"], "longer than the 7 days"),
+        (["--memory-budget", "0"], "size must be positive"),
         (["--duration", "1", "--units", "5"], "not allowed with"),
         (["--command"], "needs the command"),
     ],
@@ -247,6 +249,19 @@ def test_command_over_budget_is_killed(tmp_path):
     assert s["command"]["stopped_by"] == "memory_budget"
 
 
+def test_a_budget_crossed_before_the_trial_begins_stops_it_with_the_budget_exit_code(tmp_path):
+    proc = run(
+        tmp_path, "--quiet", "--memory-budget", "1K", "--sample-hz", "20",
+        "--command", "--", sys.executable, "-c", "import time; time.sleep(30)",
+    )  # fmt: skip
+    assert proc.returncode == protocol.EXIT_MEMORY_BUDGET, proc.stderr
+    s = summary(tmp_path)
+    assert s["status"] == "memory_budget_exceeded"
+    assert s["command"]["stopped_by"] == "memory_budget"
+    # the error names sizes a person reads, with the exact bytes beside them
+    assert "memory budget of 1 KiB (1024 bytes) exceeded" in error_line(proc)
+
+
 def _running_trial(out, *args, **popen) -> subprocess.Popen:
     """``python -m workloads.run`` started and past its first progress line (the trial runs)."""
     proc = subprocess.Popen(
@@ -268,14 +283,19 @@ def test_sigterm_stops_cleanly_with_an_interrupted_summary(tmp_path):
     assert (tmp_path / protocol.TIMESERIES_FILE).exists()
 
 
-def test_parse_bytes():
-    assert parse_bytes("2G") == 2 * 1024**3
-    assert parse_bytes("512M") == 512 * MIB
-    assert parse_bytes("1.5GiB") == int(1.5 * 1024**3)
-    assert parse_bytes("4096") == 4096
-    for bad in ("", "2X", "-1G", "0"):
-        with pytest.raises(ValueError):
-            parse_bytes(bad)
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("2G", 2 * 1024**3), ("2GiB", 2 * 1024**3), ("2GB", 2 * 10**9), ("512M", 512 * MIB),
+     ("1.5GiB", int(1.5 * 1024**3)), ("4294967296", 4 * 1024**3)],
+)
+def test_a_size_means_the_same_to_the_runner_and_to_the_sweep(tmp_path, text, expected):
+    from orchestrator.spec.config import parse_size
+
+    assert parse_size(text) == expected  # cloudprof sweep --max-peak-memory
+    proc = run(tmp_path, "--workload", "sleep", "--units", "1", "--sample-hz", "0",
+               "--memory-budget", text, "--quiet")
+    assert proc.returncode == protocol.EXIT_OK, proc.stderr
+    assert summary(tmp_path)["memory_budget"]["limit_bytes"] == expected
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import psutil
@@ -449,6 +450,53 @@ def test_users_own_inputs_directory_is_staged_and_used(cache: Path, tmp_path: Pa
     # the laptop's path never reaches the runner's command line
     plan = json.loads((run_dir / "sweep.json").read_text())["plan"]
     assert str(own) not in json.dumps(plan["vms"][0]["trials"])
+
+
+@pytest.mark.parametrize(
+    ("make", "fragment"),
+    [
+        (lambda d: None, "no .parquet or .csv frames"),
+        (lambda d: (d / "frame_0.parquet").write_bytes(b"not parquet at all"), "cannot read"),
+        (lambda d: (d / "notes.txt").write_text("no frames here"), "no .parquet or .csv frames"),
+    ],
+    ids=["empty", "not parquet", "no frame files"],
+)
+def test_an_inputs_directory_without_valid_frames_is_refused_before_anything_starts(
+    cache: Path, tmp_path: Path, make: Any, fragment: str
+) -> None:
+    own = tmp_path / "my-frames"
+    own.mkdir()
+    make(own)
+    out = tmp_path / "runs"
+    with pytest.raises(UsageError, match=f"^inputs: {fragment}") as info:
+        run_sweep(spec_for(out, workload_params={"inputs": str(own), "dim": "8"}),
+                  console=quiet())
+    assert "\n" not in str(info.value)
+    assert not out.exists()  # no store, no host, no trial
+
+
+def test_inputs_narrower_than_the_cube_are_refused_before_anything_starts(
+    cache: Path, tmp_path: Path
+) -> None:
+    from workloads.inputs import InputSpec, generate
+
+    own = generate(InputSpec(frames=2, rows=30, cols=20, seed=7), tmp_path / "my-frames")
+    with pytest.raises(UsageError, match="cube: dim 25 exceeds the 20 columns of"):
+        run_sweep(spec_for(tmp_path / "runs", workload_params={"inputs": str(own), "dim": "25"}),
+                  console=quiet())
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_relative_out_gives_one_store_with_absolute_paths_for_the_trials(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_dir = run_sweep(spec_for(Path("rel-runs"), workers=[1], duration_s=0.5), console=quiet())
+    assert run_dir.is_absolute() and run_dir.parent == tmp_path / "rel-runs"
+    assert pd.read_parquet(run_dir / "trials.parquet").iloc[0]["status"] == "ok"
+    # the trial wrote into the store, not into a second runs/<id>/ below its host's workdir
+    assert not [p for p in run_dir.rglob("rel-runs")], sorted(run_dir.rglob("*"))
+    assert [p.name for p in (tmp_path / "rel-runs").iterdir()] == [run_dir.name]
 
 
 def test_dry_run_never_touches_a_cloud_bucket(cache: Path, tmp_path: Path) -> None:

@@ -35,13 +35,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workloads import procfs
+from workloads import limits, procfs
 from workloads.base import UnitCounter
 from workloads.protocol import TIMESERIES_COLUMNS
 from workloads.sampler import Sampler, SamplerConfig, SamplerResult
 from workloads.shared import SharedInt
 
-MAX_SAMPLE_HZ = 100.0
 SAMPLER_START_TIMEOUT_S = 60.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -124,8 +123,7 @@ class Agent:
         children_interval_s: float | None = None,
         gpu: bool = True,
     ) -> None:
-        if not 0 <= sample_hz <= MAX_SAMPLE_HZ:
-            raise ValueError(f"sample rate must be between 0 and {MAX_SAMPLE_HZ:g} Hz")
+        limits.check_sample_hz(sample_hz)
         self.pid = os.getpid() if pid is None else pid
         self.in_process = self.pid == os.getpid()
         self.on_breach = on_breach
@@ -248,10 +246,19 @@ class Agent:
         self._expect(b"ready")
 
     def _expect(self, word: bytes) -> None:
-        """The sampler's next line must be ``word``; otherwise it is gone and we say so."""
+        """The sampler's next line must be ``word``; otherwise it is gone and we say so.
+
+        The first sample is taken before ``begun`` is sent, so a trial already above
+        its memory budget reports ``breach`` first: that is a breach, not a failed start.
+        """
         assert self._proc is not None and self._proc.stdout is not None
         ready, _, _ = select.select([self._proc.stdout], [], [], SAMPLER_START_TIMEOUT_S)
         line = self._proc.stdout.readline() if ready else b""
+        while line.startswith(b"breach ") and line.split()[1].isdigit():
+            self._breached(int(line.split()[1]))
+            # ``word`` follows at once, and may already sit in the reader's buffer, where
+            # select() would not see it: read on (EOF ends this if the sampler dies).
+            line = self._proc.stdout.readline()
         if line.strip() != word:
             self._proc.kill()
             self._proc.wait()

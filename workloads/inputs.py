@@ -535,6 +535,25 @@ def _open_all(directory: str | os.PathLike[str], index: bool = True) -> list[_Re
     return readers
 
 
+def check_inputs(directory: str | os.PathLike[str], dim: int | None = None) -> tuple[int, int]:
+    """Refuse a directory that holds no valid frames, reading only their headers.
+
+    What the cube workload's ``prepare`` would refuse on the VM, checked where
+    the inputs are (before a sweep stages them): frames present, readable, of
+    doubles, all of one width, and at least ``dim`` rows and columns where known.
+    Returns (frames, columns).
+    """
+    readers = _open_all(directory, index=False)
+    first = readers[0]
+    if dim is not None:
+        for axis, size in (("rows", first.rows), ("columns", first.cols)):
+            if size is not None and dim > size:
+                raise WorkloadInputError(
+                    f"cube: dim {dim} exceeds the {size} {axis} of {directory}"
+                )
+    return len(readers), first.cols
+
+
 def _load(
     directory: str | os.PathLike[str],
     nrows: int | None,

@@ -19,7 +19,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,30 +29,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workloads import procfs, protocol
-from workloads.agent import MAX_SAMPLE_HZ, Agent, AgentReport
+from workloads import limits, procfs, protocol
+from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
 from workloads.memory import find_spikes, leak_test
 
 DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
-_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 class UsageError(Exception):
     """Bad arguments or inputs: printed as one ``error:`` line, exit EXIT_USAGE."""
-
-
-def parse_bytes(text: str) -> int:
-    """``2G``, ``512M``, ``1.5GiB``, ``1073741824`` → bytes (suffixes are powers of 1024)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtKMGT]?)(?:i?[bB])?\s*", text)
-    if not m:
-        raise ValueError(f"not a size: {text!r} (use e.g. 2G, 512M or a number of bytes)")
-    value = int(float(m.group(1)) * _SUFFIXES[m.group(2).upper()])
-    if value <= 0:
-        raise ValueError(f"size must be positive: {text!r}")
-    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,21 +61,27 @@ def _positive(kind: type) -> Any:
     return convert
 
 
+def _checked(check: Any, convert: Any = float) -> Any:
+    """An argparse type from one of ``workloads.limits``' checks (shared with the sweep)."""
+
+    def run_check(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return run_check
+
+
 def _size(text: str) -> int:
     try:
-        return parse_bytes(text)
+        return limits.parse_size(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _hz(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= MAX_SAMPLE_HZ:
-        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_SAMPLE_HZ:g} Hz")
-    return value
+        raise argparse.ArgumentTypeError(f"not a size: {exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,10 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--workers", type=_positive(int), default=1)
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--duration", type=_positive(float), help="seconds (default 10)")
+    length.add_argument("--duration", type=_checked(limits.check_duration),
+                        help="seconds (default 10)")
     length.add_argument("--units", type=_positive(int), help="stop after this many units")
-    p.add_argument("--sample-hz", type=_hz, default=10.0, help="0 = no background sampling")
-    p.add_argument("--memory-budget", type=_size, help="stop the trial above this RSS (e.g. 2G)")
+    p.add_argument("--sample-hz", type=_checked(limits.check_sample_hz), default=10.0,
+                   help="0 = no background sampling")
+    p.add_argument("--memory-budget", type=_size,
+                   help="stop the trial above this RSS (2G = 2 GiB, 2GB = 2e9 bytes)")
     p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
     p.add_argument("--out", required=True, type=Path, help="directory for the result files")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -533,6 +529,11 @@ def _run_command(
     return code
 
 
+def _human(n: int | None) -> str:
+    """A size for a person, with the exact bytes: ``1.5 GiB (1610612736 bytes)``."""
+    return "?" if n is None else f"{limits.format_size(n)} ({n} bytes)"
+
+
 def _finish(
     args: argparse.Namespace, summary: dict[str, Any], rep: AgentReport, sig: _Signals
 ) -> int:
@@ -542,8 +543,8 @@ def _finish(
     if rep.budget_breached:
         summary["status"] = "memory_budget_exceeded"
         summary["error"] = (
-            f"memory budget of {rep.budget_limit_bytes} bytes exceeded: RSS "
-            f"{rep.budget_breach_rss_bytes} bytes at t={rep.budget_breach_t}s; trial stopped"
+            f"memory budget of {_human(rep.budget_limit_bytes)} exceeded: RSS "
+            f"{_human(rep.budget_breach_rss_bytes)} at t={rep.budget_breach_t}s; trial stopped"
         )
         return protocol.EXIT_MEMORY_BUDGET
     if sig.received:
@@ -553,8 +554,8 @@ def _finish(
     if summary["memory_budget"]["breached"]:
         summary["status"] = "memory_budget_exceeded"
         summary["error"] = (
-            f"peak RSS {rep.peak_rss_bytes} bytes exceeded the memory budget of "
-            f"{rep.budget_limit_bytes} bytes between two samples"
+            f"peak RSS {_human(rep.peak_rss_bytes)} exceeded the memory budget of "
+            f"{_human(rep.budget_limit_bytes)} between two samples"
         )
         return protocol.EXIT_MEMORY_BUDGET
     summary["status"] = "ok"

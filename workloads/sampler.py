@@ -23,7 +23,8 @@ otherwise. The two talk over the child's stdin/stdout in lines:
                      stop                 take a last sample, send the result, exit
     child → parent   ready                readers open, GPU probed
                      begun                the first sample is taken (latest RSS is set)
-                     breach <rss>         the memory budget was crossed (first time only)
+                     breach <rss>         the memory budget was crossed (first time only;
+                                          can precede "begun", whose first sample may cross it)
                      result <n>           then n bytes: the pickled ``SamplerResult``
 
 The unit counter and the latest RSS cross through ``shared.SharedInt``, so

@@ -127,6 +127,8 @@ def plan_inputs(spec: SweepSpec) -> StagedInputs | None:
         directory = Path(str(given)).expanduser()
         if not directory.is_dir():
             raise UsageError(f"inputs: {directory} is not a directory")
+        if spec.workload == "cube":  # what the cube would refuse on the VM, refused here
+            _check_cube_inputs(directory, spec)
         files = sorted(p for p in directory.rglob("*") if p.is_file())
         listing = [(p.relative_to(directory).as_posix(), p.stat().st_size) for p in files]
         digest = hashlib.sha256()
@@ -157,6 +159,18 @@ def plan_inputs(spec: SweepSpec) -> StagedInputs | None:
     files = [(cube_spec.file_name(i), per_file) for i in range(cube_spec.frames)]
     files.append((MANIFEST, 200 * cube_spec.frames))
     return StagedInputs(cube_spec.hash, files, cube_spec=cube_spec)
+
+
+def _check_cube_inputs(directory: Path, spec: SweepSpec) -> None:
+    from workloads.base import WorkloadInputError
+    from workloads.cube import CubeWorkload
+    from workloads.inputs import check_inputs
+
+    try:
+        cube = CubeWorkload(**{k: str(v) for k, v in spec.workload_params.items()})
+        check_inputs(directory, cube.dim)
+    except WorkloadInputError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def generate_inputs(inputs: StagedInputs, console: Console | None = None) -> Path:

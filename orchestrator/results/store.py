@@ -118,7 +118,9 @@ class RunStore:
     """One sweep's directory; safe to use from the engine's per-machine threads."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir = Path(run_dir)
+        # Absolute, whatever --out was: hosts and trials get paths under it that must not
+        # be read from their own working directories (runs/<id>/hosts/<vm>/runs/<id>/...).
+        self.run_dir = Path(run_dir).absolute()
         self._lock = threading.RLock()
 
     # -- creation -------------------------------------------------------------

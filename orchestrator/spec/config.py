@@ -42,22 +42,6 @@ _SECRET_VALUE_RE = re.compile(
     r"|xox[baprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}"
 )
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._/-]*$")
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1024,
-    "m": 1024**2,
-    "g": 1024**3,
-    "t": 1024**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-    "tb": 1000**4,
-}
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -130,22 +114,16 @@ def _check_max(n: int, where: str) -> None:
 def parse_size(value: Any, where: str = "--max-peak-memory") -> int:
     """Bytes from ``2G``, ``512MiB``, ``1.5GB`` or a number of bytes.
 
-    K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024 (as ``free`` and ``ulimit``
-    count); KB/MB/GB/TB are powers of 1000.
+    The runner's own parser (``workloads.limits.parse_size``), so ``2GB`` means
+    the same in this gate and in the runner's ``--memory-budget``: K/M/G/T and
+    KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB powers of 1000.
     """
-    if isinstance(value, bool):
-        raise UsageError(f"{where}: expected a size such as 2G or 512MiB, got {value!r}")
-    if isinstance(value, int | float):
-        number, unit = float(value), ""
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", str(value))
-        if not m or m.group(2).lower() not in _SIZE_UNITS:
-            raise UsageError(f"{where}: expected a size such as 2G or 512MiB, got {value!r}")
-        number, unit = float(m.group(1)), m.group(2).lower()
-    size = int(number * _SIZE_UNITS[unit])
-    if size <= 0 or not math.isfinite(number):
-        raise UsageError(f"{where}: size must be positive, got {value!r}")
-    return size
+    from workloads import limits
+
+    try:
+        return limits.parse_size(value)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def parse_duration(value: Any, where: str = "--duration") -> float:
@@ -170,7 +148,7 @@ def parse_warmup(value: Any, where: str = "--warmup") -> float:
     """Like a duration, but 0 (no warm-up, the default) is allowed."""
     if not isinstance(value, bool) and str(value).strip().rstrip("sS").strip() in ("0", "0.0"):
         return 0.0
-    return parse_duration(value, where)
+    return _trial_duration(value, where)
 
 
 def parse_param(text: str, where: str = "--param") -> tuple[str, str]:
@@ -271,6 +249,32 @@ def _integer(minimum: int) -> Callable[[Any, str], int]:
     return convert
 
 
+def _trial_duration(value: Any, where: str) -> float:
+    """A trial's length, within what the runner accepts (``workloads.limits``)."""
+    from workloads import limits
+
+    seconds = parse_duration(value, where)
+    try:
+        return limits.check_duration(seconds)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {value!r} is too long: {exc}") from None
+
+
+def _sample_hz(value: Any, where: str) -> float:
+    """The agent's sampling rate, within what the runner accepts (``workloads.limits``)."""
+    from workloads import limits
+
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: expected a number of samples per second, "
+                         f"got {value!r}") from None
+    try:
+        return limits.check_sample_hz(number)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
 def _positive_number(value: Any, where: str) -> float:
     try:
         number = float(value) if not isinstance(value, bool) else math.nan
@@ -342,7 +346,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "machines": _strings,
     "workers": parse_workers,
     "repeats": _integer(1),
-    "duration": parse_duration,
+    "duration": _trial_duration,
     "warmup": parse_warmup,
     "workload": _workload,
     "frames": _integer(1),
@@ -360,7 +364,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "spot": _boolean,
     "max_cost": _positive_number,
     "max_peak_memory": parse_size,
-    "sample_hz": _positive_number,
+    "sample_hz": _sample_hz,
     "out": _path,
     "dry_run": _boolean,
     "hosts_file": _path,
@@ -523,10 +527,11 @@ def _check_workload_params(spec: SweepSpec) -> None:
     """Refuse secrets, and let a registered workload reject its parameters now.
 
     Constructing a workload only parses its parameters (``prepare`` does the
-    work); a user's ``module:Class`` is checked where it runs instead, because
-    it may not be importable here.
+    work). A user's ``module:Class`` must be findable here, with the class
+    defined in it; its code is not run (it may need what only the VM has).
     """
     from workloads.base import REGISTRY, WorkloadInputError, load_workload
+    from workloads.limits import check_workload_target
 
     for key, value in spec.workload_params.items():
         if _SECRET_KEY_RE.search(key) or _SECRET_VALUE_RE.search(str(value)):
@@ -536,6 +541,10 @@ def _check_workload_params(spec: SweepSpec) -> None:
             )
 
     if spec.workload not in REGISTRY:
+        try:
+            check_workload_target(spec.workload)
+        except ValueError as exc:
+            raise UsageError(f"--workload {spec.workload}: {exc}") from None
         return
     try:
         load_workload(spec.workload)(**{k: str(v) for k, v in spec.workload_params.items()})
