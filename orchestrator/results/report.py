@@ -108,7 +108,9 @@ def load_run(run_dir: str | Path) -> RunData:
         if column not in trials.columns:
             trials[column] = None
     trials["ran_on"] = trials["ran_on"].fillna(trials["machine"])
-    return RunData(run_dir=path, sweep=sweep, trials=trials)
+    from orchestrator.results.jobs_report import label_grid
+
+    return RunData(run_dir=path, sweep=sweep, trials=label_grid(trials))
 
 
 # ---------------------------------------------------------------- the numbers
@@ -397,6 +399,9 @@ def build_report(run: RunData) -> Report:
     knee_of = knees(summary)
     headlines = _headlines(run, summary, knee_of)
     tables = [] if summary.empty else [_results_table(summary), _machine_table(summary, knee_of)]
+    from orchestrator.results.jobs_report import job_tables
+
+    tables.extend(job_tables(run.trials))  # a user's job: fixed-work runs, phases
     failed = _failed_table(run.trials)
     if failed is not None:
         tables.append(failed)
