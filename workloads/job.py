@@ -184,7 +184,8 @@ class OutputReader:
             self.unit = arg
         elif verb == "phase" and arg:
             rss, cpu = tree_snapshot(self.root)
-            self.phases.append({"name": arg, "t": self.clock(), "rss_bytes": rss, "cpu_s": cpu})
+            self.phases.append({"name": arg, "t": self.clock(), "rss_bytes": rss, "cpu_s": cpu,
+                                "units": self.units_total})
         else:
             self._fail(f"line {n} of the job's output, {line.strip()!r}: unknown protocol line "
                        "(use cloudprof:units N, cloudprof:unit NAME or cloudprof:phase NAME)")
@@ -216,7 +217,8 @@ def tree_snapshot(root: int) -> tuple[int | None, float | None]:
 
 
 def phase_stats(phases: list[dict[str, Any]], t: Sequence[float], rss: Sequence[int],
-                cpu: Sequence[float], end_t: float, end_cpu: float | None) -> list[dict[str, Any]]:
+                cpu: Sequence[float], end_t: float, end_cpu: float | None,
+                end_units: float = 0.0) -> list[dict[str, Any]]:
     """Wall time, CPU time and peak RSS per phase, from the samples and the phase starts.
 
     A phase's peak is the highest of the samples taken while it ran and the
@@ -238,9 +240,12 @@ def phase_stats(phases: list[dict[str, Any]], t: Sequence[float], rss: Sequence[
             cpu_end = before[-1] if before else None
         cpu_s = (None if cpu_end is None or phase["cpu_s"] is None
                  else round(max(cpu_end - phase["cpu_s"], 0.0), 3))
+        units = (nxt["units"] if nxt else end_units) - phase.get("units", 0.0)
+        wall = max(stop - start, 0.0)
         out.append({"name": phase["name"], "start_s": round(start, 4),
-                    "wall_s": round(max(stop - start, 0.0), 4), "cpu_s": cpu_s,
+                    "wall_s": round(wall, 4), "cpu_s": cpu_s,
                     "peak_rss_bytes": max(peaks) if peaks else None,
+                    "units": units, "units_per_s": units / wall if wall > 0 else 0.0,
                     "samples": len(in_phase)})
     return out
 

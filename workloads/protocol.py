@@ -48,7 +48,8 @@ SUMMARY_KEYS = (
     # /2: a --command --job trial (workloads.job) fills these two.
     "job_kind",  # None (a workload or a bare command), "throughput" (it reported units) or
     #              "fixed_work" (no units: one complete run; seconds is its time to complete)
-    "phases",  # [{"name", "start_s", "wall_s", "cpu_s", "peak_rss_bytes", "samples"}] in order,
+    "phases",  # [{"name", "start_s", "wall_s", "cpu_s", "peak_rss_bytes", "units", "units_per_s",
+    #            "samples"}] in order,
     #            from its "cloudprof:phase NAME" lines; [] without
 )
 

@@ -571,6 +571,13 @@ def _run_command(
         summary["status"] = "failed"
         summary["error"] = reader.error
         return protocol.EXIT_FAILED
+    if (code == protocol.EXIT_OK and reader is not None and stopped_by == "duration"
+            and not reader.reported_units):
+        # A fixed-work job cut short measured nothing whole: no time to complete, no cost.
+        summary["status"] = "failed"
+        summary["error"] = (f"--duration {args.duration:g} s stopped the job before it "
+                            "finished, and it reported no units (cloudprof:units N)")
+        return protocol.EXIT_FAILED
     if code == protocol.EXIT_OK and proc.returncode != 0 and stopped_by != "duration":
         summary["status"] = "failed"
         summary["error"] = f"command exited with code {proc.returncode}" + (
@@ -594,7 +601,7 @@ def _fill_job(summary: dict[str, Any], reader: jobs.OutputReader, rep: AgentRepo
     cpu = [u + s for u, s in zip(rep.column("cpu_user_s"), rep.column("cpu_system_s"),
                                  strict=True)]
     summary["phases"] = jobs.phase_stats(reader.phases, t, rss, cpu, end_t,
-                                         rep.cpu_seconds_total)
+                                         rep.cpu_seconds_total, reader.units_total)
 
 
 def _finish(

@@ -97,20 +97,23 @@ def job_tables(trials: pd.DataFrame) -> list[Table]:
             p_peak = phase.get("peak_rss_bytes")
             share = f"{100.0 * p_peak / peak:.0f}%" if p_peak and peak else "–"
             cpu = phase.get("cpu_s")
+            rate = phase.get("units_per_s")
             rows.append(Row([str(trial["machine"]), str(int(trial["workers"])),
                              str(int(trial["repeat"])), str(phase.get("name")),
                              _seconds(phase.get("wall_s")),
                              f"{cpu:.2f} s" if cpu is not None else "–",
-                             fmt_bytes(p_peak), share]))
+                             fmt_bytes(p_peak), share,
+                             f"{rate:,.1f}" if phase.get("units") else "–"]))
     if rows:
         tables.append(Table(
             "Phases (from the job's cloudprof:phase lines)",
             ["machine", "workers", "repeat", "phase", "wall time", "CPU time", "peak RSS",
-             "% of trial peak"], rows,
+             "% of trial peak", "units/s"], rows,
             ["A phase's peak RSS is the highest sample of the process tree while it ran "
              "(and a reading at its start); % of trial peak compares it with the trial's "
              "peak, so the phase that sets the peak shows ~100%.",
-             "CPU time: the tree's CPU at the phase's end minus at its start (/proc)."]))
+             "CPU time: the tree's CPU at the phase's end minus at its start (/proc); "
+             "units/s: the units reported during the phase over its wall time."]))
     return tables
 
 
