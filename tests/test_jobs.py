@@ -362,3 +362,20 @@ def test_a_user_project_sweeps_on_a_cloud_through_its_bucket(cloud_sweep, user_p
     assert vm["setup"] == ("reused" if done_before else "ran")
     assert list(sweep.workdir.glob("jobs/*/.cloudprof-site/tabulate*"))
     assert sweep.live() == []  # the VM and what was made for it are gone
+
+
+def test_a_grid_multiplies_the_trials_and_reaches_a_workload_as_parameters():
+    from orchestrator.plan.planner import make_plan
+    from orchestrator.spec.catalog import lookup
+    from orchestrator.spec.spec import SweepSpec
+
+    spec = SweepSpec(machines=["n2-highcpu-2"], workers=[1, 2], repeats=2, workload="mine:Job",
+                     grid={"rows": ["10", "20"], "mode": ["a", "b", "c"]}, dry_run=True)
+    (vm,) = make_plan(spec, "s1", [lookup("n2-highcpu-2")]).vms
+    assert len(vm.trials) == 2 * 3 * 2 * 2
+    assert len({t.trial_id for t in vm.trials}) == len(vm.trials)
+    trial = next(t for t in vm.trials if t.grid == {"rows": "20", "mode": "b"} and t.workers == 2)
+    assert trial.trial_id == "n2-highcpu-2-rows20-modeb-w2-r0"
+    args = trial.runner_args
+    assert args[args.index("rows=20") - 1:args.index("rows=20") + 1] == ["--param", "rows=20"]
+    assert "mode=b" in args and "--command" not in args

@@ -366,7 +366,7 @@ def render_plan(plan: Plan, console: Console, dry_run: bool) -> None:
             console.print(f"  {up.key}  [dim]{_fmt_bytes(up.size_bytes)}[/dim]",
                           highlight=False)
     console.print("[bold]Trial commands[/bold] (each also gets --param inputs=<staged dir> "
-                  "--out <trial dir>):")
+                  "and --chdir <job copy> where staged, and --out <trial dir>):")
     for vm in plan.vms:
         for t in vm.trials:
             console.print(f"  python -m workloads.run {escape(shlex.join(t.runner_args))}",
