@@ -271,7 +271,7 @@ def test_a_user_project_sweeps_on_local_with_setup_once_per_machine_and_a_grid(
         copy = Path(vm["job"]["dir"])
         assert (copy / "data" / "rows.csv").is_file() and not (copy / "notes.txt").exists()
     report = (run / "report.md").read_text()
-    assert "size=m" in report and "Phases" in report
+    assert "size=m" in report and "Phases" in report and "Grid: size" in report
 
 
 def test_a_workload_class_is_imported_from_the_workdir(tmp_path):

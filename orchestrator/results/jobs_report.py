@@ -40,9 +40,53 @@ def label_grid(trials: pd.DataFrame) -> pd.DataFrame:
     if not labels.astype(bool).any():
         return trials
     out = trials.copy()
+    out["machine_type"] = out["machine"]  # the planned machine, before the grid label
     out["machine"] = [f"{m} · {g}" if g else m
                       for m, g in zip(out["machine"], labels, strict=True)]
     return out
+
+
+def _grid_values(text: Any) -> dict[str, str]:
+    try:
+        values = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in values.items()} if isinstance(values, dict) else {}
+
+
+def _grid_tables(ok: pd.DataFrame) -> list[Table]:
+    """One table per --grid name: peak memory and speed against its values, per machine."""
+    from orchestrator.results.report import Row, Table, fmt_bytes, fmt_rate
+
+    if "machine_type" not in ok.columns or ok.empty:
+        return []
+    points = ok["grid"].map(_grid_values)
+    names = list(dict.fromkeys(k for p in points for k in p))
+    tables = []
+    for name in names:
+        frame = ok.assign(_value=points.map(lambda p, n=name: p.get(n)))
+        frame = frame[frame["_value"].notna()]
+        rows = []
+        for (machine, value), group in frame.groupby(["machine_type", "_value"], sort=False):
+            fixed = group["job_kind"] == "fixed_work"
+            speed = (_seconds(group.loc[fixed, "seconds"].astype(float).median())
+                     if fixed.all() else fmt_rate(group["units_per_s"].astype(float).max()))
+            rows.append(Row([str(machine), str(value), str(len(group)),
+                             fmt_bytes(group["peak_rss_bytes"].astype(float).max()), speed]))
+        rows.sort(key=lambda r: (r.cells[0], _number(r.cells[1])))
+        tables.append(Table(
+            f"Grid: {name}", ["machine", name, "trials", "peak RSS", "best units/s or time"],
+            rows, ["Over every other grid value and worker count: peak RSS is the max; the last "
+                   "column is the best units/s, or for a fixed-work job the median time to "
+                   "complete."]))
+    return tables
+
+
+def _number(text: str) -> tuple[int, float | str]:
+    try:
+        return (0, float(text))
+    except ValueError:
+        return (1, text)
 
 
 def _phases(text: Any) -> list[dict[str, Any]]:
@@ -67,7 +111,7 @@ def job_tables(trials: pd.DataFrame) -> list[Table]:
     if trials.empty or "job_kind" not in trials.columns:
         return []
     ok = trials[trials["status"] == "ok"]
-    tables = []
+    tables = _grid_tables(ok)
     fixed = ok[ok["job_kind"] == "fixed_work"]
     if len(fixed):
         rows = []
