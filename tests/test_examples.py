@@ -40,6 +40,7 @@ def test_the_scalene_example_reports_each_phase_for_each_grid_point(tmp_path):
                        "--grid", "model=linear,mlp")
     trials = _trials(run)
     assert set(trials["status"]) == {"ok"} and set(trials["job_kind"]) == {"fixed_work"}
+    assert set(trials["leak_verdict"]) == {"inconclusive"}  # one run grows as it works
     assert sorted(json.loads(g)["model"] for g in trials["grid"]) == ["linear", "mlp"]
     for text in trials["phases"]:
         phases = json.loads(text)

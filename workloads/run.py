@@ -597,6 +597,11 @@ def _fill_job(summary: dict[str, Any], reader: jobs.OutputReader, rep: AgentRepo
                               if reader.reported_units and seconds > 0 else 0.0)
     # No units: the job is a fixed amount of work and a trial is one complete run.
     summary["job_kind"] = "throughput" if reader.reported_units else "fixed_work"
+    if not reader.reported_units and summary["leak"].get("verdict") != "inconclusive":
+        # One complete run grows as it loads and works: growth is not a leak there.
+        summary["leak"] = {**summary["leak"], "verdict": "inconclusive",
+                           "reason": "a fixed-work job (no units): its growth is its work; "
+                                     "the leak test needs a job that loops (reports units)"}
     t, rss = rep.column("t"), rep.column("rss_bytes")
     cpu = [u + s for u, s in zip(rep.column("cpu_user_s"), rep.column("cpu_system_s"),
                                  strict=True)]

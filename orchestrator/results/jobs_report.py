@@ -89,6 +89,19 @@ def _number(text: str) -> tuple[int, float | str]:
         return (1, text)
 
 
+def describe_command(spec: dict[str, Any], trials: pd.DataFrame) -> str:
+    """ "command `python fit.py {rows}`, 1 unit = 1 row, run to completion": a job's line."""
+    text = f"command `{spec['command']}`"
+    if spec.get("workdir"):
+        text += f" in a copy of {spec['workdir']}"
+    units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
+    if len(units) == 1:
+        text += f", 1 unit = 1 {units[0]}"
+    stop = spec.get("stop_after_s")
+    text += f", stopped after {float(stop):g} s" if stop else ", each trial one complete run"
+    return text
+
+
 def _phases(text: Any) -> list[dict[str, Any]]:
     if not isinstance(text, str) or not text:
         return []

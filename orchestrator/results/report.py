@@ -289,6 +289,7 @@ def best_rows(summary: pd.DataFrame) -> tuple[dict[str, Any] | None, dict[str, A
         else None
     )
     by_rate = summary.dropna(subset=["units_per_s"])
+    by_rate = by_rate[by_rate["units_per_s"] > 0]  # a fixed-work job reports no units
     fastest = by_rate.loc[by_rate["units_per_s"].idxmax()].to_dict() if not by_rate.empty else None
     return cheapest, fastest
 
@@ -480,6 +481,10 @@ def describe_workload(run: RunData) -> str:
     spec = run.sweep.get("spec")
     if not isinstance(spec, dict) or not spec.get("workload"):
         return ""
+    from orchestrator.results.jobs_report import describe_command
+
+    if spec.get("command"):
+        return describe_command(spec, run.trials)
     params = spec.get("workload_params") or {}
     text = str(spec["workload"])
     if params:
