@@ -102,8 +102,14 @@ def job_env(values: Mapping[str, str], base: Mapping[str, str] | None = None) ->
     return env
 
 
-def enter_copy(directory: Path) -> None:
-    """Make the shipped copy the working directory and importable (here and in children)."""
+def enter_copy(directory: Path) -> list[str]:
+    """Make the shipped copy the working directory and importable here; returns the paths
+    a job's processes need on PYTHONPATH (its site dir of setup's installs, then the copy).
+
+    Only this process's ``sys.path`` changes, not its environment: the agent's
+    sampler process must keep importing the venv's packages, never a version
+    the job's requirements put in its site dir.
+    """
     directory = directory.resolve()
     if not directory.is_dir():
         raise JobError(f"job directory {directory} does not exist on this host")
@@ -114,8 +120,15 @@ def enter_copy(directory: Path) -> None:
     for p in reversed(paths):
         if p not in sys.path:
             sys.path.insert(0, p)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [*paths, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)])
+    return paths
+
+
+def with_pythonpath(env: Mapping[str, str], paths: Sequence[str]) -> dict[str, str]:
+    """``env`` with ``paths`` first on its PYTHONPATH."""
+    out = dict(env)
+    rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p not in paths]
+    out["PYTHONPATH"] = os.pathsep.join([*paths, *rest])
+    return out
 
 
 # ------------------------------------------------------------------ the stdout protocol

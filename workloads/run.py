@@ -483,6 +483,8 @@ def _run_command(
         except jobs.JobError as exc:
             raise UsageError(str(exc)) from None
         env = jobs.job_env(values)
+    if args.chdir is not None:  # the job's processes import from its copy (and site dir)
+        env = jobs.with_pythonpath(env if env is not None else os.environ, args.job_paths)
     start = time.perf_counter()
     summary["started_at"] = _now()
     try:
@@ -672,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.chdir is not None:
                 out = args.out = args.out.resolve()  # before the working directory moves
                 try:
-                    jobs.enter_copy(args.chdir)
+                    args.job_paths = jobs.enter_copy(args.chdir)
                 except jobs.JobError as exc:
                     raise UsageError(str(exc)) from None
             duration = args.duration
