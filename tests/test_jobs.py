@@ -379,3 +379,32 @@ def test_a_grid_multiplies_the_trials_and_reaches_a_workload_as_parameters():
     args = trial.runner_args
     assert args[args.index("rows=20") - 1:args.index("rows=20") + 1] == ["--param", "rows=20"]
     assert "mode=b" in args and "--command" not in args
+
+
+def test_a_sweep_records_each_bad_job_as_a_failed_trial_with_one_line_and_leaves_no_process(
+        tmp_path):
+    root = tmp_path / "bad"
+    root.mkdir()
+    (root / "bad.py").write_text(textwrap.dedent('''\
+        import sys
+        import time
+
+        print("cloudprof:units 2", flush=True)
+        if sys.argv[1] == "unit":
+            print("cloudprof:units many", flush=True)
+            time.sleep(60)  # the runner stops it at once
+        print("giving up", file=sys.stderr, flush=True)
+        sys.exit(5)
+    '''))
+    result = _sweep(tmp_path, "--machine", "n2-highcpu-2", "--dry-run", "--workers", "1",
+                    "--workdir", str(root), "--command", "python bad.py {case}",
+                    "--grid", "case=unit,exit")
+    assert result.returncode == 6
+    assert "sweep finished with failures (2 trial(s) not ok)" in _one_error(result)
+    (run,) = list((tmp_path / "runs").iterdir())
+    errors = dict(zip(_trials(run)["grid"], _trials(run)["error"], strict=True))
+    assert "'cloudprof:units many'" in errors['{"case": "unit"}']
+    assert errors['{"case": "exit"}'].startswith("command exited with code 5 after")
+    assert all("\n" not in e for e in errors.values())
+    assert "giving up" in (run / "logs" / "n2-highcpu-2-caseexit-w1-r0.log").read_text()
+    assert not sweeps.processes_with(str(run))
