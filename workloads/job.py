@@ -203,6 +203,30 @@ class OutputReader:
             self._fail(f"line {n} of the job's output, {line.strip()!r}: unknown protocol line "
                        "(use cloudprof:units N, cloudprof:unit NAME or cloudprof:phase NAME)")
 
+    def fill_summary(self, summary: dict[str, Any], rep: Any, seconds: float,
+                     end_t: float) -> None:
+        """Units, unit name, kind and phases of the trial into its summary.json.
+
+        ``rep`` is the agent's AgentReport, ``seconds`` the trial's length and
+        ``end_t`` its end on the time series' clock.
+        """
+        summary["unit"] = self.unit or ("unit" if self.reported_units else None)
+        summary["units"] = self.units_total if self.reported_units else 0
+        summary["units_per_s"] = (self.units_total / seconds
+                                  if self.reported_units and seconds > 0 else 0.0)
+        # No units: the job is a fixed amount of work and a trial is one complete run.
+        summary["job_kind"] = "throughput" if self.reported_units else "fixed_work"
+        if not self.reported_units and summary["leak"].get("verdict") != "inconclusive":
+            # One complete run grows as it loads and works: growth is not a leak there.
+            summary["leak"] = {**summary["leak"], "verdict": "inconclusive",
+                               "reason": "a fixed-work job (no units): its growth is its work; "
+                                         "the leak test needs a job that loops (reports units)"}
+        t, rss = rep.column("t"), rep.column("rss_bytes")
+        cpu = [u + s for u, s in zip(rep.column("cpu_user_s"), rep.column("cpu_system_s"),
+                                     strict=True)]
+        summary["phases"] = phase_stats(self.phases, t, rss, cpu, end_t, rep.cpu_seconds_total,
+                                        self.units_total)
+
     def _fail(self, message: str) -> None:
         if self.error is None:
             self.error = message

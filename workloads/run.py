@@ -568,7 +568,7 @@ def _run_command(
     }  # fmt: skip
     code = _finish(args, summary, report, sig)
     if reader is not None:
-        _fill_job(summary, reader, report, seconds, waited["at"] - agent.t0)
+        reader.fill_summary(summary, report, seconds, waited["at"] - agent.t0)
     if code == protocol.EXIT_OK and reader is not None and reader.error:
         summary["status"] = "failed"
         summary["error"] = reader.error
@@ -588,27 +588,6 @@ def _run_command(
             summary["error"] += f" (its output is in {jobs.LOG_FILE})"
         code = protocol.EXIT_FAILED
     return code
-
-
-def _fill_job(summary: dict[str, Any], reader: jobs.OutputReader, rep: AgentReport,
-              seconds: float, end_t: float) -> None:
-    """Units, unit name, kind and phases of a --job command into the summary."""
-    summary["unit"] = reader.unit or ("unit" if reader.reported_units else None)
-    summary["units"] = reader.units_total if reader.reported_units else 0
-    summary["units_per_s"] = (reader.units_total / seconds
-                              if reader.reported_units and seconds > 0 else 0.0)
-    # No units: the job is a fixed amount of work and a trial is one complete run.
-    summary["job_kind"] = "throughput" if reader.reported_units else "fixed_work"
-    if not reader.reported_units and summary["leak"].get("verdict") != "inconclusive":
-        # One complete run grows as it loads and works: growth is not a leak there.
-        summary["leak"] = {**summary["leak"], "verdict": "inconclusive",
-                           "reason": "a fixed-work job (no units): its growth is its work; "
-                                     "the leak test needs a job that loops (reports units)"}
-    t, rss = rep.column("t"), rep.column("rss_bytes")
-    cpu = [u + s for u, s in zip(rep.column("cpu_user_s"), rep.column("cpu_system_s"),
-                                 strict=True)]
-    summary["phases"] = jobs.phase_stats(reader.phases, t, rss, cpu, end_t,
-                                         rep.cpu_seconds_total, reader.units_total)
 
 
 def _finish(
