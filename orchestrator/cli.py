@@ -110,6 +110,7 @@ app = typer.Typer(
 _DEFAULTS = SweepSpec(machines=[])  # help texts show the spec's own defaults
 SWEEP = "Sweep"
 WORKLOAD = "Workload"
+JOB = "Your own job"
 CLOUD = "Provider"
 LIMITS = "Limits and output"
 
@@ -300,6 +301,43 @@ def sweep(
             rich_help_panel=WORKLOAD,
         ),
     ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Your project directory, shipped to every machine (honours .gitignore and "
+            ".cloudprofignore); trials run in its copy.",
+            rich_help_panel=JOB,
+        ),
+    ] = None,
+    setup: Annotated[
+        str | None,
+        typer.Option(
+            help="Shell command run once per machine in the copy, e.g. "
+            "'pip install -r requirements.txt'.",
+            rich_help_panel=JOB,
+        ),
+    ] = None,
+    command: Annotated[
+        str | None,
+        typer.Option(
+            help="Profile this command at each worker count; {workers} {vcpus} {trial} "
+            "{repeat} and grid names are filled in.",
+            rich_help_panel=JOB,
+        ),
+    ] = None,
+    shell: Annotated[
+        bool | None,
+        typer.Option("--shell/--no-shell", help="Run --command through sh -c.",
+                     rich_help_panel=JOB),
+    ] = None,
+    grid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grid",
+            help="name=v1,v2,... a parameter swept on top of machines x workers (repeatable).",
+            rich_help_panel=JOB,
+        ),
+    ] = None,
     provider: Annotated[
         ProviderChoice | None,  # type: ignore[valid-type]
         typer.Option(
@@ -393,6 +431,7 @@ def sweep(
         "region": region, "zone": zone, "project": project, "bucket": bucket, "spot": spot,
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,
         "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host, "ssh_key": ssh_key,
+        "workdir": workdir, "setup": setup, "command": command, "shell": shell, "grid": grid,
     }  # fmt: skip
     if resume is not None:
         given = [k for k, v in values.items() if v not in (None, [])]

@@ -162,6 +162,11 @@ class Agent:
         return self._proc.pid if self._proc is not None else None
 
     @property
+    def t0(self) -> float:
+        """``time.perf_counter()`` at the trial's t = 0 (the time series' origin)."""
+        return self._t0
+
+    @property
     def latest_rss(self) -> int:
         """The RSS of the latest sample (the progress line reads it once a second)."""
         return self._local.latest_rss if self._local is not None else self._rss.value

@@ -8,7 +8,7 @@ Keeping them in one module is what lets both sides change without drifting.
 
 from __future__ import annotations
 
-SCHEMA = "cloudprof.trial/1"
+SCHEMA = "cloudprof.trial/2"
 """Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes."""
 
 SUMMARY_FILE = "summary.json"
@@ -45,6 +45,12 @@ SUMMARY_KEYS = (
     #          "cpu_seconds": float}
     "started_at",  # ISO 8601 UTC
     "finished_at",
+    # /2: a --command --job trial (workloads.job) fills these two.
+    "job_kind",  # None (a workload or a bare command), "throughput" (it reported units) or
+    #              "fixed_work" (no units: one complete run; seconds is its time to complete)
+    "phases",  # [{"name", "start_s", "wall_s", "cpu_s", "peak_rss_bytes", "units", "units_per_s",
+    #            "samples"}] in order,
+    #            from its "cloudprof:phase NAME" lines; [] without
 )
 
 # Columns of timeseries.parquet (nullable where marked).

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from workloads import job as jobs
 from workloads import limits, procfs, protocol
 from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
@@ -111,6 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--command", action="store_true",
         help="profile the command after -- and its children instead of a workload",
     )  # fmt: skip
+    p.add_argument(
+        "--job", action="store_true",
+        help="with --command: fill {placeholders}, read the cloudprof: protocol on stdout, "
+        "keep the output in output.log",
+    )  # fmt: skip
+    p.add_argument("--shell", action="store_true", help="with --job: the command is one shell line")
+    p.add_argument(
+        "--var", action="append", default=[], metavar="NAME=VALUE",
+        help="a placeholder value for --job (trial, repeat, grid names; repeatable)",
+    )  # fmt: skip
+    p.add_argument("--chdir", type=Path, help="the job's shipped copy: working directory and "
+                   "on PYTHONPATH")
     return p
 
 
@@ -227,6 +240,8 @@ def base_summary(params: dict[str, Any]) -> dict[str, Any]:
                   "rate_hz_achieved": 0.0, "cpu_seconds": 0.0},
         "started_at": _now(),
         "finished_at": None,
+        "job_kind": None,
+        "phases": [],
     }  # fmt: skip
 
 
@@ -462,10 +477,26 @@ def _run_command(
     floor = procfs.ProcReader(os.getpid())
     spawn_rss = floor.read().rss_bytes
     floor.close()
+    env = None
+    if args.job:
+        values = {**_parse_params(args.var), "workers": str(args.workers),
+                  "vcpus": str(os.cpu_count() or 1)}
+        try:
+            command = jobs.expand(command, values, args.shell)
+        except jobs.JobError as exc:
+            raise UsageError(str(exc)) from None
+        env = jobs.job_env(values)
+    if args.chdir is not None:  # the job's processes import from its copy (and site dir)
+        env = jobs.with_pythonpath(env if env is not None else os.environ, args.job_paths)
     start = time.perf_counter()
     summary["started_at"] = _now()
     try:
-        proc = subprocess.Popen(command, start_new_session=True)
+        proc = subprocess.Popen(
+            command, start_new_session=True, env=env,
+            stdout=subprocess.PIPE if args.job else None,
+            stderr=subprocess.STDOUT if args.job else None,
+            text=True if args.job else None, errors="replace" if args.job else None,
+        )  # fmt: skip
     except OSError as exc:
         raise UsageError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
     sig.tree = proc.pid
@@ -484,11 +515,24 @@ def _run_command(
         breach.set()
         wake.set()
 
+    counter = UnitCounter() if args.job else None
     agent = Agent(
         proc.pid, include_children=True, sample_hz=args.sample_hz,
-        memory_budget=args.memory_budget, on_breach=on_breach,
+        memory_budget=args.memory_budget, on_breach=on_breach, units=counter,
     )  # fmt: skip
     agent.start()
+    reader: jobs.OutputReader | None = None
+    bad_output = threading.Event()
+    if args.job:
+        assert proc.stdout is not None and counter is not None
+        t0 = agent.t0
+
+        def on_error(_message: str) -> None:
+            bad_output.set()
+            wake.set()
+
+        reader = jobs.OutputReader(proc.stdout, args.out / jobs.LOG_FILE, counter,
+                                   lambda: time.perf_counter() - t0, proc.pid, on_error).start()
     threading.Thread(target=waiter, name="wait4", daemon=True).start()
     progress = _Progress(args.quiet)
     end_at = start + args.duration if args.duration is not None else None
@@ -496,9 +540,10 @@ def _run_command(
     try:
         while "status" not in waited:
             now = time.perf_counter()
-            progress.maybe(now - start, 0, agent.latest_rss)
+            progress.maybe(now - start, counter.value if counter else 0, agent.latest_rss)
             reason = (
                 "signal" if sig.received else "memory_budget" if breach.is_set()
+                else "bad_output" if bad_output.is_set()
                 else "duration" if end_at is not None and now >= end_at else None
             )  # fmt: skip
             if reason and stopped_by is None:
@@ -514,7 +559,10 @@ def _run_command(
             _terminate_tree(proc.pid, proc.pid)
     seconds = waited["at"] - start
     report = agent.stop(child_rusage=waited["rusage"])
-    progress.maybe(seconds, 0, report.peak_rss_sampled_bytes, force=True)
+    if reader is not None:
+        reader.join()
+    units = counter.value if counter is not None else 0
+    progress.maybe(seconds, units, report.peak_rss_sampled_bytes, force=True)
     summary["finished_at"] = _now()
     summary["seconds"] = round(seconds, 6)
     summary["command"] = {
@@ -522,9 +570,25 @@ def _run_command(
         "runner_rss_at_spawn_bytes": spawn_rss,
     }  # fmt: skip
     code = _finish(args, summary, report, sig)
+    if reader is not None:
+        reader.fill_summary(summary, report, seconds, waited["at"] - agent.t0)
+    if code == protocol.EXIT_OK and reader is not None and reader.error:
+        summary["status"] = "failed"
+        summary["error"] = reader.error
+        return protocol.EXIT_FAILED
+    if (code == protocol.EXIT_OK and reader is not None and stopped_by == "duration"
+            and not reader.reported_units):
+        # A fixed-work job cut short measured nothing whole: no time to complete, no cost.
+        summary["status"] = "failed"
+        summary["error"] = (f"--duration {args.duration:g} s stopped the job before it "
+                            "finished, and it reported no units (cloudprof:units N)")
+        return protocol.EXIT_FAILED
     if code == protocol.EXIT_OK and proc.returncode != 0 and stopped_by != "duration":
         summary["status"] = "failed"
-        summary["error"] = f"command exited with code {proc.returncode}"
+        summary["error"] = f"command exited with code {proc.returncode}" + (
+            f" after {seconds:.1f} s" if args.job else "")
+        if args.job:
+            summary["error"] += f" (its output is in {jobs.LOG_FILE})"
         code = protocol.EXIT_FAILED
     return code
 
@@ -592,6 +656,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError("--warmup must be ≥ 0 seconds")
             if out.exists() and not out.is_dir():
                 raise UsageError(f"--out {str(out)!r} exists and is not a directory")
+            if (args.job or args.shell or args.var) and not args.command:
+                raise UsageError("--job, --shell and --var go with --command")
+            if args.chdir is not None:
+                out = args.out = args.out.resolve()  # before the working directory moves
+                try:
+                    args.job_paths = jobs.enter_copy(args.chdir)
+                except jobs.JobError as exc:
+                    raise UsageError(str(exc)) from None
             duration = args.duration
             if duration is None and args.units is None and not args.command:
                 duration = DEFAULT_DURATION_S

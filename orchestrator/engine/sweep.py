@@ -64,6 +64,7 @@ from orchestrator.providers.base import (
 from orchestrator.results.store import RunStore, now_iso
 from orchestrator.spec.spec import SweepSpec
 from workloads import protocol
+from workloads.job import LOG_FILE as JOB_LOG
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -135,7 +136,7 @@ def plan_inputs(spec: SweepSpec) -> StagedInputs | None:
         for p, (rel, size) in zip(files, listing, strict=True):
             digest.update(f"{rel}:{size}:{p.stat().st_mtime_ns}\n".encode())
         return StagedInputs(digest.hexdigest()[:16], listing, local_dir=directory)
-    if spec.workload != "cube":
+    if spec.workload != "cube" or spec.command is not None:
         return None
     from workloads.base import WorkloadInputError
     from workloads.inputs import MANIFEST, InputSpec
@@ -234,6 +235,7 @@ class _Host:
     inst: Instance | None = None
     executor: Executor | None = None
     inputs_dir: str | None = None
+    job_dir: str | None = None  # the user's job copy on the host (--workdir)
     deleted: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
@@ -245,8 +247,9 @@ class _Host:
 class _Engine:
     def __init__(self, spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
                  inputs: StagedInputs | None, progress: SweepProgress,
-                 providers: dict[str, Provider], ssh_keys: Any) -> None:
+                 providers: dict[str, Provider], ssh_keys: Any, job: Any = None) -> None:
         self.spec, self.plan, self.store, self.bucket = spec, plan, store, bucket
+        self.job = job  # orchestrator.engine.jobs.JobArchive of --workdir, or None
         self.inputs, self.progress, self.providers = inputs, progress, providers
         self.ssh_keys = ssh_keys
         # The keys' cancel event stops remote.connect's wait for SSH at once on Ctrl-C.
@@ -429,6 +432,9 @@ class _Engine:
         self._stage_inputs(host)
         # With ready_at and created_at: the measured phases next to the plan's estimates.
         self.store.record_vm(vm.name, inputs_staged_at=now_iso())
+        self._stage_job(host)
+        if self.stop.is_set():
+            return
         for trial in trials:
             if self.stop.is_set():
                 return
@@ -516,6 +522,27 @@ class _Engine:
                 ex.put(self.inputs.local_dir / rel, posixpath.join(dest, rel))
         host.inputs_dir = dest
 
+    def _stage_job(self, host: _Host) -> None:
+        """The user's job onto the host (once per hash) and its --setup (once per host)."""
+        if self.job is None:
+            return
+        from orchestrator.engine import jobs
+
+        ex = host.executor
+        assert ex is not None
+        self.progress.state(host.vm.name, "shipping the job")
+        host.job_dir, unpacked = jobs.stage_on_host(
+            ex, self.job, self.bucket,
+            lambda entries, name: self._put_manifest(host, entries, name))
+        self.store.record_vm(host.vm.name, job={"hash": self.job.hash, "dir": host.job_dir,
+                                                "copy": unpacked})
+        if self.spec.setup:
+            self.progress.state(host.vm.name, "running --setup")
+            log = self.store.run_dir / "setup" / f"{host.vm.name}.log"
+            state = jobs.setup_on_host(ex, host.job_dir, self.spec.setup, log)
+            self.store.record_vm(host.vm.name, setup=state, setup_log=str(log),
+                                 setup_done_at=now_iso())
+
     # -- one trial ---------------------------------------------------------------
 
     def _run_trial(self, host: _Host, trial: TrialPlan) -> None:
@@ -543,14 +570,19 @@ class _Engine:
             out_dir = posixpath.join(ex.workdir, "trials",
                                      f"{trial.trial_id}-{self.attempt_nonce}-{attempt}")
             last_dir = out_dir
-            argv = [ex.python, "-m", "workloads.run", *trial.runner_args]
+            args, command = list(trial.runner_args), []
+            if "--" in args:  # a --command job: the runner's own options go before "--"
+                args, command = args[:args.index("--")], args[args.index("--"):]
+            argv = [ex.python, "-m", "workloads.run", *args]
             if host.inputs_dir:
                 argv += ["--param", f"inputs={host.inputs_dir}"]
-            argv += ["--out", out_dir]
+            if host.job_dir:
+                argv += ["--chdir", host.job_dir]
+            argv += ["--out", out_dir, *command]
             self.progress.trial_started(key, trial, self.spec.duration_s)
             try:
                 result = ex.run(argv, on_line=lambda line: self.progress.line(key, line),
-                                timeout=self.spec.duration_s * 3 + 600)
+                                timeout=_trial_timeout(self.spec))
                 if self.stop.is_set() and result.exit_code != protocol.EXIT_OK:
                     self._collect(host, trial, out_dir, result, interrupted=True)
                     return
@@ -582,7 +614,7 @@ class _Engine:
     def _result_keys(self, trial: TrialPlan) -> dict[str, str]:
         prefix = f"{_results_prefix(self.plan)}{trial.trial_id}"
         return {name: f"{prefix}/{name}"
-                for name in (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE)}
+                for name in (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE, JOB_LOG)}
 
     def _upload_results(self, host: _Host, trial: TrialPlan, out_dir: str) -> None:
         """The host puts its result files in the bucket, where a dropped session cannot lose
@@ -650,6 +682,9 @@ class _Engine:
             ex.get(posixpath.join(out_dir, protocol.TIMESERIES_FILE), ts)
         except FileNotFoundError:
             ts = None
+        if self.spec.command is not None:  # the job's own output, kept in the store
+            with contextlib.suppress(FileNotFoundError):
+                ex.get(posixpath.join(out_dir, JOB_LOG), local / JOB_LOG)
         return _read_summary(local / protocol.SUMMARY_FILE), ts
 
     def _collect(self, host: _Host, trial: TrialPlan, out_dir: str, result: CommandResult,
@@ -683,6 +718,10 @@ class _Engine:
             summary, ts if ts is not None and ts.is_file() else None, host.vm.machine,
             trial=trial, sweep_id=self.plan.sweep_id, ran_on=ran_on, provider=provider.name,
             spot=host.vm.spot, status=status, error=error, exit_code=exit_code)
+        log = self.store.run_dir / ".incoming" / trial.trial_id / JOB_LOG
+        if log.is_file():
+            (self.store.run_dir / "logs").mkdir(exist_ok=True)
+            shutil.copyfile(log, self.store.run_dir / "logs" / f"{trial.trial_id}.log")
         shutil.rmtree(self.store.run_dir / ".incoming" / trial.trial_id, ignore_errors=True)
         self.progress.trial_done(host.vm.name, row)
 
@@ -700,6 +739,14 @@ def _last_line(result: CommandResult) -> str:
     lines = [ln for ln in (result.stderr_tail or result.stdout_tail or "").splitlines()
              if ln.strip() and protocol.parse_progress(ln) is None]
     return lines[-1].strip() if lines else "(no output)"
+
+
+def _trial_timeout(spec: SweepSpec) -> float:
+    """How long the engine waits on one trial's runner (which stops itself at its duration)."""
+    if spec.command is not None and spec.stop_after_s is None:
+        return 7 * 86400.0  # a fixed-work job runs to completion, however long it takes
+    length = spec.stop_after_s if spec.command is not None else spec.duration_s
+    return (length or spec.duration_s) * 3 + 600
 
 
 def _exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
@@ -813,15 +860,19 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             raise UsageError(f"cannot resume {resume}: sweep.json lacks a valid spec and "
                              f"plan ({exc!r})") from None
         inputs = plan_inputs(spec)
+        job = _pack_job(spec)
     else:
         machines = lookup_machines(spec)
         sweep_id = new_sweep_id()
         inputs = plan_inputs(spec)
+        job = _pack_job(spec)  # a workdir above the limit stops here, before anything exists
         plan = make_plan(spec, sweep_id, machines, input_bytes=inputs.size if inputs else 0)
         if inputs is not None:
             predicted = inputs.local_dir is None  # the cube's files are not generated yet
             plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size, predicted)
                             for rel, size in inputs.files]
+        if job is not None:
+            plan.uploads.append(Upload(job.key, job.path.stat().st_size))
         cost = plan.total_cost_usd
         if spec.max_cost is not None and cost is not None and cost > spec.max_cost:
             if plan_only:
@@ -845,6 +896,8 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     if inputs is not None:
         generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs
         plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size) for rel, size in inputs.files]
+        if job is not None:
+            plan.uploads.append(Upload(job.key, job.path.stat().st_size))
     if store is None:
         store = RunStore.create(Path(spec.out) / plan.sweep_id, {
             "sweep_id": plan.sweep_id, "spec": spec.to_dict(), "plan": plan.to_dict(),
@@ -852,6 +905,8 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             "ran_on": "local" if spec.dry_run else None,
             "inputs": {"hash": inputs.hash, "prefix": inputs.prefix,
                        "local_dir": str(inputs.local_dir)} if inputs else None,
+            "job": {"hash": job.hash, "prefix": job.prefix, "source": str(job.source),
+                    "files": job.files, "bytes": job.size} if job else None,
         })
     run_dir = store.run_dir
     started.append(run_dir)
@@ -860,11 +915,20 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             done = store.done_trial_ids()  # again under the lock: what the plan showed may be older
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
-        return _execute(spec, plan, store, inputs, done, console)
+        return _execute(spec, plan, store, inputs, done, console, job)
+
+
+def _pack_job(spec: SweepSpec) -> Any:
+    """The --workdir archive (orchestrator.engine.jobs.JobArchive), or None."""
+    if spec.workdir is None:
+        return None
+    from orchestrator.engine.jobs import pack_workdir
+
+    return pack_workdir(spec.workdir)
 
 
 def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs | None,
-             done: set[str], console: Console) -> Path:
+             done: set[str], console: Console, job: Any = None) -> Path:
     run_dir = store.run_dir
     providers, keys = _build_providers(spec, plan, run_dir, plan.sweep_id)
     if spec.dry_run:
@@ -878,10 +942,18 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
     todo = {vm.name: [t for t in vm.trials if t.trial_id not in done] for vm in plan.vms}
     finished = False
     with SweepProgress(console) as progress:
-        engine = _Engine(spec, plan, store, bucket, inputs, progress, providers, keys)
+        engine = _Engine(spec, plan, store, bucket, inputs, progress, providers, keys, job)
         try:
             if bucket is not None:
                 _label_prefixes(bucket, plan, inputs)
+                if job is not None:  # a cache like the inputs: labelled, kept for later sweeps
+                    bucket.label_prefix(job.prefix, slug(plan.sweep_id),
+                                        max(_expiry(time.time(), vm) for vm in plan.vms),
+                                        INPUTS_RETENTION_S)
+            if job is not None and bucket is not None:
+                progress.log(f"Shipping the job ({job.files} files) to "
+                             f"{bucket.url}/{job.prefix}/ ...")
+                bucket.upload_dir(job.path.parent, job.prefix)
             if inputs is not None and bucket is not None:
                 _stage(bucket, inputs, progress)
             finished = engine.execute(todo)

@@ -29,6 +29,7 @@ class TrialPlan:
     workers: int
     repeat: int
     runner_args: list[str]  # arguments after `python -m workloads.run` (without --out)
+    grid: dict[str, str] = field(default_factory=dict)  # this trial's --grid values
 
 
 @dataclass
@@ -169,23 +170,50 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def trial_id(machine: str, workers: int, repeat: int) -> str:
+def trial_id(machine: str, workers: int, repeat: int,
+             grid: dict[str, str] | None = None) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", machine)
-    return f"{safe}-w{workers}-r{repeat}"
+    point = "".join(f"-{k}{v}" for k, v in (grid or {}).items())
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{safe}{point}-w{workers}-r{repeat}")
+
+
+def grid_points(grid: dict[str, list[str]]) -> list[dict[str, str]]:
+    """Every combination of the --grid values, in the order given ([{}] without a grid)."""
+    import itertools
+
+    names = list(grid)
+    return [dict(zip(names, values, strict=True))
+            for values in itertools.product(*(grid[n] for n in names))]
 
 
 def vm_name(sweep_id: str, machine: str) -> str:
     return f"cp-{slug(sweep_id)}-{slug(machine)}"[:63].rstrip("-")
 
 
-def runner_args(spec: SweepSpec, workers: int) -> list[str]:
+def runner_args(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 0,
+                grid: dict[str, str] | None = None) -> list[str]:
     """Arguments of ``python -m workloads.run`` for one trial, minus ``--out``.
 
-    ``inputs`` is not here: where the inputs land differs per host, so the engine
-    appends ``--param inputs=<dir>`` when it runs the trial.
+    ``inputs`` and ``--chdir`` are not here: where the inputs and the job's copy
+    land differs per host, so the engine appends them when it runs the trial.
+    A ``--command`` job gets its placeholder values as ``--var`` (the runner
+    fills them in on the host, where ``{vcpus}`` is known); a workload gets the
+    grid values as parameters.
     """
+    grid = grid or {}
+    if spec.command is not None:
+        from orchestrator.engine.jobs import check_command
+
+        args = ["--command", "--job", *(["--shell"] if spec.shell else []),
+                "--var", f"trial={trial}", "--var", f"repeat={repeat}"]
+        for key, value in grid.items():
+            args += ["--var", f"{key}={value}"]
+        args += ["--workers", str(workers), "--sample-hz", f"{spec.sample_hz:g}"]
+        if spec.stop_after_s is not None:
+            args += ["--duration", f"{spec.stop_after_s:g}"]
+        return [*args, "--", *check_command(spec.command, spec.shell, spec.grid)]
     args = ["--workload", spec.workload]
-    for key, value in sorted(spec.workload_params.items()):
+    for key, value in sorted({**spec.workload_params, **grid}.items()):
         if key != "inputs":  # a path on the laptop; the engine passes the host's copy
             args += ["--param", f"{key}={value}"]
     args += [
@@ -248,13 +276,15 @@ def make_plan(
         workers = list(spec.workers) if spec.workers else default_workers(machine.vcpus)
         trials = [
             TrialPlan(
-                trial_id=trial_id(machine.name, w, r),
+                trial_id=(tid := trial_id(machine.name, w, r, point)),
                 machine=machine.name,
                 workers=w,
                 repeat=r,
-                runner_args=runner_args(spec, w),
+                runner_args=runner_args(spec, w, tid, r, point),
+                grid=point,
             )
             for r in range(spec.repeats)
+            for point in grid_points(spec.grid)
             for w in workers
         ]
         region = spec.region or machine.region or None
@@ -372,8 +402,8 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
                 line = shlex.join(t.runner_args)
                 commands[line] = commands.get(line, 0) + 1
     console.print(f"[bold]Trial commands[/bold] ({left} trial{'' if left == 1 else 's'}; "
-                  "each also gets --param "
-                  "inputs=<staged dir> --out <trial dir>):", highlight=False)
+                  "each also gets --param inputs=<staged dir> and --chdir <job copy> "
+                  "where staged, and --out <trial dir>):", highlight=False)
     for line, count in commands.items():
         times = f"  [dim]× {count} repeats[/dim]" if count > 1 else ""
         console.print(f"  python -m workloads.run {escape(line)}{times}",

@@ -83,6 +83,11 @@ EXTRA_COLUMNS = (
     "leak_probability",  # P(RSS still grows at the leak rate at the end), 0..1; None: old runner
     "leak_ramp",  # grew, then levelled off: verdict ok
     "exit_code",  # of the trial runner; None when it never returned
+    # A user's job (--command, --grid): see workloads.protocol's "job_kind" and "phases".
+    "job_kind",  # None | "throughput" | "fixed_work" (seconds = time to complete one run)
+    "cpu_seconds",  # CPU time of the trial (process or tree), user + system
+    "phases",  # JSON list of the trial's phases (name, wall_s, cpu_s, peak_rss_bytes...)
+    "grid",  # JSON object of the trial's --grid values; "" without a grid
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
 
@@ -369,6 +374,11 @@ def trial_row(
         "leak_probability": _num(leak.get("probability")),
         "leak_ramp": leak.get("ramp"),
         "exit_code": exit_code,
+        "job_kind": s.get("job_kind"),
+        "cpu_seconds": _num(s.get("cpu_seconds")),
+        "phases": json.dumps(s["phases"]) if s.get("phases") else None,
+        "grid": json.dumps(getattr(trial, "grid", None) or {}) if getattr(trial, "grid", None)
+        else "",
     }
 
 
@@ -393,7 +403,9 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
     price = pd.to_numeric(out["price_per_hour"], errors="coerce")
     ok = out["status"] == "ok"
     out["units_per_s_per_vcpu"] = ups / vcpus.where(vcpus > 0)
-    keys = ["sweep_id", "machine", "ran_on"]
+    # Each --grid point is its own scaling curve: its 1-worker trial is its baseline.
+    out["grid"] = out["grid"].fillna("") if "grid" in out else ""
+    keys = ["sweep_id", "machine", "ran_on", "grid"]
     rated = out[keys].assign(_ups=ups)
     base = (rated[ok & (workers == 1)].groupby(keys, dropna=False)["_ups"]
             .mean().rename("_base"))

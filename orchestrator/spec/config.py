@@ -328,6 +328,37 @@ def _workload(value: Any, where: str) -> str:
     raise UsageError(f"{where}: unknown workload {value!r}; {hint} (or module:Class)")
 
 
+def _grid(value: Any, where: str) -> dict[str, list[str]]:
+    """``name=v1,v2`` (repeatable) or a TOML table ``[grid] name = [v1, v2]``."""
+    if isinstance(value, dict):
+        items = list(value.items())
+    else:
+        items = []
+        for text in _strings(value, where):
+            name, sep, values = text.partition("=")
+            if not sep:
+                raise UsageError(f"{where}: expected name=v1,v2,... got {text!r}")
+            items.append((name.strip(), values.split(",")))
+    out: dict[str, list[str]] = {}
+    for name, raw in items:
+        if not _IDENT_RE.match(str(name)):
+            raise UsageError(f"{where}: grid name {name!r} is not a name like rows")
+        if name in ("workers", "vcpus", "trial", "repeat"):
+            raise UsageError(f"{where}: {name!r} is a built-in placeholder, not a grid name")
+        values = raw if isinstance(raw, list) else str(raw).split(",")
+        if any(isinstance(v, dict | list) for v in values):
+            raise UsageError(f"{where}: grid {name!r} wants a list of scalar values")
+        clean = [str(v).lower() if isinstance(v, bool) else str(v).strip() for v in values]
+        if not clean or any(not v for v in clean):
+            raise UsageError(f"{where}: grid {name!r} has an empty value")
+        if len(set(clean)) != len(clean):
+            raise UsageError(f"{where}: grid {name!r} lists a value twice")
+        if name in out:
+            raise UsageError(f"{where}: grid {name!r} given twice")
+        out[str(name)] = clean
+    return out
+
+
 def _provider(value: Any, where: str) -> str:
     from orchestrator.providers import PROVIDERS  # light: no SDK
 
@@ -370,6 +401,11 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "hosts_file": _path,
     "hosts": lambda v, w: [parse_host(h, w) for h in _strings(v, w)],
     "ssh_key": _path,
+    "workdir": _path,
+    "setup": _string,
+    "command": _string,
+    "shell": _boolean,
+    "grid": _grid,
 }
 CONFIG_KEYS = tuple(_CONVERTERS)
 _ALIASES = {
@@ -379,7 +415,7 @@ _ALIASES = {
     "duration_s": "duration",
     "warmup_s": "warmup",
 }
-_PATH_KEYS = ("out", "hosts_file", "ssh_key")
+_PATH_KEYS = ("out", "hosts_file", "ssh_key", "workdir")
 _FLAG_NAMES = {"machines": "machine", "hosts": "host", "hosts_file": "hosts", "params": "param"}
 
 
@@ -480,6 +516,8 @@ def build_spec(cli: dict[str, Any], config: Path | None = None) -> SweepSpec:
         if key in _PATH_KEYS:
             value = Path(value).expanduser()
         setattr(spec, renamed.get(key, key), value)
+    if spec.command is not None and "duration" in values:
+        spec.stop_after_s = spec.duration_s  # a job runs to completion unless --duration says
     return validate_spec(spec)
 
 
@@ -542,7 +580,7 @@ def _check_workload_params(spec: SweepSpec) -> None:
 
     if spec.workload not in REGISTRY:
         try:
-            check_workload_target(spec.workload)
+            check_workload_target(spec.workload, [spec.workdir] if spec.workdir else ())
         except ValueError as exc:
             raise UsageError(f"--workload {spec.workload}: {exc}") from None
         return
@@ -550,6 +588,26 @@ def _check_workload_params(spec: SweepSpec) -> None:
         load_workload(spec.workload)(**{k: str(v) for k, v in spec.workload_params.items()})
     except WorkloadInputError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _check_job(spec: SweepSpec) -> None:
+    """--workdir, --setup, --command, --shell and --grid, checked before anything is paid for."""
+    if spec.workdir is not None and not spec.workdir.is_dir():
+        raise UsageError(f"--workdir: {str(spec.workdir)!r} is not a directory")
+    if spec.setup is not None and spec.workdir is None:
+        raise UsageError("--setup runs in the job's copy: give --workdir too")
+    if spec.shell and spec.command is None:
+        raise UsageError("--shell applies to --command")
+    if spec.command is not None:
+        from orchestrator.engine.jobs import check_command
+
+        check_command(spec.command, spec.shell, spec.grid)
+        for key, value in spec.grid.items():
+            if _SECRET_VALUE_RE.search(key) or any(_SECRET_VALUE_RE.search(v) for v in value):
+                raise UsageError(f"--grid {key}: a value looks like a credential")
+    clash = sorted(set(spec.grid) & set(spec.workload_params))
+    if clash and spec.command is None:
+        raise UsageError(f"--grid {clash[0]} is also given as a workload parameter; give it once")
 
 
 def _ssh_machines(spec: SweepSpec) -> list[str]:
@@ -596,6 +654,7 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
         elif not spec.machines:
             raise UsageError("no machine given: use --machine NAME (see `cloudprof catalog`)")
     _check_workload_params(spec)
+    _check_job(spec)
     _existing_file(spec.ssh_key, "--ssh-key")
     check_output_dir(spec.out)
     return spec

@@ -39,6 +39,14 @@ class SweepSpec:
     hosts_file: Path | None = None
     hosts: list[str] = field(default_factory=list)
     ssh_key: Path | None = None
+    # A user's own job (orchestrator.engine.jobs): the project shipped to every host, a
+    # command run once per host after the bootstrap, and a command profiled per trial.
+    workdir: Path | None = None
+    setup: str | None = None
+    command: str | None = None  # placeholders {workers} {vcpus} {trial} {repeat} {<grid>}
+    shell: bool = False  # the command is one shell line (else shlex-split, no shell)
+    grid: dict[str, list[str]] = field(default_factory=dict)  # name -> values, swept
+    stop_after_s: float | None = None  # a command job is stopped then (--duration given)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, stored in sweep.json (paths as strings)."""
@@ -52,7 +60,7 @@ class SweepSpec:
     def from_dict(cls, data: dict[str, Any]) -> SweepSpec:
         names = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
-        for key in ("out", "hosts_file", "ssh_key"):
+        for key in ("out", "hosts_file", "ssh_key", "workdir"):
             if kwargs.get(key) is not None:
                 kwargs[key] = Path(kwargs[key])
         return cls(**kwargs)

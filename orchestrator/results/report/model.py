@@ -95,7 +95,9 @@ def load_run(run_dir: str | Path) -> RunData:
         if column not in trials.columns:
             trials[column] = None
     trials["ran_on"] = trials["ran_on"].fillna(trials["machine"])
-    return RunData(run_dir=path, sweep=sweep, trials=trials)
+    from orchestrator.results.report.jobs import label_grid
+
+    return RunData(run_dir=path, sweep=sweep, trials=label_grid(trials))
 
 
 # ---------------------------------------------------------------- the numbers
@@ -281,6 +283,7 @@ def best_rows(summary: pd.DataFrame) -> tuple[dict[str, Any] | None, dict[str, A
         else None
     )
     by_rate = summary.dropna(subset=["units_per_s"])
+    by_rate = by_rate[by_rate["units_per_s"] > 0]  # a fixed-work job reports no units
     fastest = by_rate.loc[by_rate["units_per_s"].idxmax()].to_dict() if not by_rate.empty else None
     return cheapest, fastest
 

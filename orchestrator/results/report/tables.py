@@ -74,6 +74,9 @@ def build_report(run: RunData) -> Report:
     knee_of = knees(summary)
     headlines = _headlines(run, summary, knee_of)
     tables = [] if summary.empty else [_results_table(summary), _machine_table(summary, knee_of)]
+    from orchestrator.results.report.jobs import job_tables
+
+    tables.extend(job_tables(run.trials))  # a user's job: fixed-work runs, phases
     failed = _failed_table(run.trials)
     if failed is not None:
         tables.append(failed)
@@ -147,6 +150,10 @@ def describe_workload(run: RunData) -> str:
     spec = run.sweep.get("spec")
     if not isinstance(spec, dict) or not spec.get("workload"):
         return ""
+    from orchestrator.results.report.jobs import describe_command
+
+    if spec.get("command"):
+        return describe_command(spec, run.trials)
     params = spec.get("workload_params") or {}
     text = str(spec["workload"])
     if params:

@@ -1,0 +1,255 @@
+"""Shipping a user's job: the workdir archive, its setup, and the trial's command line.
+
+The user's project directory (``--workdir``) is packed once per content into a
+deterministic ``.tar.gz`` named by its hash, kept in the cache, uploaded once to
+the sweep's bucket under ``jobs/<hash>/`` (labelled like the inputs, so
+``cloudprof cleanup`` knows it) and unpacked once per host by
+``python -m workloads.job unpack``; ``--setup`` runs there once after it
+(``python -m workloads.job setup``). Trials then run with the copy as working
+directory and on PYTHONPATH (``workloads.run --chdir``).
+
+Packing honours the directory's ``.gitignore`` and ``.cloudprofignore``
+(gitignore rules, via ``pathspec``) and always leaves out ``.git``, caches and
+virtual environments; a directory above the size limit is refused before
+anything is created, naming its largest files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import os
+import posixpath
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import RemoteCommandError, UsageError
+
+if TYPE_CHECKING:
+    from orchestrator.providers.base import Bucket, CommandResult, Executor
+
+ARCHIVE_NAME = "workdir.tar.gz"
+IGNORE_FILES = (".gitignore", ".cloudprofignore")
+# Never shipped: version control, caches, virtual environments, cloudprof's own runs.
+ALWAYS_IGNORED = (".git/", "__pycache__/", "*.pyc", ".venv/", "venv/", ".mypy_cache/",
+                  ".pytest_cache/", ".ruff_cache/", ".ipynb_checkpoints/", "runs/")
+MAX_BYTES_ENV = "CLOUDPROF_MAX_WORKDIR"
+MAX_BYTES = 256 * 2**20  # the archive goes to every VM: a job's code and small data, not a lake
+CHUNK = 1 << 20
+
+
+@dataclass
+class JobArchive:
+    """A packed workdir: its hash names the bucket prefix and the copy on every host."""
+
+    hash: str
+    path: Path  # the archive in the local cache
+    source: Path
+    files: int
+    size: int  # bytes of the files (uncompressed)
+
+    @property
+    def prefix(self) -> str:
+        return f"jobs/{self.hash}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.prefix}/{ARCHIVE_NAME}"
+
+
+def max_bytes() -> int:
+    """The size limit: ``$CLOUDPROF_MAX_WORKDIR`` (a size such as 512M) or 256 MiB."""
+    text = os.environ.get(MAX_BYTES_ENV)
+    if not text:
+        return MAX_BYTES
+    from orchestrator.spec.config import parse_size
+
+    return parse_size(text, MAX_BYTES_ENV)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("CLOUDPROF_CACHE") or Path.home() / ".cache" / "cloudprof"
+    return Path(root) / "jobs"
+
+
+def list_files(root: Path) -> list[tuple[str, Path, int]]:
+    """(relative path, path, size) of every file to ship, sorted, ignore rules applied."""
+    import pathspec
+
+    lines = list(ALWAYS_IGNORED)
+    for name in IGNORE_FILES:
+        path = root / name
+        if path.is_file():
+            lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        dirnames[:] = sorted(d for d in dirnames if not spec.match_file(f"{rel_dir}{d}/"))
+        for name in sorted(filenames):
+            rel = f"{rel_dir}{name}"
+            path = Path(dirpath) / name
+            if spec.match_file(rel) or path.is_symlink() or not path.is_file():
+                continue
+            out.append((rel, path, path.stat().st_size))
+    return sorted(out)
+
+
+def _check_size(root: Path, files: list[tuple[str, Path, int]], limit: int) -> None:
+    total = sum(size for _, _, size in files)
+    if total <= limit:
+        return
+    largest = sorted(files, key=lambda f: -f[2])[:3]
+    names = ", ".join(f"{rel} ({_mib(size)})" for rel, _, size in largest)
+    raise UsageError(f"--workdir {root}: {_mib(total)} to ship is above the {_mib(limit)} limit; "
+                     f"largest: {names} — add them to .cloudprofignore (or raise "
+                     f"${MAX_BYTES_ENV})")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _file_digest(path: Path) -> bytes:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            digest.update(block)
+    return digest.digest()
+
+
+def pack_workdir(root: Path, limit: int | None = None) -> JobArchive:
+    """Pack ``root`` (once per content: the cache keeps each hash's archive).
+
+    The hash covers each shipped file's path, executable bit and content, so the
+    same tree gives the same hash on any laptop and any change gives a new one.
+    """
+    root = Path(root).expanduser().resolve()
+    if not root.is_dir():
+        raise UsageError(f"--workdir: {root} is not a directory")
+    files = list_files(root)
+    if not files:
+        raise UsageError(f"--workdir {root}: nothing to ship (every file is ignored)")
+    _check_size(root, files, max_bytes() if limit is None else limit)
+    digest = hashlib.sha256()
+    modes = {}
+    for rel, path, _ in files:
+        modes[rel] = 0o755 if os.access(path, os.X_OK) else 0o644
+        digest.update(f"{rel}\0{modes[rel]:o}\0".encode() + _file_digest(path))
+    job_hash = digest.hexdigest()[:16]
+    size = sum(s for _, _, s in files)
+    out = cache_dir() / job_hash / ARCHIVE_NAME
+    if not out.is_file():
+        _write_archive(out, files, modes)
+    return JobArchive(job_hash, out, root, len(files), size)
+
+
+def _write_archive(out: Path, files: list[tuple[str, Path, int]], modes: dict[str, int]) -> None:
+    """A reproducible tar.gz (fixed times and owners, sorted), written beside and renamed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as raw, \
+                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz, \
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel, path, _ in files:
+                data = path.read_bytes()
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(data), modes[rel], 0
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                tar.addfile(info, io.BytesIO(data))
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# ------------------------------------------------------------------ placeholders
+
+
+def known_placeholders(grid: dict[str, list[str]]) -> list[str]:
+    from workloads.job import BUILTIN_PLACEHOLDERS
+
+    return [*BUILTIN_PLACEHOLDERS, *grid]
+
+
+def check_command(command: str, shell: bool, grid: dict[str, list[str]]) -> list[str]:
+    """The command's words (shlex-split unless ``shell``), every placeholder known.
+
+    Raises UsageError before anything is planned or paid for.
+    """
+    import shlex
+
+    from workloads.job import JobError, check_placeholders
+
+    try:
+        words = [command] if shell else shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"--command: cannot split {command!r}: {exc}") from None
+    if not words or not words[0].strip():
+        raise UsageError("--command: empty command")
+    try:
+        check_placeholders(command, known_placeholders(grid))
+    except JobError as exc:
+        raise UsageError(f"--command: {exc}") from None
+    return words
+
+
+# ------------------------------------------------------------------ on a host
+
+
+def _last(result: CommandResult) -> str:
+    lines = [ln.strip() for ln in (result.stderr_tail or result.stdout_tail or "").splitlines()
+             if ln.strip() and not ln.startswith("progress ")]
+    return lines[-1] if lines else f"exit code {result.exit_code}"
+
+
+def stage_on_host(ex: Executor, job: JobArchive, bucket: Bucket | None,
+                  put_manifest: Callable[[list[dict[str, Any]], str], str]) -> tuple[str, str]:
+    """The job's copy on the host, unpacked once per hash: (its directory, "unpacked"/"reused").
+
+    With a bucket the host fetches the archive itself from a signed URL (as it
+    fetches the inputs); without one it is copied over the executor.
+    """
+    jobs_dir = posixpath.join(ex.workdir, "jobs")
+    dest = posixpath.join(jobs_dir, job.hash)
+    archive_dir = posixpath.join(jobs_dir, "archives", job.hash)
+    archive = posixpath.join(archive_dir, ARCHIVE_NAME)
+    if bucket is not None:
+        md5 = bucket.list(job.key).get(job.key)
+        entries = [{"url": bucket.signed_url(job.key), "path": ARCHIVE_NAME, "md5": md5}]
+        manifest = put_manifest(entries, f"job-{job.hash}.json")
+        result = ex.run([ex.python, "-m", "workloads.transfer", "get", manifest, archive_dir],
+                        timeout=3600)
+        if result.exit_code != 0:
+            raise RemoteCommandError(f"fetching the job's archive failed: {_last(result)}")
+    else:
+        ex.put(job.path, archive)
+    result = ex.run([ex.python, "-m", "workloads.job", "unpack", archive, dest], timeout=3600)
+    if result.exit_code != 0:
+        raise RemoteCommandError(f"unpacking the job's archive failed: {_last(result)}")
+    state = "reused" if "reused" in (result.stdout_tail or "") else "unpacked"
+    return dest, state
+
+
+def setup_on_host(ex: Executor, dest: str, command: str, log: Path) -> str:
+    """Run --setup in the copy once ("ran"/"reused"); its output goes to ``log`` (the store).
+
+    A failure raises RemoteCommandError with the command's last lines: the
+    machine fails, the sweep goes on with the others.
+    """
+    from workloads.job import SETUP_LOG
+
+    result = ex.run([ex.python, "-m", "workloads.job", "setup", dest, command], timeout=3600)
+    with contextlib.suppress(OSError):  # FileNotFoundError included: no log is no reason
+        ex.get(posixpath.join(dest, SETUP_LOG), log)
+    if result.exit_code != 0:
+        raise RemoteCommandError(f"--setup failed: {_last(result).removeprefix('error: ')}")
+    return "reused" if "reused" in (result.stdout_tail or "") else "ran"

@@ -1,0 +1,77 @@
+"""The examples in examples/ run, at a small size, exactly as README shows them (--config)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+
+def _run_example(tmp_path: Path, name: str, *overrides: str) -> Path:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
+           "COLUMNS": "1000"}
+    out = tmp_path / "runs"
+    result = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--config",
+                             str(EXAMPLES / name / "sweep.toml"), "--dry-run", *overrides,
+                             "--out", str(out)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=280)
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-3000:]
+    (run,) = list(out.iterdir())
+    return run
+
+
+def _trials(run: Path):
+    import pandas as pd
+
+    return pd.read_parquet(run / "trials.parquet")
+
+
+@pytest.mark.slow
+def test_the_scalene_example_reports_each_phase_for_each_grid_point(tmp_path):
+    run = _run_example(tmp_path, "scalene_regression", "--workers", "1",
+                       "--grid", "rows=3000", "--grid", "features=8",
+                       "--grid", "model=linear,mlp")
+    trials = _trials(run)
+    assert set(trials["status"]) == {"ok"} and set(trials["job_kind"]) == {"fixed_work"}
+    assert set(trials["leak_verdict"]) == {"inconclusive"}  # one run grows as it works
+    assert sorted(json.loads(g)["model"] for g in trials["grid"]) == ["linear", "mlp"]
+    for text in trials["phases"]:
+        phases = json.loads(text)
+        assert [p["name"] for p in phases] == ["import", "load", "fit", "predict", "save",
+                                               "exit"]
+        assert all(p["peak_rss_bytes"] for p in phases)
+    sweep = json.loads((run / "sweep.json").read_text())
+    (vm,) = sweep["vms"].values()
+    assert vm["setup"] == "ran"
+    setup_log = (run / "setup" / f"{next(iter(sweep['vms']))}.log").read_text()
+    assert "Collecting" not in setup_log  # scikit-learn is importable here: pip was not run
+    report = (run / "report.md").read_text()
+    assert "Fixed-work job" in report and "model=mlp" in report and "predict" in report
+
+
+@pytest.mark.slow
+def test_the_leak_example_is_flagged_and_its_fix_is_not(tmp_path):
+    run = _run_example(tmp_path, "leak", "--duration", "4")
+    trials = _trials(run)
+    verdict = {json.loads(g)["variant"]: v for g, v in zip(trials["grid"],
+                                                           trials["leak_verdict"], strict=True)}
+    assert verdict["leaky"] == "leak" and verdict["fixed"] != "leak"
+    assert set(trials["unit"]) == {"batch"}
+
+
+@pytest.mark.slow
+def test_the_cube_script_example_counts_cubes_through_the_protocol(tmp_path):
+    run = _run_example(tmp_path, "cube_script", "--workers", "1", "--duration", "4",
+                       "--command", "python cube_job.py --frames 4 --rows 100 --cols 100 "
+                       "--dim 10")
+    (row,) = _trials(run).to_dict("records")
+    assert row["status"] == "ok" and row["unit"] == "cube" and row["units"] > 0
+    cubes = [p for p in json.loads(row["phases"]) if p["name"] == "cubes"]
+    assert cubes and cubes[0]["units"] == row["units"] and cubes[0]["units_per_s"] > 0
