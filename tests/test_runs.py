@@ -80,8 +80,9 @@ def test_list_runs_reads_status_machines_trials_best_cost_and_age_from_the_store
 
 
 def test_runs_prints_one_row_per_run_and_json_for_scripts(
-    out: Path, capsys: pytest.CaptureFixture[str]
+    out: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for one row per run, whatever the shell
     code = cli.main(["runs", "--out", str(out), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and len(data) == 3
