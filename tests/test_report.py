@@ -222,6 +222,16 @@ def test_headline_says_when_the_runner_up_is_within_noise(tmp_path: Path) -> Non
     assert "within noise" not in text
 
 
+def test_a_report_of_single_repeats_says_no_spread_was_measured(
+    two_machines: Path, tmp_path: Path
+) -> None:
+    assert "One repeat per worker count" not in console_text(two_machines)
+    single = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [190], 4: [380]})
+    text = console_text(write_store(tmp_path / "one", single))
+    assert "One repeat per worker count: no spread was measured" in text
+    assert "--repeats 3" in text
+
+
 def test_leak_column_shows_the_probability_and_marks_ramps(tmp_path: Path) -> None:
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100, 101], 160: [900, 910]})
     for t in trials:

@@ -112,8 +112,7 @@ def best_result(rows: list[dict[str, Any]]) -> Best | None:
     for r in rows:
         if r.get("status") == "ok" and r.get("units_per_s") is not None:
             groups.setdefault((str(r["machine"]), int(r["workers"])), []).append(
-                float(r["units_per_s"])
-            )
+                float(r["units_per_s"]))
     if not groups:
         return None
     medians = {key: statistics.median(values) for key, values in groups.items()}

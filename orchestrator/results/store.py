@@ -135,18 +135,11 @@ class RunStore:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            raise UsageError(
-                f"cannot write the output directory {run_dir}: {exc.strerror or exc}"
-            ) from exc
+            raise UsageError(f"cannot write the output directory {run_dir}: "
+                             f"{exc.strerror or exc}") from exc
         store = cls(run_dir)
-        data = {
-            "schema": SWEEP_SCHEMA,
-            "status": "planned",
-            "created_at": now_iso(),
-            "vms": {},
-            "machines": {},
-            **sweep,
-        }
+        data = {"schema": SWEEP_SCHEMA, "status": "planned", "created_at": now_iso(),
+                "vms": {}, "machines": {}, **sweep}
         store._write_sweep(data)
         store._write_trials(store._empty_frame())
         return store
@@ -180,9 +173,8 @@ class RunStore:
             except OSError:
                 fh.seek(0)
                 holder = fh.read().strip() or "another process"
-                raise UsageError(
-                    f"{self.run_dir} is in use by {holder}; wait for it or stop it first"
-                ) from None
+                raise UsageError(f"{self.run_dir} is in use by {holder}; wait for it or stop "
+                                 "it first") from None
             fh.seek(0)
             fh.truncate()
             fh.write(f"pid {os.getpid()}")
@@ -208,9 +200,8 @@ class RunStore:
         return json.loads(self.sweep_path.read_text())
 
     def _write_sweep(self, data: dict[str, Any]) -> None:
-        atomic_write_bytes(
-            self.sweep_path, json.dumps(data, indent=2, sort_keys=True, default=str).encode()
-        )
+        atomic_write_bytes(self.sweep_path,
+                           json.dumps(data, indent=2, sort_keys=True, default=str).encode())
 
     def update_sweep(self, **fields: Any) -> dict[str, Any]:
         """Merge top-level ``fields`` into sweep.json (read, change, atomic replace)."""
@@ -260,18 +251,9 @@ class RunStore:
         none); ``status``/``error`` override it (a trial the engine saw fail).
         A row with the same trial id is replaced: a re-run supersedes a failure.
         """
-        row = trial_row(
-            summary,
-            planned_machine,
-            trial=trial,
-            sweep_id=sweep_id,
-            ran_on=ran_on,
-            provider=provider,
-            spot=spot,
-            status=status,
-            error=error,
-            exit_code=exit_code,
-        )
+        row = trial_row(summary, planned_machine, trial=trial, sweep_id=sweep_id,
+                        ran_on=ran_on, provider=provider, spot=spot, status=status,
+                        error=error, exit_code=exit_code)
         with self._lock:
             if timeseries_path is not None and Path(timeseries_path).is_file():
                 with _atomic_path(self.timeseries_path(trial.trial_id)) as tmp:
@@ -411,7 +393,8 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
     out["units_per_s_per_vcpu"] = ups / vcpus.where(vcpus > 0)
     keys = ["sweep_id", "machine", "ran_on"]
     rated = out[keys].assign(_ups=ups)
-    base = rated[ok & (workers == 1)].groupby(keys, dropna=False)["_ups"].mean().rename("_base")
+    base = (rated[ok & (workers == 1)].groupby(keys, dropna=False)["_ups"]
+            .mean().rename("_base"))
     joined = out[keys].join(base, on=keys)
     baseline = pd.to_numeric(joined["_base"], errors="coerce").to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -135,6 +135,11 @@ def _headlines(
         )
     for (machine, ran_on), knee in knee_of.items():
         lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe()}")
+    if bool((summary["repeats"] < 2).all()):
+        lines.append(
+            "One repeat per worker count: no spread was measured, so nothing here says how sure "
+            "it is; run with --repeats 3 for a spread of each median (README: picking repeats)."
+        )
     estimated = summary[summary["estimate"]]
     if not estimated.empty:
         hosts = ", ".join(
