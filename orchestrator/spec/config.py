@@ -363,6 +363,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "sample_hz": _positive_number,
     "out": _path,
     "dry_run": _boolean,
+    "adaptive": _boolean,
     "hosts_file": _path,
     "hosts": lambda v, w: [parse_host(h, w) for h in _strings(v, w)],
     "ssh_key": _path,

@@ -135,6 +135,14 @@ def _headlines(
         )
     for (machine, ran_on), knee in knee_of.items():
         lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe()}")
+    records = run.sweep.get("vms") if isinstance(run.sweep.get("vms"), dict) else {}
+    for record in records.values():
+        adaptive = record.get("adaptive") if isinstance(record, dict) else None
+        if isinstance(adaptive, dict):
+            lines.append(
+                f"--adaptive: {record.get('machine')} took {adaptive.get('trials')} trials "
+                f"against the full grid's {adaptive.get('grid_trials')} ({adaptive.get('stopped')})"
+            )
     if bool((summary["repeats"] < 2).all()):
         lines.append(
             "One repeat per worker count: no spread was measured, so nothing here says how sure "
