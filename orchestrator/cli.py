@@ -224,6 +224,16 @@ def sweep(
             metavar="T", rich_help_panel=SWEEP,
         ),
     ] = None,
+    adaptive: Annotated[
+        bool | None,
+        typer.Option(
+            "--adaptive/--no-adaptive",
+            help="Per machine, start at 1, v/4, v and 2v workers and add the counts that narrow "
+            "the predicted peak (USL fit) until it is known within ±10% or the grid's trial "
+            "count is spent.",
+            rich_help_panel=SWEEP,
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -425,8 +435,9 @@ def sweep(
 
     values: dict[str, Any] = {
         "machines": machine, "workers": workers, "repeats": repeats, "duration": duration,
-        "warmup": warmup, "workload": workload, "frames": frames, "dim": dim, "rows": rows,
-        "cols": cols, "strategy": _value(strategy), "seed": seed, "params": param,
+        "warmup": warmup, "adaptive": adaptive, "workload": workload, "frames": frames,
+        "dim": dim, "rows": rows, "cols": cols, "strategy": _value(strategy), "seed": seed,
+        "params": param,
         "provider": _value(provider),
         "region": region, "zone": zone, "project": project, "bucket": bucket, "spot": spot,
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,

@@ -148,9 +148,14 @@ def test_compare_json_gives_values_and_ratios_to_the_first_run(
     assert [r["name"] for r in doc["runs"]] == ["before", "after"]
     first, second = (r["metrics"] for r in doc["runs"])
     assert first["best_units_per_s"] == {
-        "value": 395.0, "where": "n2-highcpu-8 × 8", "estimate": False, "ratio_to_first": 1.0
+        "value": 395.0, "where": "n2-highcpu-8 × 8", "estimate": False, "repeats": 3,
+        "ratio_to_first": 1.0, "ratio_ci95": None, "clear_difference": None,
     }  # fmt: skip
     assert second["best_units_per_s"]["ratio_to_first"] == 2.0
+    low, high = second["best_units_per_s"]["ratio_ci95"]
+    assert low <= 2.0 <= high and low > 1  # doubled repeats: a clear difference
+    assert second["best_units_per_s"]["clear_difference"] is True
+    assert second["peak_rss_bytes"]["ratio_ci95"] is None  # a max has no interval
     assert second["best_cost_per_million_units"]["ratio_to_first"] == pytest.approx(0.5)
     assert second["knee_workers"]["value"] == 4
     assert doc["runs"][1]["same_workload_as_first"] is True
@@ -170,3 +175,33 @@ def test_compare_at_80_columns_never_splits_a_number_or_a_word(
             text = compare._cell(getattr(head, attr), fmt)
             assert set(text.split()) <= tokens, (label, text)  # every number and word whole
     assert "×2.00" in tokens and "×0.50" in tokens
+
+
+def test_overlapping_runs_say_no_clear_difference_with_the_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator import cli
+    from orchestrator.plan.model import compare_groups
+
+    noisy_a = {4: [9030, 11000, 13659, 10500, 12100]}
+    noisy_b = {4: [9500, 11800, 13000, 10100, 12600]}
+    a = write_store(tmp_path / "a", scaling_trials("n2-highcpu-8", 0.29, noisy_a))
+    b = write_store(tmp_path / "b", scaling_trials("n2-highcpu-8", 0.29, noisy_b))
+    _, text = compared([a, b])
+    best_line = next(line for line in text.splitlines() if "best units/s " in line)
+    expected = compare_groups(noisy_a[4], noisy_b[4])
+    assert expected is not None and not expected.clear
+    assert f"[{expected.low:.2f}–{expected.high:.2f}] no clear difference" in best_line
+    capsys.readouterr()  # the table above went to stdout too
+    assert cli.main(["compare", str(a), str(b), "--json"]) == 0
+    metric = json.loads(capsys.readouterr().out)["runs"][1]["metrics"]["best_units_per_s"]
+    assert metric["clear_difference"] is False
+    assert metric["ratio_ci95"] == pytest.approx([expected.low, expected.high])
+
+
+def test_one_repeat_each_gives_a_ratio_without_an_interval(tmp_path: Path) -> None:
+    a = write_store(tmp_path / "a", scaling_trials("n2-highcpu-8", 0.29, {4: [100]}))
+    b = write_store(tmp_path / "b", scaling_trials("n2-highcpu-8", 0.29, {4: [200]}))
+    _, text = compared([a, b])
+    best_line = next(line for line in text.splitlines() if "best units/s " in line)
+    assert "×2.00" in best_line and "[" not in best_line  # no spread measured, none invented

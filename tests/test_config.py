@@ -513,3 +513,9 @@ def test_the_warmup_can_come_from_the_config_file(tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text('machines = ["n2-highcpu-16"]\nwarmup = "2s"\n')
     assert build_spec({"out": str(tmp_path / "runs")}, config).warmup_s == 2.0
+
+
+def test_adaptive_with_a_grid_is_refused_in_one_line() -> None:
+    with pytest.raises(UsageError, match="--adaptive picks worker counts"):
+        build_spec({"machines": ["n2-highcpu-8"], "adaptive": True, "command": "true",
+                    "grid": ["rows=1,2"]})

@@ -169,16 +169,99 @@ def test_summary_medians_match_the_stored_trials(two_machines: Path) -> None:
     assert n2_4.efficiency == pytest.approx(380 / (4 * 100))
 
 
-def test_summary_spread_is_the_range_of_the_repeats_that_finished_ok(tmp_path: Path) -> None:
+def test_summary_spread_is_the_iqr_of_the_repeats_that_finished_ok(tmp_path: Path) -> None:
     trials = scaling_trials("n2-highcpu-8", 0.29, {2: [190, 200, 180, 500]})
     trials[-1]["status"] = "failed"  # its 500 units/s must not widen the spread
     summary = report.summarise(report.load_run(write_store(tmp_path / "s", trials)).trials)
     (row,) = summary.to_dict("records")
     assert (row["units_per_s_min"], row["units_per_s"], row["units_per_s_max"]) == (180, 190, 200)
+    # three repeats: the interquartile range, labelled as such
+    assert (row["units_per_s_low"], row["units_per_s_high"]) == (185, 195)
+    assert row["spread_method"] == "IQR"
     assert (row["repeats"], row["failed"]) == (3, 1)
     assert list(summary.columns) == report.SUMMARY_COLUMNS
     (shown,) = md_table(markdown_of(tmp_path / "s"), "Results per machine")
-    assert (shown["units/s"], shown["range"]) == ("190", "180–200")
+    assert (shown["units/s"], shown["spread"]) == ("190", "185–195 IQR")
+
+
+def test_summary_spread_is_a_bootstrap_interval_once_repeats_allow(tmp_path: Path) -> None:
+    from orchestrator.plan.model import MIN_REPEATS_FOR_CI, bootstrap_ci
+
+    rates = [9030.0, 11000.0, 12100.0, 13659.0, 10500.0][: max(MIN_REPEATS_FOR_CI, 5)]
+    trials = scaling_trials("n2-highcpu-8", 0.29, {2: rates})
+    summary = report.summarise(report.load_run(write_store(tmp_path / "s", trials)).trials)
+    (row,) = summary.to_dict("records")
+    assert row["spread_method"] == "95% CI"
+    assert (row["units_per_s_low"], row["units_per_s_high"]) == pytest.approx(bootstrap_ci(rates))
+    assert row["units_per_s_low"] < row["units_per_s"] < row["units_per_s_high"]
+    (shown,) = md_table(markdown_of(tmp_path / "s"), "Results per machine")
+    assert shown["spread"].endswith(" CI")
+    single = scaling_trials("n2-highcpu-8", 0.29, {2: [190]})
+    (shown,) = md_table(markdown_of(write_store(tmp_path / "one", single)), "Results per machine")
+    assert shown["spread"] == report.DASH  # one repeat: no spread measured, none invented
+
+
+def test_the_knee_rule_has_one_definition() -> None:
+    from orchestrator.plan import model
+
+    assert report.KNEE_GAIN is model.KNEE_GAIN
+    for workers, rates in [([1, 2, 4, 8], [100, 190, 360, 370]), ([1, 2, 4], [1, 2, 4])]:
+        assert report.find_knee(workers, rates).workers == model.knee_point(workers, rates)
+
+
+def test_headline_says_when_the_runner_up_is_within_noise(tmp_path: Path) -> None:
+    overlapping = {4: [380, 300, 460, 350, 420], 8: [390, 310, 470, 360, 400]}
+    run = write_store(tmp_path / "noisy", scaling_trials("n2-highcpu-8", 0.29, overlapping))
+    text = console_text(run)
+    assert "Best by throughput: n2-highcpu-8 × 8 workers, 390 units/s; runner-up " in text
+    assert "n2-highcpu-8 × 4 workers is within noise of it" in text
+    apart = {4: [380, 381, 379, 380], 8: [760, 761, 759, 760]}
+    run = write_store(tmp_path / "clear", scaling_trials("n2-highcpu-8", 0.29, apart))
+    text = console_text(run)
+    assert "clearly ahead of runner-up n2-highcpu-8 × 4 workers (0.50x" in text
+    assert "within noise" not in text
+
+
+def test_a_report_of_single_repeats_says_no_spread_was_measured(
+    two_machines: Path, tmp_path: Path
+) -> None:
+    assert "One repeat per worker count" not in console_text(two_machines)
+    single = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [190], 4: [380]})
+    text = console_text(write_store(tmp_path / "one", single))
+    assert "One repeat per worker count: no spread was measured" in text
+    assert "--repeats 3" in text
+
+
+def test_leak_column_shows_the_probability_and_marks_ramps(tmp_path: Path) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100, 101], 160: [900, 910]})
+    for t in trials:
+        ramp = t["workers"] == 160
+        t.update(leak_probability=0.01 if ramp else 0.2 + 0.1 * t["repeat"], leak_ramp=ramp)
+    rows = md_table(markdown_of(write_store(tmp_path / "s", trials)), "Results per machine")
+    assert [r["leak"] for r in rows] == ["ok p=0.30", "ok p=0.01 ramp"]
+
+
+def test_usl_fit_per_machine_with_intervals_and_a_poor_fit_said(tmp_path: Path) -> None:
+    from orchestrator.plan.model import usl
+
+    rng = np.random.default_rng(3)
+    smooth = {
+        n: [float(usl(n, 100.0, 0.05, 0.002) * (1 + rng.normal(0, 0.02))) for _ in range(3)]
+        for n in (1, 2, 4, 8, 16, 32, 48)
+    }
+    zigzag = {1: [100, 101, 99], 2: [20, 21, 19], 4: [400, 401, 399], 8: [30, 31, 29]}
+    trials = scaling_trials("n2-highcpu-8", 0.29, smooth) + scaling_trials("e2", 0.1, zigzag)
+    trials += scaling_trials("c2", 0.2, {1: [10], 2: [20]})
+    rows = md_table(markdown_of(write_store(tmp_path / "s", trials)), "Scaling model per machine")
+    by = {r["machine"]: {k: v.replace("\\", "") for k, v in r.items()} for r in rows}
+    shown = by["n2-highcpu-8"][r"N\*"]  # Markdown escapes * and [ ]
+    n_star = float(shown.split()[0])
+    assert n_star == pytest.approx((0.95 / 0.002) ** 0.5, rel=0.15)  # ≈ 21.8 workers
+    low, high = (float(v) for v in shown.split("[")[1].rstrip("]").split("–"))
+    assert low < n_star < high
+    assert by["n2-highcpu-8"]["fit"].startswith("good fit")
+    assert by["e2"]["fit"].startswith("poor fit")
+    assert by["c2"]["fit"].startswith("no fit: needs 3 worker counts")
 
 
 def test_cost_per_million_units_is_price_over_hourly_output(two_machines: Path) -> None:
@@ -329,7 +412,9 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
     assert (e2_4["n"], e2_4["units/s"], e2_4["$/M units"]) == ("3", "235", "$0.154")
     assert "ran on" not in e2_4  # every trial ran where it was planned
     (n2,) = [r for r in md_table(md, "Per machine") if r["machine"] == "n2-highcpu-8"]
-    assert n2["scaling stops at"] == "4 workers" and n2["peak RSS"] == "182 MiB at 8"
+    # 400 at 8 workers is within 10 % of 380 at 4 but not of 360: resampling moves the knee.
+    assert n2["scaling stops at"] == "4 workers (4 to not reached in 95% of resamples)"
+    assert n2["peak RSS"] == "182 MiB at 8"
     assert n2["$/hour"] == "$0.29" and n2["workers tested"] == "1, 2, 4, 8"
     # the discounts a user may have are named, not silently ignored
     assert "discounts not applied (GCP sustained/committed use, AWS savings plans" in md
@@ -742,6 +827,28 @@ def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep:
     assert list(t) == [1, 2, 3, 4] and list(rate) == pytest.approx([5, 5, 5, 5])
 
 
+def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_path: Path) -> None:
+    from matplotlib.collections import LineCollection, PolyCollection
+
+    from orchestrator.plan.model import usl
+
+    rng = np.random.default_rng(5)
+    rates = {
+        n: [float(usl(n, 100.0, 0.05, 0.002) * (1 + rng.normal(0, 0.03))) for _ in range(3)]
+        for n in (1, 2, 4, 8, 16, 32)
+    }
+    run = write_store(tmp_path / "s", scaling_trials("n2-highcpu-8", 0.29, rates))
+    (ax,) = _figures(run)["throughput"].axes
+    bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert bars and len(bars[0].get_segments()) == len(rates)  # one bar per worker count
+    summary = report.summarise(report.load_run(run).trials)
+    tops = sorted(max(seg[:, 1]) for seg in bars[0].get_segments())
+    assert tops == pytest.approx(sorted(summary["units_per_s_high"]))
+    (curve,) = [ln for ln in ax.get_lines() if ln.get_label() == "_usl"]
+    assert max(curve.get_xdata()) > 32  # drawn a little past the largest tested count
+    assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the 95 % band
+
+
 def test_legends_never_cover_data(wide_sweep: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -796,6 +903,15 @@ def test_report_json_holds_the_summarys_numbers_with_stable_keys(
     assert doc["results"][0]["efficiency"] is None  # no 1-worker baseline: null, not NaN
     _, machine = doc["machines"]
     assert machine["knee_workers"] == 4 and machine["best_units_per_s"] == 395
+    from orchestrator.plan.model import machine_confidence
+
+    confidence = machine["confidence"]
+    assert confidence == json.loads(json.dumps(machine_confidence(N2, predict_at=[1, 2, 4, 8, 16])))
+    assert confidence["usl"]["verdict"] and confidence["knee"]["workers"] == 4
+    assert confidence["spread"]["4"]["q1"] == 370  # IQR of 360, 380, 400
+    assert [p["workers"] for p in confidence["usl"]["predictions"]] == [1, 2, 4, 8, 16]
+    assert doc["machines"][0]["confidence"]["usl"] is None  # c2: one worker count, no fit
+    assert "needs at least 3" in doc["machines"][0]["confidence"]["usl_reason"]
     assert doc["best"]["by_throughput"]["workers"] == 8
     assert not (two_machines / "report.html").exists()  # --json writes no file
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import posixpath
 import shutil
 import signal
@@ -435,10 +436,72 @@ class _Engine:
         self._stage_job(host)
         if self.stop.is_set():
             return
+        if self.spec.adaptive:
+            self._run_adaptive(host)
+            return
         for trial in trials:
             if self.stop.is_set():
                 return
             self._run_trial(host, trial)
+
+    def _run_adaptive(self, host: _Host) -> None:
+        """``--adaptive``: run what ``plan.search.next_points`` asks for, one trial at a time.
+
+        The budget is the planned grid's trial count for this machine; trial ids
+        stay ``<machine>-w<N>-r<k>`` with k counting every trial at N already in
+        the store, so they are unique and ``--resume`` continues from what was
+        measured. A trial that does not finish ok spends budget (a machine that
+        keeps failing cannot loop). How many trials it took is recorded on the
+        VM (``adaptive`` in sweep.json) and logged.
+        """
+        from orchestrator.plan.model import fit_usl_with_intervals
+        from orchestrator.plan.planner import runner_args, trial_id
+        from orchestrator.plan.search import ADAPTIVE_BOOT, converged, next_points
+
+        vm, machine = host.vm, host.vm.machine.name
+        budget = len(vm.trials)
+        measured: dict[int, list[float]] = {}
+        tried: dict[int, int] = {}
+        frame = self.store.trials_frame()
+        for row in frame[frame["machine"] == machine].to_dict("records"):
+            w = int(row["workers"])
+            tried[w] = tried.get(w, 0) + 1
+            ups = row.get("units_per_s")
+            if row["status"] == "ok" and ups is not None and math.isfinite(float(ups)):
+                measured.setdefault(w, []).append(float(ups))
+        spent = sum(tried.values())
+        while not self.stop.is_set():
+            ok_count = sum(len(v) for v in measured.values())
+            points = next_points(measured, max(1, int(vm.machine.vcpus)),
+                                 budget - (spent - ok_count))
+            if not points:
+                break
+            for w in points:
+                if self.stop.is_set():
+                    return
+                r = tried.get(w, 0)
+                tid = trial_id(machine, w, r)
+                trial = TrialPlan(tid, machine, w, r, runner_args(self.spec, w, tid, r))
+                tried[w] = tried.get(w, 0) + 1
+                spent += 1
+                self._run_trial(host, trial)
+                done = self.store.trials_frame()
+                row = done[done["trial_id"] == trial.trial_id]
+                if not row.empty and row["status"].iloc[-1] == "ok":
+                    ups = float(row["units_per_s"].iloc[-1])
+                    if math.isfinite(ups):
+                        measured.setdefault(w, []).append(ups)
+        if self.stop.is_set():
+            return
+        model = fit_usl_with_intervals(measured, n_boot=ADAPTIVE_BOOT)
+        if model is not None and converged(model):
+            stopped = "N* known within ±10%"
+        else:
+            stopped = "budget spent" if spent >= budget else "no usable USL fit"
+        self.store.record_vm(vm.name, adaptive={"trials": spent, "grid_trials": budget,
+                                                "stopped": stopped})
+        self.progress.log(f"{machine}: --adaptive took {spent} trials against the full "
+                          f"grid's {budget} ({stopped})")
 
     def _provision(self, host: _Host, zone: str | None) -> None:
         host.inst = self._create_or_reattach(host, zone)
@@ -940,6 +1003,10 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
                      bucket=bucket.url if bucket is not None else None)
 
     todo = {vm.name: [t for t in vm.trials if t.trial_id not in done] for vm in plan.vms}
+    if spec.adaptive:  # --resume: a machine whose adaptive loop finished needs no VM again
+        vms = store.read_sweep().get("vms") or {}
+        todo = {name: [] if (vms.get(name) or {}).get("adaptive") else left
+                for name, left in todo.items()}
     finished = False
     with SweepProgress(console) as progress:
         engine = _Engine(spec, plan, store, bucket, inputs, progress, providers, keys, job)
@@ -1035,7 +1102,10 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     sweep = store.read_sweep()
     failed_machines = {m: v for m, v in sweep.get("machines", {}).items()
                        if v.get("status") in ("failed", "preempted")}
-    planned = {t.trial_id for vm in plan.vms for t in vm.trials}
+    # --adaptive: a machine whose loop finished ran what it needed, not the grid's ids
+    vms = sweep.get("vms") or {}
+    planned = {t.trial_id for vm in plan.vms for t in vm.trials
+               if not (vms.get(vm.name) or {}).get("adaptive")}
     bad = frame[frame["status"] != "ok"]
     missing = planned - set(frame["trial_id"])
     partial = bool(failed_machines or len(bad) or missing)

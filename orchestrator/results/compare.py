@@ -21,12 +21,15 @@ if TYPE_CHECKING:
     import pandas as pd
     from rich.console import Console
 
+    from orchestrator.plan.model import Comparison
+
 
 @dataclass(frozen=True)
 class Metric:
     value: float  # NaN when unknown
     where: str  # "machine × N workers", or "" when unknown
     estimate: bool = False
+    repeats: tuple[float, ...] = ()  # the value of each ok repeat behind a median; () for a max
 
 
 @dataclass(frozen=True)
@@ -60,19 +63,39 @@ def _where(row: Any) -> str:
     return text + (f" on {row['ran_on']}" if row["estimate"] else "")
 
 
-def _extreme(summary: pd.DataFrame, column: str, largest: bool, costs: bool = False) -> Metric:
-    """The best row for ``column``; only a cost can be an estimate (throughput is measured)."""
+def _extreme(
+    summary: pd.DataFrame,
+    column: str,
+    largest: bool,
+    costs: bool = False,
+    trials: pd.DataFrame | None = None,
+) -> Metric:
+    """The best row for ``column``; only a cost can be an estimate (throughput is measured).
+
+    With ``trials``, the metric carries the per-repeat values behind that row's
+    median, so a ratio between runs can be given with its interval.
+    """
     known = summary.dropna(subset=[column])
     if known.empty:
         return Metric(math.nan, "")
     row = known.loc[known[column].idxmax() if largest else known[column].idxmin()]
-    return Metric(float(row[column]), _where(row), costs and bool(row["estimate"]))
+    repeats: tuple[float, ...] = ()
+    if trials is not None:
+        mine = trials[
+            (trials["status"] == rpt.OK)
+            & (trials["machine"].astype(str) == str(row["machine"]))
+            & (trials["ran_on"].astype(str) == str(row["ran_on"]))
+            & (trials["workers"] == row["workers"])
+        ]
+        values = (float(v) for v in mine[column] if v is not None)
+        repeats = tuple(v for v in values if math.isfinite(v))
+    return Metric(float(row[column]), _where(row), costs and bool(row["estimate"]), repeats)
 
 
 def headline(run: rpt.RunData) -> Headline:
     """One run's headline numbers (NaN where the run has no successful trial)."""
     summary = rpt.summarise(run.trials)
-    fastest = _extreme(summary, "units_per_s", largest=True)
+    fastest = _extreme(summary, "units_per_s", largest=True, trials=run.trials)
     knee = Metric(math.nan, "")
     if not summary.empty:
         top = summary.loc[summary["units_per_s"].idxmax()]
@@ -82,12 +105,14 @@ def headline(run: rpt.RunData) -> Headline:
             knee = Metric(float(found.workers), machine)
         else:
             knee = Metric(math.nan, f"{machine}: {found.describe()}")
-    cost = _extreme(summary, "cost_per_million_units", largest=False, costs=True)
+    cost = _extreme(summary, "cost_per_million_units", largest=False, costs=True, trials=run.trials)
     return Headline(
         name=run.name,
         workload=rpt.describe_workload(run),
         best_units_per_s=fastest,
-        best_units_per_s_per_vcpu=_extreme(summary, "units_per_s_per_vcpu", largest=True),
+        best_units_per_s_per_vcpu=_extreme(
+            summary, "units_per_s_per_vcpu", largest=True, trials=run.trials
+        ),
         best_cost_per_million_units=cost,
         peak_rss_bytes=_extreme(summary, "peak_rss_bytes", largest=True),
         knee_workers=knee,
@@ -99,6 +124,23 @@ def ratio(value: float, base: float) -> float:
     if not (math.isfinite(value) and math.isfinite(base)) or base == 0:
         return math.nan
     return value / base
+
+
+def ratio_interval(metric: Metric, base: Metric) -> Comparison | None:
+    """The ratio metric ÷ base with its bootstrap 95 % interval over both runs' repeats.
+
+    None when either side has no repeats behind it (peak memory is a max, the
+    knee a count) or only one repeat each: with no measured spread an interval
+    would be invented. :class:`~orchestrator.plan.model.Comparison` says "no
+    clear difference" when the interval contains 1.
+    """
+    from orchestrator.plan.model import compare_groups
+
+    if len(metric.repeats) < 2 and len(base.repeats) < 2:
+        return None
+    if not (metric.repeats and base.repeats):
+        return None
+    return compare_groups(base.repeats, metric.repeats)
 
 
 def load_headlines(run_dirs: list[str | Path]) -> list[Headline]:
@@ -126,11 +168,15 @@ def compare_document(heads: list[Headline], run_dirs: list[str | Path]) -> dict[
         metrics = {}
         for _label, attr, _fmt in METRICS:
             metric, first = getattr(head, attr), getattr(base, attr)
+            cmp = ratio_interval(metric, first) if head is not base else None
             metrics[attr] = {
                 "value": metric.value,
                 "where": metric.where or None,
                 "estimate": metric.estimate,
+                "repeats": len(metric.repeats) or None,
                 "ratio_to_first": ratio(metric.value, first.value),
+                "ratio_ci95": [cmp.low, cmp.high] if cmp else None,
+                "clear_difference": cmp.clear if cmp else None,
             }
         runs.append(
             {
@@ -168,7 +214,7 @@ def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]
         for head in heads[1:]:
             metric = head.metrics()[label]
             r = ratio(metric.value, first.value)
-            cells += [_cell(metric, fmt), fmt_ratio(r)]
+            cells += [_cell(metric, fmt), _ratio_cell(r, ratio_interval(metric, first))]
         rows.append(rpt.Row(cells))
     title = "cloudprof compare (ratios are run ÷ first run)"
     print_table(rpt.Table(title, headers, rows), console, rules=True)
@@ -178,6 +224,11 @@ def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]
             "the cost is an estimate."
         )
     console.print("Lower is better for cost and memory; higher for throughput.")
+    console.print(
+        "[low–high]: bootstrap 95% interval of the ratio over both runs' repeats; "
+        '"no clear difference" when it contains ×1. No interval: one repeat each, '
+        "or a max (memory) or count (knee)."
+    )
     return heads
 
 
@@ -186,6 +237,15 @@ def fmt_ratio(r: float) -> str:
     if not math.isfinite(r):
         return rpt.DASH
     return f"×{r:.2f}" if abs(r) >= 0.1 else f"×{r:.2g}"
+
+
+def _ratio_cell(r: float, cmp: Comparison | None) -> str:
+    """ "×1.02 [0.95–1.10] no clear difference": the ratio, its interval, and what it means."""
+    text = fmt_ratio(r)
+    if cmp is None or not math.isfinite(r):
+        return text
+    text += f" [{fmt_ratio(cmp.low)[1:]}–{fmt_ratio(cmp.high)[1:]}]"
+    return text + ("" if cmp.clear else " no clear difference")
 
 
 def _cell(metric: Metric, fmt: Any) -> str:

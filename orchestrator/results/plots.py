@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.results import report as rpt
 from orchestrator.results.report.formatting import _finite
@@ -70,8 +70,9 @@ def render_plots(run: rpt.RunData, summary: pd.DataFrame, out_dir: Path) -> list
         save(
             throughput_figure(summary, run.trials, colours=colours),
             "throughput.png",
-            "Throughput vs workers per machine (median over repeats; dots are single repeats, "
-            "hollow markers oversubscribed, ★ the knee)",
+            "Throughput vs workers per machine (median over repeats with its spread as error "
+            "bars; dots are single repeats, hollow markers oversubscribed, ★ the knee; dashed: "
+            "the USL fit with its 95% band, drawn only when the fit is good)",
         )
         save(
             efficiency_figure(summary, colours=colours),
@@ -187,7 +188,12 @@ def throughput_figure(
     split_by: str | None = None,
     colours: dict[str, str] | None = None,
 ) -> Figure:
-    """Median lines, each repeat as a faint dot (the spread behind a median), ★ at the knee.
+    """Median lines with spread bars, each repeat a faint dot, ★ at the knee, the USL fit.
+
+    The error bars are the summary's spread (IQR, or the bootstrap 95 % CI of the
+    median from enough repeats). With ``trials`` and no ``split_by``, each
+    machine's USL fit is drawn dashed with its 95 % band, over the tested range
+    and a little past it; a poor fit is not drawn (the report's table says why).
 
     ``split_by`` names a column of both frames (the notebook's ``strategy``) that
     splits a machine into several lines: same colour (the machine), one line
@@ -200,6 +206,22 @@ def throughput_figure(
         colour = colours[machine]
         style, marker = LINESTYLES[index % len(LINESTYLES)], MARKERS[index % len(MARKERS)]
         _line_with_oversubscription(ax, group, "units_per_s", label, colour, style, marker)
+        spread = group.dropna(subset=["units_per_s_low", "units_per_s_high"])
+        if not spread.empty:
+            ax.errorbar(
+                spread["workers"],
+                spread["units_per_s"],
+                yerr=[
+                    (spread["units_per_s"] - spread["units_per_s_low"]).clip(lower=0),
+                    (spread["units_per_s_high"] - spread["units_per_s"]).clip(lower=0),
+                ],
+                fmt="none",
+                ecolor=colour,
+                capsize=3,
+                alpha=0.8,
+            )
+        if trials is not None and split_by is None:
+            _usl_curve(ax, trials, keys, colour)
         if trials is not None:
             mine = trials[trials["status"] == rpt.OK]
             for column, value in keys.items():
@@ -221,6 +243,24 @@ def throughput_figure(
     _workers_axis(ax, summary)
     _legend(fig, ax)
     return fig
+
+
+def _usl_curve(ax: Axes, trials: pd.DataFrame, keys: dict[str, Any], colour: str) -> None:
+    """The machine's fitted USL curve (dashed) and its 95 % band, when the fit is good."""
+    import numpy as np
+
+    from orchestrator.plan.model import fit_usl_with_intervals
+    from orchestrator.results.report.model import samples
+
+    data = samples(trials).get((str(keys["machine"]), str(keys["ran_on"])))
+    model = fit_usl_with_intervals(data) if data else None
+    if model is None or model.fit.poor:
+        return
+    top = max(data)
+    ns = np.geomspace(max(min(data), 1), top * 1.25, 60)
+    band = model.band(list(ns))
+    ax.plot(ns, [b[0] for b in band], linestyle="--", color=colour, linewidth=1, label="_usl")
+    ax.fill_between(ns, [b[1] for b in band], [b[2] for b in band], color=colour, alpha=0.15)
 
 
 def efficiency_figure(summary: pd.DataFrame, colours: dict[str, str] | None = None) -> Figure:

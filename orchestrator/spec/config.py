@@ -398,6 +398,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "sample_hz": _sample_hz,
     "out": _path,
     "dry_run": _boolean,
+    "adaptive": _boolean,
     "hosts_file": _path,
     "hosts": lambda v, w: [parse_host(h, w) for h in _strings(v, w)],
     "ssh_key": _path,
@@ -518,6 +519,9 @@ def build_spec(cli: dict[str, Any], config: Path | None = None) -> SweepSpec:
         setattr(spec, renamed.get(key, key), value)
     if spec.command is not None and "duration" in values:
         spec.stop_after_s = spec.duration_s  # a job runs to completion unless --duration says
+    if spec.adaptive and spec.grid:
+        raise UsageError("--adaptive picks worker counts for one workload: drop --grid (or "
+                         "run one adaptive sweep per grid point)")
     return validate_spec(spec)
 
 

@@ -23,6 +23,9 @@ class SweepSpec:
     # Before each trial, untimed and unsampled: workers allocate their buffers and warm
     # caches first, so neither the rate nor the leak verdict sees the start-up ramp.
     warmup_s: float = 0.0
+    # Per machine, run the worker counts that narrow the USL's peak N* (plan/search.py)
+    # instead of the whole grid; the grid's trial count is the budget.
+    adaptive: bool = False
     workload: str = DEFAULT_WORKLOAD  # registry name or "module:Class"
     workload_params: dict[str, Any] = field(default_factory=dict)  # frames, dim, strategy...
     provider: str | None = None  # None: the machine's provider in the catalog

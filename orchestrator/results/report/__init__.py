@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from orchestrator.plan.model import KNEE_GAIN
 from orchestrator.results.report.formatting import (
     DASH,
     EST,
@@ -27,7 +28,6 @@ from orchestrator.results.report.json_doc import SCHEMA as JSON_SCHEMA
 from orchestrator.results.report.json_doc import render_json, report_document
 from orchestrator.results.report.markdown import render_markdown
 from orchestrator.results.report.model import (
-    KNEE_GAIN,
     LOCAL,
     OK,
     SUMMARY_COLUMNS,

@@ -14,6 +14,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.plan.model import machine_confidence
 from orchestrator.results.report.model import (
     OK,
     SUMMARY_COLUMNS,
@@ -21,6 +22,7 @@ from orchestrator.results.report.model import (
     best_rows,
     knees,
     peak_memory,
+    samples,
     summarise,
 )
 from orchestrator.results.report.tables import describe_workload
@@ -71,7 +73,7 @@ def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[s
                 "by_cost": _best(cheapest, "cost_per_million_units"),
                 "by_throughput": _best(fastest, "units_per_s"),
             },
-            "machines": _machines(summary),
+            "machines": _machines(summary, samples(trials)),
             "results": [
                 {column: row[column] for column in SUMMARY_COLUMNS}
                 for row in summary.to_dict("records")
@@ -94,7 +96,16 @@ def _best(row: dict[str, Any] | None, metric: str) -> dict[str, Any] | None:
     }
 
 
-def _machines(summary: pd.DataFrame) -> list[dict[str, Any]]:
+def _machines(
+    summary: pd.DataFrame, by_machine: dict[tuple[str, str], dict[int, list[float]]]
+) -> list[dict[str, Any]]:
+    """Per machine: the knee, best row, peak memory, and ``confidence``.
+
+    ``confidence`` is :func:`orchestrator.plan.model.machine_confidence`: the
+    spread per worker count, the knee's bootstrap range and the USL fit with
+    intervals, its verdict and predictions at the tested counts and at 2× the
+    largest one (an untested count, with its band).
+    """
     memory = {
         (str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary).to_dict("records")
     }
@@ -117,9 +128,16 @@ def _machines(summary: pd.DataFrame) -> list[dict[str, Any]]:
                 "best_workers": int(best["workers"]),
                 "peak_rss_bytes": peak["peak_rss_bytes"],
                 "peak_rss_workers": peak["workers"],
+                "confidence": _confidence(by_machine.get((machine, ran_on), {})),
             }
         )
     return out
+
+
+def _confidence(data: dict[int, list[float]]) -> dict[str, Any]:
+    tested = sorted(data)
+    predict_at = [*tested, 2 * tested[-1]] if tested else []
+    return machine_confidence(data, predict_at=predict_at)
 
 
 def _failed(trials: pd.DataFrame) -> list[dict[str, Any]]:

@@ -20,16 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import CloudprofError, UsageError
+from orchestrator.plan.model import KNEE_GAIN, KneeRange, knee_point, knee_range, spread
 from orchestrator.results.report.formatting import DASH, n_workers
 from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
-
-KNEE_GAIN = 0.10
-"""Scaling has stopped at worker count w when no larger tested count gives more
-than this fraction more throughput than w (median over repeats)."""
-
 
 OK = "ok"
 LOCAL = "local"
@@ -132,11 +128,16 @@ SUMMARY_COLUMNS = [
     "units_per_s",
     "units_per_s_min",
     "units_per_s_max",
+    "units_per_s_low",
+    "units_per_s_high",
+    "spread_method",
     "units_per_s_per_vcpu",
     "efficiency",
     "peak_rss_bytes",
     "cpu_utilisation",
     "leak_verdict",
+    "leak_probability",
+    "leak_ramp",
     "price_per_hour",
     "cost_per_million_units",
     "oversubscribed",
@@ -154,6 +155,7 @@ _NUMERIC_TRIAL_COLUMNS = (
     "cpu_utilisation",
     "price_per_hour",
     "vcpus",
+    "leak_probability",
 )
 
 
@@ -170,9 +172,12 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
 
     keys = [*_GROUP, "workers"]
     ok = trials[trials["status"] == OK].copy()
+    for column in ("leak_probability", "leak_ramp"):  # stores from before the leak model
+        if column not in ok:
+            ok[column] = None
     for column in _NUMERIC_TRIAL_COLUMNS:
         ok[column] = pd.to_numeric(ok[column], errors="coerce").astype(float)
-    for column in ("oversubscribed", "spot"):
+    for column in ("oversubscribed", "spot", "leak_ramp"):
         values = ok[column] if column in ok else pd.Series(False, index=ok.index)
         ok[column] = values.fillna(False).astype(bool)
     summary = (
@@ -188,6 +193,8 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
             peak_rss_bytes=("peak_rss_bytes", "max"),
             cpu_utilisation=("cpu_utilisation", "median"),
             leak_verdict=("leak_verdict", lambda v: _leak_summary(list(v))),
+            leak_probability=("leak_probability", "max"),
+            leak_ramp=("leak_ramp", "any"),
             price_per_hour=("price_per_hour", "first"),
             oversubscribed=("oversubscribed", "any"),
             spot=("spot", "any"),
@@ -204,6 +211,13 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
         for p, u in zip(summary["price_per_hour"], summary["units_per_s"], strict=True)
     ]
     summary["estimate"] = summary["machine"].astype(str) != summary["ran_on"].astype(str)
+    spreads = ok.groupby(keys, sort=True, dropna=False)["units_per_s"].agg(
+        lambda v: spread(list(v))
+    )
+    found = [spreads.get(tuple(k)) for k in summary[keys].itertuples(index=False)]
+    summary["units_per_s_low"] = [sp.low if sp else math.nan for sp in found]
+    summary["units_per_s_high"] = [sp.high if sp else math.nan for sp in found]
+    summary["spread_method"] = [sp.method if sp and sp.n > 1 else None for sp in found]
     summary = summary.reindex(columns=SUMMARY_COLUMNS[:-1])
     summary["pareto"] = pareto_front(summary)
     return summary.reset_index(drop=True)
@@ -211,45 +225,108 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Knee:
-    """Where scaling stops for one machine: ``workers`` is None when it was not seen."""
+    """Where scaling stops for one machine: ``workers`` is None when it was not seen.
+
+    ``range`` is where the knee lands when the repeats are resampled
+    (:func:`orchestrator.plan.model.knee_range`): a knee one noisy repeat can
+    move is shown with the counts it moves between, not as a single number.
+    """
 
     workers: int | None
     reached: bool  # False: throughput still grew at the largest count, or one count only
     tested: tuple[int, ...] = ()  # the worker counts with a finite median throughput
     units_per_s: float = math.nan
+    range: KneeRange | None = None
 
     def describe(self) -> str:
         if len(self.tested) < 2:
             return f"{DASH} (one worker count tested)"
         if not self.reached or self.workers is None:
-            return f"not reached (still scaling at {n_workers(max(self.tested))})"
-        return n_workers(self.workers)
+            text = f"not reached (still scaling at {n_workers(max(self.tested))})"
+        else:
+            text = n_workers(self.workers)
+        return text + self._range_text()
+
+    def _range_text(self) -> str:
+        """ " (4–8 in 95% of resamples)": empty when every resample finds the same knee."""
+        r = self.range
+        if r is None or r.stable or (r.low is None and r.high is None):
+            return ""
+        low = "–" if r.low is None else str(r.low)
+        high = "not reached" if r.high is None else str(r.high)
+        return f" ({low} to {high} in 95% of resamples)"
 
 
 def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_GAIN) -> Knee:
-    """The smallest worker count that no larger tested count beats by more than ``gain``.
-
-    Comparing against every larger count (not only the next one) keeps one noisy
-    step from hiding a later jump. When only the largest count qualifies, the
-    last step still gained more than ``gain``: scaling had not stopped yet.
-    """
+    """The knee of median throughputs (:func:`orchestrator.plan.model.knee_point`, the one rule)."""
     points = sorted(
         (int(w), float(u)) for w, u in zip(workers, units_per_s, strict=True) if math.isfinite(u)
     )
     tested = tuple(w for w, _ in points)
-    for i, (w, ups) in enumerate(points[:-1]):
-        if all(u <= ups * (1.0 + gain) for _, u in points[i + 1 :]):
-            return Knee(workers=w, reached=True, tested=tested, units_per_s=ups)
-    return Knee(workers=None, reached=False, tested=tested)
+    at = knee_point([w for w, _ in points], [u for _, u in points], gain)
+    if at is None:
+        return Knee(workers=None, reached=False, tested=tested)
+    return Knee(workers=at, reached=True, tested=tested, units_per_s=dict(points)[at])
 
 
-def knees(summary: pd.DataFrame) -> dict[tuple[str, str], Knee]:
-    """The knee of each (machine, ran_on) group of a summary."""
+def samples(trials: pd.DataFrame) -> dict[tuple[str, str], dict[int, list[float]]]:
+    """Per (machine, ran_on): worker count → units/s of each repeat that finished ok.
+
+    The input of every confidence figure (spread, knee range, USL fit).
+    """
+    import pandas as pd
+
+    ok = trials[trials["status"] == OK]
+    rates = pd.to_numeric(ok["units_per_s"], errors="coerce").astype(float)
+    out: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for machine, ran_on, workers, ups in zip(
+        ok["machine"], ok["ran_on"], ok["workers"], rates, strict=True
+    ):
+        if math.isfinite(ups):
+            group = out.setdefault((str(machine), str(ran_on)), {})
+            group.setdefault(int(workers), []).append(float(ups))
+    return dict(sorted(out.items()))
+
+
+def knees(
+    summary: pd.DataFrame, by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None
+) -> dict[tuple[str, str], Knee]:
+    """The knee of each (machine, ran_on) group of a summary, with its range when repeats given."""
     out: dict[tuple[str, str], Knee] = {}
     for (machine, ran_on), group in summary.groupby(_GROUP, sort=True):
-        out[(str(machine), str(ran_on))] = find_knee(
-            list(group["workers"]), list(group["units_per_s"])
-        )
+        key = (str(machine), str(ran_on))
+        knee = find_knee(list(group["workers"]), list(group["units_per_s"]))
+        if by_machine and key in by_machine:
+            knee = Knee(
+                knee.workers,
+                knee.reached,
+                knee.tested,
+                knee.units_per_s,
+                knee_range(by_machine[key]),
+            )
+        out[key] = knee
+    return out
+
+
+def repeat_groups(trials: pd.DataFrame, metric: str) -> dict[tuple[str, str, int], list[float]]:
+    """(machine, ran_on, workers) → ``metric`` of each ok repeat: what :func:`rank` compares.
+
+    ``metric`` is ``units_per_s`` or ``cost_per_million_units`` (computed per
+    repeat from its own throughput, the formula of the summary).
+    """
+    out: dict[tuple[str, str, int], list[float]] = {}
+    for key, by_workers in samples(trials).items():
+        prices = trials[(trials["machine"].astype(str) == key[0]) & (trials["status"] == OK)]
+        price = prices["price_per_hour"].dropna()
+        for workers, rates in by_workers.items():
+            if metric == "units_per_s":
+                values = rates
+            else:
+                p = float(price.iloc[0]) if not price.empty else math.nan
+                values = [cost_per_million_units(p, r) for r in rates]
+            values = [v for v in values if math.isfinite(v)]
+            if values:
+                out[(*key, workers)] = values
     return out
 
 

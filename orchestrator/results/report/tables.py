@@ -17,6 +17,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.plan.model import (
+    KNEE_GAIN,
+    MIN_REPEATS_FOR_CI,
+    UslModel,
+    fit_usl_with_intervals,
+    rank,
+)
 from orchestrator.results.report.formatting import (
     DASH,
     EST,
@@ -29,7 +36,6 @@ from orchestrator.results.report.formatting import (
     n_workers,
 )
 from orchestrator.results.report.model import (
-    KNEE_GAIN,
     LOCAL,
     OK,
     Knee,
@@ -38,6 +44,8 @@ from orchestrator.results.report.model import (
     knees,
     machine_label,
     peak_memory,
+    repeat_groups,
+    samples,
     summarise,
 )
 
@@ -71,9 +79,12 @@ class Report:
 def build_report(run: RunData) -> Report:
     """The whole report as strings: headlines, then tables."""
     summary = summarise(run.trials)
-    knee_of = knees(summary)
+    by_machine = samples(run.trials)
+    knee_of = knees(summary, by_machine)
     headlines = _headlines(run, summary, knee_of)
     tables = [] if summary.empty else [_results_table(summary), _machine_table(summary, knee_of)]
+    if not summary.empty:
+        tables.append(_usl_table({k: fit_usl_with_intervals(v) for k, v in by_machine.items()}))
     from orchestrator.results.report.jobs import job_tables
 
     tables.extend(job_tables(run.trials))  # a user's job: fixed-work runs, phases
@@ -116,15 +127,30 @@ def _headlines(
         lines.append(
             f"Best by cost: {_where(cheapest)}, "
             f"{fmt_usd(cheapest['cost_per_million_units'])} per million units{estimate}"
+            + _runner_up(run.trials, "cost_per_million_units")
         )
     else:
         lines.append("Best by cost: – (no price known for these machines)")
     if fastest is not None:
         lines.append(
             f"Best by throughput: {_where(fastest)}, {fmt_rate(fastest['units_per_s'])} units/s"
+            + _runner_up(run.trials, "units_per_s")
         )
     for (machine, ran_on), knee in knee_of.items():
         lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe()}")
+    records = run.sweep.get("vms") if isinstance(run.sweep.get("vms"), dict) else {}
+    for record in records.values():
+        adaptive = record.get("adaptive") if isinstance(record, dict) else None
+        if isinstance(adaptive, dict):
+            lines.append(
+                f"--adaptive: {record.get('machine')} took {adaptive.get('trials')} trials "
+                f"against the full grid's {adaptive.get('grid_trials')} ({adaptive.get('stopped')})"
+            )
+    if bool((summary["repeats"] < 2).all()):
+        lines.append(
+            "One repeat per worker count: no spread was measured, so nothing here says how sure "
+            "it is; run with --repeats 3 for a spread of each median (README: picking repeats)."
+        )
     estimated = summary[summary["estimate"]]
     if not estimated.empty:
         hosts = ", ".join(
@@ -143,6 +169,24 @@ def _headlines(
     if bool(summary["oversubscribed"].any()):
         lines.append("Rows marked oversubscribed ran more workers than the host has logical cores.")
     return lines
+
+
+def _runner_up(trials: pd.DataFrame, metric: str) -> str:
+    """ "; runner-up n2 × 4 is within noise of it": what one more repeat could overturn.
+
+    :func:`orchestrator.plan.model.rank` compares the best and the runner-up by a
+    bootstrap of their repeats; a single repeat on either side is never a clear win.
+    """
+    ranking = rank(repeat_groups(trials, metric), higher_is_better=metric == "units_per_s")
+    if ranking is None or ranking.runner_up is None:
+        return ""
+    machine, _, workers = ranking.runner_up
+    who = f"{machine} × {n_workers(int(workers))}"
+    if ranking.within_noise:
+        return f"; runner-up {who} is within noise of it (one more repeat could swap them)"
+    cmp = ranking.comparison
+    assert cmp is not None
+    return f"; clearly ahead of runner-up {who} ({cmp.describe()})"
 
 
 def describe_workload(run: RunData) -> str:
@@ -201,12 +245,12 @@ def _results_table(summary: pd.DataFrame) -> Table:
             "workers": str(r["workers"]),
             "n": str(r["repeats"]),
             "units/s": fmt_rate(r["units_per_s"]),
-            "range": _range(r),
+            "spread": _spread(r),
             "per vCPU": fmt_rate(r["units_per_s_per_vcpu"]),
             "eff.": fmt_pct(r["efficiency"]),
             "peak RSS": fmt_bytes(r["peak_rss_bytes"]),
             "CPU": fmt_pct(r["cpu_utilisation"]),
-            "leak": str(r["leak_verdict"]),
+            "leak": _leak(r),
             cost_header: fmt_usd(
                 r["cost_per_million_units"], estimate=bool(r["estimate"]) and not all_estimates
             ),
@@ -217,8 +261,12 @@ def _results_table(summary: pd.DataFrame) -> Table:
         rows.append(Row(list(cells.values()), frozenset(flags)))
     headers = list(cells)
     notes = [
-        "n = repeats that finished ok; every figure is their median, except peak RSS (their max); "
-        "range = the lowest and highest units/s of those repeats (– with one).",
+        "n = repeats that finished ok; every figure is their median, except peak RSS (their max).",
+        "spread of units/s: the bootstrap 95% interval of the median (CI) from "
+        f"{MIN_REPEATS_FOR_CI} repeats on, else the interquartile range of the repeats (IQR); "
+        "– with one repeat (no spread measured).",
+        "leak: the worst verdict over repeats with the highest probability that memory was "
+        "still growing at the end (p); ramp = grew, then levelled off (buffers, not a leak).",
         "eff. = efficiency = units/s ÷ (workers × units/s at 1 worker on the same machine), "
         "– without a 1-worker baseline; CPU = mean utilisation of the host's cores.",
         "$/M units = $/hour ÷ (units/s × 3600) × 1e6; (est.) marks an estimate.",
@@ -229,11 +277,22 @@ def _results_table(summary: pd.DataFrame) -> Table:
     return Table("Results per machine and worker count" + title_note, headers, rows, notes)
 
 
-def _range(row: dict[str, Any]) -> str:
-    """ "380–400": the spread of units/s behind the median, when there is more than one repeat."""
-    if row["repeats"] < 2:
+def _spread(row: dict[str, Any]) -> str:
+    """ "360–400 IQR": the spread of units/s behind the median, and which one it is."""
+    if row["repeats"] < 2 or not row.get("spread_method"):
         return DASH
-    return f"{fmt_rate(row['units_per_s_min'])}–{fmt_rate(row['units_per_s_max'])}"
+    low, high = fmt_rate(row["units_per_s_low"]), fmt_rate(row["units_per_s_high"])
+    return f"{low}–{high} {row['spread_method'].replace('95% ', '')}"
+
+
+def _leak(row: dict[str, Any]) -> str:
+    """ "ok p=0.02 ramp": the verdict, its probability, and whether RSS ramped then levelled."""
+    text = str(row["leak_verdict"])
+    if _finite(row.get("leak_probability")):
+        text += f" p={float(row['leak_probability']):.2f}"
+    if row.get("leak_ramp"):
+        text += " ramp"
+    return text
 
 
 def _ran_on_column(summary: pd.DataFrame) -> tuple[bool, str]:
@@ -284,12 +343,68 @@ def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) 
         headers.remove("ran on")
     notes = [
         f"Scaling stops at the smallest worker count that no larger tested count beats by more "
-        f"than {KNEE_GAIN:.0%} in median units/s (the knee).",
+        f"than {KNEE_GAIN:.0%} in median units/s (the knee); a range is where it lands in 95% of "
+        "bootstrap resamples of the repeats (none shown: every resample agrees).",
         "vCPUs of the host the trials ran on; $/hour is the catalog price of the planned machine "
         "at launch (its spot price when marked spot).",
         "Peak RSS: the kernel's high-water mark of the trial process (VmHWM), max over trials.",
     ]
     return Table("Per machine: where scaling stops, peak memory" + title_note, headers, rows, notes)
+
+
+def _interval(value: float, bounds: tuple[float, float], fmt: Any) -> str:
+    """ "0.031 [0.020–0.045]": a fitted figure with its bootstrap 95% interval."""
+    if not _finite(value):
+        return DASH
+    low, high = bounds
+    shown = "–".join(fmt(b) if _finite(b) else "∞" for b in (low, high))
+    return f"{fmt(value)} [{shown}]"
+
+
+def _usl_table(models: dict[tuple[str, str], UslModel | None]) -> Table:
+    """σ, κ, N*, X(N*) per machine with intervals, and the fit's verdict (a poor fit is said)."""
+    from orchestrator.plan.model import MIN_DISTINCT_WORKERS
+
+    rows = []
+    for (machine, ran_on), model in models.items():
+        name = machine_label(machine, ran_on)
+        if model is None:
+            reason = f"no fit: needs {MIN_DISTINCT_WORKERS} worker counts with a result"
+            rows.append(Row([name, DASH, DASH, DASH, DASH, reason]))
+            continue
+        f, ci = model.fit, model.intervals
+        n_star = (
+            _interval(f.n_star, ci["n_star"], lambda v: f"{v:.1f}")
+            if math.isfinite(f.n_star)
+            else "none (κ = 0)"
+        )
+        rows.append(
+            Row(
+                [
+                    name,
+                    _interval(f.sigma, ci["sigma"], lambda v: f"{v:.3f}"),
+                    _interval(f.kappa, ci["kappa"], lambda v: f"{v:.2g}"),
+                    n_star,
+                    _interval(f.x_star, ci["x_star"], fmt_rate),
+                    f.verdict(),
+                ],
+                flags=frozenset({"failed"}) if f.poor else frozenset(),
+            )
+        )
+    notes = [
+        "Universal Scalability Law X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted to every repeat by "
+        "bounded least squares; [low–high] = bootstrap 95% interval.",
+        "σ = contention (serial share), κ = coherency (cross-talk that makes throughput fall); "
+        "N* = √((1−σ)/κ) = predicted peak worker count, X(N*) = predicted units/s there "
+        "(λ/σ, the ceiling, when κ = 0).",
+        "A poor fit means the curve misses the measured medians: trust the table above instead.",
+    ]
+    return Table(
+        "Scaling model per machine (USL fit)",
+        ["machine", "σ", "κ", "N*", "X(N*) units/s", "fit"],
+        rows,
+        notes,
+    )
 
 
 def _failed_table(trials: pd.DataFrame) -> Table | None:
