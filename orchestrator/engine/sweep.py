@@ -36,6 +36,7 @@ from orchestrator.errors import (
     ProviderError,
     RemoteCommandError,
     SweepInterruptedError,
+    TeardownError,
     UnreachableError,
     UsageError,
     one_line,
@@ -80,6 +81,8 @@ INPUTS_RETENTION_S = 7 * 86400.0
 TRIAL_ATTEMPTS = 3  # a dropped session is retried on the same VM this many times in all
 RETRY_BACKOFF_S = 2.0
 TEARDOWN_WAIT_S = 900.0
+DELETE_ATTEMPTS = 4  # a failed VM deletion is tried again after 2, 4, 8 s, then reported
+DELETE_BACKOFF_S = 2.0
 INPUT_PARAMS = {"frames": "frames", "rows": "rows", "cols": "cols", "seed": "seed",
                 "format": "fmt"}
 RETRYABLE = (ConnectionLostError, UnreachableError)  # worth a retry of the trial on the same VM
@@ -209,6 +212,7 @@ class _Host:
     executor: Executor | None = None
     inputs_dir: str | None = None
     deleted: bool = False
+    delete_error: str | None = None  # the last error once every deletion attempt failed
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
@@ -316,22 +320,33 @@ class _Engine:
             self._delete(host)
 
     def _delete(self, host: _Host) -> None:
+        """Delete the host's VM, retried with backoff; after the last try it is left for good
+        (``host.delete_error``), which the end of the sweep reports as loudly as it can."""
         with host.lock:
-            if host.inst is None or host.deleted:
+            if host.inst is None or host.deleted or host.delete_error is not None:
                 return
             host.deleted = True
             inst = host.inst
-        try:
-            host.provider.delete(inst)
-        except Exception as exc:
-            with host.lock:
-                host.deleted = False
-            self.store.record_vm(host.vm.name, state="delete_failed", error=one_line(exc))
-            self.progress.log(f"[red]could not delete {inst.name} ({inst.id}): {one_line(exc)}"
-                              f" — run `cloudprof cleanup --sweep {self.plan.sweep_id}`")
-            return
+        for attempt in range(DELETE_ATTEMPTS):
+            try:
+                host.provider.delete(inst)
+                break
+            except Exception as exc:
+                error = one_line(exc)
+                if attempt == DELETE_ATTEMPTS - 1:
+                    with host.lock:
+                        host.deleted = False
+                        host.delete_error = error
+                    self.store.record_vm(host.vm.name, state="delete_failed", error=error)
+                    self.progress.log(f"[bold red]could not delete {inst.name} ({inst.id}) "
+                                      f"after {DELETE_ATTEMPTS} attempts: {error}")
+                    return
+                delay = DELETE_BACKOFF_S * 2 ** attempt
+                self.progress.log(f"[red]deleting {inst.name} ({inst.id}) failed: {error}; "
+                                  f"retrying in {delay:.0f} s ({attempt + 2}/{DELETE_ATTEMPTS})")
+                time.sleep(delay)  # not the stop event: it is set while tearing down
         state = "deleted" if host.provider.creates_machines else "released"
-        self.store.record_vm(host.vm.name, state=state, deleted_at=now_iso())
+        self.store.record_vm(host.vm.name, state=state, deleted_at=now_iso(), error=None)
 
     # -- one machine -------------------------------------------------------------
 
@@ -868,6 +883,12 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
             if bucket is not None:
                 with contextlib.suppress(Exception):
                     bucket.delete_labelled(_results_prefix(plan))
+    left = [host for host in engine.hosts.values() if host.delete_error is not None]
+    if left:  # it may still be billing: this outcome wins over every other one
+        if finished and not engine.errors:
+            with contextlib.suppress(CloudprofError):
+                _finish(spec, plan, store, console)  # the results and report still count
+        raise _teardown_failed(spec, plan, store, left)
     if not finished:
         store.set_status("interrupted", finished_at=now_iso())
     if engine.errors:
@@ -876,6 +897,52 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
     if not finished:
         raise KeyboardInterrupt
     return _finish(spec, plan, store, console)
+
+
+def _leftovers(host: _Host, sweep_label: str) -> list[str]:
+    """What of the sweep the host's cloud still holds (kind, id, zone or region), as the
+    cloud lists it now; the VM alone (as last known) when even listing fails."""
+    inst = host.inst
+    assert inst is not None
+    fallback = [f"instance {inst.id} ({inst.name}) in {inst.zone or host.vm.region}"]
+    labels = {LABEL_SWEEP: sweep_label}
+    try:
+        lister = getattr(host.provider, "list_resources", None)
+        if lister is None:
+            import importlib
+
+            lister = importlib.import_module(type(host.provider).__module__).list_resources
+        found = lister(labels)
+    except Exception:  # the cloud is failing: say what is known
+        return fallback
+    lines = []
+    for res in found:
+        where = res.zone or res.region
+        name = f" ({res.name})" if res.name and res.name != res.id else ""
+        lines.append(f"{res.kind} {res.id}{name}" + (f" in {where}" if where else ""))
+    return lines or fallback
+
+
+def _teardown_failed(spec: SweepSpec, plan: Plan, store: RunStore,
+                     left: list[_Host]) -> TeardownError:
+    """The error (and sweep.json status) for VMs that could not be deleted: each resource
+    left, why, and the command that deletes them."""
+    sweep_label = slug(plan.sweep_id)
+    resources: list[str] = []
+    for host in left:
+        resources += [r for r in _leftovers(host, sweep_label) if r not in resources]
+    reasons = "; ".join(f"{h.vm.name}: {h.delete_error}" for h in left)
+    command = f"cloudprof cleanup --sweep {plan.sweep_id} --yes"
+    if spec.project and any(h.provider.name == "gcp" for h in left):
+        import shlex  # cleanup finds the project where the SDK does: give it the sweep's
+
+        command = f"GOOGLE_CLOUD_PROJECT={shlex.quote(spec.project)} {command}"
+    message = (f"COULD NOT DELETE {len(resources)} resource(s) of sweep {plan.sweep_id} after "
+               f"{DELETE_ATTEMPTS} attempts — they may still be billing: "
+               f"{'; '.join(resources)} (why: {reasons}). Delete them now with: {command}")
+    store.set_status("teardown_failed", finished_at=now_iso(), error=message,
+                     left_resources=resources, cleanup_command=command)
+    return TeardownError(message, store.run_dir)
 
 
 def _expiry(now: float, vm: VmPlan) -> float:

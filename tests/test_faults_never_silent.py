@@ -1,0 +1,122 @@
+"""Issue 10's fault tests: a VM that may still be billing is never silent.
+
+Each drives the real ``cloudprof sweep`` process against moto (aws) or the fake
+Compute Engine with the GCS emulator (gcp), a loopback sshd being the VM
+(``tests/fixtures/sweeps.py``); failures are injected in the stand-ins (the
+EC2 fault front of moto, the fake's ``inject``), never by mocking an SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.errors import EXIT_TEARDOWN
+from tests.fixtures import sweeps
+from tests.fixtures.sweeps import CloudSweep, wait_for
+
+cloud_sweep = sweeps.cloud_sweep
+bootstrapped_workdir = sweeps.bootstrapped_workdir
+
+
+def _sweep_json(run_dir: Path) -> dict:
+    return json.loads((run_dir / "sweep.json").read_text())
+
+
+def _trials(run_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(run_dir / "trials.parquet")
+
+
+def _fail_vm_deletion(sweep: CloudSweep, request: pytest.FixtureRequest,
+                      times: int = 1000) -> None:
+    """Make the cloud refuse to delete the VM (AWS: TerminateInstances answers 500)."""
+    if sweep.provider == "aws":
+        faults = request.getfixturevalue("ec2_faults")
+        for key in ("AWS_ENDPOINT_URL_EC2", "AWS_MAX_ATTEMPTS"):
+            sweep.env[key] = os.environ[key]
+        faults.inject("TerminateInstances", "InternalError", 500)
+    else:
+        from tests.fixtures.fake_gce import UNAVAILABLE
+
+        sweep.stand_in.inject(UNAVAILABLE, call="instances.delete", times=times)
+
+
+# ---------------------------------------------------------------- a VM that cannot be deleted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
+def test_a_vm_that_cannot_be_deleted_exits_7_naming_each_resource_and_the_cleanup_command(
+    cloud_sweep: CloudSweep, request: pytest.FixtureRequest,
+) -> None:
+    sweep = cloud_sweep
+    _fail_vm_deletion(sweep, request)
+    code, out, err = sweep.run(sweep.argv("1", "1"))
+
+    assert code == EXIT_TEARDOWN, (out[-2000:], err[-2000:])
+    assert "Traceback" not in out + err
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    sweep_id = _sweep_json(run_dir)["sweep_id"]
+    (line,) = err.splitlines()  # one line, the loudest there is
+    assert line.startswith("error: COULD NOT DELETE") and "may still be billing" in line
+    assert f"cloudprof cleanup --sweep {sweep_id} --yes" in line
+    if sweep.provider == "gcp":  # the project the sweep was given, where cleanup looks
+        assert "GOOGLE_CLOUD_PROJECT=proj cloudprof cleanup" in line
+    left = sweep.live()
+    assert left and sweep.live_instances()  # the stand-in really still holds them
+    for resource in left:  # each named with its id...
+        assert resource.split(" ", 1)[1] in line, (resource, line)
+    if sweep.provider == "aws":  # ...and where it is
+        assert "key-pair " in line and "security-group " in line and " in us-east-1" in line
+    else:
+        assert "firewall " in line and " in us-central1-a" in line
+    assert "retrying in 2 s (2/4)" in sweep.output()  # retried with backoff before giving up
+
+    data = _sweep_json(run_dir)
+    assert data["status"] == "teardown_failed"
+    assert data["cleanup_command"].endswith(f"cloudprof cleanup --sweep {sweep_id} --yes")
+    assert [vm["state"] for vm in data["vms"].values()] == ["delete_failed"]
+    assert len(data["left_resources"]) == len(left)
+    assert set(_trials(run_dir)["status"]) == {"ok"}  # the results still count
+    assert (run_dir / "report.html").is_file()
+
+    # The command it printed deletes what was left, once the cloud works again.
+    if sweep.provider == "aws":
+        request.getfixturevalue("ec2_faults").faults.clear()
+    else:
+        sweep.stand_in.faults.clear()
+    command = shlex.split(line.split("Delete them now with: ", 1)[1])
+    while "=" in command[0]:  # GOOGLE_CLOUD_PROJECT=... for the sweep's --project
+        key, _, value = command.pop(0).partition("=")
+        sweep.env[key] = value
+    assert command[0] == "cloudprof"
+    code, out, err = sweep.run([sys.executable, "-m", "orchestrator", *command[1:]],
+                               log="cleanup")
+    assert code == 0, (out[-2000:], err[-2000:])
+    wait_for("the leftovers to go", lambda: sweep.live() == [], timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["gcp"], indirect=True)
+def test_a_vm_deletion_that_fails_once_is_retried_and_the_sweep_ends_clean(
+    cloud_sweep: CloudSweep, request: pytest.FixtureRequest,
+) -> None:
+    sweep = cloud_sweep
+    _fail_vm_deletion(sweep, request, times=1)
+    code, out, err = sweep.run(sweep.argv("1", "1"))
+
+    assert code == 0, (out[-2000:], err[-2000:])
+    assert "retrying in 2 s (2/4)" in sweep.output()
+    assert sweep.live() == []
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    data = _sweep_json(run_dir)
+    assert data["status"] == "done"
+    assert [vm["state"] for vm in data["vms"].values()] == ["deleted"]
