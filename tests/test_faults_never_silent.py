@@ -120,3 +120,101 @@ def test_a_vm_deletion_that_fails_once_is_retried_and_the_sweep_ends_clean(
     data = _sweep_json(run_dir)
     assert data["status"] == "done"
     assert [vm["state"] for vm in data["vms"].values()] == ["deleted"]
+
+
+# ---------------------------------------------------------------- smaller holes
+
+
+def _in_process_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                      capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    """``cloudprof sweep`` on AWS (moto) in this process: for failures before any VM runs."""
+    from orchestrator import cli
+
+    monkeypatch.setenv("CLOUDPROF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "al2023")  # moto serves no Debian parameter
+    code = cli.main(["sweep", "--provider", "aws", "--machine", "c6i.large", "--workers", "1",
+                     "--duration", "1", *sweeps.TINY, "--out", str(tmp_path / "runs"), *extra])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+@pytest.mark.parametrize(("code", "status"), [("InsufficientInstanceCapacity", 500),
+                                              ("VcpuLimitExceeded", 400)])
+def test_after_a_capacity_or_quota_failure_sweep_json_says_the_vm_was_not_created(
+    ec2_faults, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], code: str, status: int,
+) -> None:
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="cp-capacity")
+    ec2_faults.inject("RunInstances", code, status)
+    exit_code, _, err = _in_process_sweep(tmp_path, monkeypatch, capsys,
+                                          "--bucket", "s3://cp-capacity")
+    assert exit_code != 0 and code in err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    (vm,) = _sweep_json(run_dir)["vms"].values()
+    assert vm["state"] == "create_failed" and code in vm["error"]  # not "creating"
+    assert "id" not in vm  # no instance was ever handed back
+
+
+def test_a_nonexistent_bucket_is_one_line_and_leaves_no_run_directory(
+    moto_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchestrator.errors import BucketError
+    from orchestrator.providers.aws import list_resources
+
+    code, _, err = _in_process_sweep(tmp_path, monkeypatch, capsys,
+                                     "--bucket", "s3://cp-no-such-bucket")
+    assert code == BucketError.exit_code
+    (line,) = err.splitlines()
+    assert line.startswith("error: ") and "does not exist" in line
+    assert not (tmp_path / "runs").exists()  # no empty "failed" run directory
+    assert list_resources() == []
+
+
+def test_a_max_cost_far_below_the_estimate_shows_both_amounts_with_meaningful_precision(
+    moto_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import re
+
+    from orchestrator.errors import EXIT_BUDGET
+
+    code, _, err = _in_process_sweep(tmp_path, monkeypatch, capsys, "--max-cost", "1e-7")
+    assert code == EXIT_BUDGET
+    (line,) = err.splitlines()
+    estimate, limit = re.search(r"estimated cost \$([\d.,]+) is above --max-cost \$([\d.,]+)",
+                                line).groups()
+    assert estimate != limit and float(limit) == pytest.approx(1e-7)
+    assert float(estimate) > float(limit)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
+def test_the_vm_gets_signed_urls_valid_as_long_as_the_sweeps_vms_may_live(
+    cloud_sweep: CloudSweep,
+) -> None:
+    """README: valid until the VMs' expiry (estimate × 1.5 + 30 min), not a fixed 6 h."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from orchestrator.engine.sweep import EXPIRY_MARGIN_S
+
+    sweep = cloud_sweep
+    for old in sweep.workdir.glob("manifests/*.json"):  # another test's sweep left them
+        old.unlink()
+    code, out, err = sweep.run(sweep.argv("1", "1"))
+    assert code == 0, (out[-2000:], err[-2000:])
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    (vm,) = _sweep_json(run_dir)["plan"]["vms"]
+    expected = int(vm["estimate"]["total_s"] * 1.5 + EXPIRY_MARGIN_S)
+    assert expected < 6 * 3600  # a short sweep: the old fixed 6 h would fail this test
+    manifests = list(sweep.workdir.glob("manifests/*.json"))
+    urls = [e["url"] for m in manifests for e in json.loads(m.read_text())]
+    assert any("put-" in m.name for m in manifests) and any(
+        m.name == "inputs.json" for m in manifests)
+    field = "X-Amz-Expires" if sweep.provider == "aws" else "X-Goog-Expires"
+    assert urls and {int(parse_qs(urlsplit(u).query)[field][0]) for u in urls} == {expected}

@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import posixpath
 import shutil
 import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,6 +82,7 @@ INPUTS_RETENTION_S = 7 * 86400.0
 TRIAL_ATTEMPTS = 3  # a dropped session is retried on the same VM this many times in all
 RETRY_BACKOFF_S = 2.0
 TEARDOWN_WAIT_S = 900.0
+SIGNED_URL_MAX_S = 7 * 86400  # S3 (SigV4) and GCS (V4) refuse longer-lived signed URLs
 DELETE_ATTEMPTS = 4  # a failed VM deletion is tried again after 2, 4, 8 s, then reported
 DELETE_BACKOFF_S = 2.0
 INPUT_PARAMS = {"frames": "frames", "rows": "rows", "cols": "cols", "seed": "seed",
@@ -234,6 +236,7 @@ class _Engine:
         self.errors: list[BaseException] = []  # bugs in a machine thread, re-raised at the end
         self.attempt_nonce = str(int(time.time()))
         self.input_manifest: list[dict[str, Any]] = []
+        self.url_lifetime_s = signed_url_lifetime(plan)
 
     # -- the whole run ---------------------------------------------------------
 
@@ -243,7 +246,8 @@ class _Engine:
         if self.bucket is not None and self.inputs is not None:
             keys = self.bucket.list(self.inputs.prefix + "/")
             self.input_manifest = [
-                {"url": self.bucket.signed_url(f"{self.inputs.prefix}/{rel}"), "path": rel,
+                {"url": self.bucket.signed_url(f"{self.inputs.prefix}/{rel}",
+                                               expires_s=self.url_lifetime_s), "path": rel,
                  "md5": keys.get(f"{self.inputs.prefix}/{rel}")}
                 for rel, _ in self.inputs.files
             ]
@@ -453,7 +457,12 @@ class _Engine:
         self.store.record_vm(vm.name, provider=provider.name, machine=vm.machine.name,
                              state="creating", labels=labels, spot=vm.spot,
                              price_per_hour=vm.machine.price(vm.spot), requested_at=now_iso())
-        inst = provider.create(req)
+        try:
+            inst = provider.create(req)
+        except CloudprofError as exc:  # capacity, quota...: no VM, and sweep.json says so
+            self.store.record_vm(vm.name, state="create_failed", error=one_line(exc),
+                                 failed_at=now_iso())
+            raise
         with host.lock:
             host.inst = inst  # from here on, teardown deletes it
         self.store.record_vm(vm.name, id=inst.id, zone=inst.zone, state="created",
@@ -581,7 +590,7 @@ class _Engine:
         ex = host.executor
         assert ex is not None
         entries = [{"path": posixpath.join(out_dir, name), "optional": True,
-                    "url": self.bucket.signed_url(key, "PUT")}
+                    "url": self.bucket.signed_url(key, "PUT", expires_s=self.url_lifetime_s)}
                    for name, key in self._result_keys(trial).items()]
         try:
             manifest = self._put_manifest(host, entries, f"put-{trial.trial_id}.json")
@@ -746,8 +755,17 @@ def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
     return out, keys
 
 
-def _open_bucket(spec: SweepSpec, providers: dict[str, Provider]) -> Bucket | None:
-    """The sweep's bucket; a dry run never touches a cloud one (it makes no cloud call)."""
+def signed_url_lifetime(plan: Plan) -> int:
+    """How long the URLs a VM gets stay valid: as long as the sweep's VMs may live (their
+    estimate × 1.5 + the margin, the expiry label), within SigV4's and GCS's 7-day limit."""
+    longest = max((_expiry(0.0, vm) for vm in plan.vms), default=EXPIRY_MARGIN_S)
+    return int(min(longest, SIGNED_URL_MAX_S))
+
+
+def _open_bucket(spec: SweepSpec, providers: Iterable[str]) -> Bucket | None:
+    """The sweep's bucket; a dry run never touches a cloud one (it makes no cloud call).
+
+    ``providers`` are the names the plan runs on."""
     cloud = spec.bucket is not None and spec.bucket.startswith(("gs://", "s3://"))
     if spec.bucket and not (spec.dry_run and cloud):
         from orchestrator.providers import open_bucket
@@ -785,6 +803,15 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
                                     run_dir) from None
 
 
+def _usd(x: float) -> str:
+    """Dollars with cents, or with 3 significant digits below a cent (``--max-cost 1e-7``
+    must not print "$0.00 is above $0.00")."""
+    if x == 0 or abs(x) >= 0.01:
+        return f"${x:,.2f}"
+    decimals = 2 - math.floor(math.log10(abs(x)))
+    return f"${x:.{decimals}f}".rstrip("0")
+
+
 def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path]) -> Path:
     if resume is not None:
         store = RunStore.open(resume)
@@ -805,8 +832,9 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             plan.uploads = [Upload(f"{inputs.prefix}/{rel}", size) for rel, size in inputs.files]
         cost = plan.total_cost_usd
         if spec.max_cost is not None and cost is not None and cost > spec.max_cost:
-            raise BudgetError(f"estimated cost ${cost:.2f} is above --max-cost "
-                              f"${spec.max_cost:.2f}; nothing was started")
+            raise BudgetError(f"estimated cost {_usd(cost)} is above --max-cost "
+                              f"{_usd(spec.max_cost)}; "
+                              "nothing was started")
         store = None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
@@ -816,6 +844,10 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             from orchestrator.engine.remote import boot_timeout
 
             boot_timeout()  # a bad CLOUDPROF_SSH_BOOT_TIMEOUT fails here, before any VM exists
+    bucket = _open_bucket(spec, {_exec_provider_name(spec, vm) for vm in plan.vms})
+    if bucket is not None and spec.bucket:  # a missing bucket (or no access) fails here,
+        # before any run directory or VM exists
+        bucket.list(_results_prefix(plan))
     render_plan(plan, console, spec.dry_run)
 
     if inputs is not None:
@@ -838,18 +870,17 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             done = store.done_trial_ids()
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
-        return _execute(spec, plan, store, inputs, done, console)
+        return _execute(spec, plan, store, bucket, inputs, done, console)
 
 
-def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs | None,
-             done: set[str], console: Console) -> Path:
+def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
+             inputs: StagedInputs | None, done: set[str], console: Console) -> Path:
     run_dir = store.run_dir
     providers, keys = _build_providers(spec, plan, run_dir, plan.sweep_id)
     if spec.dry_run:
         from orchestrator.providers.local import host_facts
 
         store.update_sweep(local_host=host_facts())
-    bucket = _open_bucket(spec, providers)
     store.set_status("running", started_at=now_iso(),
                      bucket=bucket.url if bucket is not None else None)
 
