@@ -218,3 +218,28 @@ def test_the_vm_gets_signed_urls_valid_as_long_as_the_sweeps_vms_may_live(
         m.name == "inputs.json" for m in manifests)
     field = "X-Amz-Expires" if sweep.provider == "aws" else "X-Goog-Expires"
     assert urls and {int(parse_qs(urlsplit(u).query)[field][0]) for u in urls} == {expected}
+
+
+def test_resume_of_a_run_whose_trials_table_is_truncated_is_one_line_and_starts_nothing(
+    ec2_faults, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The run is a real one (its VM refused by the cloud); then its table is cut short."""
+    from orchestrator import cli
+    from orchestrator.errors import EXIT_USAGE
+
+    ec2_faults.inject("RunInstances", "VcpuLimitExceeded", 400)
+    _in_process_sweep(tmp_path, monkeypatch, capsys)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    table = run_dir / "trials.parquet"
+    table.write_bytes(table.read_bytes()[: table.stat().st_size // 2])
+    status = _sweep_json(run_dir)["status"]
+    calls = len(ec2_faults.seen)
+
+    code = cli.main(["sweep", "--resume", str(run_dir)])
+    out, err = capsys.readouterr()
+    assert code == EXIT_USAGE and "Traceback" not in out + err
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: cannot read {table}") and "--resume" in line
+    assert len(ec2_faults.seen) == calls  # no cloud call at all, let alone a VM
+    assert _sweep_json(run_dir)["status"] == status

@@ -127,6 +127,19 @@ def recorded_buckets(paths: Iterable[Path]) -> list[str]:
     return found
 
 
+def read_trials_file(path: Path) -> pd.DataFrame:
+    """``trials.parquet`` as a frame; a truncated or corrupt file is a one-line UsageError
+    saying how to go on (its rows are the only record of which trials are done)."""
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise UsageError(
+            f"cannot read {path}: {' '.join(str(exc).split())} — restore it from a backup, or "
+            "move it aside to make --resume run every trial again") from exc
+
+
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -173,6 +186,7 @@ class RunStore:
             raise UsageError(f"cannot read {run_dir / SWEEP_FILE}: {exc}") from exc
         if not (run_dir / TRIALS_FILE).exists():
             store._write_trials(store._empty_frame())
+        store._read_trials()  # a truncated table is one line now, before anything is paid for
         return store
 
     @contextlib.contextmanager
@@ -294,12 +308,10 @@ class RunStore:
         return derive(self._read_trials())
 
     def _read_trials(self) -> pd.DataFrame:
-        import pandas as pd
-
         with self._lock:
             if not self.trials_path.exists():
                 return self._empty_frame()
-            frame = pd.read_parquet(self.trials_path)
+            frame = read_trials_file(self.trials_path)
         for col in ALL_COLUMNS:
             if col not in frame.columns:
                 frame[col] = None
