@@ -243,3 +243,38 @@ def test_resume_of_a_run_whose_trials_table_is_truncated_is_one_line_and_starts_
     assert line.startswith(f"error: cannot read {table}") and "--resume" in line
     assert len(ec2_faults.seen) == calls  # no cloud call at all, let alone a VM
     assert _sweep_json(run_dir)["status"] == status
+
+
+# ---------------------------------------------------------------- a host that stays unreachable
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
+def test_a_host_that_stays_unreachable_is_waited_on_once_then_its_trials_fail_at_once(
+    cloud_sweep: CloudSweep,
+) -> None:
+    from orchestrator.errors import EXIT_PARTIAL
+
+    sweep = cloud_sweep
+    sweep.env["CLOUDPROF_SSH_BOOT_TIMEOUT"] = "4"  # the reconnect budget
+    proc = sweep.start(sweep.argv("1,2,3", "3"))
+    wait_for("the first trial to run", sweep.runners, proc)
+    sweep.sshd.stop()  # sshd dies for good; the VM stays
+    out, err = sweep.finish(proc)
+
+    assert proc.returncode == EXIT_PARTIAL, (out[-2000:], err[-2000:])
+    assert "Traceback" not in out + err
+    flat = sweep.output()
+    assert flat.count("reconnecting — waiting for SSH") == 1  # one budget, not one per trial
+    assert "3 trial(s) left recorded as failed" in flat
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    trials = _trials(run_dir)
+    assert sorted(trials["workers"]) == [1, 2, 3] and set(trials["status"]) == {"failed"}
+    assert all(str(e).startswith("machine unreachable: ") for e in trials["error"])
+    data = _sweep_json(run_dir)
+    (machine,) = data["machines"].values()
+    assert machine["status"] == "failed" and "cannot reach" in machine["error"]  # not "done"
+    assert [vm["state"] for vm in data["vms"].values()] == ["deleted"]
+    assert sweep.live() == []  # torn down
+    assert "cannot reach" in err.splitlines()[-1]

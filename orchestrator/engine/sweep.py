@@ -422,10 +422,20 @@ class _Engine:
         self._stage_inputs(host)
         # With ready_at and created_at: the measured phases next to the plan's estimates.
         self.store.record_vm(vm.name, inputs_staged_at=now_iso())
-        for trial in trials:
+        for i, trial in enumerate(trials):
             if self.stop.is_set():
                 return
-            self._run_trial(host, trial)
+            try:
+                self._run_trial(host, trial)
+            except UnreachableError as exc:
+                # Its reconnect budget is spent: waiting again for each trial left would
+                # cost that budget again and again. They fail now, with the reason.
+                reason = f"machine unreachable: {one_line(exc)}"
+                self.progress.log(f"[red]{vm.machine.name}: unreachable; "
+                                  f"{len(trials) - i} trial(s) left recorded as failed")
+                for left in trials[i:]:
+                    self._record(host, left, None, None, status="failed", error=reason)
+                raise
 
     def _provision(self, host: _Host, zone: str | None) -> None:
         host.inst = self._create_or_reattach(host, zone)
@@ -474,6 +484,12 @@ class _Engine:
         if host.executor is not None:
             with contextlib.suppress(Exception):
                 host.executor.close()
+        if host.provider.creates_machines:  # what a wait of up to minutes is waiting for
+            from orchestrator.engine.remote import boot_timeout
+
+            where = host.inst.address or host.inst.name
+            self.progress.state(host.vm.name, f"waiting for SSH on {where} "
+                                              f"(up to {boot_timeout():.0f} s)")
         host.executor = host.provider.connect(host.inst)
         if self.stop.is_set():
             host.executor.close()
@@ -529,10 +545,17 @@ class _Engine:
                 if self.stop.wait(RETRY_BACKOFF_S * 2 ** (attempt - 1)):
                     return
                 self._check_alive(host)
+                if host.provider.creates_machines:
+                    self.progress.log(f"{host.vm.machine.name}: reconnecting — waiting for SSH "
+                                      f"on {host.inst.address if host.inst else key}")
                 try:
                     self._connect(host)
                     if self._collect_earlier(host, trial, last_dir):
                         return
+                except UnreachableError:
+                    if self.stop.is_set():
+                        return
+                    raise  # the reconnect budget is spent: the machine is unreachable
                 except RETRYABLE as exc:
                     last_error = one_line(exc)
                     continue
