@@ -278,3 +278,69 @@ def test_a_host_that_stays_unreachable_is_waited_on_once_then_its_trials_fail_at
     assert [vm["state"] for vm in data["vms"].values()] == ["deleted"]
     assert sweep.live() == []  # torn down
     assert "cannot reach" in err.splitlines()[-1]
+
+
+# ---------------------------------------------------------------- the results directory fails
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
+def test_a_results_dir_that_stops_taking_writes_keeps_the_bucket_copy_and_resume_collects_it(
+    cloud_sweep: CloudSweep,
+) -> None:
+    """Mid-sweep, every file write of the sweep process fails (its file size limit drops to
+    0: EFBIG, as a full disk gives ENOSPC) while the second trial runs."""
+    import resource
+    import subprocess
+    import threading
+
+    from orchestrator.errors import ResultsWriteError
+    from orchestrator.providers import open_bucket
+
+    sweep = cloud_sweep
+    before = set(sweep.workdir.glob("trials/*"))
+    # Pipes, not files: the limit would stop the sweep writing its own log files too.
+    proc = subprocess.Popen(sweep.argv("1,2,3", "3"), cwd=sweep.tmp, env=sweep.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep.procs.append(proc)
+    streams: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda n=n, f=f: streams.__setitem__(n, f.read()))
+               for n, f in (("out", proc.stdout), ("err", proc.stderr))]
+    for reader in readers:
+        reader.start()
+    wait_for("a finished trial and a running one",
+             lambda: sweep.trials_done() >= 1 and sweep.runners(), proc)
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (0, hard))
+    proc.wait(180)
+    for reader in readers:
+        reader.join(10)
+    out, err = streams["out"], streams["err"]
+
+    assert proc.returncode == ResultsWriteError.exit_code, (out[-2000:], err[-2000:])
+    assert "Traceback" not in out + err
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    (line,) = err.splitlines()
+    assert line.startswith("error: cannot write the results: File too large: ")
+    assert str(run_dir) in line and f"cloudprof sweep --resume {run_dir}" in line
+    results = f"results/{_sweep_json(run_dir)['sweep_id']}/"
+    assert f"{sweep.bucket}/{results}" in line  # where the results not on disk are
+    ok = set(_trials(run_dir).query("status == 'ok'")["trial_id"])
+    assert len(ok) == 1
+    in_bucket = {k.split("/")[-2] for k in open_bucket(sweep.bucket).list(results)
+                 if k.endswith("/summary.json")}
+    assert in_bucket - ok  # the trial that could not be stored is still in the bucket
+    assert sweep.live() == []  # and the VM went all the same
+
+    code, out, err = sweep.run([sys.executable, "-m", "orchestrator", "sweep", "--resume",
+                                str(run_dir)], log="resume")
+    assert code == 0, (out[-2000:], err[-2000:])
+    assert "result fetched from the bucket" in " ".join(out.split())
+    trials = _trials(run_dir)
+    assert sorted(trials["workers"]) == [1, 2, 3] and set(trials["status"]) == {"ok"}
+    assert _sweep_json(run_dir)["status"] == "done"
+    ran = [p.name for p in set(sweep.workdir.glob("trials/*")) - before]
+    for trial_id in in_bucket - ok:  # collected, not run again
+        assert len([n for n in ran if n.startswith(f"{trial_id}-")]) == 1
+    assert open_bucket(sweep.bucket).list(results) == {}

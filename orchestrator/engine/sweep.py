@@ -12,13 +12,13 @@ is collected — so a crash loses at most the trial in flight, and
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
 import posixpath
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -36,6 +36,7 @@ from orchestrator.errors import (
     PartialSweepError,
     ProviderError,
     RemoteCommandError,
+    ResultsWriteError,
     SweepInterruptedError,
     TeardownError,
     UnreachableError,
@@ -237,6 +238,9 @@ class _Engine:
         self.attempt_nonce = str(int(time.time()))
         self.input_manifest: list[dict[str, Any]] = []
         self.url_lifetime_s = signed_url_lifetime(plan)
+        self.write_error: OSError | None = None  # the first local write that failed
+        self.resuming = False  # look in the bucket for a trial's result before running it
+        self.lock = threading.Lock()
 
     # -- the whole run ---------------------------------------------------------
 
@@ -341,7 +345,8 @@ class _Engine:
                     with host.lock:
                         host.deleted = False
                         host.delete_error = error
-                    self.store.record_vm(host.vm.name, state="delete_failed", error=error)
+                    with contextlib.suppress(OSError):  # reported at the end either way
+                        self.store.record_vm(host.vm.name, state="delete_failed", error=error)
                     self.progress.log(f"[bold red]could not delete {inst.name} ({inst.id}) "
                                       f"after {DELETE_ATTEMPTS} attempts: {error}")
                     return
@@ -350,7 +355,10 @@ class _Engine:
                                   f"retrying in {delay:.0f} s ({attempt + 2}/{DELETE_ATTEMPTS})")
                 time.sleep(delay)  # not the stop event: it is set while tearing down
         state = "deleted" if host.provider.creates_machines else "released"
-        self.store.record_vm(host.vm.name, state=state, deleted_at=now_iso(), error=None)
+        try:
+            self.store.record_vm(host.vm.name, state=state, deleted_at=now_iso(), error=None)
+        except OSError as exc:
+            self._write_failed(exc)
 
     # -- one machine -------------------------------------------------------------
 
@@ -376,27 +384,53 @@ class _Engine:
                 return
             self._run_machine(host, trials)
             status = "interrupted" if self.stop.is_set() else "done"
-            self.store.record_machine(vm.machine.name, status)
+            self._note_machine(vm.machine.name, status)
             self.progress.machine_done(vm.name, status)
         except _Preempted as exc:
-            self.store.record_machine(vm.machine.name, "preempted", one_line(exc))
+            self._note_machine(vm.machine.name, "preempted", one_line(exc))
             self.progress.machine_done(vm.name, "preempted")
             self.progress.log(f"[red]{vm.machine.name}: preempted: {one_line(exc)}")
         except CloudprofError as exc:
             if self.stop.is_set():
-                self.store.record_machine(vm.machine.name, "interrupted")
+                self._note_machine(vm.machine.name, "interrupted")
             else:
-                self.store.record_machine(vm.machine.name, "failed", one_line(exc))
+                self._note_machine(vm.machine.name, "failed", one_line(exc))
                 self.progress.machine_done(vm.name, "failed")
                 self.progress.log(f"[red]{vm.machine.name}: failed: {one_line(exc)}")
+        except OSError as exc:
+            if not _local_write_error(exc):
+                self.errors.append(exc)  # not the disk: a bug, as below
+                self._note_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
+                return
+            self._write_failed(exc)
+            self._note_machine(vm.machine.name, "failed", f"cannot write results: {exc}")
+            self.progress.machine_done(vm.name, "failed")
         except BaseException as exc:  # a bug: record it, tear down, re-raise in the main thread
             self.errors.append(exc)
-            self.store.record_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
+            self._note_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
         finally:
             if host.executor is not None:
                 with contextlib.suppress(Exception):
                     host.executor.close()
             self._delete(host)
+
+    def _write_failed(self, exc: OSError) -> None:
+        """The results directory stopped taking writes: stop every machine (their results
+        could not be stored either) and keep the bucket's copies for --resume."""
+        with self.lock:
+            first = self.write_error is None
+            if first:
+                self.write_error = exc
+        self.stop.set()
+        if first:
+            self.progress.log(f"[bold red]cannot write the results: {exc} — stopping the sweep")
+
+    def _note_machine(self, machine: str, status: str, error: str | None = None) -> None:
+        """Record how a machine ended; a failing disk must not stop its teardown."""
+        try:
+            self.store.record_machine(machine, status, error)
+        except OSError as exc:
+            self._write_failed(exc)
 
     def _run_machine(self, host: _Host, trials: list[TrialPlan]) -> None:
         vm, key = host.vm, host.vm.name
@@ -508,10 +542,7 @@ class _Engine:
     def _put_manifest(self, host: _Host, entries: list[dict[str, Any]], name: str) -> str:
         assert host.executor is not None
         remote = posixpath.join(host.executor.workdir, "manifests", name)
-        with tempfile.TemporaryDirectory() as tmp:
-            local = Path(tmp) / name
-            local.write_text(json.dumps(entries))
-            host.executor.put(local, remote)
+        host.executor.put_bytes(json.dumps(entries).encode(), remote)
         return remote
 
     def _stage_inputs(self, host: _Host) -> None:
@@ -534,6 +565,8 @@ class _Engine:
 
     def _run_trial(self, host: _Host, trial: TrialPlan) -> None:
         key = host.vm.name
+        if self.resuming and self._collect_earlier(host, trial, None):
+            return  # the last run's VM put it in the bucket before that run ended
         last_dir: str | None = None
         last_error = ""
         for attempt in range(TRIAL_ATTEMPTS):
@@ -637,12 +670,12 @@ class _Engine:
         if self.bucket is not None:
             keys = self._result_keys(trial)
             local = self._incoming(trial)
-            try:
-                present = self.bucket.list(keys[protocol.SUMMARY_FILE])
+            prefix = keys[protocol.SUMMARY_FILE].rsplit("/", 1)[0]
+            try:  # list() takes a directory-like prefix: the trial's, not the key itself
+                present = self.bucket.list(prefix)
             except CloudprofError:
                 present = {}
             if keys[protocol.SUMMARY_FILE] in present:
-                prefix = keys[protocol.SUMMARY_FILE].rsplit("/", 1)[0]
                 self.bucket.download_dir(prefix, local)
                 summary = _read_summary(local / protocol.SUMMARY_FILE)
                 if summary and summary.get("status") != "interrupted":
@@ -706,6 +739,18 @@ class _Engine:
             spot=host.vm.spot, status=status, error=error, exit_code=exit_code)
         shutil.rmtree(self.store.run_dir / ".incoming" / trial.trial_id, ignore_errors=True)
         self.progress.trial_done(host.vm.name, row)
+
+
+# What a local disk or directory says when it stops taking writes (remote failures are
+# ProviderErrors by then): full, over quota, file size limit, read-only, permissions, or a
+# path turned into something else under the sweep.
+LOCAL_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS,
+                                errno.EACCES, errno.EPERM, errno.EEXIST, errno.ENOTDIR,
+                                errno.EISDIR, errno.EIO})
+
+
+def _local_write_error(exc: OSError) -> bool:
+    return exc.errno in LOCAL_WRITE_ERRNOS
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
@@ -893,11 +938,13 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             done = store.done_trial_ids()
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
-        return _execute(spec, plan, store, bucket, inputs, done, console)
+        return _execute(spec, plan, store, bucket, inputs, done, console,
+                        resuming=resume is not None)
 
 
 def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
-             inputs: StagedInputs | None, done: set[str], console: Console) -> Path:
+             inputs: StagedInputs | None, done: set[str], console: Console,
+             resuming: bool = False) -> Path:
     run_dir = store.run_dir
     providers, keys = _build_providers(spec, plan, run_dir, plan.sweep_id)
     if spec.dry_run:
@@ -911,6 +958,7 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
     finished = False
     with SweepProgress(console) as progress:
         engine = _Engine(spec, plan, store, bucket, inputs, progress, providers, keys)
+        engine.resuming = resuming
         try:
             if bucket is not None:
                 _label_prefixes(bucket, plan, inputs)
@@ -934,7 +982,7 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
             if keys is not None and all(h.inst is None or h.deleted
                                         for h in engine.hosts.values()):
                 keys.remove()  # the per-sweep key pair dies with the last VM that trusted it
-            if bucket is not None:
+            if bucket is not None and engine.write_error is None:  # else they are the only copy
                 with contextlib.suppress(Exception):
                     bucket.delete_labelled(_results_prefix(plan))
     left = [host for host in engine.hosts.values() if host.delete_error is not None]
@@ -943,6 +991,8 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
             with contextlib.suppress(CloudprofError):
                 _finish(spec, plan, store, console)  # the results and report still count
         raise _teardown_failed(spec, plan, store, left)
+    if engine.write_error is not None:
+        raise _results_write_failed(engine.write_error, plan, store, bucket)
     if not finished:
         store.set_status("interrupted", finished_at=now_iso())
     if engine.errors:
@@ -951,6 +1001,24 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
     if not finished:
         raise KeyboardInterrupt
     return _finish(spec, plan, store, console)
+
+
+def _results_write_failed(exc: OSError, plan: Plan, store: RunStore,
+                          bucket: Bucket | None) -> ResultsWriteError:
+    """One line: what could not be written, where the results not on disk are, how to go on."""
+    run_dir = store.run_dir
+    where = f": {exc.filename}" if exc.filename else ""
+    kept = (f"results not on disk stay in {bucket.url}/{_results_prefix(plan)}, where --resume "
+            "collects them" if bucket is not None else "the trials not on disk run again")
+    message = (f"cannot write the results: {exc.strerror or exc}{where}; the sweep stopped, "
+               f"every machine was torn down and {kept}; free space (or fix permissions), "
+               f"then resume with: cloudprof sweep --resume {run_dir}")
+    try:
+        store.set_status("failed", finished_at=now_iso(), error=message)
+    except OSError:
+        message = message.replace("; the sweep stopped", "; sweep.json could not be updated "
+                                  "either (it still says running); the sweep stopped")
+    return ResultsWriteError(message, run_dir)
 
 
 def _leftovers(host: _Host, sweep_label: str) -> list[str]:
