@@ -8,6 +8,7 @@ EC2 fault front of moto, the fake's ``inject``), never by mocking an SDK.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -344,3 +345,72 @@ def test_a_results_dir_that_stops_taking_writes_keeps_the_bucket_copy_and_resume
     for trial_id in in_bucket - ok:  # collected, not run again
         assert len([n for n in ran if n.startswith(f"{trial_id}-")]) == 1
     assert open_bucket(sweep.bucket).list(results) == {}
+
+
+# ---------------------------------------------------------------- signals at the end
+
+
+def _barrage(proc, stop_after: float = 120) -> int:
+    """SIGINT and SIGTERM in turn every 10 ms until ``proc`` ends; how many were sent."""
+    import signal
+    import time
+
+    sent = 0
+    deadline = time.monotonic() + stop_after
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT if sent % 2 == 0 else signal.SIGTERM)
+            sent += 1
+        time.sleep(0.01)
+    return sent
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws"], indirect=True)
+def test_signals_all_through_the_teardown_still_end_at_130_with_status_interrupted(
+    cloud_sweep: CloudSweep,
+) -> None:
+    """The impatient user (or a supervisor) keeps signalling until the process is gone."""
+    from orchestrator.errors import EXIT_INTERRUPTED
+    from orchestrator.providers import open_bucket
+
+    sweep = cloud_sweep
+    proc = sweep.start(sweep.argv("1,2", "1.5"))
+    wait_for("a finished trial and a running one",
+             lambda: sweep.trials_done() >= 1 and sweep.runners(), proc)
+    assert _barrage(proc) > 10
+    out, err = sweep.finish(proc)
+
+    assert proc.returncode == EXIT_INTERRUPTED, (out[-2000:], err[-2000:])
+    assert "Traceback" not in out + err
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    data = _sweep_json(run_dir)
+    assert data["status"] == "interrupted"
+    assert sweep.live() == [] and not (run_dir / "keys").exists()
+    results = f"results/{data['sweep_id']}/"
+    assert open_bucket(sweep.bucket).list(results) == {}
+    assert "Still tearing down" in out  # later signals only warned
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws"], indirect=True)
+def test_signals_as_the_sweep_ends_never_kill_it_by_signal_nor_leave_it_running(
+    cloud_sweep: CloudSweep,
+) -> None:
+    """From the report's last line to the process's exit: exit 0 or 130, never -2/-15."""
+    from orchestrator.errors import EXIT_INTERRUPTED
+
+    sweep = cloud_sweep
+    proc = sweep.start(sweep.argv("1", "1"))
+    wait_for("the end of the sweep", lambda: "Results store:" in sweep.output(), proc,
+             timeout=150)
+    _barrage(proc)
+    out, err = sweep.finish(proc)
+
+    assert proc.returncode in (0, EXIT_INTERRUPTED), (proc.returncode, err[-2000:])
+    assert "Traceback" not in out + err
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    assert _sweep_json(run_dir)["status"] in ("done", "interrupted")
+    assert sweep.live() == []

@@ -776,21 +776,75 @@ def _exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
 # ---------------------------------------------------------------------- entry point
 
 
+class _Signals:
+    """SIGINT and SIGTERM while a sweep runs: the first raises KeyboardInterrupt in the main
+    thread (SIGTERM too, so both take the same teardown path); any later one only warns,
+    so nothing after the first can cut the teardown or the final status write short.
+
+    Inside :meth:`deferred` (a sweep.json write) even the first one waits until the
+    block ends, so a status write is never lost halfway.
+    """
+
+    def __init__(self) -> None:
+        self.raised = False  # the sweep is being interrupted: later signals only warn
+        self.pending: int | None = None
+        self.depth = 0
+        self.warn: Callable[[], None] | None = None  # set by the engine once it runs
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.raised:
+            if self.warn is not None:
+                self.warn()
+            return
+        if self.depth:
+            self.pending = signum
+            return
+        self._raise(signum)
+
+    def _raise(self, signum: int) -> None:
+        self.raised = True
+        raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals only ever interrupt the main thread
+            return
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth and self.pending is not None and not self.raised:
+                signum, self.pending = self.pending, None
+                self._raise(signum)
+
+
+_SIGNALS: _Signals | None = None  # the running sweep's, in this process
+
+
+def _signals_deferred() -> contextlib.AbstractContextManager[None]:
+    """What RunStore wraps its sweep.json writes in (a no-op outside a sweep)."""
+    return _SIGNALS.deferred() if _SIGNALS is not None else contextlib.nullcontext()
+
+
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises in the main thread like Ctrl-C does (only possible from the main thread)."""
+def _signals_as_interrupt() -> Iterator[_Signals]:
+    """Install :class:`_Signals` for SIGINT and SIGTERM (only possible from the main thread)."""
+    global _SIGNALS
+    signals = _Signals()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield signals
         return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, signals.handle) for sig in (signal.SIGINT,
+                                                                    signal.SIGTERM)}
+    _SIGNALS = signals
     try:
-        yield
+        yield signals
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _SIGNALS = None
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _prices(plan: Plan) -> dict[str, Any]:
@@ -861,14 +915,37 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
 
         console = Console()
     started: list[Path] = []  # the run directory, once it exists
-    try:
-        with _sigterm_as_interrupt():
-            return _run(spec, resume, console, started)
-    except KeyboardInterrupt:
-        run_dir = started[0] if started else None
-        where = f"; resume with: cloudprof sweep --resume {run_dir}" if run_dir else ""
-        raise SweepInterruptedError(f"interrupted: every machine was torn down{where}",
-                                    run_dir) from None
+    with _signals_as_interrupt() as signals:
+        try:
+            run_dir = _run(spec, resume, console, started)
+        except KeyboardInterrupt:
+            signals.raised = True  # from here on a signal only warns
+            raise _interrupted(started) from None
+        except TeardownError:
+            raise  # a VM may still be billing: louder than the interrupt
+        except CloudprofError:
+            if not signals.raised:
+                raise
+            raise _interrupted(started) from None
+        if signals.raised:  # a signal the teardown absorbed: still exit 130
+            raise _interrupted(started)
+        return run_dir
+
+
+def _interrupted(started: list[Path]) -> SweepInterruptedError:
+    run_dir = started[0] if started else None
+    if run_dir is not None:
+        _settle_status(run_dir)
+    where = f"; resume with: cloudprof sweep --resume {run_dir}" if run_dir else ""
+    return SweepInterruptedError(f"interrupted: every machine was torn down{where}", run_dir)
+
+
+def _settle_status(run_dir: Path) -> None:
+    """An interrupted sweep never stays ``running`` in sweep.json, wherever the signal hit."""
+    store = RunStore(run_dir)
+    with contextlib.suppress(OSError, ValueError):
+        if store.read_sweep().get("status") in ("running", "planned"):
+            store.set_status("interrupted", finished_at=now_iso())
 
 
 def _usd(x: float) -> str:
@@ -931,6 +1008,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                        "local_dir": str(inputs.local_dir)} if inputs else None,
         })
     run_dir = store.run_dir
+    store.guard = _signals_deferred  # a signal never cuts a sweep.json write short
     started.append(run_dir)
     with store.running():
         done: set[str] = set()
@@ -959,6 +1037,8 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
     with SweepProgress(console) as progress:
         engine = _Engine(spec, plan, store, bucket, inputs, progress, providers, keys)
         engine.resuming = resuming
+        if _SIGNALS is not None:
+            _SIGNALS.warn = engine._still_tearing_down
         try:
             if bucket is not None:
                 _label_prefixes(bucket, plan, inputs)

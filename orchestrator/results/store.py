@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +150,10 @@ class RunStore:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         self._lock = threading.RLock()
+        # Wraps each read-change-write of sweep.json; the sweep engine defers signals in
+        # it, so that a Ctrl-C never lands between the read and the write.
+        self.guard: Callable[[], contextlib.AbstractContextManager[None]] = (
+            contextlib.nullcontext)
 
     # -- creation -------------------------------------------------------------
 
@@ -236,7 +240,7 @@ class RunStore:
 
     def update_sweep(self, **fields: Any) -> dict[str, Any]:
         """Merge top-level ``fields`` into sweep.json (read, change, atomic replace)."""
-        with self._lock:
+        with self._lock, self.guard():
             data = self.read_sweep()
             data.update(fields)
             self._write_sweep(data)
@@ -253,7 +257,7 @@ class RunStore:
         self._merge("machines", machine, {"status": status, "error": error, "at": now_iso()})
 
     def _merge(self, section: str, key: str, info: dict[str, Any]) -> None:
-        with self._lock:
+        with self._lock, self.guard():
             data = self.read_sweep()
             entry = data.setdefault(section, {}).setdefault(key, {})
             entry.update(info)
