@@ -12,7 +12,9 @@ from __future__ import annotations
 import enum
 import importlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -857,7 +859,38 @@ def _cli_error_types() -> tuple[type[Exception], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point: run the app, map errors to one line and an exit code."""
+    """Console-script entry point: run the app, map errors to one line and an exit code.
+
+    SIGTERM is Ctrl-C here too, so a signal landing outside a sweep's own handling (just
+    before or after it) still exits 130 with one line, never -15 or a traceback. As the
+    process's entry point (no ``argv``), signals are ignored once the exit code is known.
+    """
+    term = _sigterm_as_ctrl_c()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # landed between the command's own handling and here
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+    finally:
+        if argv is None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        elif term is not None:
+            signal.signal(signal.SIGTERM, term)
+
+
+def _sigterm_as_ctrl_c() -> Any:
+    """Make SIGTERM raise KeyboardInterrupt (main thread only); the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="cloudprof", standalone_mode=False)

@@ -15,6 +15,7 @@ EXIT_MEMORY_GATE = 3
 EXIT_BUDGET = 4
 EXIT_CREDENTIALS = 5
 EXIT_PARTIAL = 6  # the sweep finished but some machines or trials failed
+EXIT_TEARDOWN = 7  # a VM or what was made for it could not be deleted: it may still bill
 EXIT_INTERRUPTED = 130
 
 
@@ -133,6 +134,33 @@ class PartialSweepError(CloudprofError):
     """The sweep finished and wrote its report, but some machines or trials failed."""
 
     exit_code = EXIT_PARTIAL
+
+    def __init__(self, message: str, run_dir: object = None) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+class TeardownError(CloudprofError):
+    """Deleting a VM (or its key pair, security group, firewall rule) failed after retries.
+
+    The loudest error there is: something may still be billing. The message names each
+    resource left and the ``cloudprof cleanup`` command that deletes them; it wins over
+    every other outcome of the sweep (partial, memory gate) because it costs money.
+    """
+
+    exit_code = EXIT_TEARDOWN
+
+    def __init__(self, message: str, run_dir: object = None) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+class ResultsWriteError(CloudprofError):
+    """The results directory stopped taking writes mid-sweep (disk full, permissions).
+
+    The sweep stops, tears down, and keeps the bucket's copy of every result; the
+    message says what failed and the command that resumes.
+    """
 
     def __init__(self, message: str, run_dir: object = None) -> None:
         super().__init__(message)

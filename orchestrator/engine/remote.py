@@ -41,6 +41,7 @@ import io
 import ipaddress
 import logging
 import os
+import posixpath
 import random
 import re
 import shlex
@@ -319,6 +320,28 @@ def _load_client_key(path: Path) -> paramiko.PKey:
         raise UsageError(f"SSH key {path} is encrypted: use an unencrypted key") from None
     except (OSError, paramiko.SSHException, ValueError) as exc:
         raise UsageError(f"cannot load SSH key {path}: {exc}") from None
+
+
+class _LocalWriteError(Exception):
+    """A local write failed during a download; not an OSError, so ``_errors`` (which takes
+    OSErrors for the connection's) lets it through to be raised as the OSError it holds."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _LocalWrites:
+    """A file object for ``sftp.getfo`` whose write errors say they are local."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh = fh
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            raise _LocalWriteError(exc) from exc
 
 
 def _connect_once(target: SshTarget, attempt_timeout: float) -> paramiko.SSHClient:
@@ -730,17 +753,36 @@ class SshExecutor(Executor):
             sftp.put(str(local), tmp)
             sftp.posix_rename(tmp, remote)
 
+    def put_bytes(self, data: bytes, remote: str) -> None:
+        """Like ``put``, from memory: no local disk needed."""
+        remote = self._abs(remote)
+        sftp = self._sftp_client()
+        tmp = f"{remote}.part-{os.getpid()}-{random.randrange(1 << 30)}"
+        with self._errors(f"uploading {posixpath.basename(remote)}"):
+            self._mkdirs(sftp, remote.rsplit("/", 1)[0] if "/" in remote else ".")
+            sftp.putfo(io.BytesIO(data), tmp)
+            sftp.posix_rename(tmp, remote)
+
     def get(self, remote: str, local: Path) -> None:
         remote = self._abs(remote)
         sftp = self._sftp_client()
         local = Path(local)
-        with atomic_path(local) as tmp, self._errors(f"downloading {remote}"):
-            try:
-                sftp.get(remote, str(tmp))
-            except FileNotFoundError:
-                raise FileNotFoundError(
-                    f"{remote} does not exist on {self.target.label}"
-                ) from None
+        try:
+            with atomic_path(local) as tmp, open(tmp, "wb") as fh:
+                try:  # the file's errors are the local disk's: raised as such
+                    with self._errors(f"downloading {remote}"):
+                        try:
+                            sftp.getfo(remote, _LocalWrites(fh))
+                        except FileNotFoundError:
+                            raise FileNotFoundError(
+                                f"{remote} does not exist on {self.target.label}"
+                            ) from None
+                except _LocalWriteError as exc:
+                    raise exc.error from None
+        except OSError as exc:
+            if exc.errno is not None and exc.filename is None:
+                exc.filename = str(local)  # which file could not be written
+            raise
 
     @staticmethod
     def _mkdirs(sftp: Any, path: str) -> None:

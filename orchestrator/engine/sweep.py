@@ -12,16 +12,16 @@ is collected — so a crash loses at most the trial in flight, and
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
 import posixpath
 import shutil
 import signal
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,9 @@ from orchestrator.errors import (
     PartialSweepError,
     ProviderError,
     RemoteCommandError,
+    ResultsWriteError,
     SweepInterruptedError,
+    TeardownError,
     UnreachableError,
     UsageError,
     one_line,
@@ -82,6 +84,9 @@ INPUTS_RETENTION_S = 7 * 86400.0
 TRIAL_ATTEMPTS = 3  # a dropped session is retried on the same VM this many times in all
 RETRY_BACKOFF_S = 2.0
 TEARDOWN_WAIT_S = 900.0
+SIGNED_URL_MAX_S = 7 * 86400  # S3 (SigV4) and GCS (V4) refuse longer-lived signed URLs
+DELETE_ATTEMPTS = 4  # a failed VM deletion is tried again after 2, 4, 8 s, then reported
+DELETE_BACKOFF_S = 2.0
 INPUT_PARAMS = {"frames": "frames", "rows": "rows", "cols": "cols", "seed": "seed",
                 "format": "fmt"}
 RETRYABLE = (ConnectionLostError, UnreachableError)  # worth a retry of the trial on the same VM
@@ -238,6 +243,7 @@ class _Host:
     inputs_dir: str | None = None
     job_dir: str | None = None  # the user's job copy on the host (--workdir)
     deleted: bool = False
+    delete_error: str | None = None  # the last error once every deletion attempt failed
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
@@ -260,6 +266,10 @@ class _Engine:
         self.errors: list[BaseException] = []  # bugs in a machine thread, re-raised at the end
         self.attempt_nonce = str(int(time.time()))
         self.input_manifest: list[dict[str, Any]] = []
+        self.url_lifetime_s = signed_url_lifetime(plan)
+        self.write_error: OSError | None = None  # the first local write that failed
+        self.resuming = False  # look in the bucket for a trial's result before running it
+        self.lock = threading.Lock()
 
     # -- the whole run ---------------------------------------------------------
 
@@ -269,7 +279,8 @@ class _Engine:
         if self.bucket is not None and self.inputs is not None:
             keys = self.bucket.list(self.inputs.prefix + "/")
             self.input_manifest = [
-                {"url": self.bucket.signed_url(f"{self.inputs.prefix}/{rel}"), "path": rel,
+                {"url": self.bucket.signed_url(f"{self.inputs.prefix}/{rel}",
+                                               expires_s=self.url_lifetime_s), "path": rel,
                  "md5": keys.get(f"{self.inputs.prefix}/{rel}")}
                 for rel, _ in self.inputs.files
             ]
@@ -346,22 +357,37 @@ class _Engine:
             self._delete(host)
 
     def _delete(self, host: _Host) -> None:
+        """Delete the host's VM, retried with backoff; after the last try it is left for good
+        (``host.delete_error``), which the end of the sweep reports as loudly as it can."""
         with host.lock:
-            if host.inst is None or host.deleted:
+            if host.inst is None or host.deleted or host.delete_error is not None:
                 return
             host.deleted = True
             inst = host.inst
-        try:
-            host.provider.delete(inst)
-        except Exception as exc:
-            with host.lock:
-                host.deleted = False
-            self.store.record_vm(host.vm.name, state="delete_failed", error=one_line(exc))
-            self.progress.log(f"[red]could not delete {inst.name} ({inst.id}): {one_line(exc)}"
-                              f" — run `cloudprof cleanup --sweep {self.plan.sweep_id}`")
-            return
+        for attempt in range(DELETE_ATTEMPTS):
+            try:
+                host.provider.delete(inst)
+                break
+            except Exception as exc:
+                error = one_line(exc)
+                if attempt == DELETE_ATTEMPTS - 1:
+                    with host.lock:
+                        host.deleted = False
+                        host.delete_error = error
+                    with contextlib.suppress(OSError):  # reported at the end either way
+                        self.store.record_vm(host.vm.name, state="delete_failed", error=error)
+                    self.progress.log(f"[bold red]could not delete {inst.name} ({inst.id}) "
+                                      f"after {DELETE_ATTEMPTS} attempts: {error}")
+                    return
+                delay = DELETE_BACKOFF_S * 2 ** attempt
+                self.progress.log(f"[red]deleting {inst.name} ({inst.id}) failed: {error}; "
+                                  f"retrying in {delay:.0f} s ({attempt + 2}/{DELETE_ATTEMPTS})")
+                time.sleep(delay)  # not the stop event: it is set while tearing down
         state = "deleted" if host.provider.creates_machines else "released"
-        self.store.record_vm(host.vm.name, state=state, deleted_at=now_iso())
+        try:
+            self.store.record_vm(host.vm.name, state=state, deleted_at=now_iso(), error=None)
+        except OSError as exc:
+            self._write_failed(exc)
 
     # -- one machine -------------------------------------------------------------
 
@@ -387,27 +413,53 @@ class _Engine:
                 return
             self._run_machine(host, trials)
             status = "interrupted" if self.stop.is_set() else "done"
-            self.store.record_machine(vm.machine.name, status)
+            self._note_machine(vm.machine.name, status)
             self.progress.machine_done(vm.name, status)
         except _Preempted as exc:
-            self.store.record_machine(vm.machine.name, "preempted", one_line(exc))
+            self._note_machine(vm.machine.name, "preempted", one_line(exc))
             self.progress.machine_done(vm.name, "preempted")
             self.progress.log(f"[red]{vm.machine.name}: preempted: {one_line(exc)}")
         except CloudprofError as exc:
             if self.stop.is_set():
-                self.store.record_machine(vm.machine.name, "interrupted")
+                self._note_machine(vm.machine.name, "interrupted")
             else:
-                self.store.record_machine(vm.machine.name, "failed", one_line(exc))
+                self._note_machine(vm.machine.name, "failed", one_line(exc))
                 self.progress.machine_done(vm.name, "failed")
                 self.progress.log(f"[red]{vm.machine.name}: failed: {one_line(exc)}")
+        except OSError as exc:
+            if not _local_write_error(exc):
+                self.errors.append(exc)  # not the disk: a bug, as below
+                self._note_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
+                return
+            self._write_failed(exc)
+            self._note_machine(vm.machine.name, "failed", f"cannot write results: {exc}")
+            self.progress.machine_done(vm.name, "failed")
         except BaseException as exc:  # a bug: record it, tear down, re-raise in the main thread
             self.errors.append(exc)
-            self.store.record_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
+            self._note_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
         finally:
             if host.executor is not None:
                 with contextlib.suppress(Exception):
                     host.executor.close()
             self._delete(host)
+
+    def _write_failed(self, exc: OSError) -> None:
+        """The results directory stopped taking writes: stop every machine (their results
+        could not be stored either) and keep the bucket's copies for --resume."""
+        with self.lock:
+            first = self.write_error is None
+            if first:
+                self.write_error = exc
+        self.stop.set()
+        if first:
+            self.progress.log(f"[bold red]cannot write the results: {exc} — stopping the sweep")
+
+    def _note_machine(self, machine: str, status: str, error: str | None = None) -> None:
+        """Record how a machine ended; a failing disk must not stop its teardown."""
+        try:
+            self.store.record_machine(machine, status, error)
+        except OSError as exc:
+            self._write_failed(exc)
 
     def _run_machine(self, host: _Host, trials: list[TrialPlan]) -> None:
         vm, key = host.vm, host.vm.name
@@ -439,10 +491,20 @@ class _Engine:
         if self.spec.adaptive:
             self._run_adaptive(host)
             return
-        for trial in trials:
+        for i, trial in enumerate(trials):
             if self.stop.is_set():
                 return
-            self._run_trial(host, trial)
+            try:
+                self._run_trial(host, trial)
+            except UnreachableError as exc:
+                # Its reconnect budget is spent: waiting again for each trial left would
+                # cost that budget again and again. They fail now, with the reason.
+                reason = f"machine unreachable: {one_line(exc)}"
+                self.progress.log(f"[red]{vm.machine.name}: unreachable; "
+                                  f"{len(trials) - i} trial(s) left recorded as failed")
+                for left in trials[i:]:
+                    self._record(host, left, None, None, status="failed", error=reason)
+                raise
 
     def _run_adaptive(self, host: _Host) -> None:
         """``--adaptive``: run what ``plan.search.next_points`` asks for, one trial at a time.
@@ -533,7 +595,12 @@ class _Engine:
         self.store.record_vm(vm.name, provider=provider.name, machine=vm.machine.name,
                              state="creating", labels=labels, spot=vm.spot,
                              price_per_hour=vm.machine.price(vm.spot), requested_at=now_iso())
-        inst = provider.create(req)
+        try:
+            inst = provider.create(req)
+        except CloudprofError as exc:  # capacity, quota...: no VM, and sweep.json says so
+            self.store.record_vm(vm.name, state="create_failed", error=one_line(exc),
+                                 failed_at=now_iso())
+            raise
         with host.lock:
             host.inst = inst  # from here on, teardown deletes it
         self.store.record_vm(vm.name, id=inst.id, zone=inst.zone, state="created",
@@ -545,6 +612,12 @@ class _Engine:
         if host.executor is not None:
             with contextlib.suppress(Exception):
                 host.executor.close()
+        if host.provider.creates_machines:  # what a wait of up to minutes is waiting for
+            from orchestrator.engine.remote import boot_timeout
+
+            where = host.inst.address or host.inst.name
+            self.progress.state(host.vm.name, f"waiting for SSH on {where} "
+                                              f"(up to {boot_timeout():.0f} s)")
         host.executor = host.provider.connect(host.inst)
         if self.stop.is_set():
             host.executor.close()
@@ -563,10 +636,7 @@ class _Engine:
     def _put_manifest(self, host: _Host, entries: list[dict[str, Any]], name: str) -> str:
         assert host.executor is not None
         remote = posixpath.join(host.executor.workdir, "manifests", name)
-        with tempfile.TemporaryDirectory() as tmp:
-            local = Path(tmp) / name
-            local.write_text(json.dumps(entries))
-            host.executor.put(local, remote)
+        host.executor.put_bytes(json.dumps(entries).encode(), remote)
         return remote
 
     def _stage_inputs(self, host: _Host) -> None:
@@ -610,6 +680,8 @@ class _Engine:
 
     def _run_trial(self, host: _Host, trial: TrialPlan) -> None:
         key = host.vm.name
+        if self.resuming and self._collect_earlier(host, trial, None):
+            return  # the last run's VM put it in the bucket before that run ended
         last_dir: str | None = None
         last_error = ""
         for attempt in range(TRIAL_ATTEMPTS):
@@ -621,10 +693,17 @@ class _Engine:
                 if self.stop.wait(RETRY_BACKOFF_S * 2 ** (attempt - 1)):
                     return
                 self._check_alive(host)
+                if host.provider.creates_machines:
+                    self.progress.log(f"{host.vm.machine.name}: reconnecting — waiting for SSH "
+                                      f"on {host.inst.address if host.inst else key}")
                 try:
                     self._connect(host)
                     if self._collect_earlier(host, trial, last_dir):
                         return
+                except UnreachableError:
+                    if self.stop.is_set():
+                        return
+                    raise  # the reconnect budget is spent: the machine is unreachable
                 except RETRYABLE as exc:
                     last_error = one_line(exc)
                     continue
@@ -687,7 +766,7 @@ class _Engine:
         ex = host.executor
         assert ex is not None
         entries = [{"path": posixpath.join(out_dir, name), "optional": True,
-                    "url": self.bucket.signed_url(key, "PUT")}
+                    "url": self.bucket.signed_url(key, "PUT", expires_s=self.url_lifetime_s)}
                    for name, key in self._result_keys(trial).items()]
         try:
             manifest = self._put_manifest(host, entries, f"put-{trial.trial_id}.json")
@@ -711,12 +790,12 @@ class _Engine:
         if self.bucket is not None:
             keys = self._result_keys(trial)
             local = self._incoming(trial)
-            try:
-                present = self.bucket.list(keys[protocol.SUMMARY_FILE])
+            prefix = keys[protocol.SUMMARY_FILE].rsplit("/", 1)[0]
+            try:  # list() takes a directory-like prefix: the trial's, not the key itself
+                present = self.bucket.list(prefix)
             except CloudprofError:
                 present = {}
             if keys[protocol.SUMMARY_FILE] in present:
-                prefix = keys[protocol.SUMMARY_FILE].rsplit("/", 1)[0]
                 self.bucket.download_dir(prefix, local)
                 summary = _read_summary(local / protocol.SUMMARY_FILE)
                 if summary and summary.get("status") != "interrupted":
@@ -789,6 +868,18 @@ class _Engine:
         self.progress.trial_done(host.vm.name, row)
 
 
+# What a local disk or directory says when it stops taking writes (remote failures are
+# ProviderErrors by then): full, over quota, file size limit, read-only, permissions, or a
+# path turned into something else under the sweep.
+LOCAL_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS,
+                                errno.EACCES, errno.EPERM, errno.EEXIST, errno.ENOTDIR,
+                                errno.EISDIR, errno.EIO})
+
+
+def _local_write_error(exc: OSError) -> bool:
+    return exc.errno in LOCAL_WRITE_ERRNOS
+
+
 def _read_summary(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
@@ -820,21 +911,75 @@ def _exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
 # ---------------------------------------------------------------------- entry point
 
 
+class _Signals:
+    """SIGINT and SIGTERM while a sweep runs: the first raises KeyboardInterrupt in the main
+    thread (SIGTERM too, so both take the same teardown path); any later one only warns,
+    so nothing after the first can cut the teardown or the final status write short.
+
+    Inside :meth:`deferred` (a sweep.json write) even the first one waits until the
+    block ends, so a status write is never lost halfway.
+    """
+
+    def __init__(self) -> None:
+        self.raised = False  # the sweep is being interrupted: later signals only warn
+        self.pending: int | None = None
+        self.depth = 0
+        self.warn: Callable[[], None] | None = None  # set by the engine once it runs
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.raised:
+            if self.warn is not None:
+                self.warn()
+            return
+        if self.depth:
+            self.pending = signum
+            return
+        self._raise(signum)
+
+    def _raise(self, signum: int) -> None:
+        self.raised = True
+        raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals only ever interrupt the main thread
+            return
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth and self.pending is not None and not self.raised:
+                signum, self.pending = self.pending, None
+                self._raise(signum)
+
+
+_SIGNALS: _Signals | None = None  # the running sweep's, in this process
+
+
+def _signals_deferred() -> contextlib.AbstractContextManager[None]:
+    """What RunStore wraps its sweep.json writes in (a no-op outside a sweep)."""
+    return _SIGNALS.deferred() if _SIGNALS is not None else contextlib.nullcontext()
+
+
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises in the main thread like Ctrl-C does (only possible from the main thread)."""
+def _signals_as_interrupt() -> Iterator[_Signals]:
+    """Install :class:`_Signals` for SIGINT and SIGTERM (only possible from the main thread)."""
+    global _SIGNALS
+    signals = _Signals()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield signals
         return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, signals.handle) for sig in (signal.SIGINT,
+                                                                    signal.SIGTERM)}
+    _SIGNALS = signals
     try:
-        yield
+        yield signals
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _SIGNALS = None
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _prices(plan: Plan) -> dict[str, Any]:
@@ -867,8 +1012,17 @@ def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
     return out, keys
 
 
-def _open_bucket(spec: SweepSpec, providers: dict[str, Provider]) -> Bucket | None:
-    """The sweep's bucket; a dry run never touches a cloud one (it makes no cloud call)."""
+def signed_url_lifetime(plan: Plan) -> int:
+    """How long the URLs a VM gets stay valid: as long as the sweep's VMs may live (their
+    estimate × 1.5 + the margin, the expiry label), within SigV4's and GCS's 7-day limit."""
+    longest = max((_expiry(0.0, vm) for vm in plan.vms), default=EXPIRY_MARGIN_S)
+    return int(min(longest, SIGNED_URL_MAX_S))
+
+
+def _open_bucket(spec: SweepSpec, providers: Iterable[str]) -> Bucket | None:
+    """The sweep's bucket; a dry run never touches a cloud one (it makes no cloud call).
+
+    ``providers`` are the names the plan runs on."""
     cloud = spec.bucket is not None and spec.bucket.startswith(("gs://", "s3://"))
     if spec.bucket and not (spec.dry_run and cloud):
         from orchestrator.providers import open_bucket
@@ -899,14 +1053,46 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
 
         console = Console()
     started: list[Path] = []  # the run directory, once it exists
-    try:
-        with _sigterm_as_interrupt():
-            return _run(spec, resume, console, started, plan_only)
-    except KeyboardInterrupt:
-        run_dir = started[0] if started else None
-        where = f"; resume with: cloudprof sweep --resume {run_dir}" if run_dir else ""
-        raise SweepInterruptedError(f"interrupted: every machine was torn down{where}",
-                                    run_dir) from None
+    with _signals_as_interrupt() as signals:
+        try:
+            run_dir = _run(spec, resume, console, started, plan_only)
+        except KeyboardInterrupt:
+            signals.raised = True  # from here on a signal only warns
+            raise _interrupted(started) from None
+        except TeardownError:
+            raise  # a VM may still be billing: louder than the interrupt
+        except CloudprofError:
+            if not signals.raised:
+                raise
+            raise _interrupted(started) from None
+        if signals.raised:  # a signal the teardown absorbed: still exit 130
+            raise _interrupted(started)
+        return run_dir
+
+
+def _interrupted(started: list[Path]) -> SweepInterruptedError:
+    run_dir = started[0] if started else None
+    if run_dir is not None:
+        _settle_status(run_dir)
+    where = f"; resume with: cloudprof sweep --resume {run_dir}" if run_dir else ""
+    return SweepInterruptedError(f"interrupted: every machine was torn down{where}", run_dir)
+
+
+def _settle_status(run_dir: Path) -> None:
+    """An interrupted sweep never stays ``running`` in sweep.json, wherever the signal hit."""
+    store = RunStore(run_dir)
+    with contextlib.suppress(OSError, ValueError):
+        if store.read_sweep().get("status") in ("running", "planned"):
+            store.set_status("interrupted", finished_at=now_iso())
+
+
+def _usd(x: float) -> str:
+    """Dollars with cents, or with 3 significant digits below a cent (``--max-cost 1e-7``
+    must not print "$0.00 is above $0.00")."""
+    if x == 0 or abs(x) >= 0.01:
+        return f"${x:,.2f}"
+    decimals = 2 - math.floor(math.log10(abs(x)))
+    return f"${x:.{decimals}f}".rstrip("0")
 
 
 def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path],
@@ -940,8 +1126,8 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         if spec.max_cost is not None and cost is not None and cost > spec.max_cost:
             if plan_only:
                 render_plan(plan, console, spec.dry_run)
-            raise BudgetError(f"estimated cost ${cost:.2f} is above --max-cost "
-                              f"${spec.max_cost:.2f}; nothing was started")
+            raise BudgetError(f"estimated cost {_usd(cost)} is above --max-cost "
+                              f"{_usd(spec.max_cost)}; nothing was started")
         store = None
     if plan_only:
         render_plan(plan, console, spec.dry_run, done=done)
@@ -954,6 +1140,10 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             from orchestrator.engine.remote import boot_timeout
 
             boot_timeout()  # a bad CLOUDPROF_SSH_BOOT_TIMEOUT fails here, before any VM exists
+    bucket = _open_bucket(spec, {_exec_provider_name(spec, vm) for vm in plan.vms})
+    if bucket is not None and spec.bucket:  # a missing bucket (or no access) fails here,
+        # before any run directory or VM exists
+        bucket.list(_results_prefix(plan))
     render_plan(plan, console, spec.dry_run, done=done)
 
     if inputs is not None:
@@ -972,13 +1162,15 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                     "files": job.files, "bytes": job.size} if job else None,
         })
     run_dir = store.run_dir
+    store.guard = _signals_deferred  # a signal never cuts a sweep.json write short
     started.append(run_dir)
     with store.running():
         if resume is not None:
             done = store.done_trial_ids()  # again under the lock: what the plan showed may be older
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
-        return _execute(spec, plan, store, inputs, done, console, job)
+        return _execute(spec, plan, store, bucket, inputs, done, console, job,
+                        resuming=resume is not None)
 
 
 def _pack_job(spec: SweepSpec) -> Any:
@@ -990,15 +1182,15 @@ def _pack_job(spec: SweepSpec) -> Any:
     return pack_workdir(spec.workdir)
 
 
-def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs | None,
-             done: set[str], console: Console, job: Any = None) -> Path:
+def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
+             inputs: StagedInputs | None, done: set[str], console: Console,
+             job: Any = None, resuming: bool = False) -> Path:
     run_dir = store.run_dir
     providers, keys = _build_providers(spec, plan, run_dir, plan.sweep_id)
     if spec.dry_run:
         from orchestrator.providers.local import host_facts
 
         store.update_sweep(local_host=host_facts())
-    bucket = _open_bucket(spec, providers)
     store.set_status("running", started_at=now_iso(),
                      bucket=bucket.url if bucket is not None else None)
 
@@ -1010,6 +1202,9 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
     finished = False
     with SweepProgress(console) as progress:
         engine = _Engine(spec, plan, store, bucket, inputs, progress, providers, keys, job)
+        engine.resuming = resuming
+        if _SIGNALS is not None:
+            _SIGNALS.warn = engine._still_tearing_down
         try:
             if bucket is not None:
                 _label_prefixes(bucket, plan, inputs)
@@ -1038,9 +1233,17 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, inputs: StagedInputs 
             if keys is not None and all(h.inst is None or h.deleted
                                         for h in engine.hosts.values()):
                 keys.remove()  # the per-sweep key pair dies with the last VM that trusted it
-            if bucket is not None:
+            if bucket is not None and engine.write_error is None:  # else they are the only copy
                 with contextlib.suppress(Exception):
                     bucket.delete_labelled(_results_prefix(plan))
+    left = [host for host in engine.hosts.values() if host.delete_error is not None]
+    if left:  # it may still be billing: this outcome wins over every other one
+        if finished and not engine.errors:
+            with contextlib.suppress(CloudprofError):
+                _finish(spec, plan, store, console)  # the results and report still count
+        raise _teardown_failed(spec, plan, store, left)
+    if engine.write_error is not None:
+        raise _results_write_failed(engine.write_error, plan, store, bucket)
     if not finished:
         store.set_status("interrupted", finished_at=now_iso())
     if engine.errors:
@@ -1073,6 +1276,70 @@ def _stage(bucket: Bucket, inputs: StagedInputs, progress: SweepProgress) -> Non
     rate = f" at {sent[0] / 2**20 / seconds:,.1f} MiB/s" if sent[0] and seconds > 0 else ""
     progress.log(f"  {len(uploaded)} object(s) uploaded ({sent[0] / 2**20:,.1f} MiB in "
                  f"{seconds:.1f} s{rate}), {len(inputs.files) - len(uploaded)} already there")
+
+
+def _results_write_failed(exc: OSError, plan: Plan, store: RunStore,
+                          bucket: Bucket | None) -> ResultsWriteError:
+    """One line: what could not be written, where the results not on disk are, how to go on."""
+    run_dir = store.run_dir
+    where = f": {exc.filename}" if exc.filename else ""
+    kept = (f"results not on disk stay in {bucket.url}/{_results_prefix(plan)}, where --resume "
+            "collects them" if bucket is not None else "the trials not on disk run again")
+    message = (f"cannot write the results: {exc.strerror or exc}{where}; the sweep stopped, "
+               f"every machine was torn down and {kept}; free space (or fix permissions), "
+               f"then resume with: cloudprof sweep --resume {run_dir}")
+    try:
+        store.set_status("failed", finished_at=now_iso(), error=message)
+    except OSError:
+        message = message.replace("; the sweep stopped", "; sweep.json could not be updated "
+                                  "either (it still says running); the sweep stopped")
+    return ResultsWriteError(message, run_dir)
+
+
+def _leftovers(host: _Host, sweep_label: str) -> list[str]:
+    """What of the sweep the host's cloud still holds (kind, id, zone or region), as the
+    cloud lists it now; the VM alone (as last known) when even listing fails."""
+    inst = host.inst
+    assert inst is not None
+    fallback = [f"instance {inst.id} ({inst.name}) in {inst.zone or host.vm.region}"]
+    labels = {LABEL_SWEEP: sweep_label}
+    try:
+        lister = getattr(host.provider, "list_resources", None)
+        if lister is None:
+            import importlib
+
+            lister = importlib.import_module(type(host.provider).__module__).list_resources
+        found = lister(labels)
+    except Exception:  # the cloud is failing: say what is known
+        return fallback
+    lines = []
+    for res in found:
+        where = res.zone or res.region
+        name = f" ({res.name})" if res.name and res.name != res.id else ""
+        lines.append(f"{res.kind} {res.id}{name}" + (f" in {where}" if where else ""))
+    return lines or fallback
+
+
+def _teardown_failed(spec: SweepSpec, plan: Plan, store: RunStore,
+                     left: list[_Host]) -> TeardownError:
+    """The error (and sweep.json status) for VMs that could not be deleted: each resource
+    left, why, and the command that deletes them."""
+    sweep_label = slug(plan.sweep_id)
+    resources: list[str] = []
+    for host in left:
+        resources += [r for r in _leftovers(host, sweep_label) if r not in resources]
+    reasons = "; ".join(f"{h.vm.name}: {h.delete_error}" for h in left)
+    command = f"cloudprof cleanup --sweep {plan.sweep_id} --yes"
+    if spec.project and any(h.provider.name == "gcp" for h in left):
+        import shlex  # cleanup finds the project where the SDK does: give it the sweep's
+
+        command = f"GOOGLE_CLOUD_PROJECT={shlex.quote(spec.project)} {command}"
+    message = (f"COULD NOT DELETE {len(resources)} resource(s) of sweep {plan.sweep_id} after "
+               f"{DELETE_ATTEMPTS} attempts — they may still be billing: "
+               f"{'; '.join(resources)} (why: {reasons}). Delete them now with: {command}")
+    store.set_status("teardown_failed", finished_at=now_iso(), error=message,
+                     left_resources=resources, cleanup_command=command)
+    return TeardownError(message, store.run_dir)
 
 
 def _expiry(now: float, vm: VmPlan) -> float:

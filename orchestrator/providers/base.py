@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import getpass
 import json
+import posixpath
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -178,7 +179,22 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def get(self, remote: str, local: Path) -> None:
-        """Copy one file from the host; raise FileNotFoundError when it is absent."""
+        """Copy one file from the host; raise FileNotFoundError when it is absent.
+
+        A failure to write ``local`` (disk full, permissions) is the OSError itself,
+        never a remote error: the engine must tell its own disk failing from the host's.
+        """
+
+    def put_bytes(self, data: bytes, remote: str) -> None:
+        """Write ``data`` to ``remote``; by default through a temporary local file, which an
+        executor that can send from memory avoids (so that a full local disk does not stop
+        a finished trial's results from reaching the bucket)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / posixpath.basename(remote)
+            local.write_bytes(data)
+            self.put(local, remote)
 
     def ensure_workloads(self) -> None:  # noqa: B027 - optional hook
         """Make ``python -m workloads.run`` runnable on the host (ship the wheel over SSH).

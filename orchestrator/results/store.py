@@ -21,7 +21,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +115,19 @@ def recorded_buckets(paths: Iterable[Path]) -> list[str]:
     return found
 
 
+def read_trials_file(path: Path) -> pd.DataFrame:
+    """``trials.parquet`` as a frame; a truncated or corrupt file is a one-line UsageError
+    saying how to go on (its rows are the only record of which trials are done)."""
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise UsageError(
+            f"cannot read {path}: {' '.join(str(exc).split())} — restore it from a backup, or "
+            "move it aside to make --resume run every trial again") from exc
+
+
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -127,6 +140,10 @@ class RunStore:
         # be read from their own working directories (runs/<id>/hosts/<vm>/runs/<id>/...).
         self.run_dir = Path(run_dir).absolute()
         self._lock = threading.RLock()
+        # Wraps each read-change-write of sweep.json; the sweep engine defers signals in
+        # it, so that a Ctrl-C never lands between the read and the write.
+        self.guard: Callable[[], contextlib.AbstractContextManager[None]] = (
+            contextlib.nullcontext)
 
     # -- creation -------------------------------------------------------------
 
@@ -163,6 +180,7 @@ class RunStore:
             raise UsageError(f"cannot read {run_dir / SWEEP_FILE}: {exc}") from exc
         if not (run_dir / TRIALS_FILE).exists():
             store._write_trials(store._empty_frame())
+        store._read_trials()  # a truncated table is one line now, before anything is paid for
         return store
 
     @contextlib.contextmanager
@@ -212,7 +230,7 @@ class RunStore:
 
     def update_sweep(self, **fields: Any) -> dict[str, Any]:
         """Merge top-level ``fields`` into sweep.json (read, change, atomic replace)."""
-        with self._lock:
+        with self._lock, self.guard():
             data = self.read_sweep()
             data.update(fields)
             self._write_sweep(data)
@@ -229,7 +247,7 @@ class RunStore:
         self._merge("machines", machine, {"status": status, "error": error, "at": now_iso()})
 
     def _merge(self, section: str, key: str, info: dict[str, Any]) -> None:
-        with self._lock:
+        with self._lock, self.guard():
             data = self.read_sweep()
             entry = data.setdefault(section, {}).setdefault(key, {})
             entry.update(info)
@@ -284,12 +302,10 @@ class RunStore:
         return derive(self._read_trials())
 
     def _read_trials(self) -> pd.DataFrame:
-        import pandas as pd
-
         with self._lock:
             if not self.trials_path.exists():
                 return self._empty_frame()
-            frame = pd.read_parquet(self.trials_path)
+            frame = read_trials_file(self.trials_path)
         for col in ALL_COLUMNS:
             if col not in frame.columns:
                 frame[col] = None
