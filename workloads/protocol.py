@@ -8,8 +8,10 @@ Keeping them in one module is what lets both sides change without drifting.
 
 from __future__ import annotations
 
-SCHEMA = "cloudprof.trial/1"
-"""Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes."""
+SCHEMA = "cloudprof.trial/2"
+"""Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes.
+
+/2 added ``profiled`` and ``profile`` (``--profile cpu|memory``); /1 summaries lack them."""
 
 SUMMARY_FILE = "summary.json"
 TIMESERIES_FILE = "timeseries.parquet"
@@ -45,7 +47,20 @@ SUMMARY_KEYS = (
     #          "cpu_seconds": float}
     "started_at",  # ISO 8601 UTC
     "finished_at",
+    "profiled",  # True when --profile ran a profiler: throughput not comparable with others
+    "profile",  # None, or PROFILE_KEYS below
 )
+
+PROFILE_KINDS = ("cpu", "memory")
+# summary["profile"]: always "kind", "tool", "status" ("ok" | "unavailable" | "failed"),
+# "reason" (one line, when not ok) and "files" (names in the trial directory). Then, for
+#   cpu (py-spy): "samples", "threads", "rate_hz", "native_frames",
+#       "shares" {"python", "native", "gil_wait", "idle"} (fractions of thread samples),
+#       "top_functions" [{"function", "site" (file:line), "class", "samples", "share"}]
+#   memory (memray, or tracemalloc as labelled by "tool"): "peak_bytes", "attributed_bytes",
+#       "at", "top_sites" [{"function", "site", "caller", "bytes", "allocations",
+#       "share_of_peak"}]
+PROFILE_KEYS = ("kind", "tool", "status", "reason", "files")
 
 # Columns of timeseries.parquet (nullable where marked).
 TIMESERIES_COLUMNS = (

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workloads import procfs, protocol
+from workloads import procfs, profilers, protocol
 from workloads.agent import MAX_SAMPLE_HZ, Agent, AgentReport
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
 from workloads.memory import find_spikes, leak_test
@@ -110,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
     p.add_argument("--out", required=True, type=Path, help="directory for the result files")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--profile", choices=protocol.PROFILE_KINDS,
+        help="also attribute CPU (py-spy) or memory at the peak (memray); marks the trial profiled",
+    )  # fmt: skip
     p.add_argument(
         "--command", action="store_true",
         help="profile the command after -- and its children instead of a workload",
@@ -236,6 +240,8 @@ def base_summary(params: dict[str, Any]) -> dict[str, Any]:
                   "rate_hz_achieved": 0.0, "cpu_seconds": 0.0},
         "started_at": _now(),
         "finished_at": None,
+        "profiled": params.get("profile") is not None,
+        "profile": None,
     }  # fmt: skip
 
 
@@ -348,6 +354,10 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         on_breach=on_breach,
         units=counter,
     )
+    profile = profilers.start_profile(args.profile, args.out, profilers.Target(
+        os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
+        exclude_thread_names={"workload"},
+    ))  # fmt: skip
     summary["started_at"] = _now()
     agent.start()
     progress = _Progress(args.quiet)
@@ -362,6 +372,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         failure, seconds = exc, time.perf_counter() - start
     finally:
         report = agent.stop()
+        summary["profile"] = profilers.finish_profile(profile)
     summary["finished_at"] = _now()
     summary["units"] = counter.value
     summary["seconds"] = round(seconds, 6)
@@ -462,7 +473,10 @@ def _run_command(
     start = time.perf_counter()
     summary["started_at"] = _now()
     try:
-        proc = subprocess.Popen(command, start_new_session=True)
+        proc = subprocess.Popen(
+            command, start_new_session=True,
+            preexec_fn=profilers.allow_tracing_by(os.getpid()) if args.profile else None,
+        )  # fmt: skip
     except OSError as exc:
         raise UsageError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
     sig.tree = proc.pid
@@ -487,6 +501,9 @@ def _run_command(
     )  # fmt: skip
     agent.start()
     threading.Thread(target=waiter, name="wait4", daemon=True).start()
+    profile = profilers.start_profile(
+        args.profile, args.out, profilers.Target(proc.pid, in_process=False, subprocesses=True)
+    )
     progress = _Progress(args.quiet)
     end_at = start + args.duration if args.duration is not None else None
     stopped_by: str | None = None
@@ -511,6 +528,7 @@ def _run_command(
             _terminate_tree(proc.pid, proc.pid)
     seconds = waited["at"] - start
     report = agent.stop(child_rusage=waited["rusage"])
+    summary["profile"] = profilers.finish_profile(profile)
     progress.maybe(seconds, 0, report.peak_rss_sampled_bytes, force=True)
     summary["finished_at"] = _now()
     summary["seconds"] = round(seconds, 6)
@@ -598,6 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "memory_budget_bytes": args.memory_budget,
                     "warmup_s": args.warmup,
                     "command": command if args.command else None,
+                    "profile": args.profile,
                 }
             )
             if args.command:
