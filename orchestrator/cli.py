@@ -245,6 +245,14 @@ def sweep(
             rich_help_panel=LIMITS,
         ),
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Also run one extra profiled trial per worker count: cpu (py-spy: why scaling "
+            "stops) or memory (memray: where the peak comes from). Kept out of throughput tables.",
+            rich_help_panel=LIMITS,
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", rich_help_panel=LIMITS),
@@ -259,7 +267,8 @@ def sweep(
         "strategy": strategy, "seed": seed, "params": param, "provider": provider,
         "region": region, "zone": zone, "project": project, "bucket": bucket, "spot": spot,
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,
-        "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host, "ssh_key": ssh_key,
+        "profile": profile, "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host,
+        "ssh_key": ssh_key,
     }  # fmt: skip
     if resume is not None:
         given = [k for k, v in values.items() if v not in (None, [])]

@@ -197,3 +197,84 @@ def test_py_spy_denied_ptrace_gives_one_line_and_a_trial_without_profile(tmp_pat
     s = summary(out)
     assert s["status"] == "ok" and s["profile"]["status"] == "unavailable"
     assert s["profile"]["reason"] in lines[0]
+
+
+def test_cli_refuses_an_unknown_profile_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CLOUDPROF_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "sweep", "--dry-run", "--machine", "n2-highcpu-8",
+         "--profile", "disk", "--out", str(tmp_path / "runs")],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'disk' is not a profile" in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_profiled_sweep_keeps_profiles_out_of_the_tables_and_reports_them(tmp_path, monkeypatch):
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from orchestrator.engine.sweep import run_sweep
+    from tests.test_sweep_local import spec_for
+
+    monkeypatch.setenv("CLOUDPROF_CACHE", str(tmp_path / "cache"))
+    spec = spec_for(tmp_path / "runs", workers=[1, 2], profile="cpu")
+    run_dir = run_sweep(spec, console=Console(file=io.StringIO(), width=200))
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    assert sorted(trials["trial_id"]) == ["n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"]
+    for w in (1, 2):
+        folder = run_dir / "profiles" / f"n2-highcpu-8-w{w}-prof-cpu"
+        record = json.loads((folder / "record.json").read_text())
+        assert record["profiled"] is True and record["workers"] == w
+        assert record["profile"]["status"] == "ok", record["profile"]
+        assert record["profile"]["threads"] == w  # the cube workers, not cloudprof's threads
+        assert (folder / "profile.speedscope.json").is_file()
+        assert (folder / "profile.flamegraph.svg").is_file()
+    report = (run_dir / "report.md").read_text()
+    assert "## Why scaling stops" in report and "Top function" in report
+    assert "n2-highcpu-8:" in report  # the knee/top-count sentence
+    assert (run_dir / "plots" / "why-scaling-stops-n2-highcpu-8.png").stat().st_size > 1000
+
+
+def test_the_report_names_the_dominant_cause_above_the_knee_and_the_peak_sites():
+    from orchestrator.results.profiles import dominant_cause, memory_section, scaling_section
+
+    def cpu(workers, gil, idle):
+        shares = {"python": 1 - gil - idle, "native": 0.0, "gil_wait": gil, "idle": idle}
+        top = [{"function": "work", "site": "job.py:3", "class": "python", "share": 0.5}]
+        return {"machine": "m", "workers": workers, "trial_id": f"m-w{workers}-prof-cpu",
+                "profile": {"kind": "cpu", "status": "ok", "shares": shares,
+                            "top_functions": top}}  # fmt: skip
+
+    records = [cpu(1, 0.0, 0.05), cpu(2, 0.5, 0.0), cpu(4, 0.7, 0.05)]
+    assert (
+        dominant_cause(records, knee=1) == "above 1 worker, 60 % of thread time waits for the GIL"
+    )
+    assert (
+        dominant_cause(records, knee=None) == "at 4 workers, 70 % of thread time waits for the GIL"
+    )
+    section = scaling_section(records, {"m": 1})
+    assert section is not None and [r[4] for r in section.rows] == ["0 %", "50 %", "70 %"]
+    denied = {
+        "machine": "m",
+        "workers": 8,
+        "trial_id": "m-w8-prof-cpu",
+        "profile": {"kind": "cpu", "status": "unavailable", "reason": "ptrace: EPERM"},
+    }
+    section = scaling_section([*records, denied], {"m": 1})
+    assert section.rows[-1][-1] == "no profile: ptrace: EPERM"
+
+    mem = {"machine": "m", "workers": 2, "trial_id": "m-w2-prof-memory",
+           "profile": {"kind": "memory", "tool": "memray", "status": "ok",
+                       "peak_bytes": 3 * 2**30,
+                       "top_sites": [{"function": "empty", "site": "cube.py:10",
+                                      "bytes": int(1.25 * 2**30)}]}}  # fmt: skip
+    section = memory_section([mem])
+    assert section is not None
+    assert (
+        section.rows[0][2] == "3.00 GiB" and section.rows[0][3] == "1.25 GiB: empty at cube.py:10"
+    )

@@ -61,6 +61,12 @@ PROFILE_KINDS = ("cpu", "memory")
 #       "at", "top_sites" [{"function", "site", "caller", "bytes", "allocations",
 #       "share_of_peak"}]
 PROFILE_KEYS = ("kind", "tool", "status", "reason", "files")
+# The files a profiled trial may leave next to summary.json, collected with it (memray's raw
+# capture stays on the host: it can be GBs).
+PYSPY_SPEEDSCOPE_FILE = "profile.speedscope.json"
+PYSPY_FLAMEGRAPH_FILE = "profile.flamegraph.svg"
+MEMRAY_FLAMEGRAPH_FILE = "memray.flamegraph.html"
+PROFILE_FILES = (PYSPY_SPEEDSCOPE_FILE, PYSPY_FLAMEGRAPH_FILE, MEMRAY_FLAMEGRAPH_FILE)
 
 # Columns of timeseries.parquet (nullable where marked).
 TIMESERIES_COLUMNS = (

@@ -555,8 +555,9 @@ class _Engine:
 
     def _result_keys(self, trial: TrialPlan) -> dict[str, str]:
         prefix = f"{_results_prefix(self.plan)}{trial.trial_id}"
+        names = (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE)
         return {name: f"{prefix}/{name}"
-                for name in (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE)}
+                for name in names + (protocol.PROFILE_FILES if trial.profiled else ())}
 
     def _upload_results(self, host: _Host, trial: TrialPlan, out_dir: str) -> None:
         """The host puts its result files in the bucket, where a dropped session cannot lose
@@ -624,7 +625,12 @@ class _Engine:
             ex.get(posixpath.join(out_dir, protocol.TIMESERIES_FILE), ts)
         except FileNotFoundError:
             ts = None
-        return _read_summary(local / protocol.SUMMARY_FILE), ts
+        summary = _read_summary(local / protocol.SUMMARY_FILE)
+        for name in ((summary or {}).get("profile") or {}).get("files") or []:
+            if name in protocol.PROFILE_FILES:  # names from the host: only the known ones
+                with contextlib.suppress(FileNotFoundError):
+                    ex.get(posixpath.join(out_dir, name), local / name)
+        return summary, ts
 
     def _collect(self, host: _Host, trial: TrialPlan, out_dir: str, result: CommandResult,
                  interrupted: bool = False) -> None:
@@ -653,12 +659,28 @@ class _Engine:
             ran_on = provider.name
         else:  # the user's own host (ssh): which one it was
             ran_on = host.inst.name
+        if trial.profiled:  # kept apart from the throughput trials: see results/profiles.py
+            from orchestrator.results.profiles import record_profile
+
+            row = record_profile(self.store, summary, ts, host.vm.machine, trial=trial,
+                                 sweep_id=self.plan.sweep_id, ran_on=ran_on,
+                                 provider=provider.name, status=status, error=error)
+            shutil.rmtree(self.store.run_dir / ".incoming" / trial.trial_id, ignore_errors=True)
+            self.progress.trial_done(host.vm.name, row)
+            return
         row = self.store.record_trial(
             summary, ts if ts is not None and ts.is_file() else None, host.vm.machine,
             trial=trial, sweep_id=self.plan.sweep_id, ran_on=ran_on, provider=provider.name,
             spot=host.vm.spot, status=status, error=error, exit_code=exit_code)
         shutil.rmtree(self.store.run_dir / ".incoming" / trial.trial_id, ignore_errors=True)
         self.progress.trial_done(host.vm.name, row)
+
+
+def profile_ids(run_dir: Path, done_only: bool = False) -> set[str]:
+    """Profiled trials recorded under profiles/ (they are not rows of trials.parquet)."""
+    from orchestrator.results.profiles import profiled_trial_ids
+
+    return profiled_trial_ids(run_dir, done_only=done_only)
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
@@ -820,7 +842,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     with store.running():
         done: set[str] = set()
         if resume is not None:
-            done = store.done_trial_ids()
+            done = store.done_trial_ids() | profile_ids(store.run_dir, done_only=True)
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
         return _execute(spec, plan, store, inputs, done, console)
@@ -907,7 +929,7 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
                        if v.get("status") in ("failed", "preempted")}
     planned = {t.trial_id for vm in plan.vms for t in vm.trials}
     bad = frame[frame["status"] != "ok"]
-    missing = planned - set(frame["trial_id"])
+    missing = planned - set(frame["trial_id"]) - profile_ids(run_dir)
     partial = bool(failed_machines or len(bad) or missing)
     store.set_status("partial" if partial else "done", finished_at=now_iso())
     try:

@@ -403,6 +403,11 @@ def build_report(run: RunData) -> Report:
     plan = _plan_table(run.sweep)
     if plan is not None:
         tables.append(plan)
+    from orchestrator.results.profiles import profile_sections  # profiled trials (issue 12)
+
+    knee_at = {m: k.workers for (m, _), k in knee_of.items() if k.reached}
+    tables += [Table(s.title, s.headers, [Row(r) for r in s.rows], s.notes)
+               for s in profile_sections(run.run_dir, knee_at)]
     return Report(
         title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary
     )
@@ -860,6 +865,9 @@ def write_report(run_dir: str | Path) -> Path:
     run = load_run(run_dir)
     report = build_report(run)
     report.plots = plots.render_plots(run, report.summary, run.run_dir / PLOTS_DIR)
+    from orchestrator.results.profiles import render_profile_plots  # profiled trials (issue 12)
+
+    report.plots += render_profile_plots(run.run_dir, run.run_dir / PLOTS_DIR)
     _write_atomic(run.run_dir / REPORT_MD, render_markdown(report))
     html_path = run.run_dir / REPORT_HTML
     _write_atomic(html_path, render_html(report))

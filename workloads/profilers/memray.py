@@ -24,10 +24,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from workloads import protocol
 from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, last_line
 
 CAPTURE_FILE = "memray.bin"
-FLAMEGRAPH_FILE = "memray.flamegraph.html"
+FLAMEGRAPH_FILE = protocol.MEMRAY_FLAMEGRAPH_FILE
 TOP_SITES = 10
 _LIBRARY_DIRS = tuple(
     p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p

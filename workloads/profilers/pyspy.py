@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from workloads import protocol
 from workloads.profilers.base import (
     Profiler,
     ProfilerUnavailable,
@@ -42,8 +43,8 @@ from workloads.profilers.base import (
 )
 
 DEFAULT_RATE_HZ = 100  # py-spy's own default
-SPEEDSCOPE_FILE = "profile.speedscope.json"
-FLAMEGRAPH_FILE = "profile.flamegraph.svg"
+SPEEDSCOPE_FILE = protocol.PYSPY_SPEEDSCOPE_FILE
+FLAMEGRAPH_FILE = protocol.PYSPY_FLAMEGRAPH_FILE
 OWN = "cloudprof-"  # prefix of the names of cloudprof's own threads, never the job's
 CLASSES = ("python", "native", "gil_wait", "idle")
 TOP_FUNCTIONS = 10
