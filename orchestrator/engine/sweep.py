@@ -209,6 +209,7 @@ class _Host:
     executor: Executor | None = None
     inputs_dir: str | None = None
     deleted: bool = False
+    profiler_checked: bool = False  # --profile: its tool installed (or tried) on this host
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
@@ -456,6 +457,12 @@ class _Engine:
             return
         self.progress.state(host.vm.name, "bootstrapping")
         host.executor.ensure_workloads()
+        if self.spec.profile and not host.profiler_checked:  # only when --profile asks
+            host.profiler_checked = True
+            problem = host.executor.ensure_profiler(self.spec.profile)
+            if problem:
+                self.progress.log(f"[yellow]warning:[/yellow] {problem}; its profiled trials "
+                                  "will say there is no profile")
 
     def _run(self, host: _Host, argv: list[str], what: str) -> CommandResult:
         assert host.executor is not None
