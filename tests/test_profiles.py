@@ -273,8 +273,25 @@ def test_the_report_names_the_dominant_cause_above_the_knee_and_the_peak_sites()
                        "peak_bytes": 3 * 2**30,
                        "top_sites": [{"function": "empty", "site": "cube.py:10",
                                       "bytes": int(1.25 * 2**30)}]}}  # fmt: skip
+    leak = {**mem, "leak_verdict": "leak", "profile": {**mem["profile"], "grown_sites": [
+        {"function": "append", "site": "job.py:9", "bytes": 300 * 2**20}]}}  # fmt: skip
+    assert memory_section([leak]).rows[0][3].endswith("(leak): 300.0 MiB: append at job.py:9")
     section = memory_section([mem])
     assert section is not None
     assert (
         section.rows[0][2] == "3.00 GiB" and section.rows[0][3] == "1.25 GiB: empty at cube.py:10"
     )
+
+
+def test_a_leaking_trial_names_the_call_site_that_grew(tmp_path):
+    out = tmp_path / "leak"
+    proc = run(out, "--workload", "memory-leak", "--param", "mb_per_s=40", "--duration", "1.5",
+               "--profile", "memory")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = summary(out)
+    prof = s["profile"]
+    assert prof["status"] == "ok", prof
+    grown = prof["grown_sites"][0]
+    assert grown["function"] == "ones" and grown["site"].startswith("synthetic.py:")
+    leaked = s["units"] * MIB  # one 1 MiB chunk per unit, never freed
+    assert abs(grown["bytes"] - leaked) <= 0.1 * leaked

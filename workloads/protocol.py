@@ -59,7 +59,8 @@ PROFILE_KINDS = ("cpu", "memory")
 #       "top_functions" [{"function", "site" (file:line), "class", "samples", "share"}]
 #   memory (memray, or tracemalloc as labelled by "tool"): "peak_bytes", "attributed_bytes",
 #       "at", "top_sites" [{"function", "site", "caller", "bytes", "allocations",
-#       "share_of_peak"}]
+#       "share_of_peak"}], "grown_bytes", "grown_sites" (same rows: alive at the end,
+#       allocated during the trial — memray only)
 PROFILE_KEYS = ("kind", "tool", "status", "reason", "files")
 # The files a profiled trial may leave next to summary.json, collected with it (memray's raw
 # capture stays on the host: it can be GBs).

@@ -206,6 +206,11 @@ def memory_section(records: list[dict[str, Any]]) -> Section | None:
             )
             or "no allocations alive at the peak"
         )
+        grown = prof.get("grown_sites") or []
+        if r.get("leak_verdict") == "leak" and grown:  # the seeds' leak hunt, automated
+            text += "; grew during the trial (leak): " + "; ".join(
+                f"{_gib(g['bytes'])}: {g['function']} at {g['site']}" for g in grown[:2]
+            )
         tool = "" if prof.get("tool") == "memray" else f" ({prof.get('tool')}, Python only)"
         rows.append([str(r["machine"]), str(r["workers"]), _gib(prof.get("peak_bytes")) + tool,
                      text])  # fmt: skip

@@ -10,6 +10,10 @@ standard library are skipped, so ``np.ones`` called at ``cube.py:120`` is
 Where memray cannot be imported (no wheel for the platform), Python's own
 tracemalloc is the fallback: Python allocations only, snapshot taken whenever
 traced memory reaches a new high, and the summary labels it as such.
+
+``grown_sites`` are the call sites of the allocations still alive when the
+trial ends (tracking starts with the timed part): what grew between the start
+and the end of the steady state — for a trial flagged as a leak, the leak.
 """
 
 from __future__ import annotations
@@ -85,10 +89,18 @@ def summarize_capture(path: Path) -> dict[str, Any]:
         (int(r.size), int(r.n_allocations), r.stack_trace())
         for r in reader.get_high_watermark_allocation_records(merge_threads=True)
     ]
+    # Tracking starts with the timed part of the trial: what is still alive when it ends
+    # is what the trial grew by — for a leak, the call sites that leak.
+    grown = [
+        (int(r.size), int(r.n_allocations), r.stack_trace())
+        for r in reader.get_leaked_allocation_records(merge_threads=True)
+    ]
     return {
         "peak_bytes": peak,
         "attributed_bytes": sum(a[0] for a in allocs),
         "top_sites": top_sites(allocs, peak),
+        "grown_bytes": sum(a[0] for a in grown),
+        "grown_sites": top_sites(grown, peak),
         "native_traces": bool(reader.metadata.has_native_traces),
     }
 
