@@ -1,6 +1,7 @@
 """What ``--profile`` costs: throughput with py-spy and with memray vs none, side by side.
 
-Each round runs three trials of the same workload back to back — no profiler,
+Each round runs four trials of the same workload back to back — no profiler,
+a placebo (the cpu driver's launch path with a "py-spy" that only sleeps),
 ``--profile cpu`` (py-spy at its default 100 Hz, ``--idle --native``) and
 ``--profile memory`` (memray with native traces) — in an order that rotates
 every round, so drift and a neighbour's load hit every configuration alike.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -28,16 +30,18 @@ from pathlib import Path
 
 from _common import ROOT, machine_line, median, print_table
 
-CONFIGS = {"none": [], "cpu (py-spy 100 Hz)": ["--profile", "cpu"],
+PLACEBO = "placebo (cpu launch path, no sampling)"
+CONFIGS = {"none": [], PLACEBO: ["--profile", "cpu"], "cpu (py-spy 100 Hz)": ["--profile", "cpu"],
            "memory (memray native)": ["--profile", "memory"]}  # fmt: skip
 
 
-def trial(out: Path, args: list[str]) -> dict:
+def trial(out: Path, args: list[str], env: dict[str, str] | None = None) -> dict:
     if out.exists():
         shutil.rmtree(out)
     proc = subprocess.run(
         [sys.executable, "-m", "workloads.run", "--out", str(out), "--quiet", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"trial failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
@@ -59,12 +63,19 @@ def main() -> None:
     per_cpu: dict[str, list[float]] = {n: [] for n in names}  # units per CPU-s of the trial
     notes: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench-profilers-") as tmp:
+        # The placebo goes through the cpu driver's whole launch path (the runner waits for
+        # the sampler to come up, then SIGINTs it) with a "py-spy" that only sleeps: what
+        # differs from the cpu row is the sampling itself.
+        placebo = Path(tmp) / "py-spy-placebo"
+        placebo.write_text("#!/bin/sh\nexec sleep 3600\n")
+        placebo.chmod(0o755)
+        env_of = {PLACEBO: {"CLOUDPROF_PYSPY": str(placebo)}}
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
-                s = trial(Path(tmp) / "t", [*base, *CONFIGS[name]])
+                s = trial(Path(tmp) / "t", [*base, *CONFIGS[name]], env_of.get(name))
                 prof = s.get("profile") or {}
-                if CONFIGS[name] and prof.get("status") != "ok":
+                if CONFIGS[name] and name != PLACEBO and prof.get("status") != "ok":
                     notes[name] = f"no profile: {prof.get('reason')}"
                 rates[name].append(float(s["units_per_s"]))
                 per_cpu[name].append(float(s["units"]) / max(float(s["cpu_seconds"]), 1e-9))

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -237,7 +238,7 @@ def flamegraph_svg(doc: dict[str, Any], title: str = "py-spy", width: int = 1200
     ]
     for x, depth, w, key, n in rects:
         y = height - (depth + 1) * row
-        hue = 10 + (hash(key) % 40)
+        hue = 10 + (zlib.crc32(key.encode()) % 40)  # stable colours across runs
         label = _esc(key[: max(int(w / 7), 0)]) if w > 30 else ""
         parts.append(
             f"<g><title>{_esc(key)}: {n} samples ({n / total:.1%})</title>"
