@@ -214,8 +214,9 @@ def memory_section(records: list[dict[str, Any]]) -> Section | None:
         tool = "" if prof.get("tool") == "memray" else f" ({prof.get('tool')}, Python only)"
         rows.append([str(r["machine"]), str(r["workers"]), _gib(prof.get("peak_bytes")) + tool,
                      text])  # fmt: skip
-    notes = ["Allocations alive at the profiled trial's high-water mark, by the job's call site "
-             "(memray, native allocations included, unless marked otherwise)."]  # fmt: skip
+    notes = ["Allocations made in the timed part of the profiled trial and alive at its "
+             "high-water mark, by the job's call site (memray, native allocations included, "
+             "unless marked otherwise); what prepare() loaded before is not traced."]  # fmt: skip
     headers = ["Machine", "Workers", "Peak (traced)", "Top call sites"]
     return Section("Where the peak comes from", headers, rows, notes)
 
