@@ -109,7 +109,7 @@ def gil_trial(tmp_path: Path, workers: int) -> dict:
 
 def test_gil_wait_share_grows_from_one_to_two_pure_python_workers(tmp_path):
     one, two = gil_trial(tmp_path, 1), gil_trial(tmp_path, 2)
-    assert one["threads"] == 1 and two["threads"] == 2  # the runner's own threads left out
+    assert (one["threads"], two["threads"]) == (1, 2), (one, two)  # cloudprof's threads left out
     assert one["samples"] > 100
     assert one["shares"]["gil_wait"] < 0.1 and one["shares"]["python"] > 0.8
     assert two["shares"]["gil_wait"] > one["shares"]["gil_wait"] + 0.25
@@ -295,3 +295,15 @@ def test_a_leaking_trial_names_the_call_site_that_grew(tmp_path):
     assert grown["function"] == "ones" and grown["site"].startswith("synthetic.py:")
     leaked = s["units"] * MIB  # one 1 MiB chunk per unit, never freed
     assert abs(grown["bytes"] - leaked) <= 0.1 * leaked
+
+
+def test_a_thread_py_spy_wrote_twice_is_excluded_and_counted_once():
+    frames = [frame("worker", "/job/w.py", 3)]
+    doc = {"shared": {"frames": frames}, "profiles": [
+        {"name": 'Thread 7 "workload"', "samples": [[0]]},
+        {"name": "Thread 7", "samples": [[0], [0]]},
+        {"name": 'Thread 8 "worker-0"', "samples": [[0]] * 3},
+        {"name": "Thread 8", "samples": [[0]]},
+    ]}  # fmt: skip
+    s = summarize_speedscope(doc, exclude_thread_names={"workload"})
+    assert s["threads"] == 1 and s["samples"] == 4

@@ -170,12 +170,18 @@ def summarize_speedscope(
     skip_tids, skip_names = set(exclude_tids), set(exclude_thread_names)
     counts: Counter[str] = Counter()
     leaf_counts: Counter[tuple[str, str, str]] = Counter()
-    threads = 0
+    # py-spy may write one thread twice (with and without its name, when it sampled the
+    # thread before Python registered it): a thread is excluded if any of its names is.
     for profile in doc.get("profiles", []):
+        tid, name = _thread_of(str(profile.get("name", "")))
+        if tid is not None and (name in skip_names or name.startswith(OWN)):
+            skip_tids.add(tid)
+    seen: set[object] = set()
+    for n, profile in enumerate(doc.get("profiles", [])):
         tid, name = _thread_of(str(profile.get("name", "")))
         if (tid is not None and tid in skip_tids) or name in skip_names or name.startswith(OWN):
             continue
-        threads += 1
+        seen.add(tid if tid is not None else f"#{n}")
         for sample in profile.get("samples", []):
             stack = [frames[i] for i in sample]
             cls = classify(stack) if native else "python"
@@ -194,7 +200,7 @@ def summarize_speedscope(
     ]  # fmt: skip
     out: dict[str, Any] = {
         "samples": total,
-        "threads": threads,
+        "threads": len(seen),
         "shares": shares if native else None,
         "top_functions": top,
     }
