@@ -307,3 +307,22 @@ def test_a_thread_py_spy_wrote_twice_is_excluded_and_counted_once():
     ]}  # fmt: skip
     s = summarize_speedscope(doc, exclude_thread_names={"workload"})
     assert s["threads"] == 1 and s["samples"] == 4
+
+
+def test_profile_in_sweep_toml_plans_one_extra_profiled_trial_per_worker_count(tmp_path):
+    from orchestrator.plan.planner import make_plan
+    from orchestrator.spec.config import build_spec
+    from tests.test_planner import machine
+
+    toml = tmp_path / "sweep.toml"
+    toml.write_text('machines = ["n2-highcpu-8"]\nworkers = [1, 2]\nrepeats = 2\n'
+                    'profile = "memory"\ndry_run = true\n')  # fmt: skip
+    spec = build_spec({}, toml)
+    assert spec.profile == "memory"
+    trials = make_plan(spec, "s", [machine()]).vms[0].trials
+    plain = [t for t in trials if not t.profiled]
+    profiled = [t for t in trials if t.profiled]
+    assert len(plain) == 4 and all("--profile" not in t.runner_args for t in plain)
+    assert [t.trial_id for t in profiled] == ["n2-highcpu-8-w1-prof-memory",
+                                              "n2-highcpu-8-w2-prof-memory"]  # fmt: skip
+    assert all(t.runner_args[-2:] == ["--profile", "memory"] for t in profiled)
