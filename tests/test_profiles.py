@@ -326,3 +326,27 @@ def test_profile_in_sweep_toml_plans_one_extra_profiled_trial_per_worker_count(t
     assert [t.trial_id for t in profiled] == ["n2-highcpu-8-w1-prof-memory",
                                               "n2-highcpu-8-w2-prof-memory"]  # fmt: skip
     assert all(t.runner_args[-2:] == ["--profile", "memory"] for t in profiled)
+
+
+def test_a_python_command_job_gets_its_peak_call_site_from_memray(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import time\nblock = bytearray(32 * 1024 * 1024)\ntime.sleep(0.5)\n")
+    out = tmp_path / "cmdmem"
+    proc = run(out, "--profile", "memory", "--command", "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr
+    s = summary(out)
+    assert s["command"]["argv"] == [sys.executable, str(script)]  # as the user gave it
+    prof = s["profile"]
+    assert prof["status"] == "ok", prof
+    top = prof["top_sites"][0]
+    assert top["site"] == "job.py:2" and abs(top["bytes"] - 32 * MIB) <= 0.1 * 32 * MIB
+
+
+def test_a_non_python_command_job_runs_and_says_why_it_has_no_memory_profile(tmp_path):
+    out = tmp_path / "sleep"
+    proc = run(out, "--profile", "memory", "--command", "--", "sleep", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().startswith("warning: no memory profile: memory profiles of")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    s = summary(out)
+    assert s["status"] == "ok" and s["profile"]["status"] == "unavailable"

@@ -474,7 +474,7 @@ def _run_command(
     summary["started_at"] = _now()
     try:
         proc = subprocess.Popen(
-            command, start_new_session=True,
+            profilers.wrap_command(args.profile, command, args.out), start_new_session=True,
             preexec_fn=profilers.allow_tracing_by(os.getpid()) if args.profile else None,
         )  # fmt: skip
     except OSError as exc:

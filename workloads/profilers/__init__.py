@@ -30,7 +30,7 @@ __all__ = [
     "allow_tracing_by",
     "finish_profile",
     "get_profiler",
-    "start_profile",
+    "start_profile", "wrap_command",
 ]  # fmt: skip
 
 
@@ -43,6 +43,15 @@ def get_profiler(kind: str) -> Profiler:
     module, _, cls = target.partition(":")
     profiler: Profiler = getattr(importlib.import_module(module), cls)()
     return profiler
+
+
+def wrap_command(kind: str | None, command: list[str], out: Path) -> list[str]:
+    """A ``--command``'s argv, run under the profiler where that is how it profiles (memray)."""
+    if kind != "memory":
+        return command
+    from workloads.profilers.memray import wrap_python_command
+
+    return wrap_python_command(command, out)
 
 
 def start_profile(kind: str | None, out: Path, target: Target) -> Profiler | dict[str, Any] | None:

@@ -19,6 +19,7 @@ and the end of the steady state — for a trial flagged as a leak, the leak.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -105,6 +106,28 @@ def summarize_capture(path: Path) -> dict[str, Any]:
     }
 
 
+def wrap_python_command(command: list[str], out: Path) -> list[str]:
+    """``python ARGS`` → ``python -m memray run --native ... ARGS`` where memray can run it.
+
+    Only a command whose program is a Python interpreter with memray importable
+    is wrapped (checked by running it once); any other command runs unchanged and
+    its trial says there is no memory profile.
+    """
+    if not command or not re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
+        return command
+    try:
+        probe = subprocess.run([command[0], "-c", "import memray"], capture_output=True,
+                               timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return command
+    if probe.returncode != 0:
+        return command
+    out.mkdir(parents=True, exist_ok=True)
+    capture = str(out / CAPTURE_FILE)
+    return [command[0], "-m", "memray", "run", "--native", "--follow-fork", "--force", "-q",
+            "-o", capture, *command[1:]]  # fmt: skip
+
+
 class MemrayProfiler(Profiler):
     """In-process memray Tracker around the timed part of a workload trial."""
 
@@ -115,14 +138,14 @@ class MemrayProfiler(Profiler):
         self.tracker: Any = None
         self.fallback: TracemallocPeak | None = None
         self.out: Path | None = None
+        self.command = False
 
     def start(self, out: Path, target: Target) -> None:
-        if not target.in_process:
-            raise ProfilerUnavailable(
-                "memory profiles of --command jobs are not supported yet (only workloads)"
-            )
         self.out = out
         out.mkdir(parents=True, exist_ok=True)
+        if not target.in_process:  # a --command: memray runs it (wrap_python_command)
+            self.command = True
+            return
         try:
             import memray
         except ImportError:
@@ -144,8 +167,14 @@ class MemrayProfiler(Profiler):
             summary = self.fallback.stop()
             summary.update(kind=self.kind, tool="tracemalloc", files=[])
             return summary
-        self.tracker.__exit__(None, None, None)
         capture = self.out / CAPTURE_FILE
+        if self.command and not capture.is_file():
+            raise ProfilerUnavailable(
+                "memory profiles of --command jobs need a Python command (python ...) whose "
+                "interpreter has memray installed"
+            )
+        if self.tracker is not None:
+            self.tracker.__exit__(None, None, None)
         summary = summarize_capture(capture)
         files = [CAPTURE_FILE]
         html = self.out / FLAMEGRAPH_FILE
