@@ -46,6 +46,7 @@ from workloads.profilers.base import (
 DEFAULT_RATE_HZ = 100  # py-spy's own default
 SPEEDSCOPE_FILE = protocol.PYSPY_SPEEDSCOPE_FILE
 FLAMEGRAPH_FILE = protocol.PYSPY_FLAMEGRAPH_FILE
+STDERR_FILE = "py-spy.stderr.txt"  # stays on the host, next to the trial's files
 OWN = "cloudprof-"  # prefix of the names of cloudprof's own threads, never the job's
 CLASSES = ("python", "native", "gil_wait", "idle")
 TOP_FUNCTIONS = 10
@@ -284,9 +285,18 @@ class PySpyProfiler(Profiler):
             argv.append("--native")
         if self.target.subprocesses:
             argv.append("--subprocesses")
-        return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        # stderr to a file, not a pipe: a chatty py-spy must never block on a full pipe
+        # (in blocking mode it would hold the trial paused).
+        with open(self.out / STDERR_FILE, "wb") as err:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=err)  # fmt: skip
+
+    def _stderr(self) -> str:
+        assert self.out is not None
+        try:
+            return last_line((self.out / STDERR_FILE).read_text(errors="replace"))
+        except OSError:
+            return "no output"
 
     def start(self, out: Path, target: Target) -> None:
         exe = find_pyspy()
@@ -305,8 +315,7 @@ class PySpyProfiler(Profiler):
             if proc.poll() is None:
                 self.proc, self.native, self.started_at = proc, native, time.monotonic()
                 return
-            assert proc.stderr is not None
-            reason = last_line(proc.stderr.read().decode(errors="replace"))
+            reason = self._stderr()
         raise ProfilerUnavailable(f"py-spy cannot sample pid {target.pid}: {reason}")
 
     def stop(self) -> dict[str, Any]:
@@ -315,14 +324,13 @@ class PySpyProfiler(Profiler):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            _, err = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            self.proc.wait()
         path = self.out / SPEEDSCOPE_FILE
         if not path.exists():
-            reason = last_line(err.decode(errors="replace"))
-            raise ProfilerUnavailable(f"py-spy wrote no profile: {reason}")
+            raise ProfilerUnavailable(f"py-spy wrote no profile: {self._stderr()}")
         doc = json.loads(path.read_text(encoding="utf-8"))
         summary = summarize_speedscope(
             doc, exclude_tids=self.target.exclude_tids,
