@@ -148,7 +148,7 @@ def test_without_memray_tracemalloc_names_the_line_and_says_it_is_a_fallback(tmp
     assert abs(top["bytes"] - 16 * MIB) <= 0.1 * 16 * MIB
 
 
-def test_a_command_job_is_sampled_with_its_children(tmp_path):
+def test_a_command_job_is_sampled_from_outside_its_process(tmp_path):
     out = tmp_path / "cmd"
     code = "import time\nend = time.time() + 1.5\nwhile time.time() < end:\n    sum(range(1000))\n"
     proc = run(out, "--profile", "cpu", "--command", "--", sys.executable, "-c", code)
