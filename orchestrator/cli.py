@@ -426,6 +426,14 @@ def sweep(
             rich_help_panel=LIMITS,
         ),
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Also run one extra profiled trial per worker count: cpu (py-spy: why scaling "
+            "stops) or memory (memray: where the peak comes from). Kept out of throughput tables.",
+            rich_help_panel=LIMITS,
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", metavar="DIR",
@@ -445,6 +453,7 @@ def sweep(
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,
         "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host, "ssh_key": ssh_key,
         "workdir": workdir, "setup": setup, "command": command, "shell": shell, "grid": grid,
+        "profile": profile,
     }  # fmt: skip
     if resume is not None:
         given = [k for k, v in values.items() if v not in (None, [])]

@@ -710,3 +710,21 @@ def test_startup_script_falls_back_to_shutdown_when_systemd_run_fails(tmp_path, 
     shutdowns = [c for c in calls if c.startswith("shutdown")]
     assert len(shutdowns) == 1 and shutdowns[0].startswith("shutdown -h +10 ")
     assert "power-off scheduled in 10 min (shutdown -h)" in (stubs / "startup.out").read_text()
+
+
+@pytest.mark.slow
+def test_profile_bootstrap_installs_py_spy_into_the_trial_env_once(ex, tmp_path):
+    """--profile cpu: py-spy is pip-installed into the env the trials use, and only once."""
+    import subprocess
+    import sys
+
+    env = tmp_path / "env-test"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    ex.python = str(env / "bin" / "python")
+    assert not (env / "bin" / "py-spy").exists()
+    assert ex.ensure_profiler("cpu") is None
+    assert os.access(env / "bin" / "py-spy", os.X_OK)
+    assert ex.ensure_profiler("cpu") is None  # already there: nothing installed again
+    log = (tmp_path / "bootstrap.log").read_text().splitlines()
+    assert len(log) == 1 and log[0].endswith("profiler py-spy>=0.4")

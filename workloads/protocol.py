@@ -8,8 +8,11 @@ Keeping them in one module is what lets both sides change without drifting.
 
 from __future__ import annotations
 
-SCHEMA = "cloudprof.trial/2"
-"""Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes."""
+SCHEMA = "cloudprof.trial/3"
+"""Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes.
+
+/3 added ``profiled`` and ``profile`` (``--profile cpu|memory``); /2 added ``job_kind`` and
+``phases`` (``--command --job``); older summaries lack them."""
 
 SUMMARY_FILE = "summary.json"
 TIMESERIES_FILE = "timeseries.parquet"
@@ -51,7 +54,28 @@ SUMMARY_KEYS = (
     "phases",  # [{"name", "start_s", "wall_s", "cpu_s", "peak_rss_bytes", "units", "units_per_s",
     #            "samples"}] in order,
     #            from its "cloudprof:phase NAME" lines; [] without
+    # /3: --profile fills these two.
+    "profiled",  # True when --profile ran a profiler: throughput not comparable with others
+    "profile",  # None, or PROFILE_KEYS below
 )
+
+PROFILE_KINDS = ("cpu", "memory")
+# summary["profile"]: always "kind", "tool", "status" ("ok" | "unavailable" | "failed"),
+# "reason" (one line, when not ok) and "files" (names in the trial directory). Then, for
+#   cpu (py-spy): "samples", "threads", "rate_hz", "native_frames",
+#       "shares" {"python", "native", "gil_wait", "idle"} (fractions of thread samples),
+#       "top_functions" [{"function", "site" (file:line), "class", "samples", "share"}]
+#   memory (memray, or tracemalloc as labelled by "tool"): "peak_bytes", "attributed_bytes",
+#       "at", "top_sites" [{"function", "site", "caller", "bytes", "allocations",
+#       "share_of_peak"}], "grown_bytes", "grown_sites" (same rows: alive at the end,
+#       allocated during the trial — memray only)
+PROFILE_KEYS = ("kind", "tool", "status", "reason", "files")
+# The files a profiled trial may leave next to summary.json, collected with it (memray's raw
+# capture stays on the host: it can be GBs).
+PYSPY_SPEEDSCOPE_FILE = "profile.speedscope.json"
+PYSPY_FLAMEGRAPH_FILE = "profile.flamegraph.svg"
+MEMRAY_FLAMEGRAPH_FILE = "memray.flamegraph.html"
+PROFILE_FILES = (PYSPY_SPEEDSCOPE_FILE, PYSPY_FLAMEGRAPH_FILE, MEMRAY_FLAMEGRAPH_FILE)
 
 # Columns of timeseries.parquet (nullable where marked).
 TIMESERIES_COLUMNS = (

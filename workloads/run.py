@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads import job as jobs
-from workloads import limits, procfs, protocol
+from workloads import limits, procfs, profilers, protocol
 from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
     p.add_argument("--out", required=True, type=Path, help="directory for the result files")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--profile", choices=protocol.PROFILE_KINDS,
+        help="also attribute CPU (py-spy) or memory at the peak (memray); marks the trial profiled",
+    )  # fmt: skip
     p.add_argument(
         "--command", action="store_true",
         help="profile the command after -- and its children instead of a workload",
@@ -242,6 +246,8 @@ def base_summary(params: dict[str, Any]) -> dict[str, Any]:
         "finished_at": None,
         "job_kind": None,
         "phases": [],
+        "profiled": params.get("profile") is not None,
+        "profile": None,
     }  # fmt: skip
 
 
@@ -365,6 +371,10 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         on_breach=on_breach,
         units=counter,
     )
+    profile = profilers.start_profile(args.profile, args.out, profilers.Target(
+        os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
+        exclude_thread_names={"workload"},
+    ))  # fmt: skip
     summary["started_at"] = _now()
     summary["load_s"] = _seconds_since_process_start()  # the load phase, drawn before t = 0
     agent.start()
@@ -380,6 +390,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         failure, seconds = exc, time.perf_counter() - start
     finally:
         report = agent.stop()
+        summary["profile"] = profilers.finish_profile(profile)
     summary["finished_at"] = _now()
     summary["units"] = counter.value
     summary["seconds"] = round(seconds, 6)
@@ -492,7 +503,9 @@ def _run_command(
     summary["started_at"] = _now()
     try:
         proc = subprocess.Popen(
-            command, start_new_session=True, env=env,
+            profilers.wrap_command(args.profile, command, args.out),
+            start_new_session=True, env=env,
+            preexec_fn=profilers.allow_tracing_by(os.getpid()) if args.profile else None,
             stdout=subprocess.PIPE if args.job else None,
             stderr=subprocess.STDOUT if args.job else None,
             text=True if args.job else None, errors="replace" if args.job else None,
@@ -534,6 +547,9 @@ def _run_command(
         reader = jobs.OutputReader(proc.stdout, args.out / jobs.LOG_FILE, counter,
                                    lambda: time.perf_counter() - t0, proc.pid, on_error).start()
     threading.Thread(target=waiter, name="wait4", daemon=True).start()
+    profile = profilers.start_profile(
+        args.profile, args.out, profilers.Target(proc.pid, in_process=False, subprocesses=True)
+    )
     progress = _Progress(args.quiet)
     end_at = start + args.duration if args.duration is not None else None
     stopped_by: str | None = None
@@ -562,6 +578,7 @@ def _run_command(
     if reader is not None:
         reader.join()
     units = counter.value if counter is not None else 0
+    summary["profile"] = profilers.finish_profile(profile)
     progress.maybe(seconds, units, report.peak_rss_sampled_bytes, force=True)
     summary["finished_at"] = _now()
     summary["seconds"] = round(seconds, 6)
@@ -678,6 +695,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "memory_budget_bytes": args.memory_budget,
                     "warmup_s": args.warmup,
                     "command": command if args.command else None,
+                    "profile": args.profile,
                 }
             )
             if args.command:

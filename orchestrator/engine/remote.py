@@ -862,6 +862,23 @@ class SshExecutor(Executor):
                 self.last_bootstrap = "installed"
         self.python = f"{env}/bin/python"
 
+    def ensure_profiler(self, kind: str) -> str | None:
+        """pip-install the profiler ``--profile kind`` needs into the trial env, only when asked.
+
+        Called after ``ensure_workloads``; a host that already has it is left
+        alone. A failed install does not stop the sweep: the trials run without
+        a profile and say why, and this returns the one line to print now.
+        """
+        package, probe = PROFILER_PACKAGES[kind]
+        env_bin = posixpath.dirname(self.python)
+        result = self.run(["sh", "-c", _PROFILER_SCRIPT, "sh", self.python, env_bin, probe,
+                           package], timeout=900)  # fmt: skip
+        if result.exit_code == 0:
+            return None
+        tail = (result.stderr_tail or result.stdout_tail or "").strip().splitlines()
+        why = tail[-1] if tail else "no output"
+        return f"cannot install {package} on {self.target.label}: {why}"
+
     def close(self) -> None:
         for pid in list(self._running):
             self._kill(pid)
@@ -943,6 +960,23 @@ if ! mv -T "$tmp" "$2" 2>/dev/null; then
 fi
 echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) install $3" >> "$1/bootstrap.log"
 prune "$1" "$2"
+"""
+
+
+# --profile's tools, installed into the trial env only when a sweep asks for them. The
+# probe is a command that succeeds when the tool is already there ($2 = the env's bin).
+PROFILER_PACKAGES = {
+    "cpu": ("py-spy>=0.4", 'test -x "$2/py-spy"'),
+    "memory": ("memray>=1.11", '"$1" -c "import memray"'),
+}
+# $1 env python, $2 env bin dir, $3 probe, $4 pip requirement.
+_PROFILER_SCRIPT = r"""
+if sh -c "$3" sh "$1" "$2" >/dev/null 2>&1; then
+    exit 0
+fi
+"$1" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2 || exit 1
+sh -c "$3" sh "$1" "$2" || { echo "$4 installed but not usable" >&2; exit 1; }
+echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) profiler $4" >> "$(dirname "$2")/../bootstrap.log"
 """
 
 

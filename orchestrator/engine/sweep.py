@@ -244,6 +244,7 @@ class _Host:
     job_dir: str | None = None  # the user's job copy on the host (--workdir)
     deleted: bool = False
     delete_error: str | None = None  # the last error once every deletion attempt failed
+    profiler_checked: bool = False  # --profile: its tool installed (or tried) on this host
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
@@ -624,6 +625,12 @@ class _Engine:
             return
         self.progress.state(host.vm.name, "bootstrapping")
         host.executor.ensure_workloads()
+        if self.spec.profile and not host.profiler_checked:  # only when --profile asks
+            host.profiler_checked = True
+            problem = host.executor.ensure_profiler(self.spec.profile)
+            if problem:
+                self.progress.log(f"[yellow]warning:[/yellow] {problem}; its profiled trials "
+                                  "will say there is no profile")
 
     def _run(self, host: _Host, argv: list[str], what: str) -> CommandResult:
         assert host.executor is not None
@@ -755,8 +762,9 @@ class _Engine:
 
     def _result_keys(self, trial: TrialPlan) -> dict[str, str]:
         prefix = f"{_results_prefix(self.plan)}{trial.trial_id}"
+        names = (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE)
         return {name: f"{prefix}/{name}"
-                for name in (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE, JOB_LOG)}
+                for name in names + (JOB_LOG,) + (protocol.PROFILE_FILES if trial.profiled else ())}
 
     def _upload_results(self, host: _Host, trial: TrialPlan, out_dir: str) -> None:
         """The host puts its result files in the bucket, where a dropped session cannot lose
@@ -827,7 +835,12 @@ class _Engine:
         if self.spec.command is not None:  # the job's own output, kept in the store
             with contextlib.suppress(FileNotFoundError):
                 ex.get(posixpath.join(out_dir, JOB_LOG), local / JOB_LOG)
-        return _read_summary(local / protocol.SUMMARY_FILE), ts
+        summary = _read_summary(local / protocol.SUMMARY_FILE)
+        for name in ((summary or {}).get("profile") or {}).get("files") or []:
+            if name in protocol.PROFILE_FILES:  # names from the host: only the known ones
+                with contextlib.suppress(FileNotFoundError):
+                    ex.get(posixpath.join(out_dir, name), local / name)
+        return summary, ts
 
     def _collect(self, host: _Host, trial: TrialPlan, out_dir: str, result: CommandResult,
                  interrupted: bool = False) -> None:
@@ -856,6 +869,15 @@ class _Engine:
             ran_on = provider.name
         else:  # the user's own host (ssh): which one it was
             ran_on = host.inst.name
+        if trial.profiled:  # kept apart from the throughput trials: see results/profiles.py
+            from orchestrator.results.profiles import record_profile
+
+            row = record_profile(self.store, summary, ts, host.vm.machine, trial=trial,
+                                 sweep_id=self.plan.sweep_id, ran_on=ran_on,
+                                 provider=provider.name, status=status, error=error)
+            shutil.rmtree(self.store.run_dir / ".incoming" / trial.trial_id, ignore_errors=True)
+            self.progress.trial_done(host.vm.name, row)
+            return
         row = self.store.record_trial(
             summary, ts if ts is not None and ts.is_file() else None, host.vm.machine,
             trial=trial, sweep_id=self.plan.sweep_id, ran_on=ran_on, provider=provider.name,
@@ -878,6 +900,13 @@ LOCAL_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.E
 
 def _local_write_error(exc: OSError) -> bool:
     return exc.errno in LOCAL_WRITE_ERRNOS
+
+
+def profile_ids(run_dir: Path, done_only: bool = False) -> set[str]:
+    """Profiled trials recorded under profiles/ (they are not rows of trials.parquet)."""
+    from orchestrator.results.profiles import profiled_trial_ids
+
+    return profiled_trial_ids(run_dir, done_only=done_only)
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
@@ -1166,7 +1195,8 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     started.append(run_dir)
     with store.running():
         if resume is not None:
-            done = store.done_trial_ids()  # again under the lock: what the plan showed may be older
+            # again under the lock: what the plan showed may be older
+            done = store.done_trial_ids() | profile_ids(store.run_dir, done_only=True)
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
         return _execute(spec, plan, store, bucket, inputs, done, console, job,
@@ -1374,7 +1404,7 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     planned = {t.trial_id for vm in plan.vms for t in vm.trials
                if not (vms.get(vm.name) or {}).get("adaptive")}
     bad = frame[frame["status"] != "ok"]
-    missing = planned - set(frame["trial_id"])
+    missing = planned - set(frame["trial_id"]) - profile_ids(run_dir)
     partial = bool(failed_machines or len(bad) or missing)
     store.set_status("partial" if partial else "done", finished_at=now_iso())
     try:

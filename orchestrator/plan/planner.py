@@ -30,6 +30,7 @@ class TrialPlan:
     repeat: int
     runner_args: list[str]  # arguments after `python -m workloads.run` (without --out)
     grid: dict[str, str] = field(default_factory=dict)  # this trial's --grid values
+    profiled: bool = False  # an extra --profile trial: stored under profiles/, not in the tables
 
 
 @dataclass
@@ -186,6 +187,12 @@ def grid_points(grid: dict[str, list[str]]) -> list[dict[str, str]]:
             for values in itertools.product(*(grid[n] for n in names))]
 
 
+def profiled_trial_id(machine: str, workers: int, kind: str) -> str:
+    """``<machine>-w<workers>-prof-<kind>``: never equal to a throughput trial's id."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", machine)
+    return f"{safe}-w{workers}-prof-{kind}"
+
+
 def vm_name(sweep_id: str, machine: str) -> str:
     return f"cp-{slug(sweep_id)}-{slug(machine)}"[:63].rstrip("-")
 
@@ -287,6 +294,15 @@ def make_plan(
             for point in grid_points(spec.grid)
             for w in workers
         ]
+        if spec.profile:  # extra trials: a profiler's overhead never reaches the tables
+            trials += [
+                TrialPlan(
+                    trial_id=profiled_trial_id(machine.name, w, spec.profile),
+                    machine=machine.name, workers=w, repeat=0, profiled=True,
+                    runner_args=[*runner_args(spec, w), "--profile", spec.profile],
+                )
+                for w in workers
+            ]  # fmt: skip
         region = spec.region or machine.region or None
         vms.append(
             VmPlan(

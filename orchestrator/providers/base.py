@@ -202,6 +202,14 @@ class Executor(abc.ABC):
         A no-op where the host already runs this checkout (the local provider).
         """
 
+    def ensure_profiler(self, kind: str) -> str | None:
+        """Make ``--profile kind`` possible on the host; None, or one line saying why not.
+
+        A no-op where the host runs this checkout's environment (the local
+        provider): the runner itself says when py-spy or memray is missing.
+        """
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 

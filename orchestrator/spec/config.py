@@ -317,6 +317,16 @@ def _strategy(value: Any, where: str) -> str:
     return value
 
 
+def _profile(value: Any, where: str) -> str:
+    from workloads.protocol import PROFILE_KINDS  # light: constants only
+
+    value = _string(value, where)
+    if value not in PROFILE_KINDS:
+        kinds = " or ".join(PROFILE_KINDS)
+        raise UsageError(f"{where}: {value!r} is not a profile (choose {kinds})")
+    return value
+
+
 def _workload(value: Any, where: str) -> str:
     from workloads.base import REGISTRY  # light: no numpy
 
@@ -396,6 +406,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "max_cost": _positive_number,
     "max_peak_memory": parse_size,
     "sample_hz": _sample_hz,
+    "profile": _profile,
     "out": _path,
     "dry_run": _boolean,
     "adaptive": _boolean,

@@ -37,6 +37,7 @@ class SweepSpec:
     max_cost: float | None = None  # USD; refuse to start above it
     max_peak_memory: int | None = None  # bytes; the memory gate
     sample_hz: float = 10.0
+    profile: str | None = None  # "cpu" | "memory": one extra profiled trial per worker count
     out: Path = Path("runs")
     dry_run: bool = False
     hosts_file: Path | None = None

@@ -122,6 +122,9 @@ def write_report(run_dir: str | Path) -> Path:
     run = load_run(run_dir)
     report = build_report(run)
     report.plots = plots.render_plots(run, report.summary, run.run_dir / PLOTS_DIR)
+    from orchestrator.results.profiles import render_profile_plots  # profiled trials (issue 12)
+
+    report.plots += render_profile_plots(run.run_dir, run.run_dir / PLOTS_DIR)
     atomic_write_bytes(run.run_dir / REPORT_MD, render_markdown(report).encode())
     html_path = run.run_dir / REPORT_HTML
     atomic_write_bytes(html_path, render_html(report, base_dir=run.run_dir).encode())

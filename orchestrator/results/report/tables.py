@@ -94,6 +94,11 @@ def build_report(run: RunData) -> Report:
     plan = _plan_table(run.sweep)
     if plan is not None:
         tables.append(plan)
+    from orchestrator.results.profiles import profile_sections  # profiled trials (issue 12)
+
+    knee_at = {m: k.workers for (m, _), k in knee_of.items() if k.reached}
+    tables += [Table(s.title, s.headers, [Row(r) for r in s.rows], s.notes)
+               for s in profile_sections(run.run_dir, knee_at)]
     return Report(
         title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary
     )

@@ -1,0 +1,99 @@
+"""What ``--profile`` costs: throughput with py-spy and with memray vs none, side by side.
+
+Each round runs four trials of the same workload back to back — no profiler,
+a placebo (the cpu driver's launch path with a "py-spy" that only sleeps),
+``--profile cpu`` (py-spy at its default 100 Hz, ``--idle --native``) and
+``--profile memory`` (memray with native traces) — in an order that rotates
+every round, so drift and a neighbour's load hit every configuration alike.
+The figure per configuration is the median over rounds of units/s(profiled) /
+units/s(unprofiled, same round), with the interquartile range of those ratios;
+also the same ratio of units per CPU-second of the trial process (robust to CPU
+stolen by neighbours, but blind to py-spy pausing the process while it reads).
+Throughput is the runner's own (the timed window only: attaching py-spy and
+writing memray's flame graph happen outside it).
+
+    python benchmarks/bench_profilers.py                  # ~3 minutes on 2 cores
+    python benchmarks/bench_profilers.py --rounds 4 --duration 2   # quicker, noisier
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import ROOT, machine_line, median, print_table
+
+PLACEBO = "placebo (cpu launch path, no sampling)"
+CONFIGS = {"none": [], PLACEBO: ["--profile", "cpu"], "cpu (py-spy 100 Hz)": ["--profile", "cpu"],
+           "memory (memray native)": ["--profile", "memory"]}  # fmt: skip
+
+
+def trial(out: Path, args: list[str], env: dict[str, str] | None = None) -> dict:
+    if out.exists():
+        shutil.rmtree(out)
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--out", str(out), "--quiet", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"trial failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return json.loads((out / "summary.json").read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--duration", type=float, default=4.0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workload", default="cube")
+    args = ap.parse_args()
+    base = ["--workload", args.workload, "--workers", str(args.workers),
+            "--duration", str(args.duration)]  # fmt: skip
+    print(machine_line())
+    names = list(CONFIGS)
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    per_cpu: dict[str, list[float]] = {n: [] for n in names}  # units per CPU-s of the trial
+    notes: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-profilers-") as tmp:
+        # The placebo goes through the cpu driver's whole launch path (the runner waits for
+        # the sampler to come up, then SIGINTs it) with a "py-spy" that only sleeps: what
+        # differs from the cpu row is the sampling itself.
+        placebo = Path(tmp) / "py-spy-placebo"
+        placebo.write_text("#!/bin/sh\nexec sleep 3600\n")
+        placebo.chmod(0o755)
+        env_of = {PLACEBO: {"CLOUDPROF_PYSPY": str(placebo)}}
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                s = trial(Path(tmp) / "t", [*base, *CONFIGS[name]], env_of.get(name))
+                prof = s.get("profile") or {}
+                if CONFIGS[name] and name != PLACEBO and prof.get("status") != "ok":
+                    notes[name] = f"no profile: {prof.get('reason')}"
+                rates[name].append(float(s["units_per_s"]))
+                per_cpu[name].append(float(s["units"]) / max(float(s["cpu_seconds"]), 1e-9))
+            print(f"round {r + 1}/{args.rounds}: "
+                  + ", ".join(f"{n} {rates[n][-1]:,.1f}" for n in names), flush=True)  # fmt: skip
+    rows = []
+    for name in names:
+        ratios = [on / off for on, off in zip(rates[name], rates["none"], strict=True) if off > 0]
+        q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+        cpu_ratios = [a / b for a, b in zip(per_cpu[name], per_cpu["none"], strict=True)]
+        rows.append([name, len(ratios), median(rates[name]), median(ratios),
+                     100 * (1 - median(ratios)), f"{q[0]:.3f}..{q[2]:.3f}",
+                     100 * (1 - median(cpu_ratios)), notes.get(name, "")])  # fmt: skip
+    headers = ["config", "rounds", "units/s (median)", "ratio to none", "overhead %",
+               "ratio IQR", "overhead per CPU-s %", "note"]  # fmt: skip
+    title = f"{args.workload}, {args.workers} workers, {args.duration:g} s trials"
+    print_table(headers, rows, title=title)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""Profiled trials in the store, and the report's "Why scaling stops" / "Where the peak comes from".
+
+A ``--profile`` trial is an *extra* trial: the profiler slows it down, so its
+throughput must never sit next to unprofiled ones. It is therefore not a row of
+trials.parquet at all; it lives in ``profiles/<trial_id>/`` (its summary.json,
+the profiler's files, ``record.json`` with the same columns a trial row has).
+Everything here reads from that folder, so the report's tables and figures show
+the figures the runner measured and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workloads import protocol
+
+if TYPE_CHECKING:
+    from orchestrator.plan.planner import TrialPlan
+    from orchestrator.results.store import RunStore
+    from orchestrator.spec.catalog import MachineType
+
+PROFILES_DIR = "profiles"
+RECORD_FILE = "record.json"
+SHARE_LABELS = {"python": "Python", "native": "native", "gil_wait": "GIL wait", "idle": "idle"}
+CAUSES = {
+    "gil_wait": "of thread time waits for the GIL",
+    "idle": "of thread time is idle or blocked (I/O, locks, sleeping)",
+    "native": "of thread time runs native code (GIL released)",
+    "python": "of thread time runs Python",
+}
+TOP_SITES_SHOWN = 3
+
+
+def record_profile(
+    store: RunStore,
+    summary: dict[str, Any] | None,
+    timeseries: Path | None,
+    planned_machine: MachineType,
+    *,
+    trial: TrialPlan,
+    sweep_id: str,
+    ran_on: str,
+    provider: str,
+    status: str | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """Keep a profiled trial under profiles/<trial_id>/ (never trials.parquet); returns its row.
+
+    The files come from the trial's ``.incoming`` folder, are copied into a
+    temporary folder and renamed into place: a reader sees all of them or none.
+    """
+    from orchestrator.results.store import trial_row
+
+    row = trial_row(summary, planned_machine, trial=trial, sweep_id=sweep_id, ran_on=ran_on,
+                    provider=provider, status=status, error=error)  # fmt: skip
+    row["profiled"] = True
+    row["profile"] = (summary or {}).get("profile")
+    root = store.run_dir / PROFILES_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    incoming = store.run_dir / ".incoming" / trial.trial_id
+    tmp = root / f".{trial.trial_id}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name in (protocol.SUMMARY_FILE, *protocol.PROFILE_FILES):
+        if (incoming / name).is_file():
+            shutil.copyfile(incoming / name, tmp / name)
+    if timeseries is not None and timeseries.is_file():
+        shutil.copyfile(timeseries, tmp / protocol.TIMESERIES_FILE)
+    (tmp / RECORD_FILE).write_text(json.dumps(row, indent=2, default=str) + "\n", "utf-8")
+    dest = root / trial.trial_id
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return row
+
+
+def load_profiles(run_dir: Path) -> list[dict[str, Any]]:
+    """Every profiled trial's record (with its ``profile`` section), by machine then workers."""
+    records = []
+    for path in sorted((run_dir / PROFILES_DIR).glob(f"*/{RECORD_FILE}")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            record["dir"] = str(path.parent.relative_to(run_dir))
+            records.append(record)
+    return sorted(records, key=lambda r: (str(r.get("machine")), int(r.get("workers") or 0)))
+
+
+def profiled_trial_ids(run_dir: Path, done_only: bool = False) -> set[str]:
+    """Ids of the profiled trials stored; ``done_only``: those ``--resume`` need not re-run."""
+    from orchestrator.results.store import DONE_STATUSES
+
+    return {str(r.get("trial_id")) for r in load_profiles(run_dir)
+            if not done_only or r.get("status") in DONE_STATUSES}  # fmt: skip
+
+
+@dataclass
+class Section:
+    """A report table, independent of the report module's classes (one hook converts it)."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _pct(x: Any) -> str:
+    return "–" if x is None else f"{100 * float(x):.0f} %"
+
+
+def _gib(x: Any) -> str:
+    if x is None:
+        return "–"
+    x = float(x)
+    return f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.1f} MiB"
+
+
+def _no_profile(record: dict[str, Any]) -> str | None:
+    prof = record.get("profile")
+    if not prof:
+        return record.get("error") or "the runner left no profile"
+    if prof.get("status") != "ok":
+        return f"no profile: {prof.get('reason')}"
+    return None
+
+
+def dominant_cause(records: list[dict[str, Any]], knee: int | None) -> str | None:
+    """One sentence: what the thread time above the knee (or at the top count) goes to.
+
+    Running Python is the work itself, so the cause is the largest of GIL wait,
+    idle and native; the shares are averaged over the profiled trials above the
+    knee (or the largest worker count when no knee is known).
+    """
+    usable = [r for r in records if _no_profile(r) is None and r["profile"].get("shares")]
+    if not usable:
+        return None
+    if knee is not None and any(int(r["workers"]) > knee for r in usable):
+        chosen = [r for r in usable if int(r["workers"]) > knee]
+        where = f"above {knee} worker{'s' if knee != 1 else ''}"
+    else:
+        top = max(int(r["workers"]) for r in usable)
+        chosen = [r for r in usable if int(r["workers"]) == top]
+        where = f"at {top} worker{'s' if top != 1 else ''}"
+    mean = {k: sum(r["profile"]["shares"][k] for r in chosen) / len(chosen) for k in CAUSES}
+    cause = max(("gil_wait", "idle", "native"), key=lambda k: mean[k])
+    if mean[cause] < 0.05:
+        return f"{where}, {_pct(mean['python'])} of thread time runs Python: no waiting to blame"
+    return f"{where}, {_pct(mean[cause])} {CAUSES[cause]}"
+
+
+def scaling_section(
+    records: list[dict[str, Any]], knees: dict[str, int | None] | None = None
+) -> Section | None:
+    """ "Why scaling stops": per machine, CPU shares against worker count, knee annotated."""
+    cpu = [r for r in records if (r.get("profile") or {}).get("kind") == "cpu"
+           or str(r.get("trial_id", "")).endswith("-prof-cpu")]  # fmt: skip
+    if not cpu:
+        return None
+    rows, notes = [], []
+    for machine in sorted({str(r["machine"]) for r in cpu}):
+        mine = [r for r in cpu if str(r["machine"]) == machine]
+        for r in mine:
+            missing = _no_profile(r)
+            prof = r.get("profile") or {}
+            shares = prof.get("shares") or {}
+            top = (prof.get("top_functions") or [{}])[0]
+            top_text = (f"{top['function']} ({top['site']}, {SHARE_LABELS[top['class']]}) "
+                        f"{_pct(top['share'])}" if top else "–")  # fmt: skip
+            rows.append([machine, str(r["workers"]), *(_pct(shares.get(k)) if not missing else "–"
+                         for k in SHARE_LABELS), missing or top_text])  # fmt: skip
+        sentence = dominant_cause(mine, (knees or {}).get(machine))
+        if sentence:
+            notes.append(f"{machine}: {sentence[0].upper()}{sentence[1:]}.")
+    notes.append(
+        "Shares of thread samples taken by py-spy in extra profiled trials (their "
+        "throughput is not in the tables above); cloudprof's own threads left out."
+    )
+    return Section("Why scaling stops", ["Machine", "Workers", *SHARE_LABELS.values(),
+                   "Top function"], rows, notes)  # fmt: skip
+
+
+def memory_section(records: list[dict[str, Any]]) -> Section | None:
+    """ "Where the peak comes from": the top call sites at the high-water mark."""
+    mem = [r for r in records if (r.get("profile") or {}).get("kind") == "memory"
+           or str(r.get("trial_id", "")).endswith("-prof-memory")]  # fmt: skip
+    if not mem:
+        return None
+    rows = []
+    for r in mem:
+        missing = _no_profile(r)
+        if missing:
+            rows.append([str(r["machine"]), str(r["workers"]), "–", missing])
+            continue
+        prof = r["profile"]
+        sites = prof.get("top_sites") or []
+        text = (
+            "; ".join(
+                f"{_gib(s['bytes'])}: {s['function']} at {s['site']}"
+                for s in sites[:TOP_SITES_SHOWN]
+            )
+            or "no allocations alive at the peak"
+        )
+        grown = prof.get("grown_sites") or []
+        if r.get("leak_verdict") == "leak" and grown:  # the seeds' leak hunt, automated
+            text += "; grew during the trial (leak): " + "; ".join(
+                f"{_gib(g['bytes'])}: {g['function']} at {g['site']}" for g in grown[:2]
+            )
+        tool = "" if prof.get("tool") == "memray" else f" ({prof.get('tool')}, Python only)"
+        rows.append([str(r["machine"]), str(r["workers"]), _gib(prof.get("peak_bytes")) + tool,
+                     text])  # fmt: skip
+    notes = ["Allocations made in the timed part of the profiled trial and alive at its "
+             "high-water mark, by the job's call site (memray, native allocations included, "
+             "unless marked otherwise); what prepare() loaded before is not traced."]  # fmt: skip
+    headers = ["Machine", "Workers", "Peak (traced)", "Top call sites"]
+    return Section("Where the peak comes from", headers, rows, notes)
+
+
+def profile_sections(run_dir: Path, knees: dict[str, int | None] | None = None) -> list[Section]:
+    """The report's profile sections for a store (none when it has no profiled trial)."""
+    records = load_profiles(run_dir)
+    return [s for s in (scaling_section(records, knees), memory_section(records)) if s]
+
+
+def shares_figure(records: list[dict[str, Any]], machine: str) -> Any:
+    """Stacked bars of the CPU shares against worker count for one machine (None: nothing)."""
+    mine = [r for r in records if str(r["machine"]) == machine and _no_profile(r) is None
+            and (r["profile"].get("shares") or None)]  # fmt: skip
+    if not mine:
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 4.0))
+    ax = fig.add_subplot()
+    labels = [str(r["workers"]) for r in mine]
+    bottom = [0.0] * len(mine)
+    for key, label in SHARE_LABELS.items():
+        values = [100 * float(r["profile"]["shares"][key]) for r in mine]
+        ax.bar(labels, values, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_xlabel("workers")
+    ax.set_ylabel("% of thread samples (py-spy)")
+    ax.set_title(f"Why scaling stops — {machine}")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def render_profile_plots(run_dir: Path, out_dir: Path) -> list[tuple[str, str]]:
+    """Write one stacked-bar PNG per profiled machine; (path relative to the store, caption)."""
+    import re
+
+    records = [r for r in load_profiles(run_dir) if (r.get("profile") or {}).get("kind") == "cpu"]
+    written = []
+    for machine in sorted({str(r["machine"]) for r in records}):
+        fig = shares_figure(records, machine)
+        if fig is None:
+            continue
+        out_dir.mkdir(parents=True, exist_ok=True)
+        name = f"why-scaling-stops-{re.sub(r'[^A-Za-z0-9._-]+', '-', machine)}.png"
+        fig.savefig(out_dir / name, dpi=90)
+        caption = f"{machine}: where thread time goes per worker count (profiled trials, py-spy)"
+        written.append(((out_dir / name).relative_to(run_dir).as_posix(), caption))
+    return written

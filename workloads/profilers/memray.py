@@ -1,0 +1,248 @@
+"""Memory attribution at the high-water mark with memray (tracemalloc where memray is absent).
+
+memray tracks every allocation of the trial process, native ones included
+(``native_traces=True``), into a capture file; its reader then gives the
+allocations still alive at the peak. Each is attributed to a *call site*: the
+innermost frame of the job's own code (frames inside site-packages or the
+standard library are skipped, so ``np.ones`` called at ``cube.py:120`` is
+"``ones`` at cube.py:120"). ``memray flamegraph`` renders the HTML flame graph.
+
+Where memray cannot be imported (no wheel for the platform), Python's own
+tracemalloc is the fallback: Python allocations only, snapshot taken whenever
+traced memory reaches a new high, and the summary labels it as such.
+
+``grown_sites`` are the call sites of the allocations still alive when the
+trial ends (tracking starts with the timed part): what grew between the start
+and the end of the steady state — for a trial flagged as a leak, the leak.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from workloads import protocol
+from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, last_line
+
+CAPTURE_FILE = "memray.bin"
+FLAMEGRAPH_FILE = protocol.MEMRAY_FLAMEGRAPH_FILE
+TOP_SITES = 10
+_LIBRARY_DIRS = tuple(
+    p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p
+)
+
+
+def is_library(path: str) -> bool:
+    """A frame in installed packages or the standard library (not the job's own code)."""
+    if "site-packages" in path or "dist-packages" in path:
+        return f"{os.sep}workloads{os.sep}" not in path  # cloudprof's workloads are the job
+    return path.startswith(_LIBRARY_DIRS) or path.startswith("<")
+
+
+def call_site(stack: Sequence[tuple[str, str, int]]) -> tuple[str, str, str]:
+    """(function, file:line of the job's frame, the job's function) for a stack, innermost first.
+
+    The function is the innermost Python function (``ones``); the site is the
+    innermost frame outside libraries, where the job called it.
+    """
+    if not stack:
+        return "<native>", "<unknown>", "<native>"
+    inner = stack[0][0]
+    for fn, file, line in stack:
+        if not is_library(file):
+            return inner, f"{os.path.basename(file)}:{line}", fn
+    fn, file, line = stack[0]
+    return inner, f"{os.path.basename(file)}:{line}", fn
+
+
+def top_sites(
+    allocations: Iterable[tuple[int, int, Sequence[tuple[str, str, int]]]], peak_bytes: int
+) -> list[dict[str, Any]]:
+    """Group (bytes, count, stack) at the peak by call site, largest first."""
+    by_site: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for size, count, stack in allocations:
+        acc = by_site[call_site(stack)]
+        acc[0] += size
+        acc[1] += count
+    rows = sorted(by_site.items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
+    return [
+        {"function": fn, "site": site, "caller": caller, "bytes": size, "allocations": count,
+         "share_of_peak": round(size / peak_bytes, 4) if peak_bytes else None}
+        for (fn, site, caller), (size, count) in rows
+    ]  # fmt: skip
+
+
+def summarize_capture(path: Path) -> dict[str, Any]:
+    """The allocations alive at memray's high-water mark, grouped by call site."""
+    import memray
+
+    reader = memray.FileReader(str(path))
+    peak = int(reader.metadata.peak_memory)
+    allocs = [
+        (int(r.size), int(r.n_allocations), r.stack_trace())
+        for r in reader.get_high_watermark_allocation_records(merge_threads=True)
+    ]
+    # Tracking starts with the timed part of the trial: what is still alive when it ends
+    # is what the trial grew by — for a leak, the call sites that leak.
+    grown = [
+        (int(r.size), int(r.n_allocations), r.stack_trace())
+        for r in reader.get_leaked_allocation_records(merge_threads=True)
+    ]
+    return {
+        "peak_bytes": peak,
+        "attributed_bytes": sum(a[0] for a in allocs),
+        "top_sites": top_sites(allocs, peak),
+        "grown_bytes": sum(a[0] for a in grown),
+        "grown_sites": top_sites(grown, peak),
+        "native_traces": bool(reader.metadata.has_native_traces),
+    }
+
+
+def wrap_python_command(command: list[str], out: Path) -> list[str]:
+    """``python ARGS`` → ``python -m memray run --native ... ARGS`` where memray can run it.
+
+    Only a command whose program is a Python interpreter with memray importable
+    is wrapped (checked by running it once); any other command runs unchanged and
+    its trial says there is no memory profile.
+    """
+    if not command or not re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
+        return command
+    try:
+        probe = subprocess.run([command[0], "-c", "import memray"], capture_output=True,
+                               timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return command
+    if probe.returncode != 0:
+        return command
+    out.mkdir(parents=True, exist_ok=True)
+    capture = str(out / CAPTURE_FILE)
+    return [command[0], "-m", "memray", "run", "--native", "--follow-fork", "--force", "-q",
+            "-o", capture, *command[1:]]  # fmt: skip
+
+
+class MemrayProfiler(Profiler):
+    """In-process memray Tracker around the timed part of a workload trial."""
+
+    kind = "memory"
+    tool = "memray"
+
+    def __init__(self) -> None:
+        self.tracker: Any = None
+        self.fallback: TracemallocPeak | None = None
+        self.out: Path | None = None
+        self.command = False
+
+    def start(self, out: Path, target: Target) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        if not target.in_process:  # a --command: memray runs it (wrap_python_command)
+            self.command = True
+            return
+        try:
+            import memray
+        except ImportError:
+            self.fallback = TracemallocPeak()
+            self.fallback.start()
+            return
+        capture = out / CAPTURE_FILE
+        capture.unlink(missing_ok=True)
+        try:
+            self.tracker = memray.Tracker(str(capture), native_traces=True)
+            self.tracker.__enter__()
+        except Exception as exc:  # e.g. a tracker already active in this process
+            self.tracker = None
+            raise ProfilerUnavailable(f"memray cannot track this process: {exc}") from exc
+
+    def stop(self) -> dict[str, Any]:
+        assert self.out is not None
+        if self.fallback is not None:
+            summary = self.fallback.stop()
+            summary.update(kind=self.kind, tool="tracemalloc", files=[])
+            return summary
+        capture = self.out / CAPTURE_FILE
+        if self.command and not capture.is_file():
+            raise ProfilerUnavailable(
+                "memory profiles of --command jobs need a Python command (python ...) whose "
+                "interpreter has memray installed"
+            )
+        if self.tracker is not None:
+            self.tracker.__exit__(None, None, None)
+        summary = summarize_capture(capture)
+        files = [CAPTURE_FILE]
+        html = self.out / FLAMEGRAPH_FILE
+        argv = [sys.executable, "-m", "memray", "flamegraph", "--force", "-o", str(html)]
+        done = subprocess.run(
+            [*argv, str(capture)],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        if done.returncode == 0 and html.exists():
+            files.append(FLAMEGRAPH_FILE)
+        else:
+            summary["flamegraph_error"] = last_line(done.stderr or done.stdout)
+        summary.update(kind=self.kind, tool=self.tool, at="high-water mark", files=files)
+        return summary
+
+
+class TracemallocPeak:
+    """Fallback: Python allocations only, snapshot at each new high of traced memory."""
+
+    POLL_S = 0.2
+
+    def __init__(self) -> None:
+        self.snapshot: Any = None
+        self.best = 0
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        import tracemalloc
+
+        tracemalloc.start(16)
+
+        def poll() -> None:
+            while not self.done.wait(self.POLL_S):
+                self._maybe_snapshot()
+
+        self.thread = threading.Thread(target=poll, name="cloudprof-tracemalloc", daemon=True)
+        self.thread.start()
+
+    def _maybe_snapshot(self) -> None:
+        import tracemalloc
+
+        current, _peak = tracemalloc.get_traced_memory()
+        if current > self.best * 1.05:
+            self.best = current
+            self.snapshot = tracemalloc.take_snapshot()
+
+    def stop(self) -> dict[str, Any]:
+        import tracemalloc
+
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join()
+        self._maybe_snapshot()
+        _current, peak = tracemalloc.get_traced_memory()
+        snap = self.snapshot
+        tracemalloc.stop()
+        allocs = []
+        if snap is not None:
+            for stat in snap.statistics("traceback"):
+                stack = [(f"<line {fr.lineno}>", fr.filename, fr.lineno) for fr in
+                         reversed(stat.traceback)]  # fmt: skip
+                allocs.append((stat.size, stat.count, stack))
+        return {
+            "peak_bytes": peak,
+            "attributed_bytes": sum(a[0] for a in allocs),
+            "top_sites": top_sites(allocs, peak),
+            "native_traces": False,
+            "at": "largest traced total seen (polled every 0.2 s), Python allocations only",
+            "note": "tracemalloc fallback: memray is not installed here",
+        }
