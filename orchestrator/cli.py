@@ -29,6 +29,7 @@ from orchestrator.spec.spec import SweepSpec
 from workloads.base import REGISTRY
 from workloads.cube_strategies import STRATEGIES
 from workloads.limits import MAX_SAMPLE_HZ, MIN_SAMPLE_HZ
+from workloads.protocol import PROFILE_KINDS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,6 +46,7 @@ CleanupProvider = _choices("CleanupProvider", ("gcp", "aws"))
 Strategy = _choices("Strategy", STRATEGIES)
 SortKey = _choices("SortKey", SORT_KEYS)
 TableFormat = _choices("TableFormat", ("table", "csv"))
+ProfileKind = _choices("ProfileKind", PROFILE_KINDS)
 RefreshSource = _choices("RefreshSource", REFRESH_SOURCES)
 _SOURCE_DEFAULT = RefreshSource("api")
 _SORT_DEFAULT = SortKey("name")
@@ -318,7 +320,7 @@ def sweep(
         typer.Option(
             help="Your project directory, shipped to every machine (honours .gitignore and "
             ".cloudprofignore); trials run in its copy.",
-            rich_help_panel=JOB,
+            metavar="DIR", rich_help_panel=JOB,
         ),
     ] = None,
     setup: Annotated[
@@ -326,7 +328,7 @@ def sweep(
         typer.Option(
             help="Shell command run once per machine in the copy, e.g. "
             "'pip install -r requirements.txt'.",
-            rich_help_panel=JOB,
+            metavar="CMD", rich_help_panel=JOB,
         ),
     ] = None,
     command: Annotated[
@@ -334,7 +336,7 @@ def sweep(
         typer.Option(
             help="Profile this command at each worker count; {workers} {vcpus} {trial} "
             "{repeat} and grid names are filled in.",
-            rich_help_panel=JOB,
+            metavar="CMD", rich_help_panel=JOB,
         ),
     ] = None,
     shell: Annotated[
@@ -346,8 +348,8 @@ def sweep(
         list[str] | None,
         typer.Option(
             "--grid",
-            help="name=v1,v2,... a parameter swept on top of machines x workers (repeatable).",
-            rich_help_panel=JOB,
+            help="A parameter swept on top of machines x workers (repeatable).",
+            metavar="NAME=V1,V2,...", rich_help_panel=JOB,
         ),
     ] = None,
     provider: Annotated[
@@ -427,7 +429,7 @@ def sweep(
         ),
     ] = None,
     profile: Annotated[
-        str | None,
+        ProfileKind | None,  # type: ignore[valid-type]
         typer.Option(
             help="Also run one extra profiled trial per worker count: cpu (py-spy: why scaling "
             "stops) or memory (memray: where the peak comes from). Kept out of throughput tables.",
@@ -453,7 +455,7 @@ def sweep(
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,
         "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host, "ssh_key": ssh_key,
         "workdir": workdir, "setup": setup, "command": command, "shell": shell, "grid": grid,
-        "profile": profile,
+        "profile": _value(profile),
     }  # fmt: skip
     if resume is not None:
         given = [k for k, v in values.items() if v not in (None, [])]

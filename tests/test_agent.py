@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import psutil
@@ -63,8 +64,7 @@ def test_leak_test_is_inconclusive_with_too_few_samples_and_ignores_a_step():
     assert leak_test(t, ramp)["verdict"] == "leak"
 
 
-def test_short_spike_between_two_samples_is_missed_by_sampling_but_not_by_the_kernel():
-    block = None
+def _spike_between_samples() -> tuple[int, float, Any]:
     agent = Agent(sample_hz=1.0).start()  # samples at t=0 and t=1 s; the spike is in between
     baseline = agent.latest_rss
     t0 = time.perf_counter()
@@ -72,13 +72,23 @@ def test_short_spike_between_two_samples_is_missed_by_sampling_but_not_by_the_ke
     del block
     spike_s = time.perf_counter() - t0
     time.sleep(max(0.0, 1.2 - (time.perf_counter() - t0)))
-    report = agent.stop()
+    return baseline, spike_s, agent.stop()
+
+
+def test_short_spike_between_two_samples_is_missed_by_sampling_but_not_by_the_kernel():
+    # On a loaded host the spike may outlast the interval, or the sampler's first sample
+    # may come after it: the setup the property needs, retried (not the property itself).
+    for _ in range(3):
+        baseline, spike_s, report = _spike_between_samples()
+        if spike_s < 0.9 and len(report.column("t")) >= 1:
+            break
     assert spike_s < 0.9, "the spike took longer than the sampling interval; cannot test"
+    assert report.column("t"), "the sampler took no sample in 1.2 s; cannot test"
     assert report.peak_rss_source == "vmhwm"
     assert report.peak_rss_sampled_bytes < baseline + 32 * MIB  # every sample missed it
     assert report.peak_rss_bytes >= baseline + 60 * MIB  # the high-water mark did not
     spikes = find_spikes(report.column("t"), report.column("rss_bytes"), report.peak_rss_bytes)
-    assert [s["between_samples"] for s in spikes] == [True]
+    assert [s["between_samples"] for s in spikes] == [True], spikes
     assert spikes[0]["rss_bytes"] == report.peak_rss_bytes
 
 

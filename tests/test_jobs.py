@@ -267,8 +267,9 @@ def test_a_user_project_sweeps_on_local_with_setup_once_per_machine_and_a_grid(
     sweep = json.loads((run / "sweep.json").read_text())
     assert {vm["setup"] for vm in sweep["vms"].values()} == {"ran"}  # once on each machine
     for name, vm in sweep["vms"].items():
-        assert "tabulate" in (run / "setup" / f"{name}.log").read_text()
+        assert SETUP in (run / "setup" / f"{name}.log").read_text()  # its output is kept
         copy = Path(vm["job"]["dir"])
+        assert list((copy / ".cloudprof-site").glob("tabulate*"))  # and it installed there
         assert (copy / "data" / "rows.csv").is_file() and not (copy / "notes.txt").exists()
     report = (run / "report.md").read_text()
     assert "size=m" in report and "Phases" in report and "Grid: size" in report

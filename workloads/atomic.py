@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -50,3 +51,27 @@ def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int | None = 0o64
 def atomic_write_text(path: Path | str, text: str, *, mode: int | None = 0o644) -> None:
     """:func:`atomic_write_bytes` of ``text`` in UTF-8."""
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+@contextlib.contextmanager
+def atomic_directory(path: Path | str, is_complete: Callable[[Path], bool]) -> Iterator[Path]:
+    """A fresh temporary directory beside ``path`` for the caller to fill; renamed into place
+    on a normal exit, so a crash or Ctrl-C mid-way leaves nothing that looks complete.
+
+    When ``path`` appeared meanwhile (another process filled the same one), a complete
+    copy there is kept and ours dropped; an incomplete one (a stale partial copy) is
+    replaced. Either way ``path`` is complete afterwards.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, path)
+        except OSError:  # ``path`` exists: a concurrent run won, or a stale partial copy
+            if not is_complete(path):
+                shutil.rmtree(path, ignore_errors=True)
+                os.rename(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -27,8 +27,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workloads.atomic import atomic_write_text
+from workloads.atomic import atomic_directory, atomic_write_text
 from workloads.base import WorkloadInputError
 
 if TYPE_CHECKING:
@@ -318,18 +316,8 @@ def ensure_inputs(spec: InputSpec, cache_dir: str | os.PathLike[str] | None = No
     final = cache / spec.hash
     if is_complete(final, spec):
         return final
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.hash}-", dir=cache))
-    try:
+    with atomic_directory(final, lambda d: is_complete(d, spec)) as tmp:
         generate(spec, tmp, on_frame)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # ``final`` exists: a concurrent run won, or a stale partial copy
-            if not is_complete(final, spec):
-                shutil.rmtree(final, ignore_errors=True)
-                os.rename(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

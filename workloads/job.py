@@ -20,7 +20,6 @@ Everything else the job prints goes to the trial's log file, kept in the store.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shlex
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from workloads import procfs
+from workloads.atomic import atomic_directory
 
 PREFIX = "cloudprof:"
 LOG_FILE = "output.log"  # a command job's stdout and stderr, next to summary.json
@@ -294,13 +294,8 @@ def unpack(archive: Path, dest: Path) -> str:
     """Unpack ``archive`` into ``dest`` once: "unpacked", or "reused" when already there."""
     if (dest / UNPACKED_MARK).is_file():
         return "reused"
-    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        import shutil
-
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    with tarfile.open(archive, "r:gz") as tar:
+    with atomic_directory(dest, lambda d: (d / UNPACKED_MARK).is_file()) as tmp, \
+            tarfile.open(archive, "r:gz") as tar:
         if hasattr(tarfile, "data_filter"):  # refuses absolute paths, .. and odd files
             tar.extractall(tmp, filter="data")
         else:  # pragma: no cover - Python < 3.10.12
@@ -308,15 +303,7 @@ def unpack(archive: Path, dest: Path) -> str:
                 if member.name.startswith("/") or ".." in Path(member.name).parts:
                     raise JobError(f"unsafe path {member.name!r} in {archive}")
             tar.extractall(tmp)
-    (tmp / UNPACKED_MARK).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
-    try:
-        os.rename(tmp, dest)
-    except OSError:  # another sweep unpacked the same archive meanwhile
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (dest / UNPACKED_MARK).is_file():
-            raise
+        (tmp / UNPACKED_MARK).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
     return "unpacked"
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.atomic import atomic_path
 from orchestrator.errors import RemoteCommandError, UsageError
 
 if TYPE_CHECKING:
@@ -152,23 +153,16 @@ def pack_workdir(root: Path, limit: int | None = None) -> JobArchive:
 
 def _write_archive(out: Path, files: list[tuple[str, Path, int]], modes: dict[str, int]) -> None:
     """A reproducible tar.gz (fixed times and owners, sorted), written beside and renamed."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as raw, \
-                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz, \
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for rel, path, _ in files:
-                data = path.read_bytes()
-                info = tarfile.TarInfo(rel)
-                info.size, info.mode, info.mtime = len(data), modes[rel], 0
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                tar.addfile(info, io.BytesIO(data))
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_path(out) as tmp, open(tmp, "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel, path, _ in files:
+            data = path.read_bytes()
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), modes[rel], 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
 
 
 # ------------------------------------------------------------------ placeholders

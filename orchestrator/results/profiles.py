@@ -11,13 +11,13 @@ the figures the runner measured and nothing else.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workloads import protocol
+from workloads.atomic import atomic_directory
 
 if TYPE_CHECKING:
     from orchestrator.plan.planner import TrialPlan
@@ -60,21 +60,15 @@ def record_profile(
                     provider=provider, status=status, error=error)  # fmt: skip
     row["profiled"] = True
     row["profile"] = (summary or {}).get("profile")
-    root = store.run_dir / PROFILES_DIR
-    root.mkdir(parents=True, exist_ok=True)
     incoming = store.run_dir / ".incoming" / trial.trial_id
-    tmp = root / f".{trial.trial_id}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name in (protocol.SUMMARY_FILE, *protocol.PROFILE_FILES):
-        if (incoming / name).is_file():
-            shutil.copyfile(incoming / name, tmp / name)
-    if timeseries is not None and timeseries.is_file():
-        shutil.copyfile(timeseries, tmp / protocol.TIMESERIES_FILE)
-    (tmp / RECORD_FILE).write_text(json.dumps(row, indent=2, default=str) + "\n", "utf-8")
-    dest = root / trial.trial_id
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
+    # replaces an earlier record of the same trial (a re-run after --resume)
+    with atomic_directory(store.run_dir / PROFILES_DIR / trial.trial_id, lambda _: False) as tmp:
+        for name in (protocol.SUMMARY_FILE, *protocol.PROFILE_FILES):
+            if (incoming / name).is_file():
+                shutil.copyfile(incoming / name, tmp / name)
+        if timeseries is not None and timeseries.is_file():
+            shutil.copyfile(timeseries, tmp / protocol.TIMESERIES_FILE)
+        (tmp / RECORD_FILE).write_text(json.dumps(row, indent=2, default=str) + "\n", "utf-8")
     return row
 
 
