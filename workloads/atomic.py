@@ -1,8 +1,9 @@
 """Atomic file writes: a reader sees the old file or the new one, never half of one.
 
-The one helper of the data plane, the twin of ``orchestrator/atomic.py`` (what
-ships to a VM never imports ``orchestrator``). Summaries, time series, input
-manifests and transferred files go through it, so the same three rules hold:
+The one helper of both planes: the data plane's summaries, time series, input
+manifests and transferred files, and (through ``orchestrator/atomic.py``, since what
+ships to a VM never imports ``orchestrator``) every file the control plane writes.
+The same three rules hold everywhere:
 the temporary file lives beside the target (same file system, so the rename is
 atomic), it is flushed to disk before the rename (a power cut leaves the old
 file, not an empty one), and it is removed when anything goes wrong.
@@ -24,7 +25,8 @@ def atomic_path(path: Path | str, *, mode: int | None = 0o644) -> Iterator[Path]
     to replace by a hard link; on a normal exit it is synced and renamed over ``path``.
 
     ``mode`` is set before the rename: 0644 so others can read results (mkstemp's
-    0600 would hide them), None to leave it (a hard link shares someone's inode).
+    0600 would hide them), 0o600 for a secret (never readable by others, not even for
+    an instant), None to leave it (a hard link shares someone's inode).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
