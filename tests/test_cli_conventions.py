@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,14 @@ from orchestrator.providers import PROVIDERS
 from workloads.cube_strategies import STRATEGIES
 
 COMMANDS = ["sweep", "catalog", "report", "compare", "cleanup", "runs"]
+# the console script installed beside this Python (in its venv), whatever $PATH holds:
+# `make test` does not activate the venv
+SCRIPT = str(Path(sys.executable).parent / "cloudprof")
 
 
 def cloudprof(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(["cloudprof", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=60,
                           env={**base, **(env or {})})
 
 
@@ -105,7 +109,7 @@ def test_plan_prints_plan_and_estimate_then_stops_without_credentials_or_any_wri
            "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     out = tmp_path / "runs"
     proc = subprocess.run(
-        ["cloudprof", "sweep", "-m", "n2-highcpu-80", "--workers", "1,80", "--repeats", "2",
+        [SCRIPT, "sweep", "-m", "n2-highcpu-80", "--workers", "1,80", "--repeats", "2",
          "--plan", "--out", str(out)],
         capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr  # no Google credentials here: none were asked for

@@ -94,8 +94,14 @@ def expand(command: Sequence[str], values: Mapping[str, str], shell: bool) -> li
 
 
 def job_env(values: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The job's environment: ``CLOUDPROF_<NAME>`` for every placeholder value."""
+    """The job's environment: ``CLOUDPROF_<NAME>`` for every placeholder value, and the
+    runner's own interpreter first on PATH, so a job's ``python`` is the host's venv (with
+    numpy, pyarrow and what --setup put there), not whichever python the login shell finds.
+    """
     env = dict(os.environ if base is None else base)
+    bindir = os.path.dirname(sys.executable)
+    rest = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != bindir]
+    env["PATH"] = os.pathsep.join([bindir, *rest])
     for key, value in values.items():
         env[f"CLOUDPROF_{key.upper()}"] = str(value)
     env["PYTHONUNBUFFERED"] = "1"  # protocol lines must arrive when they are printed
