@@ -78,7 +78,7 @@ def test_a_vm_that_cannot_be_deleted_exits_7_naming_each_resource_and_the_cleanu
         assert "key-pair " in line and "security-group " in line and " in us-east-1" in line
     else:
         assert "firewall " in line and " in us-central1-a" in line
-    assert "retrying in 2 s (2/4)" in sweep.output()  # retried with backoff before giving up
+    assert "retrying in 0.25 s (2/4)" in sweep.output()  # retried with backoff before giving up
 
     data = _sweep_json(run_dir)
     assert data["status"] == "teardown_failed"
@@ -114,7 +114,7 @@ def test_a_vm_deletion_that_fails_once_is_retried_and_the_sweep_ends_clean(
     code, out, err = sweep.run(sweep.argv("1", "1"))
 
     assert code == 0, (out[-2000:], err[-2000:])
-    assert "retrying in 2 s (2/4)" in sweep.output()
+    assert "retrying in 0.25 s (2/4)" in sweep.output()
     assert sweep.live() == []
     run_dir = sweep.run_dir()
     assert run_dir is not None

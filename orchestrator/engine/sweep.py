@@ -16,6 +16,7 @@ import errno
 import hashlib
 import json
 import math
+import os
 import posixpath
 import shutil
 import signal
@@ -86,7 +87,18 @@ RETRY_BACKOFF_S = 2.0
 TEARDOWN_WAIT_S = 900.0
 SIGNED_URL_MAX_S = 7 * 86400  # S3 (SigV4) and GCS (V4) refuse longer-lived signed URLs
 DELETE_ATTEMPTS = 4  # a failed VM deletion is tried again after 2, 4, 8 s, then reported
-DELETE_BACKOFF_S = 2.0
+DELETE_BACKOFF_S = 2.0  # the first retry's delay; CLOUDPROF_DELETE_BACKOFF_S overrides it
+
+
+def delete_backoff_s() -> float:
+    """The first deletion retry's delay: the environment's when it is a sane number (the
+    tests shorten it; a user whose cloud needs longer may lengthen it), else the default."""
+    raw = os.environ.get("CLOUDPROF_DELETE_BACKOFF_S", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return DELETE_BACKOFF_S
+    return value if 0 <= value <= 600 else DELETE_BACKOFF_S
 INPUT_PARAMS = {"frames": "frames", "rows": "rows", "cols": "cols", "seed": "seed",
                 "format": "fmt"}
 RETRYABLE = (ConnectionLostError, UnreachableError)  # worth a retry of the trial on the same VM
@@ -380,9 +392,9 @@ class _Engine:
                     self.progress.log(f"[bold red]could not delete {inst.name} ({inst.id}) "
                                       f"after {DELETE_ATTEMPTS} attempts: {error}")
                     return
-                delay = DELETE_BACKOFF_S * 2 ** attempt
+                delay = delete_backoff_s() * 2 ** attempt
                 self.progress.log(f"[red]deleting {inst.name} ({inst.id}) failed: {error}; "
-                                  f"retrying in {delay:.0f} s ({attempt + 2}/{DELETE_ATTEMPTS})")
+                                  f"retrying in {delay:g} s ({attempt + 2}/{DELETE_ATTEMPTS})")
                 time.sleep(delay)  # not the stop event: it is set while tearing down
         state = "deleted" if host.provider.creates_machines else "released"
         try:
