@@ -26,6 +26,14 @@ class SweepSpec:
     # Per machine, run the worker counts that narrow the USL's peak N* (plan/search.py)
     # instead of the whole grid; the grid's trial count is the budget.
     adaptive: bool = False
+    # --search cost|throughput: try the candidate machines (--machine, or the catalog rows
+    # matching --family/--vcpus/--max-price) one at a time, the next chosen by a Gaussian
+    # process over machine features (plan/search.py), at most ``budget`` of them.
+    search: str | None = None
+    budget: int | None = None  # machines tried; None: plan.search.default_budget
+    family: list[str] = field(default_factory=list)
+    vcpus: list[int] | None = None  # [min, max]
+    max_price: float | None = None  # USD per hour (the spot price with --spot)
     workload: str = DEFAULT_WORKLOAD  # registry name or "module:Class"
     workload_params: dict[str, Any] = field(default_factory=dict)  # frames, dim, strategy...
     provider: str | None = None  # None: the machine's provider in the catalog
