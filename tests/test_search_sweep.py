@@ -12,6 +12,7 @@ from rich.console import Console
 
 from orchestrator.engine.sweep import run_sweep
 from orchestrator.errors import UsageError
+from orchestrator.results import report
 from orchestrator.results.store import SWEEP_FILE, TRIALS_FILE
 from orchestrator.spec.config import build_spec
 
@@ -48,6 +49,8 @@ def test_a_dry_run_search_tries_at_most_its_budget_of_candidates_and_reports_its
     assert 0.0 <= search["confidence"] <= 1.0
     assert search["estimated_cost_usd"] < search["estimated_grid_cost_usd"]
     assert f"--search cost: picked {search['pick_machine']}" in out
+    text = report.render_markdown(report.build_report(report.load_run(run_dir)))
+    assert f"--search cost: picked {search['pick_machine']}" in text.replace("\\", "")
     # --resume: the search finished, so nothing runs again
     run_sweep(spec, resume=run_dir, console=Console(file=io.StringIO()))
     assert len(pd.read_parquet(run_dir / TRIALS_FILE)) == len(trials)

@@ -465,6 +465,8 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
 
 def _render_search(plan: Plan, console: Console) -> None:
     """A search's bounds: how many of the candidates at most, and what that can cost."""
+    from orchestrator.plan.search import EI_STOP
+
     assert plan.search is not None
     s = plan.search
     goal = "lowest cost per unit" if s["objective"] == "cost" else "highest throughput"
@@ -472,7 +474,7 @@ def _render_search(plan: Plan, console: Console) -> None:
         f"[bold]Search[/bold] (--search {s['objective']}: the {goal}): at most {s['budget']} "
         f"of these {s['candidates']} candidate machines are created, one after the other, each "
         "chosen from what the ones before measured; it stops early when no untried machine "
-        "is expected to gain 1 %.", highlight=False)
+        f"is expected to gain {EI_STOP:.0%}.", highlight=False)
     console.print(
         f"[bold]Estimated[/bold] wall time at most {_fmt_s(plan.total_s)}, estimated cost at "
         f"most {_fmt_cost(plan.total_cost_usd)} (the {s['budget']} dearest candidates) against "
