@@ -188,8 +188,8 @@ def objective_value(objective: str, price_per_hour: float, units_per_s: float) -
 
 
 def default_budget(n_candidates: int) -> int:
-    """A third of the candidates (CherryPick's regime), never fewer than the initial design."""
-    return min(n_candidates, max(INITIAL_MACHINES, math.ceil(n_candidates / 3)))
+    """A third of the candidates (rounded down), never fewer than the initial design."""
+    return min(n_candidates, max(INITIAL_MACHINES, n_candidates // 3))
 
 
 def search_step(
