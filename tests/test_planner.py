@@ -220,3 +220,13 @@ def test_a_resumed_plan_estimates_only_what_remains_and_skips_finished_machines(
     cost = 0.2 * (left.total_s - left.trials_s / 2) / 3600  # one of two trials remains
     assert "Estimated of what remains wall time" in text
     assert f"estimated cost {planner._fmt_cost(cost)} — estimates" in text
+
+
+def test_a_plan_of_one_repeat_says_how_sure_that_is_and_how_to_pick_repeats() -> None:
+    one = rendered(make_plan(SweepSpec(machines=["n2-highcpu-8"], workers=[1, 4]), "s4",
+                             [machine()]))
+    assert "one repeat per worker count: no spread is measured" in one
+    assert "Picking repeats and duration" in one
+    three = rendered(make_plan(SweepSpec(machines=["n2-highcpu-8"], workers=[1, 4], repeats=3),
+                               "s5", [machine()]))
+    assert "one repeat per worker count" not in three
