@@ -18,8 +18,11 @@ DEFAULT_WORKLOAD = "cube"
 class SweepSpec:
     machines: list[str]
     workers: list[int] | None = None  # None: powers of two up to vCPUs, vCPUs, one oversubscribed
-    repeats: int = 1
-    duration_s: float = 3.0  # per trial; 9 default trials + inputs fit a 2-minute --dry-run
+    # Three repeats per worker count: one gives no spread, and on replayed surfaces with
+    # 2–5 % noise the peak N* lands within ±10 % in 78 % of cases with one, 95 % with three
+    # (benchmarks/bench_model.py, BENCHMARKS.md "Scaling model"); --adaptive spends fewer.
+    repeats: int = 3
+    duration_s: float = 3.0  # per trial
     # Before each trial, untimed and unsampled: workers allocate their buffers and warm
     # caches first, so neither the rate nor the leak verdict sees the start-up ramp.
     warmup_s: float = 0.0
