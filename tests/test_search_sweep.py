@@ -82,3 +82,12 @@ def test_the_plan_of_a_search_bounds_its_cost_by_the_budget_of_machines(
 def test_a_bad_search_is_one_line_before_anything_runs(tmp_path, over, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         build_spec(_values(tmp_path, **over))
+
+
+def test_a_search_and_its_candidates_can_come_from_sweep_toml(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text('search = "throughput"\nbudget = 2\nfamily = ["n2-highcpu"]\n'
+                      'vcpus = [4, 16]\nmax_price = 0.3\n')
+    spec = build_spec({"dry_run": True, "out": tmp_path / "runs"}, config)
+    assert spec.search == "throughput" and spec.budget == 2
+    assert spec.machines == ["n2-highcpu-4", "n2-highcpu-8"]  # 16 vCPUs cost more than $0.3/h
