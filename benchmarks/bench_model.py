@@ -20,6 +20,19 @@ draws one noisy throughput at one worker count.
 3. **Measured stores** (``--store``): each machine's fit, N* with its interval,
    fit quality and the knee's range — the project's own measurements replayed
    through the same functions.
+4. **``--search`` over machine types** (only this with ``--search``): worlds of
+   4 families × 7 sizes (4–96 vCPUs), each family with its own speed per
+   worker (λ 700–1,400 units/s), USL σ (0–0.08) and peak N* (12–120 workers),
+   price per vCPU-hour (0.02–0.06 USD) and memory per vCPU; a machine's
+   measured peak is its true peak over 1..2v workers with 2–5 % noise. The
+   search (``plan.search.search_step``, budget ``default_budget`` = a third of
+   the 28 candidates, rounded down) against as many machines as it tried, drawn at random
+   (interleaved, same worlds): share of replays whose pick is within 5 % of the
+   truly cheapest cost per unit (target ≥ 90 % with ≤ a third of the grid),
+   machines tried, and the confidence reported. With ``--store``, stores with
+   several machines are replayed too: each replay draws every machine's repeats
+   with replacement, the search runs on those, and its pick is scored against
+   the medians of all repeats.
 """
 
 from __future__ import annotations
@@ -34,7 +47,16 @@ from _common import machine_line, print_table
 
 from orchestrator.plan.model import fit_usl, fit_usl_with_intervals, knee_range, peak_workers, usl
 from orchestrator.plan.planner import default_workers
-from orchestrator.plan.search import converged, next_points, trials_spent
+from orchestrator.plan.search import (
+    Candidate,
+    converged,
+    default_budget,
+    next_points,
+    objective_value,
+    peak_throughput,
+    search_step,
+    trials_spent,
+)
 
 VCPUS = (8, 16, 32, 64, 96)
 
@@ -214,12 +236,135 @@ def bench_stores(stores: list[Path]) -> None:
     )
 
 
+SEARCH_SIZES = (4, 8, 16, 32, 48, 64, 96)
+SEARCH_FAMILIES = ("a", "b", "c", "d")
+
+
+def search_world(rng: np.random.Generator) -> tuple[list[Candidate], dict[str, float]]:
+    """Candidates and each one's true peak units/s (see the module docstring, part 4)."""
+    cands, peak = [], {}
+    for fam in SEARCH_FAMILIES:
+        lam, per_vcpu = rng.uniform(700, 1400), rng.uniform(0.02, 0.06)
+        mem = float(rng.choice([1, 2, 4, 8]))
+        sigma, n_star = rng.uniform(0.0, 0.08), rng.uniform(12, 120)
+        for v in SEARCH_SIZES:
+            c = Candidate(f"{fam}-{v}", v, mem * v, fam, per_vcpu * v * rng.uniform(0.95, 1.05))
+            cands.append(c)
+            peak[c.name] = float(np.max(usl(np.arange(1, 2 * v + 1), lam, sigma,
+                                            (1 - sigma) / n_star**2)))
+    return cands, peak
+
+
+def search_replay(cands: list[Candidate], draw, best_cost: dict[str, float],
+                  rng: np.random.Generator, random_pick: int = 0) -> dict[str, float]:
+    """One search (or ``random_pick`` machines drawn at random); ``draw(name)`` measures one."""
+    budget = default_budget(len(cands))
+    measured: dict[str, float] = {}
+    step = None
+    if random_pick:
+        for i in rng.permutation(len(cands))[:random_pick]:
+            measured[cands[i].name] = draw(cands[i].name)
+    else:
+        while (step := search_step(cands, measured, "cost", budget)).next is not None:
+            measured[step.next] = draw(step.next)
+    price = {c.name: c.price_per_hour for c in cands}
+    pick = (step.pick if step else
+            min(measured, key=lambda n: objective_value("cost", price[n], measured[n])))
+    best = min(best_cost.values())
+    return {
+        "hit": float(best_cost[pick] <= 1.05 * best),
+        "exact": float(best_cost[pick] == best),
+        "tried": float(len(measured)),
+        "grid": float(len(cands)),
+        "confidence": step.confidence if step and step.confidence is not None else math.nan,
+    }
+
+
+def _noisy(peak: dict[str, float], noise: float, rng: np.random.Generator):
+    return lambda name: peak[name] * (1 + rng.normal(0, noise))
+
+
+def _search_row(label: str, res: list[dict[str, float]]) -> list[object]:
+    conf = [r["confidence"] for r in res if math.isfinite(r["confidence"])]
+    tried = sorted(r["tried"] for r in res)
+    return [label, len(res), pct(share(res, "hit")), pct(share(res, "exact")),
+            f"{np.mean(tried):.1f} (max {tried[-1]:.0f})", f"{res[0]['grid']:.0f}",
+            f"{sum(tried) / sum(r['grid'] for r in res):.2f}",
+            f"{np.mean(conf):.2f}" if conf else "–"]
+
+
+def bench_search(replays: int, seed: int, stores: list[Path]) -> None:
+    rows = []
+    rng_w, rng_s, rng_r = (np.random.default_rng(seed + k) for k in (30, 31, 32))
+    found, rand = [], []
+    for _ in range(replays):  # interleaved: both methods see the same worlds in the same order
+        cands, peak = search_world(rng_w)
+        noise = rng_w.uniform(0.02, 0.05)
+        cost = {c.name: objective_value("cost", c.price_per_hour, peak[c.name]) for c in cands}
+        found.append(search_replay(
+            cands, _noisy(peak, noise, rng_s), cost, rng_s))
+        rand.append(search_replay(
+            cands, _noisy(peak, noise, rng_r), cost, rng_r, int(found[-1]["tried"])))
+    rows.append(_search_row("synthetic: --search (GP + EI)", found))
+    rows.append(_search_row("synthetic: as many machines at random", rand))
+    for store in stores:
+        rows += _search_store(store, replays, seed)
+    print_table(
+        ["replays of", "replays", "pick within 5% of best cost/unit", "pick is the best",
+         "machines tried (mean)",
+         "candidates", "tried / grid", "confidence (mean)"],
+        rows,
+        title="--search cost over machine types (budget: a third of the candidates, >= 3)",
+    )
+
+
+def _search_store(store: Path, replays: int, seed: int) -> list[list[object]]:
+    """A measured store with several priced machines, replayed by resampling its repeats."""
+    import json
+
+    import pandas as pd
+
+    sweep = json.loads((store / "sweep.json").read_text())
+    trials = pd.read_parquet(store / "trials.parquet")
+    trials = trials[trials["status"] == "ok"]
+    cands, samples = [], {}
+    for vm in sweep["plan"]["vms"]:
+        m = vm["machine"]
+        rows = trials[trials["machine"] == m["name"]]
+        if rows.empty or not m.get("price_on_demand"):
+            continue
+        cands.append(Candidate(m["name"], int(m["vcpus"]), float(m["memory_gib"]),
+                               m["family"], float(m["price_on_demand"])))
+        samples[m["name"]] = {int(w): [float(u) for u in g["units_per_s"].dropna()]
+                              for w, g in rows.groupby("workers")}
+    if len(cands) < 3:
+        return [[f"{store.name}: fewer than 3 priced machines", 0, "–", "–", "–", "–", "–", "–"]]
+    cost = {c.name: objective_value("cost", c.price_per_hour, peak_throughput(samples[c.name]))
+            for c in cands}
+    rng = np.random.default_rng(seed + 40)
+
+    def draw(name: str) -> float:
+        resampled = {w: list(rng.choice(v, size=len(v))) for w, v in samples[name].items()}
+        return peak_throughput(resampled) or 0.0
+
+    res = [search_replay(cands, draw, cost, rng) for _ in range(replays)]
+    return [_search_row(f"store {store.name}", res)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--replays", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--store", type=Path, action="append", default=[])
+    ap.add_argument("--search", action="store_true",
+                    help="only the --search replays (part 4), with --store's stores too")
     args = ap.parse_args()
+    if args.search:
+        print(machine_line())
+        started = time.perf_counter()
+        bench_search(args.replays, args.seed, args.store)
+        print(f"({time.perf_counter() - started:.0f} s)")
+        return 0
     print(machine_line())
     cases = surfaces(args.replays, args.seed)
     started = time.perf_counter()

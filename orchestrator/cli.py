@@ -23,6 +23,7 @@ import typer
 
 from orchestrator import __version__
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, CloudprofError, UsageError
+from orchestrator.plan.search import OBJECTIVES
 from orchestrator.providers import PROVIDERS
 from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
 from orchestrator.spec.spec import SweepSpec
@@ -48,6 +49,7 @@ SortKey = _choices("SortKey", SORT_KEYS)
 TableFormat = _choices("TableFormat", ("table", "csv"))
 ProfileKind = _choices("ProfileKind", PROFILE_KINDS)
 RefreshSource = _choices("RefreshSource", REFRESH_SOURCES)
+SearchGoal = _choices("SearchGoal", OBJECTIVES)
 _SOURCE_DEFAULT = RefreshSource("api")
 _SORT_DEFAULT = SortKey("name")
 _FORMAT_DEFAULT = TableFormat("table")
@@ -113,6 +115,7 @@ app = typer.Typer(
 
 _DEFAULTS = SweepSpec(machines=[])  # help texts show the spec's own defaults
 SWEEP = "Sweep"
+SEARCH = "Search over machine types"
 WORKLOAD = "Workload"
 JOB = "Your own job"
 CLOUD = "Provider"
@@ -237,6 +240,35 @@ def sweep(
             "count is spent.",
             rich_help_panel=SWEEP,
         ),
+    ] = None,
+    search: Annotated[
+        SearchGoal | None,  # type: ignore[valid-type]
+        typer.Option(
+            help="Try the candidate machines one at a time, each next one chosen from what "
+            "was measured (a Gaussian process, expected improvement), for the lowest cost per "
+            "unit or the highest throughput; report the pick and how sure it is.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = None,
+    budget: Annotated[
+        int | None,
+        typer.Option(help="--search tries at most N machines (default: a third of the "
+                     "candidates, at least 3).", metavar="N", rich_help_panel=SEARCH),
+    ] = None,
+    family: Annotated[
+        list[str] | None,
+        typer.Option(help="--search candidates: catalog family or name prefix, e.g. "
+                     "n2-highcpu,c3 (repeatable).", metavar="FAMILY", rich_help_panel=SEARCH),
+    ] = None,
+    vcpus: Annotated[
+        str | None,
+        typer.Option(help="--search candidates: vCPUs, e.g. 8-80.", metavar="MIN-MAX",
+                     rich_help_panel=SEARCH),
+    ] = None,
+    max_price: Annotated[
+        float | None,
+        typer.Option(help="--search candidates: at most this many USD per hour.", metavar="USD",
+                     rich_help_panel=SEARCH),
     ] = None,
     config: Annotated[
         Path | None,
@@ -447,7 +479,9 @@ def sweep(
 
     values: dict[str, Any] = {
         "machines": machine, "workers": workers, "repeats": repeats, "duration": duration,
-        "warmup": warmup, "adaptive": adaptive, "workload": workload, "frames": frames,
+        "warmup": warmup, "adaptive": adaptive, "search": _value(search), "budget": budget,
+        "family": family, "vcpus": vcpus, "max_price": max_price,
+        "workload": workload, "frames": frames,
         "dim": dim, "rows": rows, "cols": cols, "strategy": _value(strategy), "seed": seed,
         "params": param,
         "provider": _value(provider),

@@ -150,7 +150,8 @@ def test_bad_input_is_one_line_without_traceback(
 
 def test_max_cost_refuses_to_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "runs"
-    argv = ["sweep", "-m", "m1-ultramem-160", "--dry-run", "--max-cost", "0.01", "--out", str(out)]
+    argv = ["sweep", "-m", "m1-ultramem-160", "--dry-run", "--max-cost", "0.01", "--repeats", "1",
+            "--out", str(out)]
     code, _, err = run_main(argv, capsys)
     assert code == EXIT_BUDGET
     lines = err.splitlines()
@@ -406,7 +407,8 @@ def test_without_credentials_the_error_says_how_and_mentions_dry_run(
 def test_dry_run_sweep_then_report_compare_resume_and_the_memory_gate(tmp_path: Path) -> None:
     import pandas as pd
 
-    tiny = ["--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10", "--duration", "1"]
+    tiny = ["--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10", "--duration", "1",
+            "--repeats", "1"]
     out = tmp_path / "runs"
     proc = cloudprof("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--workers", "1,2",
                      "--out", str(out), timeout=240)  # fmt: skip

@@ -472,7 +472,7 @@ def test_resume_reads_the_recorded_spec(tmp_path: Path) -> None:
     (tmp_path / "sweep.json").write_text("{not json")
     with pytest.raises(UsageError, match="cannot read the spec"):
         load_run_spec(tmp_path)
-    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[1, 2], out=tmp_path)
+    spec = SweepSpec(repeats=1, machines=["n2-highcpu-4"], workers=[1, 2], out=tmp_path)
     (tmp_path / "sweep.json").write_text(json.dumps({"spec": spec.to_dict()}))
     assert load_run_spec(tmp_path) == spec
 

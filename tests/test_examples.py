@@ -19,7 +19,8 @@ def _run_example(tmp_path: Path, name: str, *overrides: str) -> Path:
            "COLUMNS": "1000"}
     out = tmp_path / "runs"
     result = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--config",
-                             str(EXAMPLES / name / "sweep.toml"), "--dry-run", *overrides,
+                             str(EXAMPLES / name / "sweep.toml"), "--dry-run", "--repeats", "1",
+                             *overrides,
                              "--out", str(out)], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=280)
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-3000:]

@@ -337,7 +337,7 @@ def test_bad_input_is_one_line_and_leaves_no_run_dir_and_no_instance(
     out = tmp_path / "runs"
     marker = tmp_path / "pwned"  # what a machine name run by a shell would create
     config = tmp_path / "sweep.toml"
-    base = ["sweep", "--provider", "aws", "--out", str(out), "--duration", "1"]
+    base = ["sweep", "--repeats", "1", "--provider", "aws", "--out", str(out), "--duration", "1"]
     pem = "-----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlbnNzaC1rZXk\\n"
     argv = {
         "malformed toml": ["--config", str(config)],
@@ -388,7 +388,8 @@ def test_hosts_file_pointing_at_a_closed_port_is_one_line_and_touches_nothing(
     for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
         env.pop(key, None)
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "sweep", "--provider", "ssh", "--hosts",
+        [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1",
+         "--provider", "ssh", "--hosts",
          str(hosts), "--machine", "gone", "--workers", "1", "--duration", "1", "--frames", "4",
          "--rows", "40", "--cols", "50", "--dim", "10", "--out", str(tmp_path / "runs")],
         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)

@@ -133,7 +133,8 @@ def _in_process_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setenv("CLOUDPROF_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "al2023")  # moto serves no Debian parameter
-    code = cli.main(["sweep", "--provider", "aws", "--machine", "c6i.large", "--workers", "1",
+    code = cli.main(["sweep", "--repeats", "1",
+                     "--provider", "aws", "--machine", "c6i.large", "--workers", "1",
                      "--duration", "1", *sweeps.TINY, "--out", str(tmp_path / "runs"), *extra])
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err

@@ -274,7 +274,8 @@ def test_missing_adc_stops_the_sweep_with_exit_5_before_anything(tmp_path: Path)
            "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "PYTHONPATH": str(REPO)}
     out = tmp_path / "runs"
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "sweep", "--provider", "gcp", "--machine",
+        [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1",
+         "--provider", "gcp", "--machine",
          "n2-highcpu-2", "--workers", "1", "--project", "p", "--zone", ZONE, "--out", str(out)],
         env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 5, proc.stderr
@@ -482,7 +483,7 @@ def test_bucket_permission_error_is_one_line() -> None:
 
 
 def _sweep_argv(bucket: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "orchestrator", "sweep", "--provider", "gcp",
+    return [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1", "--provider", "gcp",
             "--machine", "n2-highcpu-2", "--workers", "1,2", "--duration", "1",
             "--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10",
             "--bucket", f"gs://{bucket}", "--project", "proj", "--zone", ZONE, "--out", str(out)]

@@ -84,7 +84,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _sweep(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
            timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator", "sweep", *args,
+    return subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1", *args,
                            "--out", str(tmp_path / "runs")], cwd=tmp_path,
                           env=env or _env(tmp_path), capture_output=True, text=True,
                           timeout=timeout)
@@ -344,7 +344,8 @@ def test_a_user_project_on_an_ssh_host_reuses_its_setup_when_nothing_changed(
 @pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
 def test_a_user_project_sweeps_on_a_cloud_through_its_bucket(cloud_sweep, user_project):
     sweep = cloud_sweep
-    argv = [sys.executable, "-m", "orchestrator", "sweep", "--provider", sweep.provider,
+    argv = [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1",
+            "--provider", sweep.provider,
             "--machine", sweeps.MACHINE[sweep.provider], "--workers", "1,2",
             "--bucket", sweep.bucket, "--out", str(sweep.out),
             "--workdir", str(user_project), "--setup", SETUP,

@@ -31,7 +31,7 @@ def strategy_sweep(runs: Path, strategy: str, workers: list[int]) -> Path:
     from orchestrator.spec.spec import SweepSpec
 
     spec = SweepSpec(
-        machines=["n2-highcpu-8"],
+        repeats=1, machines=["n2-highcpu-8"],
         workers=workers,
         duration_s=0.5,
         workload_params={**SMALL, "strategy": strategy},

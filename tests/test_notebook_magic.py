@@ -26,7 +26,8 @@ def test_a_cell_magic_profiles_the_cell_and_returns_its_run_directory(tmp_path, 
     runs = tmp_path / "runs"
     nb = _execute(tmp_path, [
         "%load_ext orchestrator.notebook",
-        f"%%cloudprof sweep --machine n2-highcpu-8 --workers 1,2 --dry-run --out {runs}\n"
+        "%%cloudprof sweep --machine n2-highcpu-8 --workers 1,2 --repeats 1 --dry-run "
+        f"--out {runs}\n"
         "import os\n"
         "print('cloudprof:phase work')\n"
         "print('cloudprof:units', 10 * int(os.environ['CLOUDPROF_WORKERS']))\n",

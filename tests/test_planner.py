@@ -78,14 +78,14 @@ def test_make_plan_expands_trials_per_machine_and_estimates() -> None:
 
 
 def test_default_workers_used_when_spec_has_none_and_spot_price() -> None:
-    spec = SweepSpec(machines=["n2-highcpu-8"], spot=True, duration_s=3)
+    spec = SweepSpec(repeats=1, machines=["n2-highcpu-8"], spot=True, duration_s=3)
     plan = make_plan(spec, "s", [machine()])
     assert [t.workers for t in plan.vms[0].trials] == default_workers(8)
     assert plan.vms[0].spot and plan.vms[0].estimate.price_per_hour == 0.09
 
 
 def test_unknown_price_gives_unknown_cost() -> None:
-    spec = SweepSpec(machines=["box"], workers=[1], provider="ssh")
+    spec = SweepSpec(repeats=1, machines=["box"], workers=[1], provider="ssh")
     plan = make_plan(spec, "s", [machine("box", price=None, spot=None, provider="ssh")])
     assert plan.vms[0].estimate.cost_usd is None and plan.total_cost_usd is None
     assert plan.vms[0].estimate.boot_s == 0  # an existing host does not boot
@@ -101,7 +101,7 @@ def test_names_are_cloud_safe() -> None:
 
 
 def test_plan_round_trips_through_json() -> None:
-    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 2])
+    spec = SweepSpec(repeats=1, machines=["n2-highcpu-8"], workers=[1, 2])
     plan = make_plan(spec, "s1", [machine()])
     plan.uploads = [planner.Upload("inputs/h/frame_0000.parquet", 10)]
     data = json.loads(json.dumps(plan.to_dict()))
@@ -111,7 +111,7 @@ def test_plan_round_trips_through_json() -> None:
 
 
 def test_render_plan_lists_every_action() -> None:
-    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 16])
+    spec = SweepSpec(repeats=1, machines=["n2-highcpu-8"], workers=[1, 16])
     plan = make_plan(spec, "s2", [machine()])
     plan.uploads = [planner.Upload(f"inputs/h/frame_{i:04d}.parquet", 1000) for i in range(10)]
     out = io.StringIO()
@@ -134,7 +134,7 @@ def test_the_plan_says_where_each_price_comes_from_and_warns_when_it_is_old() ->
     fresh = replace(lookup("c2-standard-4"), price_source="Cloud Billing Catalog API",
                     price_date=(date.today() - timedelta(days=3)).isoformat(),
                     fetched_at="2026-01-01T00:00:00Z")
-    spec = SweepSpec(machines=["n2-highcpu-8", "c2-standard-4"], workers=[1])
+    spec = SweepSpec(repeats=1, machines=["n2-highcpu-8", "c2-standard-4"], workers=[1])
     out = io.StringIO()
     render_plan(make_plan(spec, "s3", [shipped, fresh]), Console(file=out, width=200),
                 dry_run=True)
@@ -147,18 +147,20 @@ def test_the_plan_says_where_each_price_comes_from_and_warns_when_it_is_old() ->
     assert "cloudprof catalog refresh" in warning
 
     out = io.StringIO()
-    render_plan(make_plan(SweepSpec(machines=["c2-standard-4"], workers=[1]), "s4", [fresh]),
+    render_plan(make_plan(SweepSpec(repeats=1,
+                                    machines=["c2-standard-4"], workers=[1]), "s4", [fresh]),
                 Console(file=out, width=200), dry_run=True)
     assert "warning:" not in out.getvalue()
 
 
 def test_a_warmup_reaches_the_runner_and_is_counted_in_the_estimate() -> None:
-    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 2], duration_s=10.0, warmup_s=5.0)
+    spec = SweepSpec(repeats=1,
+                     machines=["n2-highcpu-8"], workers=[1, 2], duration_s=10.0, warmup_s=5.0)
     vm = make_plan(spec, "20260101-000000-abcd", [machine()], input_bytes=0).vms[0]
     args = vm.trials[0].runner_args
     assert args[args.index("--warmup") + 1] == "5"
     assert vm.estimate.trials_s == pytest.approx(2 * (10.0 + 5.0 + planner.TRIAL_OVERHEAD_S))
-    no_warmup = SweepSpec(machines=["n2-highcpu-8"], workers=[1], duration_s=10.0)
+    no_warmup = SweepSpec(repeats=1, machines=["n2-highcpu-8"], workers=[1], duration_s=10.0)
     plain = make_plan(no_warmup, "20260101-000000-abcd", [machine()], input_bytes=0).vms[0]
     assert "--warmup" not in plain.trials[0].runner_args
 def rendered(plan: Plan, **kw) -> str:
@@ -175,7 +177,8 @@ def test_repeats_of_one_trial_command_are_shown_once_with_a_count() -> None:
 
 
 def test_bucket_objects_not_listed_are_counted_with_their_bytes_and_predictions_say_so() -> None:
-    plan = make_plan(SweepSpec(machines=["n2-highcpu-8"], workers=[1]), "s4", [machine()])
+    plan = make_plan(SweepSpec(repeats=1,
+                               machines=["n2-highcpu-8"], workers=[1]), "s4", [machine()])
     plan.uploads = [planner.Upload(f"inputs/h/frame_{i:04d}.parquet", 1024 * (i + 1), True)
                     for i in range(10)]
     text = rendered(plan)
@@ -192,7 +195,8 @@ def test_an_ssh_host_outside_the_catalog_is_not_shown_as_zero_vcpus() -> None:
     host = MachineType(provider="ssh", name="box1", family="", vcpus=0, memory_gib=0.0,
                        region="", price_on_demand=None, price_spot=None, price_source="",
                        price_date="")
-    plan = make_plan(SweepSpec(machines=["box1"], workers=[1], provider="ssh"), "s5", [host])
+    plan = make_plan(SweepSpec(repeats=1,
+                               machines=["box1"], workers=[1], provider="ssh"), "s5", [host])
     text = rendered(plan)
     assert "0 vCPUs" not in text and "0 GiB" not in text
     assert "box1 (size read from the host when connected)" in text
@@ -200,7 +204,7 @@ def test_an_ssh_host_outside_the_catalog_is_not_shown_as_zero_vcpus() -> None:
 
 
 def test_a_resumed_plan_shows_only_what_remains() -> None:
-    spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 2, 4])
+    spec = SweepSpec(repeats=1, machines=["n2-highcpu-8"], workers=[1, 2, 4])
     plan = make_plan(spec, "s6", [machine()])
     done = {"n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"}
     text = rendered(plan, done=done)
@@ -209,7 +213,8 @@ def test_a_resumed_plan_shows_only_what_remains() -> None:
 
 
 def test_a_resumed_plan_estimates_only_what_remains_and_skips_finished_machines() -> None:
-    spec = SweepSpec(machines=["n2-highcpu-8", "c2-standard-4"], workers=[1, 2], duration_s=60)
+    spec = SweepSpec(repeats=1,
+                     machines=["n2-highcpu-8", "c2-standard-4"], workers=[1, 2], duration_s=60)
     plan = make_plan(spec, "s7", [machine(), machine("c2-standard-4", vcpus=4, price=0.2)])
     whole = rendered(plan)
     assert f"estimated cost {planner._fmt_cost(plan.total_cost_usd)} — estimates" in whole
@@ -220,3 +225,13 @@ def test_a_resumed_plan_estimates_only_what_remains_and_skips_finished_machines(
     cost = 0.2 * (left.total_s - left.trials_s / 2) / 3600  # one of two trials remains
     assert "Estimated of what remains wall time" in text
     assert f"estimated cost {planner._fmt_cost(cost)} — estimates" in text
+
+
+def test_a_plan_of_one_repeat_says_how_sure_that_is_and_how_to_pick_repeats() -> None:
+    one = rendered(make_plan(SweepSpec(repeats=1, machines=["n2-highcpu-8"], workers=[1, 4]), "s4",
+                             [machine()]))
+    assert "one repeat per worker count: no spread is measured" in one
+    assert "Picking repeats and duration" in one
+    three = rendered(make_plan(SweepSpec(machines=["n2-highcpu-8"], workers=[1, 4], repeats=3),
+                               "s5", [machine()]))
+    assert "one repeat per worker count" not in three

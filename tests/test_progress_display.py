@@ -47,7 +47,7 @@ def test_the_sweep_shows_a_bar_of_frames_while_it_generates_inputs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CLOUDPROF_CACHE", str(tmp_path / "cache"))
-    spec = SweepSpec(machines=["n2-highcpu-2"], workload_params={"frames": 6, "rows": 30,
+    spec = SweepSpec(repeats=1, machines=["n2-highcpu-2"], workload_params={"frames": 6, "rows": 30,
                                                                  "cols": 8})
     console, out = terminal()
     inputs = plan_inputs(spec)

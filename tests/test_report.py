@@ -500,7 +500,7 @@ def test_plan_figures_are_labelled_estimates_next_to_the_vm_time(tmp_path: Path)
     from orchestrator.plan.planner import make_plan
     from orchestrator.spec.spec import SweepSpec
 
-    spec = SweepSpec(machines=["n2-highcpu-80", "c2-standard-60"], workers=[1, 2])
+    spec = SweepSpec(repeats=1, machines=["n2-highcpu-80", "c2-standard-60"], workers=[1, 2])
     plan = make_plan(spec, "p", lookup_machines(spec))
     done, stuck = plan.vms
     sweep = {
@@ -660,7 +660,7 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     from orchestrator.spec.spec import SweepSpec
 
     spec = SweepSpec(
-        machines=["n2-highcpu-8"],
+        repeats=1, machines=["n2-highcpu-8"],
         workers=[1, 2],
         duration_s=1.0,
         workload_params={"frames": 4, "rows": 40, "cols": 50, "dim": 10},

@@ -284,7 +284,8 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
     cache: Path, tmp_path: Path, sig: signal.Signals, then_resume: bool
 ) -> None:
     out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "--machine", "n2-highcpu-8",
+    cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1",
+           "--machine", "n2-highcpu-8",
            "--dry-run", "--workers", "1,2,3,4", "--duration", "1.5", "--frames", "4",
            "--rows", "40", "--cols", "40", "--dim", "8", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

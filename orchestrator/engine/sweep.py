@@ -1260,7 +1260,8 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
                 bucket.upload_dir(job.path.parent, job.prefix)
             if inputs is not None and bucket is not None:
                 _stage(bucket, inputs, progress)
-            finished = engine.execute(todo)
+            finished = (_run_search(engine, plan, store, todo) if plan.search
+                        else engine.execute(todo))
         except BaseException as exc:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             store.set_status(status, finished_at=now_iso(), error=one_line(exc))
@@ -1294,6 +1295,85 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
     if not finished:
         raise KeyboardInterrupt
     return _finish(spec, plan, store, console)
+
+
+def _run_search(engine: _Engine, plan: Plan, store: RunStore,
+                todo: dict[str, list[TrialPlan]]) -> bool:
+    """``--search``: run the candidate machines one at a time, each the one
+    ``plan.search.search_step`` expects to improve most on what was measured.
+
+    Each machine tried is a normal machine of the sweep (``engine.execute`` of
+    that one VM: created, its grid or ``--adaptive`` run, torn down). What was
+    tried is recorded in sweep.json (``search``) after every machine, so
+    ``--resume`` goes on from there and the end of the sweep does not count the
+    untried candidates as missing. False when interrupted.
+    """
+    from orchestrator.plan.search import Candidate, objective_value, peak_throughput, search_step
+
+    assert plan.search is not None
+    goal, budget = plan.search["objective"], int(plan.search["budget"])
+    vms = {vm.name: vm for vm in plan.vms}
+    spot = engine.spec.spot
+    cands = [Candidate(vm.name, vm.machine.vcpus, vm.machine.memory_gib, vm.machine.family,
+                       vm.machine.price(spot) or 0.0) for vm in plan.vms]
+    tried: list[str] = list((store.read_sweep().get("search") or {}).get("tried") or [])
+
+    def measured() -> dict[str, float]:
+        frame = store.trials_frame()
+        ok = frame[frame["status"] == "ok"]
+        out = {}
+        for name in tried:
+            rows = ok[ok["machine"] == vms[name].machine.name]
+            samples = {int(w): [float(u) for u in g["units_per_s"].dropna()]
+                       for w, g in rows.groupby("workers")}
+            out[name] = peak_throughput(samples) or 0.0
+        return out
+
+    def record(step: Any) -> dict[str, Any]:
+        values = measured()
+        spent = [vms[n].estimate.cost_usd for n in tried]
+        info = {
+            **plan.search, **step.to_dict(),
+            "pick_machine": vms[step.pick].machine.name if step.pick else None,
+            "tried": tried,
+            "measured": {vms[n].machine.name: {
+                "peak_units_per_s": v,
+                goal: objective_value(goal, cands[list(vms).index(n)].price_per_hour, v)
+                if v > 0 else None} for n, v in values.items()},
+            "estimated_cost_usd": sum(c for c in spent if c is not None),
+            "estimated_grid_cost_usd": plan.grid_cost_usd,
+            "trials": len(store.trials_frame()),
+            "grid_trials": sum(len(vm.trials) for vm in plan.vms),
+        }
+        store.update_sweep(search=info)
+        return info
+
+    again = [n for n in tried if todo.get(n)]  # --resume: a machine cut short goes on first
+    while True:
+        if again:
+            name = again.pop(0)
+        else:
+            step = search_step(cands, measured(), goal, budget)
+            if step.next is None:
+                break
+            name = step.next
+            tried.append(name)
+            record(step)
+            engine.progress.log(f"--search: trying {vms[name].machine.name} "
+                                f"({len(tried)} of at most {budget})")
+        if todo.get(name) and not engine.execute({name: todo[name]}):
+            return False
+        if engine.stop.is_set():
+            return False
+    info = record(step)
+    if info["pick_machine"]:
+        conf = "" if step.confidence is None else f", {step.confidence:.0%} sure it is the best"
+        engine.progress.log(
+            f"--search {goal}: picked {info['pick_machine']}{conf} of {len(cands)} candidates "
+            f"after trying {len(tried)} ({step.stopped}); estimated cost "
+            f"{_usd(info['estimated_cost_usd'])} against {_usd(plan.grid_cost_usd or 0.0)} "
+            "for every candidate")
+    return True
 
 
 def _stage(bucket: Bucket, inputs: StagedInputs, progress: SweepProgress) -> None:
@@ -1413,8 +1493,9 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
                        if v.get("status") in ("failed", "preempted")}
     # --adaptive: a machine whose loop finished ran what it needed, not the grid's ids
     vms = sweep.get("vms") or {}
+    searched = set((sweep.get("search") or {}).get("tried") or [vm.name for vm in plan.vms])
     planned = {t.trial_id for vm in plan.vms for t in vm.trials
-               if not (vms.get(vm.name) or {}).get("adaptive")}
+               if not (vms.get(vm.name) or {}).get("adaptive") and vm.name in searched}
     bad = frame[frame["status"] != "ok"]
     missing = planned - set(frame["trial_id"]) - profile_ids(run_dir)
     partial = bool(failed_machines or len(bad) or missing)

@@ -25,7 +25,9 @@ I/O, the engine (or a benchmark) runs the counts and calls again.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from orchestrator.plan.model import SEED, Samples, UslModel, fit_usl_with_intervals, usl
 
@@ -134,3 +136,235 @@ def _most_informative(model: UslModel, cap: int, exclude: Sequence[int]) -> int 
 def _noise_variance(model: UslModel) -> float:
     """Variance of one new trial in log terms: the repeats' relative scatter around the fit."""
     return max(model.fit.rel_rmse, 1e-3) ** 2
+
+
+# ---------------------------------------------------------------- --search: which machine next
+
+OBJECTIVES = ("cost", "throughput")
+INITIAL_MACHINES = 3  # spread over the candidates before the GP has anything to say
+EI_STOP = 0.01  # stop when no untried machine is expected to improve the best by ≥ 1 %
+CONFIDENCE_SAMPLES = 2000  # joint posterior draws behind "P(the pick is the best)"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A machine type ``--search`` may try: what the catalog knows before anything runs."""
+
+    name: str
+    vcpus: int
+    memory_gib: float
+    family: str
+    price_per_hour: float
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """Where a cross-machine search stands after the machines measured so far."""
+
+    next: str | None  # the machine to try next; None when the search stops
+    pick: str | None  # the best machine measured so far
+    confidence: float | None  # P(pick is the best of every candidate) under the GP
+    expected_gain: float | None  # largest expected improvement of an untried machine (relative)
+    stopped: str | None  # why the search stops (None while it goes on)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def peak_throughput(samples: Samples) -> float | None:
+    """The best median units/s over the worker counts measured on one machine."""
+    import numpy as np
+
+    meds = [float(np.median(v)) for v in samples.values() if len(v)]
+    meds = [m for m in meds if math.isfinite(m) and m > 0]
+    return max(meds) if meds else None
+
+
+def objective_value(objective: str, price_per_hour: float, units_per_s: float) -> float:
+    """USD per million units (cost, lower is better) or units/s (throughput, higher is better)."""
+    if objective == "cost":
+        return price_per_hour / 3600.0 / units_per_s * 1e6
+    return units_per_s
+
+
+def default_budget(n_candidates: int) -> int:
+    """A third of the candidates (rounded down), never fewer than the initial design."""
+    return min(n_candidates, max(INITIAL_MACHINES, n_candidates // 3))
+
+
+def search_step(
+    candidates: Sequence[Candidate],
+    measured: Mapping[str, float],
+    objective: str,
+    budget: int,
+    *,
+    ei_stop: float = EI_STOP,
+    seed: int = SEED,
+) -> SearchStep:
+    """Which machine to try next, from the peak throughput (units/s) of those tried so far.
+
+    Bayesian optimisation in the spirit of CherryPick (NSDI'17): a Gaussian
+    process over machine features (log vCPUs, log memory per vCPU, log price,
+    family) models log(peak units/s per vCPU); the price of every candidate is
+    known, so the objective (log cost per unit, or −log units/s) is a known
+    offset minus that model. The untried machine with the largest expected
+    improvement (in log terms: a relative gain) is tried next, until that gain
+    is below ``ei_stop`` or ``budget`` machines have been tried. Before the GP,
+    INITIAL_MACHINES machines spread over the feature space (farthest-point).
+    """
+    import numpy as np
+
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    names = [c.name for c in candidates]
+    tried = [n for n in names if n in measured and measured[n] > 0]
+    feats = _features(candidates)
+    offset = _offsets(candidates, objective)  # f = offset − y, lower is better
+    pick, conf, gain = None, None, None
+    if tried:
+        f_tried = {n: offset[names.index(n)] - math.log(measured[n] / _vcpus(candidates, n))
+                   for n in tried}
+        pick = min(f_tried, key=f_tried.__getitem__)
+    untried = [i for i, n in enumerate(names) if n not in measured]
+    spent = len([n for n in names if n in measured])
+    if len(tried) >= 2:
+        mean, cov = _posterior(feats, names, tried, measured, candidates, seed)
+        f_mean, f_sd = offset - mean, np.sqrt(np.clip(np.diag(cov), 1e-12, None))
+        best = min(f_tried.values())
+        gains = {i: _expected_improvement(best, f_mean[i], f_sd[i]) for i in untried}
+        gain = max(gains.values()) if gains else 0.0
+        conf = _confidence(offset, mean, cov, names.index(pick), seed)
+    else:
+        gains = {}
+    if not untried:
+        return SearchStep(None, pick, conf, gain, "every candidate tried")
+    if spent >= budget:
+        return SearchStep(None, pick, conf, gain, "budget spent")
+    if spent < min(INITIAL_MACHINES, budget) or not gains:
+        return SearchStep(names[_spread_pick(feats, names, measured)], pick, conf, gain, None)
+    if gain is not None and gain < ei_stop:
+        return SearchStep(None, pick, conf, gain, f"expected gain below {ei_stop:.0%}")
+    nxt = max(gains, key=gains.__getitem__)
+    return SearchStep(names[nxt], pick, conf, gain, None)
+
+
+def _vcpus(candidates: Sequence[Candidate], name: str) -> float:
+    return float(max(1, next(c.vcpus for c in candidates if c.name == name)))
+
+
+def _features(candidates: Sequence[Candidate]) -> Any:
+    """log vCPUs, log memory/vCPU, log price and one column per family, scaled to [0, 1]."""
+    import numpy as np
+
+    families = sorted({c.family for c in candidates})
+    rows = []
+    for c in candidates:
+        v = max(1, c.vcpus)
+        row = [math.log(v), math.log(max(c.memory_gib, 0.1) / v),
+               math.log(max(c.price_per_hour, 1e-9))]
+        row += [1.0 if c.family == f else 0.0 for f in families] if len(families) > 1 else []
+        rows.append(row)
+    x = np.array(rows, dtype=float)
+    span = x.max(axis=0) - x.min(axis=0)
+    return (x - x.min(axis=0)) / np.where(span > 0, span, 1.0)
+
+
+def _offsets(candidates: Sequence[Candidate], objective: str) -> Any:
+    """The known part of each candidate's log objective: f = offset − log(units/s per vCPU)."""
+    import numpy as np
+
+    out = []
+    for c in candidates:
+        lv = math.log(max(1, c.vcpus))
+        out.append(math.log(max(c.price_per_hour, 1e-12)) - lv if objective == "cost" else -lv)
+    return np.array(out, dtype=float)
+
+
+LENGTH_SCALES = (0.1, 0.2, 0.35, 0.6, 1.0, 2.0, 4.0)  # on features scaled to [0, 1]
+NOISE_SHARES = (0.01, 0.05, 0.2)  # measurement noise as a share of the signal variance
+
+
+def _matern52(a: Any, b: Any, length: float) -> Any:
+    """Matérn ν = 5/2 correlation: smooth but not analytic, CherryPick's kernel."""
+    import numpy as np
+
+    r = np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1), 0.0)) / length
+    s5 = math.sqrt(5.0) * r
+    return (1.0 + s5 + 5.0 / 3.0 * r * r) * np.exp(-s5)
+
+
+def _posterior(feats: Any, names: list[str], tried: list[str], measured: Mapping[str, float],
+               candidates: Sequence[Candidate], seed: int) -> tuple[Any, Any]:
+    """GP posterior mean and covariance of log(units/s per vCPU) at every candidate.
+
+    A zero-mean GP on the standardised targets with a Matérn 5/2 kernel; its
+    length scale and noise share are the pair of a small grid with the highest
+    marginal likelihood (the signal variance in closed form). A grid of 21
+    Cholesky factorisations of at most a few dozen points is microseconds,
+    where a gradient fit of an ARD kernel (scikit-learn) took seconds per step
+    and seconds more to import, for a handful of points that cannot pin an ARD
+    kernel's per-feature scales anyway. ``seed`` is unused: the fit is exact.
+    """
+    import numpy as np
+
+    idx = [names.index(n) for n in tried]
+    y = np.array([math.log(measured[n] / _vcpus(candidates, n)) for n in tried])
+    mu, sd = float(y.mean()), float(y.std()) or 1.0
+    z = (y - mu) / sd
+    x = feats[idx]
+    best: tuple[float, Any, float, float] | None = None
+    for length in LENGTH_SCALES:
+        corr = _matern52(x, x, length)
+        for share in NOISE_SHARES:
+            k = corr + share * np.eye(len(idx))
+            try:
+                chol = np.linalg.cholesky(k)
+            except np.linalg.LinAlgError:
+                continue
+            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
+            amp = max(float(z @ alpha) / len(idx), 1e-6)  # the signal variance, profiled out
+            loglik = -0.5 * len(idx) * math.log(amp) - float(np.log(np.diag(chol)).sum())
+            if best is None or loglik > best[0]:
+                best = (loglik, chol, length, amp)
+    assert best is not None  # share > 0 keeps every matrix positive definite
+    _, chol, length, amp = best
+    cross = _matern52(feats, x, length)
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
+    v = np.linalg.solve(chol, cross.T)
+    mean = mu + sd * (cross @ alpha)
+    cov = amp * sd * sd * (_matern52(feats, feats, length) - v.T @ v)
+    mean[idx] = y  # a tried machine is what was measured, not the GP's smoothing of it
+    return mean, cov
+
+
+def _expected_improvement(best: float, mean: float, sd: float) -> float:
+    """E[max(0, best − f)] for f ~ N(mean, sd²): lower is better."""
+    from scipy.stats import norm
+
+    if sd <= 0:
+        return max(0.0, best - mean)
+    z = (best - mean) / sd
+    return float(sd * (z * norm.cdf(z) + norm.pdf(z)))
+
+
+def _confidence(offset: Any, mean: Any, cov: Any, pick: int, seed: int) -> float:
+    """Share of joint posterior draws in which ``pick`` has the lowest objective."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    draws = rng.multivariate_normal(mean, cov, size=CONFIDENCE_SAMPLES, method="eigh")
+    f = offset[None, :] - draws
+    return float(np.mean(np.argmin(f, axis=1) == pick))
+
+
+def _spread_pick(feats: Any, names: list[str], measured: Mapping[str, object]) -> int:
+    """The untried candidate farthest from every tried one (the most central one first)."""
+    import numpy as np
+
+    done = [i for i, n in enumerate(names) if n in measured]
+    untried = [i for i, n in enumerate(names) if n not in measured]
+    if not done:
+        centre = feats.mean(axis=0)
+        return min(untried, key=lambda i: (float(np.sum((feats[i] - centre) ** 2)), i))
+    dist = {i: min(float(np.sum((feats[i] - feats[j]) ** 2)) for j in done) for i in untried}
+    return max(untried, key=lambda i: (dist[i], -i))

@@ -285,6 +285,28 @@ def _positive_number(value: Any, where: str) -> float:
     return number
 
 
+def _choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise UsageError(f"{where}: expected one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _vcpu_range(value: Any, where: str) -> list[int]:
+    """``8-80`` (a range), ``16`` (exactly) or a [min, max] list from a config file."""
+    if isinstance(value, list) and len(value) == 2:
+        low, high = (_integer(1)(v, where) for v in value)
+    else:
+        text = str(value).strip()
+        match = re.fullmatch(r"(\d+)\s*(?:-\s*(\d+))?", text)
+        if not match:
+            raise UsageError(f"{where}: expected a vCPU count or range like 8-80, got {value!r}")
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) else low
+    if low < 1 or low > high:
+        raise UsageError(f"{where}: expected 1 <= min <= max, got {value!r}")
+    return [low, high]
+
+
 def _boolean(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         raise UsageError(f"{where}: expected true or false, got {value!r}")
@@ -410,6 +432,12 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "out": _path,
     "dry_run": _boolean,
     "adaptive": _boolean,
+    "search": lambda v, w: _choice(v, w, ("cost", "throughput")),
+    "budget": _integer(1),
+    "family": lambda v, w: [f.strip() for item in _strings(v, w) for f in item.split(",")
+                            if f.strip()],
+    "vcpus": lambda v, w: _vcpu_range(v, w),
+    "max_price": _positive_number,
     "hosts_file": _path,
     "hosts": lambda v, w: [parse_host(h, w) for h in _strings(v, w)],
     "ssh_key": _path,
@@ -634,8 +662,52 @@ def _ssh_machines(spec: SweepSpec) -> list[str]:
     return SshProvider(options).machines()
 
 
+def search_candidates(spec: SweepSpec) -> list[str]:
+    """``--search``'s machine types: the --machine names plus the catalog rows matching
+    --family, --vcpus and --max-price (provider and region as given), once each."""
+    from orchestrator.spec.catalog import filter_catalog, sort_catalog
+
+    names = list(spec.machines)
+    if spec.family or spec.vcpus or spec.max_price is not None:
+        rows = load_catalog(spec.provider if spec.provider in ("gcp", "aws") else None)
+        low, high = spec.vcpus or (None, None)
+        for family in spec.family or [None]:
+            if family is not None and not filter_catalog(rows, family=family):
+                close = suggest(family, {m.family for m in rows}
+                                | {m.name.rsplit("-", 1)[0] for m in rows})
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise UsageError(f"--family: {family!r} is not in the catalog{hint}")
+            found = filter_catalog(rows, family=family, region=spec.region, min_vcpus=low,
+                                   max_vcpus=high, max_price=spec.max_price, spot=spec.spot)
+            names += [m.name for m in sort_catalog(found, "vcpus", spot=spec.spot)]
+    return list(dict.fromkeys(names))
+
+
+def _check_search(spec: SweepSpec) -> None:
+    """--search and its candidate filters, resolved into ``spec.machines`` before the plan."""
+    filters = [flag for flag, given in (("--family", spec.family), ("--vcpus", spec.vcpus),
+                                        ("--max-price", spec.max_price is not None),
+                                        ("--budget", spec.budget is not None)) if given]
+    if spec.search is None:
+        if filters:
+            raise UsageError(f"{filters[0]} selects the machines --search tries: add "
+                             "--search cost|throughput (or name machines with --machine)")
+        return
+    if spec.provider in ("ssh", "local") or spec.hosts or spec.hosts_file:
+        raise UsageError("--search picks machine types from the catalog (gcp or aws; with "
+                         "--dry-run it runs on this machine): drop --provider ssh/local")
+    if spec.grid:
+        raise UsageError("--search compares machines on one workload: drop --grid")
+    spec.machines = search_candidates(spec)
+    if len(spec.machines) < 2:
+        raise UsageError(f"--search needs at least 2 candidate machines, found "
+                         f"{len(spec.machines)}: widen --family/--vcpus/--max-price or add "
+                         "--machine (see `cloudprof catalog`)")
+
+
 def validate_spec(spec: SweepSpec) -> SweepSpec:
     """Cross-option checks; fills in the provider, the region (from the zone), ssh machines."""
+    _check_search(spec)
     for name in spec.machines:
         check_name(name)
     if len(set(spec.machines)) != len(spec.machines):

@@ -18,14 +18,25 @@ DEFAULT_WORKLOAD = "cube"
 class SweepSpec:
     machines: list[str]
     workers: list[int] | None = None  # None: powers of two up to vCPUs, vCPUs, one oversubscribed
-    repeats: int = 1
-    duration_s: float = 3.0  # per trial; 9 default trials + inputs fit a 2-minute --dry-run
+    # Three repeats per worker count: one gives no spread, and on replayed surfaces with
+    # 2–5 % noise the peak N* lands within ±10 % in 78 % of cases with one, 95 % with three
+    # (benchmarks/bench_model.py, BENCHMARKS.md "Scaling model"); --adaptive spends fewer.
+    repeats: int = 3
+    duration_s: float = 3.0  # per trial
     # Before each trial, untimed and unsampled: workers allocate their buffers and warm
     # caches first, so neither the rate nor the leak verdict sees the start-up ramp.
     warmup_s: float = 0.0
     # Per machine, run the worker counts that narrow the USL's peak N* (plan/search.py)
     # instead of the whole grid; the grid's trial count is the budget.
     adaptive: bool = False
+    # --search cost|throughput: try the candidate machines (--machine, or the catalog rows
+    # matching --family/--vcpus/--max-price) one at a time, the next chosen by a Gaussian
+    # process over machine features (plan/search.py), at most ``budget`` of them.
+    search: str | None = None
+    budget: int | None = None  # machines tried; None: plan.search.default_budget
+    family: list[str] = field(default_factory=list)
+    vcpus: list[int] | None = None  # [min, max]
+    max_price: float | None = None  # USD per hour (the spot price with --spot)
     workload: str = DEFAULT_WORKLOAD  # registry name or "module:Class"
     workload_params: dict[str, Any] = field(default_factory=dict)  # frames, dim, strategy...
     provider: str | None = None  # None: the machine's provider in the catalog

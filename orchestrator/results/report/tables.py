@@ -151,6 +151,17 @@ def _headlines(
                 f"--adaptive: {record.get('machine')} took {adaptive.get('trials')} trials "
                 f"against the full grid's {adaptive.get('grid_trials')} ({adaptive.get('stopped')})"
             )
+    search = run.sweep.get("search")
+    if isinstance(search, dict) and search.get("pick_machine"):
+        conf = search.get("confidence")
+        sure = f", {conf:.0%} sure it is the best of" if isinstance(conf, float) else " of"
+        lines.append(
+            f"--search {search.get('objective')}: picked {search['pick_machine']}{sure} "
+            f"{search.get('candidates')} candidates after trying {len(search.get('tried') or [])} "
+            f"({search.get('stopped')}); estimated search cost "
+            f"{fmt_usd(search.get('estimated_cost_usd'), estimate=True)} against "
+            f"{fmt_usd(search.get('estimated_grid_cost_usd'), estimate=True)} for every candidate"
+        )
     if bool((summary["repeats"] < 2).all()):
         lines.append(
             "One repeat per worker count: no spread was measured, so nothing here says how sure "

@@ -1,0 +1,100 @@
+"""--search's planner: which machine type to try next, on machine surfaces with a known best."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.plan.model import usl
+from orchestrator.plan.search import (
+    INITIAL_MACHINES,
+    Candidate,
+    default_budget,
+    objective_value,
+    peak_throughput,
+    search_step,
+)
+
+SIZES = (4, 8, 16, 32, 48, 64, 96)
+
+
+def _world(seed: int) -> tuple[list[Candidate], dict[str, float]]:
+    """Four families × seven sizes; each family its own speed, price per vCPU and USL peak."""
+    rng = np.random.default_rng(seed)
+    cands, peak = [], {}
+    for fam in ("a", "b", "c", "d"):
+        lam, ppv = rng.uniform(700, 1400), rng.uniform(0.02, 0.06)
+        sigma, n_star = rng.uniform(0, 0.08), rng.uniform(12, 120)
+        for v in SIZES:
+            c = Candidate(f"{fam}-{v}", v, 2.0 * v, fam, ppv * v)
+            cands.append(c)
+            peak[c.name] = float(np.max(usl(np.arange(1, 2 * v + 1), lam, sigma,
+                                            (1 - sigma) / n_star**2)))
+    return cands, peak
+
+
+def _search(cands, peak, objective, budget, rng, noise=0.03):
+    measured: dict[str, float] = {}
+    while (step := search_step(cands, measured, objective, budget)).next is not None:
+        assert step.next not in measured
+        measured[step.next] = peak[step.next] * (1 + rng.normal(0, noise))
+    return step, measured
+
+
+def test_the_first_machines_tried_are_spread_over_sizes_and_families():
+    cands, _ = _world(1)
+    measured: dict[str, float] = {}
+    for _ in range(INITIAL_MACHINES):
+        step = search_step(cands, measured, "cost", budget=10)
+        measured[step.next] = 1000.0
+    sizes = {next(c.vcpus for c in cands if c.name == n) for n in measured}
+    families = {n.split("-")[0] for n in measured}
+    assert len(sizes) == INITIAL_MACHINES and len(families) >= 2
+
+
+@pytest.mark.parametrize("seed", [3, 5, 8])
+def test_a_cost_search_lands_within_5_percent_of_the_cheapest_machine_using_a_third_of_them(seed):
+    cands, peak = _world(seed)
+    budget = default_budget(len(cands))
+    assert budget <= len(cands) / 3
+    step, measured = _search(cands, peak, "cost", budget, np.random.default_rng(seed))
+    cost = {c.name: objective_value("cost", c.price_per_hour, peak[c.name]) for c in cands}
+    assert len(measured) <= budget
+    assert step.pick in measured
+    assert cost[step.pick] <= 1.05 * min(cost.values())
+    assert step.stopped is not None and 0.0 <= step.confidence <= 1.0
+
+
+def test_a_throughput_search_picks_the_fastest_machine_it_measured():
+    cands, peak = _world(4)
+    step, measured = _search(cands, peak, "throughput", 8, np.random.default_rng(4), noise=0.0)
+    assert measured[step.pick] == max(measured.values())
+    assert max(peak.values()) <= 1.05 * peak[step.pick]
+
+
+def test_the_search_stops_when_the_budget_of_machines_is_spent():
+    cands, peak = _world(2)
+    step, measured = _search(cands, peak, "cost", 4, np.random.default_rng(2))
+    assert len(measured) <= 4
+    if len(measured) == 4:
+        assert step.stopped == "budget spent"
+
+
+def test_a_clear_winner_measured_among_all_candidates_is_picked_with_high_confidence():
+    cands = [Candidate(f"m-{v}", v, 4.0 * v, "m", 0.05 * v) for v in (2, 4, 8, 16)]
+    measured = {"m-2": 200.0, "m-4": 400.0, "m-8": 1600.0, "m-16": 1700.0}  # m-8: half the cost
+    step = search_step(cands, measured, "cost", budget=4)
+    assert step.next is None and step.stopped == "every candidate tried"
+    assert step.pick == "m-8"
+    assert step.confidence > 0.9
+
+
+def test_a_machine_that_failed_counts_against_the_budget_but_is_never_picked():
+    cands = [Candidate(f"m-{v}", v, 4.0 * v, "m", 0.05 * v) for v in (2, 4, 8, 16)]
+    step = search_step(cands, {"m-2": 0.0, "m-4": 400.0}, "cost", budget=2)
+    assert step.next is None and step.stopped == "budget spent" and step.pick == "m-4"
+
+
+def test_the_peak_is_the_best_median_over_worker_counts():
+    assert peak_throughput({1: [10.0, 12.0, 11.0], 2: [20.0, 30.0, 19.0], 4: [18.0]}) == 20.0
+    assert peak_throughput({}) is None
