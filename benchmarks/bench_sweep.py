@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sweep.py                      # 6 trials x 2 s, 3 sweeps
     python benchmarks/bench_sweep.py --repeats 5 --frames 100 --rows 1000 --cols 1000
+    python benchmarks/bench_sweep.py --code /tmp/before --code .   # two checkouts, interleaved
 
 Each sweep is ``cloudprof sweep -m n2-highcpu-80 --dry-run --workers 1,2
 --repeats 3 --duration 2`` (6 trials), run in a fresh Python process as the CLI
@@ -60,6 +61,7 @@ def child(args: argparse.Namespace) -> None:
     import threading
 
     t0 = time.perf_counter()
+    sys.path.insert(0, args.code[0])  # the checkout under test, ahead of this script's own
     from rich.console import Console
 
     from orchestrator.engine import sweep
@@ -141,6 +143,11 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--cols", type=int, default=1000)
     ap.add_argument("--dim", type=int, default=100)
+    ap.add_argument(
+        "--code", action="append", default=None,
+        help="a checkout whose orchestrator/ and workloads/ run the sweeps (repeatable: the "
+        "checkouts alternate sweep by sweep; default: this one)",
+    )  # fmt: skip
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -159,28 +166,43 @@ def main() -> None:
         f"inputs: {directory} ({size / 2**20:,.0f} MiB; ready in "
         f"{time.perf_counter() - started:.2f} s, before any sweep is timed)"
     )
-    per_sweep: list[dict[str, float]] = []
-    walls: list[float] = []
+    codes = [str(Path(c).resolve()) for c in (args.code or [str(ROOT)])]
+    per_sweep: dict[str, list[dict[str, float]]] = {c: [] for c in codes}
+    walls: dict[str, list[float]] = {c: [] for c in codes}
     for i in range(args.repeats):
-        with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
-            argv = [sys.executable, __file__, "--child", "--out", str(Path(tmp) / "runs"),
-                    "--duration", str(args.duration), "--workers", args.workers,
-                    "--trial-repeats", str(args.trial_repeats), "--frames", str(args.frames),
-                    "--rows", str(args.rows), "--cols", str(args.cols),
-                    "--dim", str(args.dim)]  # fmt: skip
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
-            start = time.perf_counter()
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-            wall = time.perf_counter() - start
-            if proc.returncode != 0:
-                sys.exit(f"sweep {i + 1} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
-        walls.append(wall)
-        per_sweep.append(phases_of(result, wall))
-        outside = 1 - per_sweep[-1]["trial"] / wall
-        print(f"  sweep {i + 1}: {wall:.1f} s, {100 * outside:.0f}% outside trials")
+        for code in codes:  # interleaved: a neighbour's load hits every checkout alike
+            wall, phases = one_sweep(args, code)
+            walls[code].append(wall)
+            per_sweep[code].append(phases)
+            outside = 1 - phases["trial"] / wall
+            print(f"  sweep {i + 1} ({code}): {wall:.1f} s, {100 * outside:.0f}% outside trials")
+    for code in codes:
+        report(args, code, per_sweep[code], walls[code])
 
+
+def one_sweep(args: argparse.Namespace, code: str) -> tuple[float, dict[str, float]]:
+    """One sweep of ``code`` in a fresh process: its wall and its phases."""
+    with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
+        argv = [sys.executable, __file__, "--child", "--code", code,
+                "--out", str(Path(tmp) / "runs"),
+                "--duration", str(args.duration), "--workers", args.workers,
+                "--trial-repeats", str(args.trial_repeats), "--frames", str(args.frames),
+                "--rows", str(args.rows), "--cols", str(args.cols),
+                "--dim", str(args.dim)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": code}  # the trial runners import this checkout
+        start = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            sys.exit(f"a sweep of {code} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return wall, phases_of(result, wall)
+
+
+def report(
+    args: argparse.Namespace, code: str, per_sweep: list[dict[str, float]], walls: list[float]
+) -> None:
+    """The phase table of one checkout's sweeps."""
     rows = []
     for phase in PHASES:
         values = [p[phase] for p in per_sweep]
@@ -194,8 +216,8 @@ def main() -> None:
     print_table(
         ["phase", "s (median)", "min–max", "of wall"],
         rows,
-        title=f"local dry run, {trials} trials x {args.duration:g} s: medians of {args.repeats} "
-        "sweeps (each phase summed over the sweep's trials)",
+        title=f"{code}: local dry run, {trials} trials x {args.duration:g} s, medians of "
+        f"{len(walls)} sweeps (each phase summed over the sweep's trials)",
     )
     outside = [1 - p["trial"] / w for p, w in zip(per_sweep, walls, strict=True)]
     print(
