@@ -175,6 +175,19 @@ def test_the_keep_consumer_keeps_two_intact_cubes_per_thread(cache: Path, strate
     assert consumer.cubes == 9
 
 
+def test_the_keep_consumer_holds_exactly_the_last_two_cubes_of_its_thread() -> None:
+    keep = CONSUMERS["keep"]()
+    cubes = [np.full((2, 2, 2), float(i)) for i in range(4)]
+    assert all(keep(c, np.arange(2)) is KEEP for c in cubes)
+    assert [c[0, 0, 0] for c in keep._mine.cubes] == [2.0, 3.0]
+    other: list[int] = []
+    t = threading.Thread(target=lambda: (keep(cubes[0], np.arange(2)),
+                                         other.append(len(keep._mine.cubes))))
+    t.start()
+    t.join()
+    assert other == [1] and len(keep._mine.cubes) == 2  # one list per thread
+
+
 @pytest.mark.parametrize("consumer", ["view", "contiguous", "keep"])
 def test_every_consumer_sums_the_same_cubes(cache: Path, consumer: str) -> None:
     checksums = {}
