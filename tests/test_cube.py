@@ -241,6 +241,9 @@ def test_what_one_unit_delivered_is_recorded(cache: Path, consumer: str, deliver
     assert info["consumer"] == consumer
     assert info["unit_detail"].startswith("one cube of 6×10×10 float64 (0.0048 MB) delivered as ")
     assert delivered in info["unit_detail"]
+    numpy = _workload(cache, strategy="numpy")
+    numpy.prepare()
+    assert numpy.describe()["unit_detail"].endswith("delivered as a fresh array")
 
 
 @pytest.mark.parametrize("strategy", ["fast", "threads"])

@@ -17,7 +17,8 @@ counts (see ``workloads.cube_strategies``).
 
 What one unit is depends on the consumer (the ``consumer`` parameter), because
 what the consumer needs changes the rate: ``view`` (default) reads a few values
-of the strided view the kernel delivers; ``contiguous`` makes a C-contiguous
+of the cube as the strategy delivers it (``fast``: a strided view of its buffer;
+the others: a fresh array); ``contiguous`` makes a C-contiguous
 copy first, as torch or a GAN input pipeline needs; ``keep`` keeps the last two
 cubes of every thread.
 """
@@ -88,7 +89,7 @@ class Checksum:
         self.value = 0.0
         self.cubes = 0
 
-    delivered = "a strided view"
+    delivered: str | None = None  # None: as the strategy delivers it (Strategy.delivers)
 
     def __call__(self, cube: np.ndarray, cols: np.ndarray) -> Any:
         self.add(cube)
@@ -245,10 +246,10 @@ class CubeWorkload(Workload):
         return out
 
     def unit_detail(self) -> str:
-        """ "one cube of 100×100×100 float64 (8.0 MB) delivered as a strided view": one unit."""
+        """ "one cube of 100×100×100 float64 (8 MB) delivered as a strided view": one unit."""
         s = self._ready()
         nbytes = s.frames * self.dim * self.dim * 8
-        delivered = CONSUMERS[self.consumer_name].delivered
+        delivered = CONSUMERS[self.consumer_name].delivered or s.delivers
         return (
             f"one cube of {s.frames}×{self.dim}×{self.dim} float64 ({nbytes / 1e6:.3g} MB) "
             f"delivered as {delivered}"
