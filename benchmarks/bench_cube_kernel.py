@@ -1,6 +1,7 @@
 """Cube kernel throughput against this machine's memory bandwidth, and the article's table.
 
     python benchmarks/bench_cube_kernel.py            # defaults: the article's sizes
+    python benchmarks/bench_cube_kernel.py --consumers-only   # what one unit delivers
 
 The ``fast`` strategy moves, per cube, ``frames*dim`` contiguous runs of ``dim``
 doubles from a (cols, frames, dim) array into a per-worker buffer:
@@ -129,6 +130,49 @@ def compare_layouts(directory: str, dim: int, seconds: float, repeats: int) -> N
     )
 
 
+def compare_consumers(params: dict[str, str], seconds: float, repeats: int) -> None:
+    """One-worker rates by consumer (what one unit delivers), and the article's ``numpy`` kernel.
+
+    Interleaved rounds: every configuration runs once per round, so a neighbour's
+    load hits all alike; ratios are medians of the per-round ratios to ``fast``
+    with the ``view`` consumer (the default unit).
+    """
+    configs = {
+        "fast, view (default)": ("fast", "view"),
+        "fast, contiguous": ("fast", "contiguous"),
+        "fast, keep": ("fast", "keep"),
+        "numpy (article), view": ("numpy", "view"),
+    }
+    works = {}
+    for name, (strategy, consumer) in configs.items():
+        works[name] = CubeWorkload(strategy=strategy, consumer=consumer, **params)
+        works[name].prepare()
+        run_for(works[name], 1, 0.2)  # warm-up
+    rates: dict[str, list[float]] = {k: [] for k in configs}
+    for _ in range(repeats):
+        for name, work in works.items():
+            rates[name].append(run_for(work, 1, seconds))
+    base = rates["fast, view (default)"]
+    rows = []
+    for name, r in rates.items():
+        ratios = [a / b for a, b in zip(r, base, strict=True)]
+        rows.append(
+            [name, median(r), f"{min(r):,.0f}–{max(r):,.0f}", f"{median(ratios):.2f}x",
+             f"{min(ratios):.2f}–{max(ratios):.2f}"]
+        )  # fmt: skip
+    print_table(
+        ["kernel, consumer (one worker)", "cubes/s", "min–max", "vs fast view", "ratio min–max"],
+        rows,
+        title=f"what one unit delivers (medians of {repeats} interleaved rounds of {seconds} s)",
+    )
+    numpy = rates["numpy (article), view"]
+    times = [b / a for a, b in zip(numpy, base, strict=True)]
+    print(
+        f"fast (view) is {median(times):.1f}x the article's numpy kernel side by side "
+        f"(median of per-round ratios, {min(times):.1f}–{max(times):.1f})"
+    )
+
+
 def measure_fast(
     args: argparse.Namespace, params: dict[str, str], worker_counts: list[int]
 ) -> tuple[list[list], float]:
@@ -214,6 +258,9 @@ def main() -> None:
     ap.add_argument("--naive-cubes", type=int, default=2, help="cubes for naive (slow!)")
     ap.add_argument("--skip-article", action="store_true", help="only the fast kernel")
     ap.add_argument(
+        "--consumers-only", action="store_true", help="only the consumers table (fast, 1 worker)"
+    )
+    ap.add_argument(
         "--cache", default=None, help="inputs cache (default: $CLOUDPROF_CACHE or ~/.cache)"
     )
     args = ap.parse_args()
@@ -226,8 +273,12 @@ def main() -> None:
     print(f"inputs: {directory} (ensure_inputs {gen_s:.2f} s)")
     params = dict(dim=str(args.dim), seed=str(args.seed), inputs=str(directory))
 
+    if args.consumers_only:
+        compare_consumers(params, args.seconds, args.repeats)
+        return
     rows, load_s = measure_fast(args, params, worker_counts)
     compare_layouts(str(directory), args.dim, args.seconds, args.repeats)
+    compare_consumers(params, args.seconds, args.repeats)
 
     if args.skip_article:
         return

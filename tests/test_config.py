@@ -281,6 +281,10 @@ def test_workload_parameters_are_checked_by_the_workload(tmp_path: Path) -> None
         spec_of(tmp_path, machines=["c6i.large"], dim=100, rows=40)
     with pytest.raises(UsageError, match="unknown parameter"):
         spec_of(tmp_path, machines=["c6i.large"], params=["colour=red"])
+    with pytest.raises(UsageError, match=r"unknown consumer 'torch'.*view, contiguous, keep"):
+        spec_of(tmp_path, machines=["c6i.large"], params=["consumer=torch"])
+    assert spec_of(tmp_path, machines=["c6i.large"], params=["consumer=keep"]) \
+        .workload_params["consumer"] == "keep"
     with pytest.raises(UsageError, match="unknown workload 'cub'; did you mean cube"):
         spec_of(tmp_path, machines=["c6i.large"], workload="cub")
     with pytest.raises(UsageError, match="--frames: must be 1 or more"):

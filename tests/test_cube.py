@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from workloads.base import UnitCounter, WorkloadInputError, load_workload
-from workloads.cube import Checksum, CubeWorkload, reference_cube
+from workloads.cube import CONSUMERS, KEEP, Checksum, CubeWorkload, reference_cube
 from workloads.cube_strategies import STRATEGIES
 from workloads.inputs import InputSpec, ensure_inputs, load_frames
 
@@ -31,15 +31,16 @@ def _frames(cache: Path, seed: int = 0) -> np.ndarray:
 
 
 class Keeper:
-    """A consumer that keeps every cube it receives (no copy) with its columns."""
+    """A consumer that keeps every cube it receives (no copy) with its columns, and says so."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.kept: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def __call__(self, cube: np.ndarray, cols: np.ndarray) -> None:
+    def __call__(self, cube: np.ndarray, cols: np.ndarray) -> object:
         with self.lock:
             self.kept.append((cube, cols))
+        return KEEP
 
 
 def test_reference_cube_is_the_articles_definition() -> None:
@@ -99,6 +100,8 @@ def test_fast_reuses_a_buffer_nobody_kept(cache: Path) -> None:
             seen[0] += 1
             if seen[0] % 3 == 0:
                 kept.append((cube, cols))
+                return KEEP
+            return None
 
     work.produce(30, workers=2, consumer=keep_every_third)
     # One buffer per worker, plus one fresh buffer per kept cube.
@@ -116,6 +119,131 @@ def test_fast_without_keeping_allocates_one_buffer_per_worker(cache: Path) -> No
         50, workers=2, consumer=lambda c, _: addresses.add(c.__array_interface__["data"][0])
     )
     assert 1 <= len(addresses) <= 2
+
+
+def test_a_kept_cube_is_never_overwritten_when_reference_counts_miss_the_consumers_hold(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython 3.14 borrows references on the interpreter stack (gh-130704), so a count
+    can miss a holder. Here every count says "nobody else": the declared ``KEEP`` still
+    protects each cube (a rule built on ``sys.getrefcount`` overwrote them)."""
+    import sys
+
+    monkeypatch.setattr(sys, "getrefcount", lambda obj: 1)
+    work = _workload(cache)
+    keeper = Keeper()
+    work.produce(12, workers=1, consumer=keeper)
+    monkeypatch.undo()
+    frames = _frames(cache)
+    for cube, cols in keeper.kept:
+        assert np.array_equal(cube, reference_cube(frames, cols))
+    assert len({c.__array_interface__["data"][0] for c, _ in keeper.kept}) == 12
+
+
+def test_buffer_reuse_does_not_depend_on_reference_counts(cache: Path) -> None:
+    """Holding a cube without declaring it gets no new buffer: ownership is declared."""
+    work = _workload(cache)
+    work.prepare()
+    assert work.strategy is not None
+    held: list[np.ndarray] = []
+    make = work.strategy.maker()
+    sample = work.column_sampler(0)
+    for _ in range(5):
+        held.append(make(sample()))  # referenced, not declared kept
+    assert make.buffers == 1
+    assert len({c.__array_interface__["data"][0] for c in held}) == 1
+    make.keep()
+    make(sample())
+    assert make.buffers == 2
+
+
+@pytest.mark.parametrize("strategy", ["fast", "numpy", "threads"])
+def test_the_keep_consumer_keeps_two_intact_cubes_per_thread(cache: Path, strategy: str) -> None:
+    work = _workload(cache, strategy=strategy, consumer="keep")
+    consumer = CONSUMERS["keep"]()
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    real = consumer.__call__
+
+    def spy(cube: np.ndarray, cols: np.ndarray) -> object:
+        seen.append((cube, cols))
+        return real(cube, cols)
+
+    assert work.produce(9, workers=1, consumer=spy) == 9
+    frames = _frames(cache)
+    for cube, cols in seen:  # every cube given to it, kept or since dropped, is intact
+        assert np.array_equal(cube, reference_cube(frames, cols))
+    assert consumer.cubes == 9
+
+
+def test_the_keep_consumer_holds_exactly_the_last_two_cubes_of_its_thread() -> None:
+    keep = CONSUMERS["keep"]()
+    cubes = [np.full((2, 2, 2), float(i)) for i in range(4)]
+    assert all(keep(c, np.arange(2)) is KEEP for c in cubes)
+    assert [c[0, 0, 0] for c in keep._mine.cubes] == [2.0, 3.0]
+    other: list[int] = []
+    t = threading.Thread(target=lambda: (keep(cubes[0], np.arange(2)),
+                                         other.append(len(keep._mine.cubes))))
+    t.start()
+    t.join()
+    assert other == [1] and len(keep._mine.cubes) == 2  # one list per thread
+
+
+@pytest.mark.parametrize("consumer", ["view", "contiguous", "keep"])
+def test_every_consumer_sums_the_same_cubes(cache: Path, consumer: str) -> None:
+    checksums = {}
+    for name in ("view", consumer):
+        c = CONSUMERS[name]()
+        _workload(cache, seed="3").produce(6, workers=1, consumer=c)
+        checksums[name] = (c.cubes, round(c.value, 9))
+    assert checksums[consumer] == checksums["view"] and checksums["view"][0] == 6
+
+
+def test_the_contiguous_consumer_receives_a_c_contiguous_copy(cache: Path) -> None:
+    work = _workload(cache, consumer="contiguous")
+    got: list[bool] = []
+
+    class Spy(CONSUMERS["contiguous"]):  # type: ignore[misc,valid-type]
+        def add(self, cube: np.ndarray) -> None:
+            got.append(bool(cube.flags.c_contiguous))
+            super().add(cube)
+
+    work.produce(3, consumer=Spy())
+    assert got == [True, True, True]
+    views: list[bool] = []
+    work.produce(3, consumer=lambda c, _: views.append(bool(c.flags.c_contiguous)))
+    assert views == [False, False, False]  # what the fast kernel delivers is a strided view
+
+
+@pytest.mark.parametrize(
+    ("strategy", "on_caller"), [("fast", False), ("numpy", False), ("threads", True)]
+)
+def test_the_consumer_runs_on_the_worker_thread_except_in_the_articles_thread_pool(
+    cache: Path, strategy: str, on_caller: bool
+) -> None:
+    names: set[str] = set()
+    _workload(cache, strategy=strategy).produce(
+        12, workers=2, consumer=lambda c, _: names.add(threading.current_thread().name)
+    )
+    caller = threading.current_thread().name
+    assert (names == {caller}) is on_caller
+    if not on_caller:
+        assert names and all(n.startswith("cube-worker") for n in names)
+
+
+@pytest.mark.parametrize(
+    ("consumer", "delivered"),
+    [("view", "a strided view"), ("contiguous", "a C-contiguous array"), ("keep", "kept")],
+)
+def test_what_one_unit_delivered_is_recorded(cache: Path, consumer: str, delivered: str) -> None:
+    work = _workload(cache, consumer=consumer)
+    work.prepare()
+    info = work.describe()
+    assert info["consumer"] == consumer
+    assert info["unit_detail"].startswith("one cube of 6×10×10 float64 (0.0048 MB) delivered as ")
+    assert delivered in info["unit_detail"]
+    numpy = _workload(cache, strategy="numpy")
+    numpy.prepare()
+    assert numpy.describe()["unit_detail"].endswith("delivered as a fresh array")
 
 
 @pytest.mark.parametrize("strategy", ["fast", "threads"])
@@ -221,6 +349,7 @@ def test_explicit_inputs_directory(cache: Path, tmp_path: Path) -> None:
         ({"dim": "55", "rows": "60"}, "dim 55 exceeds cols 50"),
         ({"dim": "41", "cols": "60"}, "dim 41 exceeds rows 40"),
         ({"strategy": "gpu"}, "unknown strategy 'gpu'"),
+        ({"consumer": "torch"}, "unknown consumer 'torch'"),
         ({"format": "xlsx"}, "format must be one of"),
         ({"colour": "blue"}, "unknown parameter(s) colour"),
         ({"frames": "-1"}, "frames must be at least 1"),

@@ -983,3 +983,46 @@ def test_json_values_are_plain_and_unknown_numbers_are_null() -> None:
         "na": None, "nat": None, "nan": None, "inf": [None], "int": 3, "bool": True
     }  # fmt: skip
     assert type(plain(np.int64(3))) is int
+
+
+# ------------------------------------------------------------------ units
+
+
+@pytest.mark.parametrize(
+    ("consumer", "delivered"),
+    [("contiguous", "delivered as a C-contiguous array"),
+     ("keep", "delivered as an array kept (the last two per thread)")],
+)
+def test_the_report_says_what_one_unit_delivered(
+    tmp_path: Path, consumer: str, delivered: str
+) -> None:
+    """The real runner records the cube's consumer; the store keeps it; the report says it."""
+    import os
+
+    from orchestrator.plan.planner import TrialPlan
+    from orchestrator.results.store import RunStore
+    from orchestrator.spec.catalog import MachineType
+
+    params = {"frames": "4", "rows": "40", "cols": "50", "dim": "10", "consumer": consumer}
+    out = tmp_path / "trial"
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--out", str(out), "--duration", "0.3",
+         "--quiet", *[a for k, v in params.items() for a in ("--param", f"{k}={v}")]],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "CLOUDPROF_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["params"]["workload_resolved"]["consumer"] == consumer
+    spec = {"workload": "cube", "workload_params": params, "duration_s": 0.3}
+    store = RunStore.create(tmp_path / "run", {"sweep_id": "u", "spec": spec, "plan": {}})
+    machine = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,
+                          memory_gib=8.0, region="us-central1", price_on_demand=0.36,
+                          price_spot=0.09, price_source="test", price_date="2024-06-01")
+    store.record_trial(summary, None, machine, trial=TrialPlan("t1", machine.name, 1, 0, []),
+                       sweep_id="u", ran_on="local", provider="local")  # fmt: skip
+    assert pd.read_parquet(store.trials_path)["unit_detail"].tolist() == [
+        f"one cube of 4×10×10 float64 (0.0032 MB) {delivered}"
+    ]
+    text = console_text(store.run_dir)
+    assert f"1 unit = one cube of 4×10×10 float64 (0.0032 MB) {delivered}" in text

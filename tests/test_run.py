@@ -352,3 +352,38 @@ def test_ctrl_c_to_the_process_group_keeps_the_samplers_series(tmp_path):
     assert s["status"] == "interrupted"
     assert "error" not in s["agent"], s["agent"]
     assert s["agent"]["samples"] >= 0.8 * 50 * s["seconds"], s["agent"]
+
+
+def test_a_cube_trial_never_imports_pandas(tmp_path):
+    """pandas costs a trial's start-up 0.27 s; pyarrow's pa.array imported it via its shim."""
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['workloads.run', '--param', 'frames=4', '--param', 'rows=40', '--param',"
+        " 'cols=50', '--param', 'dim=10', '--duration', '0.3', '--quiet', '--out', sys.argv[1]]\n"
+        "try:\n    runpy.run_module('workloads.run', run_name='__main__')\n"
+        "except SystemExit as exc:\n    code = exc.code\n"
+        "print('exit', code, 'pandas' in sys.modules)\n"
+    )
+    env = {**os.environ, "CLOUDPROF_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+    assert proc.stdout.split() == ["exit", "0", "False"], proc.stderr
+    table = pq.read_table(tmp_path / "out" / protocol.TIMESERIES_FILE)
+    assert table.num_rows > 0 and table.column("uss_bytes").null_count >= 0
+
+
+def test_arrow_columns_built_from_buffers_equal_what_pa_array_builds():
+    import numpy as np
+    import pyarrow as pa
+
+    from workloads.arrow import from_numpy, nullable
+
+    cases = [([1.5, None, -2.0], pa.float64()), ([None, None], pa.int64()),
+             ([3, 4, None, 5, 6, 7, 8, 9, None], pa.int32()), ([], pa.int64()),
+             ([10**12, 2], pa.int64())]  # fmt: skip
+    for values, typ in cases:
+        built = nullable(values, typ)
+        built.validate(full=True)
+        assert built.equals(pa.array(values, type=typ)), (values, typ)
+    column = np.arange(5, dtype=np.float64)[::-1]  # not contiguous: copied
+    assert from_numpy(column, pa.float64()).equals(pa.array(column))

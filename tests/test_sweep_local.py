@@ -506,3 +506,30 @@ def test_dry_run_never_touches_a_cloud_bucket(cache: Path, tmp_path: Path) -> No
     run_dir = run_sweep(spec, console=quiet())
     sweep = json.loads((run_dir / "sweep.json").read_text())
     assert sweep["bucket"] == str(cache / "bucket") and sweep["status"] == "done"
+
+
+def test_a_local_bucket_hashes_a_large_file_once_across_sweeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MD5 of unchanged inputs is trusted from the bucket's cache while size and mtime
+    match (a sweep re-hashed 763 MiB every time); a changed file is hashed again."""
+    from orchestrator.providers import local
+
+    big = tmp_path / "src" / "frame.parquet"
+    big.parent.mkdir()
+    big.write_bytes(b"x" * (2 << 20))
+    hashed: list[Path] = []
+    real = local.file_md5
+    monkeypatch.setattr(local, "file_md5", lambda p: hashed.append(p) or real(p))
+    root = (tmp_path / "bucket").as_uri()
+    providers.open_bucket(root).upload_dir(big.parent, "inputs/h")
+    first = providers.open_bucket(root).list("inputs/h/")
+    assert first == {"inputs/h/frame.parquet": hashlib.md5(b"x" * (2 << 20)).hexdigest()}
+    assert len(hashed) == 1
+    assert providers.open_bucket(root).list("inputs/h/") == first  # a new process: the cache
+    assert len(hashed) == 1
+    big.write_bytes(b"y" * (2 << 20 + 1))  # same inode (hard link), new size and mtime
+    assert providers.open_bucket(root).list("inputs/h/") == {
+        "inputs/h/frame.parquet": hashlib.md5(b"y" * (2 << 20 + 1)).hexdigest()
+    }
+    assert len(hashed) == 2

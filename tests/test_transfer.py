@@ -168,3 +168,21 @@ def test_command_line_usage_and_bad_manifest(tmp_path: Path) -> None:
     proc = subprocess.run([*run, "put", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: cannot read manifest")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_hard_linked_get_reads_no_byte_to_verify(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file:// get that hard-links shares the bucket's inode: nothing was transferred,
+    so nothing is hashed (it hashed 763 MiB of inputs per sweep), also when run again."""
+    src = tmp_path / "bucket" / "f.parquet"
+    src.parent.mkdir()
+    src.write_bytes(b"frame")
+    hashed: list[Path] = []
+    real = transfer.md5_of
+    monkeypatch.setattr(transfer, "md5_of", lambda p: hashed.append(p) or real(p))
+    manifest = write_manifest(tmp_path / "m.json",
+                              [{"url": src.as_uri(), "path": "f.parquet", "md5": md5(b"frame")}])
+    dest = tmp_path / "host"
+    assert transfer.main(["get", manifest, str(dest)]) == 0
+    assert transfer.main(["get", manifest, str(dest)]) == 0
+    assert (dest / "f.parquet").stat().st_ino == src.stat().st_ino and hashed == []

@@ -7,14 +7,25 @@ row ``r``, column ``cols[c]``. How it is laid out in memory is the strategy's
 business (see ``workloads.cube_strategies``); what a consumer receives always
 equals :func:`reference_cube`.
 
-Every cube is handed to a consumer, ``consumer(cube, cols)``, on the worker
-thread that built it. A consumer may keep the cube (and its ``cols``): a worker
-only reuses a buffer whose previous cube nobody references any more, so a kept
-cube is never overwritten.
+Every cube is handed to a consumer, ``consumer(cube, cols)``: on the worker
+thread that built it, except with the ``threads`` strategy (the article's
+``ThreadPool``), whose pool threads only build cubes and whose caller's thread
+consumes them. A cube is valid until the consumer returns; a consumer that keeps
+it (or a view of it) says so by returning :data:`KEEP`, and its memory is then
+never written to again. Ownership is declared, never guessed from reference
+counts (see ``workloads.cube_strategies``).
+
+What one unit is depends on the consumer (the ``consumer`` parameter), because
+what the consumer needs changes the rate: ``view`` (default) reads a few values
+of the cube as the strategy delivers it (``fast``: a strided view of its buffer;
+the others: a fresh array); ``contiguous`` makes a C-contiguous
+copy first, as torch or a GAN input pipeline needs; ``keep`` keeps the last two
+cubes of every thread.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable
 from multiprocessing.pool import ThreadPool
@@ -29,7 +40,19 @@ if TYPE_CHECKING:
     import numpy as np
 
 Consumer = Callable[["np.ndarray", "np.ndarray"], Any]
-"""``consumer(cube, cols)``: called once per cube on the thread that built it."""
+"""``consumer(cube, cols)``: called once per cube; returns :data:`KEEP` if it keeps the cube."""
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+"""What a consumer returns to keep the cube it was given: its memory is never reused.
+
+Anything else (``None``) lets the worker build its next cube into the same memory.
+"""
 
 _COLUMN_STREAM = 0xC0BE
 """Mixed into the seed of the column samplers so they never share a stream with the inputs."""
@@ -66,11 +89,58 @@ class Checksum:
         self.value = 0.0
         self.cubes = 0
 
-    def __call__(self, cube: np.ndarray, cols: np.ndarray) -> None:
+    delivered: str | None = None  # None: as the strategy delivers it (Strategy.delivers)
+
+    def __call__(self, cube: np.ndarray, cols: np.ndarray) -> Any:
+        self.add(cube)
+        return None
+
+    def add(self, cube: np.ndarray) -> None:
         s = float(cube[:, 0, 0].sum() + cube[:, -1, -1].sum())
         with self._lock:
             self.value += s
             self.cubes += 1
+
+
+class ContiguousChecksum(Checksum):
+    """A consumer that needs a C-contiguous cube (torch, a GAN input pipeline): copy, then sum.
+
+    ``np.ascontiguousarray`` copies a strided view into a fresh array, as
+    ``torch.Tensor.contiguous()`` does; a cube already C-contiguous is not copied.
+    """
+
+    delivered = "a C-contiguous array"
+
+    def __call__(self, cube: np.ndarray, cols: np.ndarray) -> Any:
+        import numpy as np
+
+        self.add(np.ascontiguousarray(cube))
+        return None
+
+
+class KeepLastTwo(Checksum):
+    """A consumer that keeps the last two cubes of every thread (a double-buffered pipeline)."""
+
+    delivered = "an array kept (the last two per thread)"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._mine = threading.local()
+
+    def __call__(self, cube: np.ndarray, cols: np.ndarray) -> Any:
+        self.add(cube)
+        kept = getattr(self._mine, "cubes", None)
+        if kept is None:
+            kept = self._mine.cubes = collections.deque(maxlen=2)
+        kept.append(cube)
+        return KEEP
+
+
+CONSUMERS: dict[str, type[Checksum]] = {
+    "view": Checksum,
+    "contiguous": ContiguousChecksum,
+    "keep": KeepLastTwo,
+}
 
 
 def _int_param(params: dict[str, Any], name: str, default: int, minimum: int) -> int:
@@ -89,7 +159,9 @@ class CubeWorkload(Workload):
 
     frames, rows, cols, seed, format — the generated inputs (default: the article's
     100 frames of 1000×1000, Parquet); dim — cube side (100); strategy — one of
-    ``naive``, ``dataframes``, ``numpy``, ``threads``, ``fast`` (default); inputs —
+    ``naive``, ``dataframes``, ``numpy``, ``threads``, ``fast`` (default); consumer —
+    what is done with every cube: ``view`` (default), ``contiguous``, ``keep`` (see
+    the module's docstring); inputs —
     a directory of frames to use instead of generated ones (default: generated
     once into the cache, see ``workloads.inputs.ensure_inputs``).
     """
@@ -119,11 +191,16 @@ class CubeWorkload(Workload):
             known = ", ".join(STRATEGIES)
             raise WorkloadInputError(f"cube: unknown strategy {strategy!r}: use one of {known}")
         self.strategy_name = strategy
+        consumer = str(p.pop("consumer", "view"))
+        if consumer not in CONSUMERS:
+            known = ", ".join(CONSUMERS)
+            raise WorkloadInputError(f"cube: unknown consumer {consumer!r}: use one of {known}")
+        self.consumer_name = consumer
         inputs = p.pop("inputs", None)
         self.inputs_dir: Path | None = Path(inputs).expanduser() if inputs else None
         self.cache_dir = p.pop("cache", None)
         if p:
-            known = "frames, rows, cols, dim, seed, format, strategy, inputs, cache"
+            known = "frames, rows, cols, dim, seed, format, strategy, consumer, inputs, cache"
             raise WorkloadInputError(f"cube: unknown parameter(s) {', '.join(sorted(p))} ({known})")
         if self.inputs_dir is None:
             for axis in ("rows", "cols"):
@@ -150,6 +227,7 @@ class CubeWorkload(Workload):
         s = self.strategy
         out: dict[str, Any] = {
             "strategy": self.strategy_name,
+            "consumer": self.consumer_name,
             "dim": self.dim,
             "seed": self.seed,
             "inputs": str(self.inputs_dir) if self.inputs_dir else None,
@@ -163,8 +241,19 @@ class CubeWorkload(Workload):
                 cube_shape=[s.frames, self.dim, self.dim],
                 cube_bytes=s.frames * self.dim * self.dim * 8,
                 resident_input_bytes=s.resident_bytes,
+                unit_detail=self.unit_detail(),
             )
         return out
+
+    def unit_detail(self) -> str:
+        """ "one cube of 100×100×100 float64 (8 MB) delivered as a strided view": one unit."""
+        s = self._ready()
+        nbytes = s.frames * self.dim * self.dim * 8
+        delivered = CONSUMERS[self.consumer_name].delivered or s.delivers
+        return (
+            f"one cube of {s.frames}×{self.dim}×{self.dim} float64 ({nbytes / 1e6:.3g} MB) "
+            f"delivered as {delivered}"
+        )
 
     def _ready(self) -> Strategy:
         if self.strategy is None:
@@ -195,7 +284,7 @@ class CubeWorkload(Workload):
         if workers < 1:
             raise WorkloadInputError(f"cube: workers must be at least 1, got {workers}")
         strategy = self._ready()
-        consumer = consumer or Checksum()
+        consumer = consumer or CONSUMERS[self.consumer_name]()
         if strategy.name == "threads":
             self._run_thread_pool(strategy, workers, stop, counter, consumer, limit)
         else:
@@ -223,9 +312,8 @@ class CubeWorkload(Workload):
             sample, make = self.column_sampler(index), strategy.maker()
             while not stop.is_set() and tickets.take():
                 cols = sample()
-                cube = make(cols)
-                consumer(cube, cols)
-                del cube  # so the maker can tell whether the consumer kept it
+                if consumer(make(cols), cols) is KEEP:
+                    make.keep()
                 counter.add()
 
         run_threads(workers, work, stop=stop, name="cube-worker")
@@ -241,8 +329,11 @@ class CubeWorkload(Workload):
     ) -> None:
         """The article's step 3: ``ThreadPool.imap_unordered``, cubes retrieved by the caller.
 
-        Tasks are submitted in batches (the article's batches were 100 cubes) so
-        that a stop request is honoured within one batch.
+        The pool's threads build the cubes; the consumer runs on the caller's
+        thread, as in the article, so consuming is serialised. Every cube is a
+        fresh array (the ``numpy`` kernel), so a consumer may keep any. Tasks
+        are submitted in batches (the article's batches were 100 cubes) so that
+        a stop request is honoured within one batch.
         """
         make, sample = strategy.maker(), self.column_sampler(0)
         batch = 2 * workers

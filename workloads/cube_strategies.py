@@ -5,13 +5,20 @@ thread its own cube maker (``maker``): a callable from the sampled column
 indices to the cube. Makers of a worker are never shared between threads, so
 they may keep buffers.
 
+Who owns a cube is explicit, never guessed from reference counts (CPython 3.14
+borrows references on the interpreter stack, gh-130704, so ``sys.getrefcount``
+can make a kept cube look free): a cube is valid until the maker's next call,
+unless the worker calls ``maker.keep()`` for it (because its consumer declared
+that it keeps the cube); then the maker never writes to that cube's memory again.
+
 The article's steps, for reproducing its table on your machine:
 
 - ``naive``: re-read every file with pandas for every cube (its first attempt);
 - ``dataframes``: a dict of DataFrames read once, ``head``/``iloc`` per cube;
 - ``numpy``: one (frames, rows, cols) array, ``arr[:, :dim, cols]``;
 - ``threads``: the ``numpy`` kernel in a ``multiprocessing.pool.ThreadPool``
-  with ``imap_unordered`` (the worker pool itself differs; see ``CubeWorkload``).
+  with ``imap_unordered``; the pool's threads build cubes and the caller's
+  thread consumes them (see ``CubeWorkload``).
 
 Ours, ``fast``: keep only the first ``dim`` rows, stored as a C-contiguous
 (cols, frames, dim) array, so one sampled column of all frames is a single
@@ -25,7 +32,6 @@ scattered doubles from each of ``frames*dim`` rows.
 from __future__ import annotations
 
 import abc
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -36,11 +42,58 @@ from workloads.inputs import frame_paths, load_frames, load_rows, read_frame_pan
 if TYPE_CHECKING:
     import numpy as np
 
-CubeMaker = Callable[["np.ndarray"], "np.ndarray"]
+
+
+class CubeMaker:
+    """Builds one worker's cubes; ``keep()`` hands the last cube's memory to the consumer.
+
+    This base class suits strategies whose every cube is a fresh array: nothing
+    is ever reused, so ``keep`` has nothing to do.
+    """
+
+    def __init__(self, make: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        self._make = make
+
+    def __call__(self, cols: np.ndarray) -> np.ndarray:
+        assert self._make is not None
+        return self._make(cols)
+
+    def keep(self) -> None:
+        """The cube returned last belongs to its consumer now: never overwrite it."""
+
+
+class BufferedMaker(CubeMaker):
+    """``fast``'s maker: gathers every cube into one buffer, which it reuses.
+
+    The buffer is reused unless ``keep()`` gave the last cube away, in which
+    case the next cube goes into a new buffer. No reference counting: a view the
+    consumer holds without declaring it (``keep``) sees the next cube.
+    """
+
+    def __init__(self, src: np.ndarray, dim: int) -> None:
+        super().__init__()
+        self.src, self.dim = src, dim
+        self.frames = src.shape[1]
+        self.buf: np.ndarray | None = None
+        self.buffers = 0  # allocated so far (a test checks reuse)
+
+    def __call__(self, cols: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        if self.buf is None:
+            self.buf = np.empty((self.dim, self.frames, self.dim))
+            self.buffers += 1
+        # buf[k, f, r] = src[cols[k], f, r]; indices are validated by the sampler.
+        np.take(self.src, cols, axis=0, out=self.buf, mode="clip")
+        return self.buf.transpose(1, 2, 0)  # [f, r, k] = frame f, row r, column cols[k]
+
+    def keep(self) -> None:
+        self.buf = None
 
 
 class Strategy(abc.ABC):
     name: ClassVar[str]
+    delivers: ClassVar[str] = "a fresh array"  # what a cube is, as the report says it
 
     def __init__(self, directory: Path, dim: int) -> None:
         self.directory, self.dim = directory, dim
@@ -63,6 +116,7 @@ class Strategy(abc.ABC):
 
 class FastStrategy(Strategy):
     name = "fast"
+    delivers = "a strided view"  # of the per-worker buffer
 
     def load(self) -> None:
         rows = load_rows(self.directory, self.dim, layout="columns")
@@ -76,23 +130,7 @@ class FastStrategy(Strategy):
         return int(self.src.nbytes)
 
     def maker(self) -> CubeMaker:
-        import numpy as np
-
-        src, dim, frames = self.src, self.dim, self.frames
-        holder: list[np.ndarray] = [np.empty((dim, frames, dim))]
-
-        def make(cols: np.ndarray) -> np.ndarray:
-            # References to the buffer: holder, ``buf`` and getrefcount's argument.
-            # Any more means a consumer kept the previous cube (or a view of it):
-            # leave that buffer to it and gather into a new one.
-            buf = holder[0]
-            if sys.getrefcount(buf) > 3:
-                buf = holder[0] = np.empty((dim, frames, dim))
-            # buf[k, f, r] = src[cols[k], f, r]; indices are validated by the sampler.
-            np.take(src, cols, axis=0, out=buf, mode="clip")
-            return buf.transpose(1, 2, 0)  # [f, r, k] = frame f, row r, column cols[k]
-
-        return make
+        return BufferedMaker(self.src, self.dim)
 
 
 class NumpyStrategy(Strategy):
@@ -114,11 +152,15 @@ class NumpyStrategy(Strategy):
         def make(cols: np.ndarray) -> np.ndarray:
             return arr[:, :dim, cols]  # a fresh array every time
 
-        return make
+        return CubeMaker(make)
 
 
 class ThreadsStrategy(NumpyStrategy):
-    """The article's step 3: the ``numpy`` kernel run by a ``ThreadPool`` (see CubeWorkload)."""
+    """The article's step 3: the ``numpy`` kernel run by a ``ThreadPool`` (see CubeWorkload).
+
+    As in the article, the pool's threads only build cubes; ``imap_unordered``
+    hands them to the caller's thread, which runs the consumer.
+    """
 
     name = "threads"
 
@@ -138,8 +180,8 @@ class DataFramesStrategy(Strategy):
         return sum(int(df.memory_usage(index=False).sum()) for df in self.df_dict.values())
 
     def maker(self) -> CubeMaker:
-        return lambda cols: _cube_from_frames(
-            self.df_dict.values(), len(self.df_dict), self.dim, cols
+        return CubeMaker(
+            lambda cols: _cube_from_frames(self.df_dict.values(), len(self.df_dict), self.dim, cols)
         )
 
 
@@ -158,7 +200,7 @@ class NaiveStrategy(Strategy):
             frames = (read_frame_pandas(p) for p in self.paths)
             return _cube_from_frames(frames, len(self.paths), self.dim, cols)
 
-        return make
+        return CubeMaker(make)
 
 
 def _cube_from_frames(frames: Iterable[Any], n: int, dim: int, cols: np.ndarray) -> np.ndarray:

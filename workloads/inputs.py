@@ -130,7 +130,9 @@ def _encode(spec: InputSpec, columns: np.ndarray) -> bytes:
     import pyarrow as pa
 
     schema = pa.schema([pa.field(n, pa.float64(), nullable=False) for n in column_names(spec.cols)])
-    table = pa.Table.from_arrays(list(columns), schema=schema)
+    from workloads.arrow import from_numpy
+
+    table = pa.Table.from_arrays([from_numpy(c, pa.float64()) for c in columns], schema=schema)
     sink = pa.BufferOutputStream()
     if spec.fmt == "csv":
         import pyarrow.csv as pcsv

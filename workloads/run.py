@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from workloads import arrow, limits, procfs, profilers, protocol
 from workloads import job as jobs
-from workloads import limits, procfs, profilers, protocol
 from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
@@ -192,7 +192,7 @@ def _timeseries_table(report: AgentReport) -> Any:
         "gpu_mem_bytes": pa.int64(), "gpu_util": pa.float64(),
     }  # fmt: skip
     cols = protocol.TIMESERIES_COLUMNS
-    arrays = [pa.array(report.column(c), type=types[c]) for c in cols]
+    arrays = [arrow.nullable(report.column(c), types[c]) for c in cols]
     return pa.Table.from_arrays(arrays, schema=pa.schema([(c, types[c]) for c in cols]))
 
 

@@ -5,8 +5,10 @@ orchestrator signs one URL per object and ships a manifest.
 
     python -m workloads.transfer get MANIFEST.json DEST_DIR
         MANIFEST: [{"url": ..., "path": "relative/file", "md5": "hex"|null}, ...]
-        Downloads in parallel, verifies md5, retries with backoff; files already
-        present with the right md5 are kept (a retried trial re-runs this cheaply).
+        Downloads in parallel, verifies the md5 of what it transferred (a file://
+        hard link shares the bucket's inode: nothing was transferred, nothing to
+        verify), retries with backoff; files already present (the bucket's own
+        inode, or the right md5) are kept (a retried trial re-runs this cheaply).
     python -m workloads.transfer put MANIFEST.json
         MANIFEST: [{"path": "/local/file", "url": ..., "headers": {...}?,
                     "optional": true?}, ...]  (optional: skip the file when absent)
@@ -57,6 +59,13 @@ def md5_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _file_path(url: str) -> Path:
     return Path(unquote(urlparse(url).path))
 
@@ -91,16 +100,19 @@ def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
     """Download one manifest entry to ``dest_dir/entry['path']`` unless already there."""
     url, expected = entry["url"], entry.get("md5")
     dest = _local_dest(dest_dir, entry["path"])
+    src = _file_path(url) if url.startswith("file://") else None
+    if src is not None and dest.is_file() and _same_file(src, dest):
+        return dest  # linked by an earlier get: the very bytes the bucket holds
     if expected and dest.is_file() and md5_of(dest) == expected:
         return dest
 
     def attempt() -> Path:
         with atomic_path(dest, mode=None) as tmp:  # a link keeps the source's mode
-            if url.startswith("file://"):
-                src = _file_path(url)
+            if src is not None:
                 tmp.unlink()
                 try:
                     os.link(src, tmp)
+                    return dest  # nothing was transferred: the bucket's own file, not a copy
                 except OSError:
                     shutil.copyfile(src, tmp)
             else:

@@ -71,6 +71,9 @@ TRIAL_COLUMNS = (
 # Extra columns after TRIAL_COLUMNS: what a report needs to label and explain a row.
 EXTRA_COLUMNS = (
     "unit",  # what one unit is ("cube")
+    # "one cube of 100×100×100 float64 (8 MB) delivered as a strided view": what one unit
+    # delivered, from the workload's describe() (None when it does not say)
+    "unit_detail",
     "spot",  # the price is the spot price
     "cost_is_estimate",  # ran_on != machine: local throughput priced at the planned machine
     "hostname",
@@ -332,6 +335,14 @@ def _num(value: Any) -> float | None:
     return None if math.isnan(out) else out
 
 
+def _unit_detail(summary: dict[str, Any]) -> str | None:
+    """What one unit delivered, as the workload described it (``params.workload_resolved``)."""
+    params = summary.get("params")
+    resolved = params.get("workload_resolved") if isinstance(params, dict) else None
+    detail = resolved.get("unit_detail") if isinstance(resolved, dict) else None
+    return detail if isinstance(detail, str) and detail else None
+
+
 def trial_row(
     summary: dict[str, Any] | None,
     planned_machine: MachineType,
@@ -378,6 +389,7 @@ def trial_row(
         "started_at": s.get("started_at"),
         "finished_at": s.get("finished_at") or now_iso(),
         "unit": s.get("unit"),
+        "unit_detail": _unit_detail(s),
         "spot": bool(spot),
         "cost_is_estimate": ran_on != planned_machine.name,
         "hostname": host.get("hostname"),

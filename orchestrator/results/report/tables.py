@@ -206,7 +206,8 @@ def _runner_up(trials: pd.DataFrame, metric: str) -> str:
 
 
 def describe_workload(run: RunData) -> str:
-    """ "cube (frames=4, dim=10), 1 unit = 1 cube, 5 s per trial": what every trial ran."""
+    """ "cube (dim=10), 1 unit = one cube of 4×10×10 float64 (0.0032 MB) delivered as a strided
+    view, 5 s per trial": what every trial ran (``1 unit = 1 cube`` when a workload says less)."""
     spec = run.sweep.get("spec")
     if not isinstance(spec, dict) or not spec.get("workload"):
         return ""
@@ -218,8 +219,11 @@ def describe_workload(run: RunData) -> str:
     text = str(spec["workload"])
     if params:
         text += " (" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + ")"
+    details = sorted({u for u in run.trials.get("unit_detail", []) if isinstance(u, str) and u})
     units = sorted({u for u in run.trials.get("unit", []) if isinstance(u, str) and u})
-    if len(units) == 1:
+    if len(details) == 1:  # what one unit delivered, e.g. the cube's consumer
+        text += f", 1 unit = {details[0]}"
+    elif len(units) == 1:
         text += f", 1 unit = 1 {units[0]}"
     if _finite(spec.get("duration_s")):
         text += f", {float(spec['duration_s']):g} s per trial"
