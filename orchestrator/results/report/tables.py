@@ -86,7 +86,6 @@ def build_report(run: RunData) -> Report:
     if not summary.empty:
         tables.append(_usl_table({k: fit_usl_with_intervals(v) for k, v in by_machine.items()}))
     from orchestrator.results.report.jobs import job_tables
-
     from orchestrator.results.report.memory import memory_table
 
     memory = memory_table(run.trials)  # peaks by phase, the memory request
