@@ -446,8 +446,9 @@ def sweep(
     max_peak_memory: Annotated[
         str | None,
         typer.Option(
-            help="Memory gate: exit 3 when a trial peaks above this (2G, 512MiB).",
-            metavar="SIZE",
+            help="Memory gate: exit 3 when a trial process peaks above this over its whole "
+            "lifetime, loading included (2G, 512MiB); trial:SIZE gates the trial alone.",
+            metavar="[trial:]SIZE",
             rich_help_panel=LIMITS,
         ),
     ] = None,

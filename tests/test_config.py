@@ -216,10 +216,27 @@ def test_flags_become_a_spec_with_the_catalog_provider(tmp_path: Path) -> None:
     assert spec.workers == [1, 2, 4, 8]
     assert spec.repeats == 2 and spec.duration_s == 2.0
     assert spec.workload_params == {"frames": 4, "strategy": "numpy", "cache": "/tmp/c"}
-    assert spec.max_peak_memory == 2 * 1024**3
+    assert spec.max_peak_memory == 2 * 1024**3 and spec.peak_gate == "lifetime"
     assert spec.dry_run is True and spec.spot is False
     assert spec.out == tmp_path / "runs"
     assert spec_of(tmp_path, machines=["c6i.large", "m7i.xlarge"]).provider == "aws"
+
+
+@pytest.mark.parametrize(
+    ("given", "gate"),
+    [("300MiB", (300 * 2**20, "lifetime")), ("trial:300MiB", (300 * 2**20, "trial")),
+     ("lifetime:1G", (2**30, "lifetime")), ("Trial: 2GB", (2 * 10**9, "trial"))],
+)
+def test_the_memory_gate_says_which_phase_it_covers(tmp_path: Path, given: str,
+                                                    gate: tuple[int, str]) -> None:
+    spec = spec_of(tmp_path, machines=["n2-highcpu-80"], max_peak_memory=given, dry_run=True)
+    assert (spec.max_peak_memory, spec.peak_gate) == gate
+
+
+def test_a_memory_gate_for_an_unknown_phase_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="'load' is not a phase; use SIZE, lifetime:SIZE or "
+                       "trial:SIZE"):
+        spec_of(tmp_path, machines=["n2-highcpu-80"], max_peak_memory="load:300MiB")
 
 
 def test_provider_defaults_and_conflicts(tmp_path: Path) -> None:

@@ -221,6 +221,49 @@ def test_command_mode_accounts_for_the_whole_tree(tmp_path):
     assert s["cpu_seconds"] > 0
 
 
+BURST = """
+import subprocess, sys
+child = "b = bytearray(b'x') * ({mb} << 20); import time; time.sleep(0.3)"
+procs = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(3)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def _burst(tmp_path: Path, mb: int, name: str, **env: str) -> tuple[dict, str]:
+    """Three children at once, each holding ``mb`` MiB of anonymous memory for 0.3 s."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(BURST.format(mb=mb))
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path / name), "--sample-hz",
+         "1", "--command", "--", sys.executable, str(script)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return summary(tmp_path / name), proc.stderr
+
+
+def test_a_burst_of_three_children_is_exact_with_a_memory_cgroup(tmp_path):
+    s, _ = _burst(tmp_path, 100, "burst", CLOUDPROF_NO_CGROUP="0")
+    if not s["peak_rss_source"].startswith("cgroup"):
+        pytest.skip(f"no memory cgroup on this host: {s.get('peak_rss_note')}")
+    base, _ = _burst(tmp_path, 0, "base", CLOUDPROF_NO_CGROUP="0")  # the three interpreters
+    assert base["peak_rss_source"] == s["peak_rss_source"]
+    burst = s["peak_rss_bytes"] - base["peak_rss_bytes"]
+    assert burst == pytest.approx(300 * MIB, rel=0.03)  # the three at once, not one of them
+    assert "peak_rss_note" not in s
+    assert not Path(s["cgroup"]["path"]).exists()  # removed once the tree was reaped
+    assert s["peak_rss_upper_bound_bytes"] >= s["peak_rss_bytes"]
+
+
+def test_without_a_memory_cgroup_a_tree_peak_is_flagged_in_one_line(tmp_path):
+    s, stderr = _burst(tmp_path, 100, "burst", CLOUDPROF_NO_CGROUP="1")
+    assert s["peak_rss_source"] in ("ru_maxrss", "sampled_tree")
+    assert "no memory cgroup (CLOUDPROF_NO_CGROUP is set)" in s["peak_rss_note"]
+    notes = [line for line in stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [f"note: {s['peak_rss_note']}"]
+    assert s["peak_rss_upper_bound_bytes"] >= s["peak_rss_bytes"]
+
+
 def test_command_failure_mirrors_in_exit_code(tmp_path):
     proc = run(tmp_path, "--quiet", "--command", "--", sys.executable, "-c", "raise SystemExit(3)")
     assert proc.returncode == protocol.EXIT_FAILED

@@ -88,6 +88,26 @@ class FailAtTwoWorkers(Workload):
             counter.add(workers)
 
 
+class HeavyLoad(Workload):
+    """Needs ~600 MiB while loading (prepare) and ~120 MiB while running: loading is the peak."""
+
+    name = "heavy-load"
+
+    def prepare(self) -> None:
+        import numpy as np
+
+        loaded = np.ones(600 * 2**20, dtype=np.uint8)  # every page touched: resident
+        self.checksum = int(loaded[:: 2**20].sum())
+        del loaded  # a large array is its own mapping: freeing it returns the memory
+
+    def run(self, workers: int, stop: threading.Event, counter: UnitCounter) -> None:
+        import numpy as np
+
+        working = np.ones(120 * 2**20, dtype=np.uint8)
+        while not stop.wait(0.01):
+            counter.add(int(working[0]))
+
+
 class DroppingExecutor(LocalExecutor):
     """A host whose session drops once, just after a trial put its results in the bucket."""
 
@@ -240,6 +260,28 @@ def test_memory_gate_fails_after_recording(cache: Path, tmp_path: Path) -> None:
     run_dir = only_run(tmp_path)
     assert len(pd.read_parquet(run_dir / "trials.parquet")) == 1
     assert (run_dir / "report.html").is_file()
+
+
+def test_a_load_peak_trips_the_memory_gate_and_is_the_reported_peak(
+    cache: Path, tmp_path: Path
+) -> None:
+    gate = 300 * 2**20
+    spec = spec_for(tmp_path, workload=f"{__name__}:HeavyLoad", workload_params={}, workers=[1],
+                    duration_s=0.5, max_peak_memory=gate)
+    with pytest.raises(MemoryGateError, match="while loading"):
+        run_sweep(spec, console=quiet())
+    row = pd.read_parquet(only_run(tmp_path) / "trials.parquet").iloc[0]
+    assert row["peak_rss_bytes"] >= 600 * 2**20 and row["peak_phase"] == "load"
+    assert row["peak_rss_trial_bytes"] < gate  # the trial alone would have passed
+    assert row["peak_rss_bytes"] == row["peak_rss_before_trial_bytes"]
+
+
+def test_a_trial_gate_ignores_the_load_peak(cache: Path, tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, workload=f"{__name__}:HeavyLoad", workload_params={}, workers=[1],
+                    duration_s=0.5, max_peak_memory=300 * 2**20, peak_gate="trial")
+    run_sweep(spec, console=quiet())  # no MemoryGateError
+    row = pd.read_parquet(only_run(tmp_path) / "trials.parquet").iloc[0]
+    assert row["status"] == "ok" and row["peak_rss_bytes"] >= 600 * 2**20
 
 
 def test_max_cost_refuses_to_start(cache: Path, tmp_path: Path) -> None:

@@ -200,8 +200,13 @@ class Agent:
             self._local.begin(self._t0)
         return self
 
-    def stop(self, child_rusage: resource.struct_rusage | None = None) -> AgentReport:
-        """End the trial. ``child_rusage`` is the command's ``wait4`` rusage in command mode."""
+    def stop(
+        self,
+        child_rusage: resource.struct_rusage | None = None,
+        tree_peak: tuple[int, str] | None = None,
+    ) -> AgentReport:
+        """End the trial. ``child_rusage`` is the command's ``wait4`` rusage in command mode;
+        ``tree_peak`` its memory cgroup's high-water mark and version (``workloads.cgroup``)."""
         t_end = time.perf_counter()
         if self._proc is not None:
             result = self._collect()
@@ -225,7 +230,7 @@ class Agent:
         if self.in_process:
             self._in_process_totals(rep)
         else:
-            self._tree_totals(rep, child_rusage, result.proc_peaks)
+            self._tree_totals(rep, child_rusage, result.proc_peaks, tree_peak)
         if result.gpu_names is not None:
             mem = [r[12] for r in rep.rows if r[12] is not None]
             util = [r[13] for r in rep.rows if r[13] is not None]
@@ -343,7 +348,8 @@ class Agent:
         rep.peak_rss_bytes = max(rep.peak_rss_bytes, rep.peak_rss_sampled_bytes)
 
     def _tree_totals(
-        self, rep: AgentReport, ru: resource.struct_rusage | None, peaks: dict[int, int]
+        self, rep: AgentReport, ru: resource.struct_rusage | None, peaks: dict[int, int],
+        tree_peak: tuple[int, str] | None = None,
     ) -> None:
         last = rep.rows[-1] if rep.rows else None
         if ru is not None:
@@ -360,5 +366,10 @@ class Agent:
         rep.peak_rss_source = (
             "ru_maxrss" if largest >= rep.peak_rss_sampled_bytes else "sampled_tree"
         )
+        if tree_peak is not None:
+            # The kernel's high-water mark of the whole tree (its memory cgroup): exact for
+            # the sum, which the two bounds here only bracket. Pages the tree shares with
+            # the runner (before exec) are the runner's, so they are not in it.
+            rep.peak_rss_bytes, rep.peak_rss_source = tree_peak
         upper = sum(peaks.values())
         rep.peak_rss_upper_bound_bytes = max(upper, rep.peak_rss_bytes)

@@ -8,9 +8,11 @@ Keeping them in one module is what lets both sides change without drifting.
 
 from __future__ import annotations
 
-SCHEMA = "cloudprof.trial/3"
+SCHEMA = "cloudprof.trial/4"
 """Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes.
 
+/4: ``peak_rss_bytes`` is the trial process's whole lifetime (load phase included; /3 and
+older: the trial only), with ``peak_rss_trial_bytes`` and ``peak_phase`` beside it.
 /3 added ``profiled`` and ``profile`` (``--profile cpu|memory``); /2 added ``job_kind`` and
 ``phases`` (``--command --job``); older summaries lack them."""
 
@@ -36,7 +38,11 @@ SUMMARY_KEYS = (
     "units",
     "seconds",
     "units_per_s",
-    "peak_rss_bytes",  # kernel high-water mark (VmHWM / ru_maxrss), exact
+    "peak_rss_bytes",  # whole lifetime (load + trial): kernel high-water mark or cgroup, exact
+    "peak_rss_source",  # where peak_rss_bytes came from: vmhwm | ru_maxrss | cgroup-v1 |
+    #                     cgroup-v2 | sampled | sampled_tree
+    "peak_rss_trial_bytes",  # the trial alone (t >= 0); peak_rss_before_trial_bytes: the load
+    "peak_phase",  # "load" or "trial": the phase that holds the whole-lifetime peak
     "peak_rss_sampled_bytes",  # max of the sampled series
     "cpu_percent_mean",  # 100 = one core busy
     "cpu_utilisation",  # 0..1 of all logical cores

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads import arrow, limits, procfs, profilers, protocol
+from workloads import cgroup as cgroups
 from workloads import job as jobs
 from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
@@ -38,6 +39,7 @@ from workloads.memory import find_spikes, leak_test
 
 DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
+TREE_GAP = 1.10  # a sampled tree peak this far below the sum of per-process peaks is flagged
 
 
 class UsageError(Exception):
@@ -233,6 +235,9 @@ def base_summary(params: dict[str, Any]) -> dict[str, Any]:
         "seconds": 0.0,
         "units_per_s": 0.0,
         "peak_rss_bytes": None,
+        "peak_rss_source": None,
+        "peak_rss_trial_bytes": None,
+        "peak_phase": None,
         "peak_rss_sampled_bytes": None,
         "cpu_percent_mean": None,
         "cpu_utilisation": None,
@@ -251,16 +256,45 @@ def base_summary(params: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def peak_fields(rep: AgentReport) -> dict[str, Any]:
+    """The headline peak is the trial process's whole lifetime, with the phases beside it.
+
+    Loading data is often the peak (a workload that needs 600 MiB while loading
+    and 120 MiB while running needs 600 MiB), so ``peak_rss_bytes`` is the larger
+    of the load phase (interpreter start, imports, ``prepare()``, warm-up: the
+    kernel's lifetime high-water mark when the trial began) and the trial's own
+    peak. A command's agent starts with the command, so its trial is its lifetime.
+    """
+    trial, before = rep.peak_rss_bytes, rep.peak_rss_before_bytes
+    out: dict[str, Any] = {"peak_rss_trial_bytes": trial,
+                           "peak_rss_trial_source": rep.peak_rss_source}
+    if before is not None and before > trial:
+        # getrusage's ru_maxrss: the kernel's high-water mark before the trial reset it
+        out["peak_rss_bytes"], out["peak_rss_source"] = before, "ru_maxrss"
+    else:
+        out["peak_rss_bytes"], out["peak_rss_source"] = trial, rep.peak_rss_source
+    out["peak_phase"] = "load" if before is not None and before > trial else "trial"
+    if before is not None:
+        out["peak_rss_before_trial_bytes"] = before
+    return out
+
+
 def fill_measurements(summary: dict[str, Any], rep: AgentReport, cores: int | None) -> None:
     """The agent's figures → summary keys (peak, CPU, leak verdict, spikes, budget, cost)."""
     t, rss = rep.column("t"), rep.column("rss_bytes")
-    summary["peak_rss_bytes"] = rep.peak_rss_bytes
-    summary["peak_rss_source"] = rep.peak_rss_source
+    summary.update(peak_fields(rep))
     summary["peak_rss_sampled_bytes"] = rep.peak_rss_sampled_bytes
-    if rep.peak_rss_upper_bound_bytes is not None:
-        summary["peak_rss_upper_bound_bytes"] = rep.peak_rss_upper_bound_bytes
-    if rep.peak_rss_before_bytes is not None:
-        summary["peak_rss_before_trial_bytes"] = rep.peak_rss_before_bytes
+    upper = rep.peak_rss_upper_bound_bytes
+    if upper is not None:
+        summary["peak_rss_upper_bound_bytes"] = upper
+        sampled = not rep.peak_rss_source.startswith("cgroup")
+        if sampled and upper > TREE_GAP * max(rep.peak_rss_bytes, 1):
+            # The processes' own peaks add up to far more than the tree was seen at: they
+            # may have peaked together between two samples.
+            gap = f"{100.0 * (upper / max(rep.peak_rss_bytes, 1) - 1):.0f} %"
+            summary["peak_rss_note"] = "; ".join(filter(None, [
+                summary.get("peak_rss_note"), f"the sum of its processes' own peaks "
+                f"({limits.format_size(upper)}) is {gap} above the reported peak"]))
     summary["cpu_seconds"] = round(rep.cpu_seconds_total, 3)
     if rep.wall_s > 0:
         pct = 100.0 * rep.cpu_seconds_total / rep.wall_s
@@ -482,7 +516,6 @@ def _run_command(
     args: argparse.Namespace, command: list[str], summary: dict[str, Any], sig: _Signals
 ) -> int:
     summary["unit"] = None
-    wake = sig.wake
     # A forked child inherits this process's RSS counters until it execs, and the kernel
     # folds them into the child's ru_maxrss: that RSS is a floor under a command's peak.
     floor = procfs.ProcReader(os.getpid())
@@ -499,13 +532,51 @@ def _run_command(
         env = jobs.job_env(values)
     if args.chdir is not None:  # the job's processes import from its copy (and site dir)
         env = jobs.with_pythonpath(env if env is not None else os.environ, args.job_paths)
+    group = _trial_cgroup(summary)
+    try:
+        return _run_command_in(args, command, summary, sig, env, spawn_rss, group)
+    finally:
+        if summary.get("peak_rss_note") and not args.quiet:  # the tree's peak is not exact
+            print(f"note: {summary['peak_rss_note']}", file=sys.stderr, flush=True)
+        problem = group.remove() if group is not None else None
+        if problem is not None:  # a leftover of this trial on the host: say it loudly
+            print(f"error: {problem}", file=sys.stderr, flush=True)
+            summary.setdefault("cgroup_error", problem)
+
+
+def _trial_cgroup(summary: dict[str, Any]) -> cgroups.TrialCgroup | None:
+    """A memory cgroup for the command's tree (its exact peak), or None and a one-line note."""
+    try:
+        group = cgroups.TrialCgroup.create()
+        summary["cgroup"] = {"version": group.version, "path": str(group.path)}
+        return group
+    except cgroups.CgroupUnavailable as exc:
+        summary["peak_rss_note"] = (
+            f"no memory cgroup ({exc}): the process tree's peak is the larger of its sampled "
+            "sum and its largest process, so a short peak of several processes at once can "
+            "be missed")
+        return None
+
+
+def _run_command_in(
+    args: argparse.Namespace, command: list[str], summary: dict[str, Any], sig: _Signals,
+    env: Any, spawn_rss: int, group: cgroups.TrialCgroup | None,
+) -> int:
+    wake = sig.wake
+    steps = [f for f in (group.join_in_child if group is not None else None,
+                         profilers.allow_tracing_by(os.getpid()) if args.profile else None) if f]
+
+    def before_exec() -> None:  # in the child: into the cgroup before it does any work
+        for step in steps:
+            step()
+
     start = time.perf_counter()
     summary["started_at"] = _now()
     try:
         proc = subprocess.Popen(
             profilers.wrap_command(args.profile, command, args.out),
             start_new_session=True, env=env,
-            preexec_fn=profilers.allow_tracing_by(os.getpid()) if args.profile else None,
+            preexec_fn=before_exec if steps else None,
             stdout=subprocess.PIPE if args.job else None,
             stderr=subprocess.STDOUT if args.job else None,
             text=True if args.job else None, errors="replace" if args.job else None,
@@ -574,7 +645,11 @@ def _run_command(
         if "status" not in waited:  # an exception in our loop: never leave the tree running
             _terminate_tree(proc.pid, proc.pid)
     seconds = waited["at"] - start
-    report = agent.stop(child_rusage=waited["rusage"])
+    tree_peak = None
+    if group is not None:
+        peak = group.peak_bytes()
+        tree_peak = (peak, group.version) if peak is not None else None
+    report = agent.stop(child_rusage=waited["rusage"], tree_peak=tree_peak)
     if reader is not None:
         reader.join()
     units = counter.value if counter is not None else 0

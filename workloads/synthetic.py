@@ -77,13 +77,20 @@ class SleepWorkload(_Synthetic):
 
 
 class MemorySteadyWorkload(_Synthetic):
-    """A fixed block allocated once; workers keep reading it. RSS flat: the "ok" verdict."""
+    """A fixed block allocated once; workers keep reading it. RSS flat: the "ok" verdict.
+
+    ``load_mb`` > 0 also needs that much while loading (``prepare()``: a block touched
+    and freed, as parsing an input file does): the whole-lifetime peak is then the load's.
+    """
 
     name = "memory-steady"
     unit = "pass"
-    defaults: ClassVar[dict[str, float]] = {"mb": 64.0, "unit_ms": 5.0}
+    defaults: ClassVar[dict[str, float]] = {"mb": 64.0, "unit_ms": 5.0, "load_mb": 0.0}
 
     def prepare(self) -> None:
+        if self.p["load_mb"] > 0:
+            loading = _touched_block(int(self.p["load_mb"] * MIB))
+            del loading
         self.block = _touched_block(int(self.p["mb"] * MIB))
 
     def run(self, workers: int, stop: threading.Event, counter: UnitCounter) -> None:

@@ -1511,14 +1511,21 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     console.print(f"Results store: {run_dir}")
 
     limit = spec.max_peak_memory
+    # The whole lifetime (loading included) unless --max-peak-memory trial:SIZE said
+    column = "peak_rss_trial_bytes" if spec.peak_gate == "trial" else "peak_rss_bytes"
+    if column not in frame:  # a store written before the trial's own peak had a column
+        column = "peak_rss_bytes"
     if limit is not None and len(frame):
-        peaks = frame.dropna(subset=["peak_rss_bytes"])
-        over = peaks[peaks["peak_rss_bytes"].astype(float) > limit]
+        peaks = frame.dropna(subset=[column])
+        over = peaks[peaks[column].astype(float) > limit]
         if len(over):
-            worst = over.loc[over["peak_rss_bytes"].astype(float).idxmax()]
+            worst = over.loc[over[column].astype(float).idxmax()]
+            what = "during the trial" if column == "peak_rss_trial_bytes" else (
+                "over the trial process's lifetime, loading included")
             err = MemoryGateError(
-                f"memory gate: {len(over)} trial(s) peaked above {limit / 2**20:.1f} MiB; "
-                f"worst {worst['trial_id']} at {float(worst['peak_rss_bytes']) / 2**20:.1f} MiB "
+                f"memory gate: {len(over)} trial(s) peaked above {limit / 2**20:.1f} MiB "
+                f"{what}; worst {worst['trial_id']} at {float(worst[column]) / 2**20:.1f} MiB"
+                f"{' (while loading)' if worst.get('peak_phase') == 'load' else ''} "
                 f"(results in {run_dir})")
             err.run_dir = run_dir  # type: ignore[attr-defined]
             raise err

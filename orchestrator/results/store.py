@@ -56,7 +56,7 @@ TRIAL_COLUMNS = (
     "units_per_s",
     "units_per_s_per_vcpu",
     "efficiency",  # units_per_s / (workers * units_per_s at 1 worker, same machine); NaN without
-    "peak_rss_bytes",
+    "peak_rss_bytes",  # the trial process's whole lifetime (load + trial); see peak_phase
     "cpu_utilisation",  # 0..1 of the host's cores
     "leak_verdict",
     "price_per_hour",  # USD, from the catalog at launch (of the planned machine)
@@ -80,6 +80,10 @@ EXTRA_COLUMNS = (
     "cpu_model",
     "peak_rss_sampled_bytes",
     "peak_rss_before_trial_bytes",  # imports, input loading, warm-up: before t = 0
+    "peak_rss_trial_bytes",  # the trial alone (t >= 0)
+    "peak_phase",  # "load" | "trial": which phase holds peak_rss_bytes
+    "peak_rss_source",  # vmhwm | ru_maxrss | cgroup-v1 | cgroup-v2 | sampled | sampled_tree
+    "peak_rss_upper_bound_bytes",  # a tree: the sum of its processes' own peaks
     "load_s",  # seconds the trial process ran before t = 0 (that load phase)
     "cpu_percent_mean",
     "leak_slope_mb_per_s",
@@ -378,7 +382,6 @@ def trial_row(
         "units_per_s": _num(s.get("units_per_s")),
         "units_per_s_per_vcpu": None,
         "efficiency": None,
-        "peak_rss_bytes": int(s["peak_rss_bytes"]) if s.get("peak_rss_bytes") else None,
         "cpu_utilisation": _num(s.get("cpu_utilisation")),
         "leak_verdict": leak.get("verdict"),
         "price_per_hour": planned_machine.price(spot),
@@ -396,6 +399,7 @@ def trial_row(
         "cpu_model": host.get("cpu_model"),
         "peak_rss_sampled_bytes": s.get("peak_rss_sampled_bytes"),
         "peak_rss_before_trial_bytes": s.get("peak_rss_before_trial_bytes"),
+        **_peaks(s),
         "load_s": _num(s.get("load_s")),
         "cpu_percent_mean": _num(s.get("cpu_percent_mean")),
         "leak_slope_mb_per_s": _num(leak.get("slope_mb_per_s")),
@@ -407,6 +411,24 @@ def trial_row(
         "phases": json.dumps(s["phases"]) if s.get("phases") else None,
         "grid": json.dumps(getattr(trial, "grid", None) or {}) if getattr(trial, "grid", None)
         else "",
+    }
+
+
+def _peaks(s: dict[str, Any]) -> dict[str, Any]:
+    """The peak columns of a summary; one older than trial/4 had only the trial's peak as
+    ``peak_rss_bytes``, so its whole-lifetime peak is the larger of that and the load's."""
+    trial = s.get("peak_rss_trial_bytes", s.get("peak_rss_bytes"))
+    before = s.get("peak_rss_before_trial_bytes")
+    lifetime = s.get("peak_rss_bytes")
+    phase = s.get("peak_phase")
+    if "peak_rss_trial_bytes" not in s and before and trial and before > trial:
+        lifetime, phase = before, "load"
+    return {
+        "peak_rss_bytes": int(lifetime) if lifetime else None,
+        "peak_rss_trial_bytes": int(trial) if trial else None,
+        "peak_phase": phase or ("trial" if trial else None),
+        "peak_rss_source": s.get("peak_rss_source"),
+        "peak_rss_upper_bound_bytes": s.get("peak_rss_upper_bound_bytes"),
     }
 
 

@@ -126,6 +126,22 @@ def parse_size(value: Any, where: str = "--max-peak-memory") -> int:
         raise UsageError(f"{where}: {exc}") from None
 
 
+PEAK_GATES = ("lifetime", "trial")
+
+
+def parse_peak_gate(value: Any, where: str = "--max-peak-memory") -> tuple[int, str]:
+    """``[PHASE:]SIZE`` → (bytes, phase): ``300MiB`` gates the whole lifetime (loading
+    included), ``trial:300MiB`` only the trial; ``lifetime:300MiB`` says the default."""
+    phase, sep, size = str(value).partition(":") if isinstance(value, str) else ("", "", value)
+    if not sep:
+        phase, size = "lifetime", value
+    phase = phase.strip().lower()
+    if phase not in PEAK_GATES:
+        raise UsageError(f"{where}: {phase!r} is not a phase; use SIZE, lifetime:SIZE or "
+                         f"trial:SIZE, e.g. trial:300MiB")
+    return parse_size(size, where), phase
+
+
 def parse_duration(value: Any, where: str = "--duration") -> float:
     """Seconds from ``5``, ``90s``, ``2m``, ``1.5h`` or ``1d``."""
     if isinstance(value, bool):
@@ -426,7 +442,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "bucket": lambda v, w: check_bucket(_string(v, w), w),
     "spot": _boolean,
     "max_cost": _positive_number,
-    "max_peak_memory": parse_size,
+    "max_peak_memory": parse_peak_gate,
     "sample_hz": _sample_hz,
     "profile": _profile,
     "out": _path,
@@ -555,6 +571,8 @@ def build_spec(cli: dict[str, Any], config: Path | None = None) -> SweepSpec:
     for key, value in values.items():
         if key in _PATH_KEYS:
             value = Path(value).expanduser()
+        if key == "max_peak_memory":
+            value, spec.peak_gate = value
         setattr(spec, renamed.get(key, key), value)
     if spec.command is not None and "duration" in values:
         spec.stop_after_s = spec.duration_s  # a job runs to completion unless --duration says

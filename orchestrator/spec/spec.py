@@ -47,6 +47,9 @@ class SweepSpec:
     spot: bool = False
     max_cost: float | None = None  # USD; refuse to start above it
     max_peak_memory: int | None = None  # bytes; the memory gate
+    # What the gate compares: "lifetime" (the trial process's whole life, loading included)
+    # or "trial" (t >= 0 only). --max-peak-memory trial:300MiB sets it.
+    peak_gate: str = "lifetime"
     sample_hz: float = 10.0
     profile: str | None = None  # "cpu" | "memory": one extra profiled trial per worker count
     out: Path = Path("runs")

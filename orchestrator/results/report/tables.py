@@ -86,7 +86,11 @@ def build_report(run: RunData) -> Report:
     if not summary.empty:
         tables.append(_usl_table({k: fit_usl_with_intervals(v) for k, v in by_machine.items()}))
     from orchestrator.results.report.jobs import job_tables
+    from orchestrator.results.report.memory import memory_table
 
+    memory = memory_table(run.trials)  # peaks by phase, the memory request
+    if memory is not None:
+        tables.append(memory)
     tables.extend(job_tables(run.trials))  # a user's job: fixed-work runs, phases
     failed = _failed_table(run.trials)
     if failed is not None:

@@ -1,0 +1,81 @@
+"""The report's memory view: the whole-lifetime peak, its phases, and a memory request."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from orchestrator.results import report
+from orchestrator.results.report.memory import (
+    DEFAULT_MARGIN,
+    MARGIN_SIGMAS,
+    MIN_MARGIN,
+    ROUND_TO,
+    memory_request,
+    memory_rows,
+)
+from tests.test_report import write_store
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    "peaks",
+    [[600 * MIB], [600 * MIB, 640 * MIB, 700 * MIB], [500 * MIB, 500 * MIB + 4096],
+     [1000 * MIB, 990 * MIB]],
+)
+def test_a_request_is_the_peak_plus_a_margin_from_the_spread_rounded_up(peaks: list[int]) -> None:
+    req = memory_request(peaks)
+    assert req is not None and req.peak_bytes == max(peaks)
+    if len(peaks) == 1:
+        assert req.default and req.margin_bytes == pytest.approx(DEFAULT_MARGIN * max(peaks))
+        assert "default" in req.method
+    else:
+        expected = max(MARGIN_SIGMAS * statistics.stdev(peaks), MIN_MARGIN * max(peaks))
+        assert not req.default and req.margin_bytes == pytest.approx(expected)
+    assert req.request_bytes % ROUND_TO == 0
+    assert req.peak_bytes + req.margin_bytes <= req.request_bytes
+    assert req.request_bytes < req.peak_bytes + req.margin_bytes + ROUND_TO
+
+
+def test_a_wider_spread_asks_for_more() -> None:
+    tight = memory_request([600 * MIB, 602 * MIB, 604 * MIB])
+    wide = memory_request([500 * MIB, 550 * MIB, 604 * MIB])
+    assert tight is not None and wide is not None
+    assert wide.request_bytes > tight.request_bytes and "3σ" in wide.method
+
+
+def test_no_peak_measured_asks_for_nothing() -> None:
+    assert memory_request([]) is None and memory_request([float("nan"), None]) is None
+
+
+def test_the_report_shows_the_load_peak_as_the_headline_and_a_labelled_default_margin(
+    tmp_path: Path,
+) -> None:
+    trials = [
+        {"machine": "n2-highcpu-8", "workers": 1, "units_per_s": 10.0, "repeat": r,
+         "peak_rss_bytes": (620 + r) * MIB, "peak_rss_before_trial_bytes": (620 + r) * MIB,
+         "peak_rss_trial_bytes": 230 * MIB, "peak_phase": "load", "peak_rss_source": "ru_maxrss"}
+        for r in range(3)
+    ] + [
+        {"machine": "n2-highcpu-8", "workers": 2, "units_per_s": 19.0,
+         "peak_rss_bytes": 300 * MIB, "peak_rss_before_trial_bytes": 200 * MIB,
+         "peak_rss_trial_bytes": 300 * MIB, "peak_phase": "trial",
+         "peak_rss_source": "vmhwm"},
+        {"machine": "n2-highcpu-8", "workers": 2, "units_per_s": 1.0, "status": "failed",
+         "peak_rss_bytes": 900 * MIB},  # a failed repeat does not count
+    ]
+    run_dir = write_store(tmp_path / "run", trials)
+    rows = {r["workers"]: r for r in memory_rows(report.load_run(run_dir).trials)}
+    assert rows[1]["peak_rss_bytes"] == 622 * MIB and rows[1]["peak_phase"] == "load"
+    assert rows[1]["trial_peak_bytes"] == 230 * MIB and rows[1]["repeats"] == 3
+    assert not rows[1]["margin_is_default"] and rows[1]["request_bytes"] >= 622 * MIB
+    assert rows[2]["peak_rss_bytes"] == 300 * MIB and rows[2]["margin_is_default"]
+    built = report.build_report(report.load_run(run_dir))
+    (table,) = [t for t in built.tables if t.title.startswith("Memory per machine")]
+    cells = {row.cells[1]: row.cells for row in table.rows}
+    assert cells["1"][3] == "622 MiB" and cells["1"][4] == "load"
+    assert "(default margin)" in cells["2"][-1] and "(default margin)" not in cells["1"][-1]
+    assert any("default 20%" in note for note in table.notes)

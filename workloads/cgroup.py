@@ -1,0 +1,186 @@
+"""A memory cgroup per trial: the kernel's own high-water mark of a whole process tree.
+
+No per-process counter holds the peak of a *sum* of processes: a burst of three
+100 MiB children that overlap for a moment is under-reported by sampling (the
+moment falls between samples) and by ``wait4`` (its ``ru_maxrss`` is the largest
+single process). A memory cgroup charges every page the tree touches and keeps
+its maximum: cgroup v2's ``memory.peak``, v1's ``memory.max_usage_in_bytes``.
+
+The runner makes ``cloudprof-<pid>-<n>`` under its own memory cgroup (from
+``/proc/self/cgroup`` and ``/proc/self/mountinfo``), moves the command's first
+process into it between ``fork`` and ``exec`` (``write(cgroup.procs, "0")`` in
+the child: the tree is in it before it does any work, and its children are
+born in it), reads the peak once the tree is reaped, and removes the cgroup in
+a ``finally``. Where none can be made (not root, a read-only or absent
+hierarchy, a v2 parent whose ``memory`` controller is not delegated) it says why
+in one line and the runner falls back to sampling. ``CLOUDPROF_NO_CGROUP=1``
+forces that fallback (the tests use it to check both paths on one machine).
+
+Caveat: v1 charges page cache to the cgroup that first read a page, so a tree
+that reads files peaks higher there than its RSS; v2's ``memory.peak`` counts
+page cache too. Both are what a container's memory limit counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DISABLE_ENV = "CLOUDPROF_NO_CGROUP"
+_counter = itertools.count()
+
+
+class CgroupUnavailable(Exception):
+    """No memory cgroup for this trial; the message says why, in one line."""
+
+
+def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
+    """(fstype, mount root, mount point, super options) of every cgroup mount."""
+    out = []
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, rest = left.split(), right.split()
+        if len(fields) < 5 or len(rest) < 3 or rest[0] not in ("cgroup", "cgroup2"):
+            continue
+        out.append((rest[0], fields[3], fields[4], set(rest[2].split(","))))
+    return out
+
+
+def _inside(mount_root: str, mount_point: str, cgroup_path: str) -> Path | None:
+    """Where ``cgroup_path`` (hierarchy-relative) is on disk under a mount of ``mount_root``."""
+    root = mount_root.rstrip("/")
+    if root and not (cgroup_path == root or cgroup_path.startswith(root + "/")):
+        return None
+    return Path(mount_point) / cgroup_path[len(root):].lstrip("/")
+
+
+def own_memory_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[str, Path]:
+    """("cgroup-v1" | "cgroup-v2", directory) of this process's memory cgroup.
+
+    v1's memory hierarchy wins where both exist (a hybrid host's v2 mount holds no
+    memory controller); v2 needs ``memory`` among its root's controllers.
+    """
+    mounts = _mounts(mountinfo)
+    v1_path = v2_path = None
+    for line in proc_cgroup.splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hier == "0" and controllers == "":
+            v2_path = path
+        elif "memory" in controllers.split(","):
+            v1_path = path
+    if v1_path is not None:
+        for fstype, root, point, opts in mounts:
+            if fstype == "cgroup" and "memory" in opts:
+                where = _inside(root, point, v1_path)
+                if where is not None and where.is_dir():
+                    return "cgroup-v1", where
+        raise CgroupUnavailable("the v1 memory hierarchy is not mounted here")
+    if v2_path is not None:
+        for fstype, root, point, _opts in mounts:
+            if fstype != "cgroup2":
+                continue
+            where = _inside(root, point, v2_path)
+            controllers = Path(point) / "cgroup.controllers"
+            with contextlib.suppress(OSError):
+                if where is not None and "memory" in controllers.read_text().split():
+                    return "cgroup-v2", where
+        raise CgroupUnavailable("no cgroup v2 mount with the memory controller")
+    raise CgroupUnavailable("this process is in no memory cgroup")
+
+
+@dataclass
+class TrialCgroup:
+    """One trial's memory cgroup: ``join_fd`` is written "0" by the child before exec."""
+
+    version: str  # "cgroup-v1" | "cgroup-v2"
+    path: Path
+    join_fd: int
+
+    @classmethod
+    def create(cls, name: str | None = None) -> TrialCgroup:
+        """Make the cgroup, or raise CgroupUnavailable with the reason."""
+        if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+            raise CgroupUnavailable(f"{DISABLE_ENV} is set")
+        try:
+            proc_cgroup = Path("/proc/self/cgroup").read_text()
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError as exc:
+            raise CgroupUnavailable(f"cannot read /proc/self/cgroup: {exc.strerror}") from None
+        version, parent = own_memory_cgroup(proc_cgroup, mountinfo)
+        _remove_stale(parent)
+        path = parent / (name or f"cloudprof-{os.getpid()}-{next(_counter)}")
+        try:
+            path.mkdir()
+        except OSError as exc:
+            raise CgroupUnavailable(f"cannot make a memory cgroup in {parent}: "
+                                    f"{exc.strerror or exc}") from None
+        peak_file = "memory.peak" if version == "cgroup-v2" else "memory.max_usage_in_bytes"
+        try:
+            if not (path / peak_file).exists():  # v2: memory not delegated, or a kernel < 5.19
+                raise CgroupUnavailable(f"{path} has no {peak_file}")
+            join_fd = os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+        except (OSError, CgroupUnavailable) as exc:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            if isinstance(exc, CgroupUnavailable):
+                raise
+            raise CgroupUnavailable(f"cannot join {path}: {exc.strerror or exc}") from None
+        return cls(version, path, join_fd)
+
+    def join_in_child(self) -> None:
+        """In the child between fork and exec: move this process (pid 0 = the writer) in."""
+        os.write(self.join_fd, b"0")
+
+    def peak_bytes(self) -> int | None:
+        """The cgroup's high-water mark since it was made (None when unreadable)."""
+        name = "memory.peak" if self.version == "cgroup-v2" else "memory.max_usage_in_bytes"
+        try:
+            return int((self.path / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def remove(self, wait_s: float = 5.0) -> str | None:
+        """Kill what is still in the cgroup (a command's leftover background process), then
+        remove it; a one-line problem, or None when it is gone."""
+        with contextlib.suppress(OSError):
+            os.close(self.join_fd)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.path.rmdir()
+                return None
+            except FileNotFoundError:
+                return None
+            except OSError as exc:  # EBUSY: processes still in it (or exiting)
+                if time.monotonic() >= deadline:
+                    return (f"could not remove the trial's memory cgroup {self.path}: "
+                            f"{exc.strerror or exc}")
+            for pid in _pids(self.path):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+
+
+def _pids(path: Path) -> list[int]:
+    try:
+        return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _remove_stale(parent: Path) -> None:
+    """Empty cgroups of runners that were killed before their ``finally`` (their pid is gone)."""
+    with contextlib.suppress(OSError):
+        for child in parent.glob("cloudprof-*-*"):
+            pid = child.name.split("-")[1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not _pids(child):
+                with contextlib.suppress(OSError):
+                    child.rmdir()
