@@ -132,6 +132,22 @@ def test_memray_names_the_line_that_holds_the_peak_within_ten_percent(tmp_path):
     assert (out / "memray.flamegraph.html").stat().st_size > 1000
 
 
+def test_memray_names_a_peak_reached_while_loading_in_prepare_within_ten_percent(tmp_path):
+    out = tmp_path / "load"
+    proc = run(out, "--workload", f"{WORKLOADS}:LoadPeak", "--param", "mb=96", "--workers", "2",
+               "--duration", "1", "--profile", "memory")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    prof = summary(out)["profile"]
+    assert prof["status"] == "ok" and prof["tool"] == "memray", prof
+    source = (FIXTURES / "profile_workloads.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "LOAD-LINE" in text)
+    top = prof["top_sites"][0]
+    assert top["site"] == f"profile_workloads.py:{line}", prof["top_sites"]
+    assert abs(top["bytes"] - 96 * MIB) <= 0.1 * 96 * MIB
+    assert prof["peak_bytes"] >= 96 * MIB
+    assert prof["covers"] == "whole process (prepare() included)"
+
+
 def test_without_memray_tracemalloc_names_the_line_and_says_it_is_a_fallback(tmp_path):
     blocker = tmp_path / "no_memray"
     blocker.mkdir()

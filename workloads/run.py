@@ -343,6 +343,11 @@ def _seconds_since_process_start() -> float | None:
 
 def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
     params = summary["params"]
+    # memory attribution covers loading too (the peak is often in prepare()); cpu starts below.
+    # pyarrow's arenas (a 1 GiB mmap reservation) are cloudprof's, mapped before tracking.
+    if args.profile in profilers.LIFETIME:
+        _warm_result_writer()
+    early = profilers.start_lifetime_profile(args.profile, args.out)
     cls = load_workload(args.workload)
     try:
         workload: Workload = cls(**params["workload_params"])
@@ -355,6 +360,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         _drive(workload, args.workers, args.warmup, None, sig, None, None)
     if sig.received:
         summary["status"] = "interrupted"
+        summary["profile"] = profilers.finish_profile(early)
         return protocol.EXIT_INTERRUPTED
 
     stop = threading.Event()
@@ -371,10 +377,11 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         on_breach=on_breach,
         units=counter,
     )
-    profile = profilers.start_profile(args.profile, args.out, profilers.Target(
+    profile = early or profilers.start_profile(args.profile, args.out, profilers.Target(
         os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
         exclude_thread_names={"workload"},
     ))  # fmt: skip
+    profilers.steady_state_begins(profile)
     summary["started_at"] = _now()
     summary["load_s"] = _seconds_since_process_start()  # the load phase, drawn before t = 0
     agent.start()
