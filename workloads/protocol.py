@@ -91,8 +91,10 @@ TIMESERIES_COLUMNS = (
     "pss_bytes",  # nullable
     "children",  # nullable: number of child processes
     "units",  # cumulative units done, nullable in --command mode
-    "gpu_mem_bytes",  # nullable
-    "gpu_util",  # nullable, 0..100
+    "gpu_mem_bytes",  # nullable: used on the whole device(s)
+    "gpu_util",  # nullable, 0..100, the whole device(s)
+    "gpu_proc_mem_bytes",  # nullable: used by the trial's processes (where NVML lists them)
+    "gpu_proc_util",  # nullable, 0..100 per device, the trial's processes' SM utilisation
 )
 
 PROGRESS_PREFIX = "progress"

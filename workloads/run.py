@@ -35,6 +35,7 @@ from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
 from workloads.memory import find_spikes, leak_test
+from workloads.profilers import torch_gpu
 
 DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
@@ -190,6 +191,7 @@ def _timeseries_table(report: AgentReport) -> Any:
         "read_bytes": pa.int64(), "write_bytes": pa.int64(), "uss_bytes": pa.int64(),
         "pss_bytes": pa.int64(), "children": pa.int32(), "units": pa.int64(),
         "gpu_mem_bytes": pa.int64(), "gpu_util": pa.float64(),
+        "gpu_proc_mem_bytes": pa.int64(), "gpu_proc_util": pa.float64(),
     }  # fmt: skip
     cols = protocol.TIMESERIES_COLUMNS
     arrays = [pa.array(report.column(c), type=types[c]) for c in cols]
@@ -274,7 +276,8 @@ def fill_measurements(summary: dict[str, Any], rep: AgentReport, cores: int | No
         budget["breached"] = True
     budget["stopped_trial"] = rep.budget_breached
     summary["memory_budget"] = budget
-    summary["gpu"] = rep.gpu
+    summary["gpu"] = torch_gpu.merge_into(rep.gpu, rep.torch_peak_bytes)
+    summary["gpu_note"] = rep.gpu_note if summary["gpu"] is None else None
     summary["agent"] = rep.agent_summary()
 
 
@@ -397,6 +400,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         failure, seconds = exc, time.perf_counter() - start
     finally:
         report = agent.stop()
+        report.torch_peak_bytes = torch_gpu.torch_peak_in_process()
         summary["profile"] = profilers.finish_profile(profile)
     summary["finished_at"] = _now()
     summary["units"] = counter.value
@@ -506,6 +510,7 @@ def _run_command(
         env = jobs.job_env(values)
     if args.chdir is not None:  # the job's processes import from its copy (and site dir)
         env = jobs.with_pythonpath(env if env is not None else os.environ, args.job_paths)
+    env = torch_gpu.hook_env(env if env is not None else os.environ, args.out)
     start = time.perf_counter()
     summary["started_at"] = _now()
     try:
@@ -582,6 +587,7 @@ def _run_command(
             _terminate_tree(proc.pid, proc.pid)
     seconds = waited["at"] - start
     report = agent.stop(child_rusage=waited["rusage"])
+    report.torch_peak_bytes = torch_gpu.read_hook_peak(args.out)
     if reader is not None:
         reader.join()
     units = counter.value if counter is not None else 0
