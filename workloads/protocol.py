@@ -59,7 +59,9 @@ SUMMARY_KEYS = (
     "profile",  # None, or PROFILE_KEYS below
 )
 
-PROFILE_KINDS = ("cpu", "memory")
+# cpu: py-spy without pausing the job (top functions, ~3 % cost); gil: py-spy pausing it to
+# read native frames too, for the Python / native / GIL-wait split (~20 %, BENCHMARKS.md).
+PROFILE_KINDS = ("cpu", "gil", "memory")
 # summary["profile"]: always "kind", "tool", "status" ("ok" | "unavailable" | "failed"),
 # "reason" (one line, when not ok) and "files" (names in the trial directory). Then, for
 #   cpu (py-spy): "samples", "threads", "rate_hz", "native_frames",

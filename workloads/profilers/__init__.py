@@ -20,6 +20,7 @@ from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, allo
 
 KINDS = {
     "cpu": "workloads.profilers.pyspy:PySpyProfiler",
+    "gil": "workloads.profilers.pyspy:NativePySpyProfiler",
     "memory": "workloads.profilers.memray:MemrayProfiler",
 }
 # Kinds that watch a workload's whole process, from before ``prepare()``: loading the
@@ -39,7 +40,7 @@ __all__ = [
 
 
 def get_profiler(kind: str) -> Profiler:
-    """A fresh driver for ``kind`` ("cpu" or "memory"); ValueError for any other name."""
+    """A fresh driver for ``kind`` (one of KINDS); ValueError for any other name."""
     try:
         target = KINDS[kind]
     except KeyError:
