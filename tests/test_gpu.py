@@ -59,13 +59,31 @@ def test_without_nvml_the_summary_says_why_in_one_line_and_has_no_gpu_figures(tm
 
 
 def test_the_command_hook_is_only_added_where_there_is_an_nvidia_driver(tmp_path):
-    absent = torch_gpu.hook_env({"PYTHONPATH": "/job"}, tmp_path, driver_node=str(tmp_path / "x"))
+    absent = torch_gpu.hook_env({"PYTHONPATH": "/job"}, tmp_path, (str(tmp_path / "x"),))
     assert absent == {"PYTHONPATH": "/job"}
     node = tmp_path / "nvidiactl"
     node.touch()
-    present = torch_gpu.hook_env({"PYTHONPATH": "/job"}, tmp_path, driver_node=str(node))
+    present = torch_gpu.hook_env({"PYTHONPATH": "/job"}, tmp_path, (str(tmp_path / "x"), str(node)))
     assert present["PYTHONPATH"].split(os.pathsep) == [str(torch_gpu.HOOK_DIR), "/job"]
     assert present[torch_gpu.ENV_FILE] == str(tmp_path / torch_gpu.PEAK_FILE)
+
+
+def test_the_command_hook_reports_a_torch_jobs_allocator_peak_through_a_file(tmp_path):
+    """A stand-in ``torch`` (CUDA initialised, a known peak): no GPU needed, the hook is real."""
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(
+        "class cuda:\n"
+        "    is_initialized = staticmethod(lambda: True)\n"
+        "    device_count = staticmethod(lambda: 2)\n"
+        "    max_memory_allocated = staticmethod(lambda d: (d + 1) * 1000)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(torch_gpu.HOOK_DIR), str(fake)]),
+           torch_gpu.ENV_FILE: str(tmp_path / torch_gpu.PEAK_FILE)}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", "import torch"], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert torch_gpu.read_hook_peak(tmp_path) == 3000  # both devices, written at exit
 
 
 def test_the_command_hook_keeps_the_jobs_own_sitecustomize(tmp_path):

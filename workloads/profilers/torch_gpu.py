@@ -23,7 +23,7 @@ from pathlib import Path
 PEAK_FILE = "torch_gpu_peak.json"
 ENV_FILE = "CLOUDPROF_TORCH_PEAK_FILE"
 HOOK_DIR = Path(__file__).resolve().with_name("torch_hook")
-DRIVER_NODE = "/dev/nvidiactl"  # present where an NVIDIA driver is loaded
+DRIVER_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia/version")  # an NVIDIA driver is loaded
 
 
 def torch_peak_in_process() -> int | None:
@@ -40,10 +40,12 @@ def torch_peak_in_process() -> int | None:
         return None
 
 
-def hook_env(env: Mapping[str, str], out: Path, driver_node: str = DRIVER_NODE) -> dict[str, str]:
+def hook_env(
+    env: Mapping[str, str], out: Path, driver_nodes: tuple[str, ...] = DRIVER_NODES
+) -> dict[str, str]:
     """``env`` for a command, with the hook on PYTHONPATH where there is an NVIDIA driver."""
     new = dict(env)
-    if not os.path.exists(driver_node):
+    if not any(os.path.exists(node) for node in driver_nodes):
         return new
     rest = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p]
     new["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR), *rest])

@@ -56,13 +56,14 @@ def _install(path):
 def _chain():
     """Import the sitecustomize this one shadows, if the job's environment has one."""
     here = os.path.dirname(os.path.abspath(__file__))
-    del sys.modules["sitecustomize"]
+    me = sys.modules.pop("sitecustomize", None)
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
         import sitecustomize  # noqa: F401
-    except ImportError:
-        pass
+    except ImportError:  # none: the import machinery expects this module back in its place
+        if me is not None:
+            sys.modules["sitecustomize"] = me
     finally:
         sys.path[:] = saved
 
