@@ -1,19 +1,24 @@
-"""What ``--profile`` costs: throughput with py-spy and with memray vs none, side by side.
+"""What ``--profile`` costs: throughput with py-spy (several settings) and memray vs none.
 
-Each round runs four trials of the same workload back to back — no profiler,
-a placebo (the cpu driver's launch path with a "py-spy" that only sleeps),
-``--profile cpu`` (py-spy at its default 100 Hz, ``--idle --native``) and
+Each round runs one trial per configuration of the same workload back to back
+— no profiler, a placebo (the cpu driver's launch path with a "py-spy" that
+only sleeps), py-spy in each mode/rate asked for (``--pyspy native@100`` is
+``--native`` at 100 Hz, the setting before this benchmark; ``blocking`` reads
+Python frames only; ``nonblocking`` never pauses the process), and
 ``--profile memory`` (memray with native traces) — in an order that rotates
-every round, so drift and a neighbour's load hit every configuration alike.
-The figure per configuration is the median over rounds of units/s(profiled) /
-units/s(unprofiled, same round), with the interquartile range of those ratios;
-also the same ratio of units per CPU-second of the trial process (robust to CPU
-stolen by neighbours, but blind to py-spy pausing the process while it reads).
+every round, with ``--gap`` seconds between trials, so drift and a neighbour's
+load hit every configuration alike. Many short rounds beat a few long ones on a
+shared host. The figures per configuration are the median over rounds of
+units/s(profiled) / units/s(unprofiled, same round), with the interquartile
+range of those ratios, and the same ratio of units per CPU-second of the trial
+process (robust to CPU stolen by neighbours, but blind to py-spy pausing the
+process while it reads: the wall ratio is the one the goal is about).
 Throughput is the runner's own (the timed window only: attaching py-spy and
 writing memray's flame graph happen outside it).
 
-    python benchmarks/bench_profilers.py                  # ~3 minutes on 2 cores
+    python benchmarks/bench_profilers.py                  # ~4 minutes on 2 cores
     python benchmarks/bench_profilers.py --rounds 4 --duration 2   # quicker, noisier
+    python benchmarks/bench_profilers.py --pyspy native@100 --pyspy nonblocking@100 --no-memory
 """
 
 from __future__ import annotations
@@ -26,13 +31,28 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _common import ROOT, machine_line, median, print_table
 
 PLACEBO = "placebo (cpu launch path, no sampling)"
-CONFIGS = {"none": [], PLACEBO: ["--profile", "cpu"], "cpu (py-spy 100 Hz)": ["--profile", "cpu"],
-           "memory (memray native)": ["--profile", "memory"]}  # fmt: skip
+MEMORY = "memory (memray native)"
+DEFAULT_PYSPY = ["native@100", "blocking@100", "nonblocking@100", "native@20"]
+
+
+def configs(pyspy: list[str], memory: bool) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """name → (runner arguments, environment) for every configuration of one round."""
+    out: dict[str, tuple[list[str], dict[str, str]]] = {"none": ([], {})}
+    for spec in pyspy:
+        mode, _, rate = spec.partition("@")
+        out[f"cpu py-spy {mode} {rate or 100} Hz"] = (
+            ["--profile", "cpu"],
+            {"CLOUDPROF_PYSPY_MODE": mode, "CLOUDPROF_PYSPY_RATE": rate or "100"},
+        )
+    if memory:
+        out[MEMORY] = (["--profile", "memory"], {})
+    return out
 
 
 def trial(out: Path, args: list[str], env: dict[str, str] | None = None) -> dict:
@@ -51,31 +71,41 @@ def trial(out: Path, args: list[str], env: dict[str, str] | None = None) -> dict
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--duration", type=float, default=4.0)
+    ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--workload", default="cube")
+    ap.add_argument("--gap", type=float, default=0.5, help="seconds between trials")
+    ap.add_argument("--pyspy", action="append", help="MODE@RATE, repeatable (default: "
+                    + ", ".join(DEFAULT_PYSPY) + ")")  # fmt: skip
+    ap.add_argument("--no-memory", action="store_true", help="leave memray out")
+    ap.add_argument("--no-placebo", action="store_true")
     args = ap.parse_args()
     base = ["--workload", args.workload, "--workers", str(args.workers),
             "--duration", str(args.duration)]  # fmt: skip
     print(machine_line())
-    names = list(CONFIGS)
-    rates: dict[str, list[float]] = {n: [] for n in names}
-    per_cpu: dict[str, list[float]] = {n: [] for n in names}  # units per CPU-s of the trial
-    notes: dict[str, str] = {}
+    confs = configs(args.pyspy or DEFAULT_PYSPY, not args.no_memory)
+    names = list(confs)
     with tempfile.TemporaryDirectory(prefix="bench-profilers-") as tmp:
         # The placebo goes through the cpu driver's whole launch path (the runner waits for
         # the sampler to come up, then SIGINTs it) with a "py-spy" that only sleeps: what
-        # differs from the cpu row is the sampling itself.
-        placebo = Path(tmp) / "py-spy-placebo"
-        placebo.write_text("#!/bin/sh\nexec sleep 3600\n")
-        placebo.chmod(0o755)
-        env_of = {PLACEBO: {"CLOUDPROF_PYSPY": str(placebo)}}
+        # differs from the cpu rows is the sampling itself.
+        if not args.no_placebo:
+            placebo = Path(tmp) / "py-spy-placebo"
+            placebo.write_text("#!/bin/sh\nexec sleep 3600\n")
+            placebo.chmod(0o755)
+            confs[PLACEBO] = (["--profile", "cpu"], {"CLOUDPROF_PYSPY": str(placebo)})
+            names.insert(1, PLACEBO)
+        rates: dict[str, list[float]] = {n: [] for n in names}
+        per_cpu: dict[str, list[float]] = {n: [] for n in names}  # units per CPU-s of the trial
+        notes: dict[str, str] = {}
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
-                s = trial(Path(tmp) / "t", [*base, *CONFIGS[name]], env_of.get(name))
+                time.sleep(args.gap)
+                extra, env = confs[name]
+                s = trial(Path(tmp) / "t", [*base, *extra], env)
                 prof = s.get("profile") or {}
-                if CONFIGS[name] and name != PLACEBO and prof.get("status") != "ok":
+                if extra and name != PLACEBO and prof.get("status") != "ok":
                     notes[name] = f"no profile: {prof.get('reason')}"
                 rates[name].append(float(s["units_per_s"]))
                 per_cpu[name].append(float(s["units"]) / max(float(s["cpu_seconds"]), 1e-9))
@@ -91,7 +121,8 @@ def main() -> None:
                      100 * (1 - median(cpu_ratios)), notes.get(name, "")])  # fmt: skip
     headers = ["config", "rounds", "units/s (median)", "ratio to none", "overhead %",
                "ratio IQR", "overhead per CPU-s %", "note"]  # fmt: skip
-    title = f"{args.workload}, {args.workers} workers, {args.duration:g} s trials"
+    title = (f"{args.workload}, {args.workers} workers, {args.duration:g} s trials, "
+             f"gap {args.gap:g} s")
     print_table(headers, rows, title=title)
 
 

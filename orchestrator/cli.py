@@ -464,8 +464,10 @@ def sweep(
     profile: Annotated[
         ProfileKind | None,  # type: ignore[valid-type]
         typer.Option(
-            help="Also run one extra profiled trial per worker count: cpu (py-spy: why scaling "
-            "stops) or memory (memray: where the peak comes from). Kept out of throughput tables.",
+            help="Also run one extra profiled trial per worker count: cpu (py-spy: top functions, "
+            "~3 % cost), gil (py-spy with native frames: Python / native / GIL-wait shares, why "
+            "scaling stops, ~20 % cost) or memory (memray: where the peak comes from). Kept out "
+            "of throughput tables.",
             rich_help_panel=LIMITS,
         ),
     ] = None,

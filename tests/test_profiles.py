@@ -98,7 +98,7 @@ def test_a_call_site_is_the_jobs_own_frame_below_library_code():
 def gil_trial(tmp_path: Path, workers: int) -> dict:
     out = tmp_path / f"spin{workers}"
     proc = run(out, "--workload", f"{WORKLOADS}:Spin", "--workers", str(workers),
-               "--duration", "2", "--profile", "cpu")  # fmt: skip
+               "--duration", "2", "--profile", "gil")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     s = summary(out)
     assert s["profiled"] is True and s["profile"]["status"] == "ok", s["profile"]
@@ -116,6 +116,33 @@ def test_gil_wait_share_grows_from_one_to_two_pure_python_workers(tmp_path):
     assert two["top_functions"][0]["function"].endswith("Spin.run.<locals>.worker")
 
 
+def test_the_knee_of_a_gil_bound_workload_is_annotated_with_waiting_for_the_gil(tmp_path):
+    from orchestrator.results.profiles import scaling_section
+
+    records = [{"machine": "here", "workers": w, "trial_id": f"here-w{w}-prof-gil",
+                "profile": gil_trial(tmp_path, w)} for w in (1, 2)]  # fmt: skip
+    section = scaling_section(records, {"here": 1})
+    assert section is not None
+    sentence = next(n for n in section.notes if n.startswith("here:"))
+    assert sentence.startswith("here: Above 1 worker, ") and "waits for the GIL" in sentence
+    share = int(sentence.split("Above 1 worker, ")[1].split(" %")[0])
+    assert share >= 25, sentence
+
+
+def test_profile_cpu_by_default_never_pauses_the_job_and_names_its_top_function(tmp_path):
+    out = tmp_path / "cpu"
+    proc = run(out, "--workload", f"{WORKLOADS}:Spin", "--workers", "1", "--duration", "2",
+               "--profile", "cpu")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    prof = summary(out)["profile"]
+    assert prof["status"] == "ok" and prof["mode"] == "nonblocking", prof
+    assert prof["native_frames"] is False and prof["shares"] is None
+    assert "--profile gil" in prof["note"]
+    assert prof["samples"] > 100
+    top = prof["top_functions"][0]
+    assert top["function"].endswith("Spin.run.<locals>.worker") and top["class"] == "running"
+
+
 def test_memray_names_the_line_that_holds_the_peak_within_ten_percent(tmp_path):
     out = tmp_path / "hold"
     proc = run(out, "--workload", f"{WORKLOADS}:Hold", "--param", "mb=48", "--workers", "2",
@@ -130,6 +157,22 @@ def test_memray_names_the_line_that_holds_the_peak_within_ten_percent(tmp_path):
     assert abs(top["bytes"] - 2 * 48 * MIB) <= 0.1 * 2 * 48 * MIB
     assert top["bytes"] <= prof["peak_bytes"]
     assert (out / "memray.flamegraph.html").stat().st_size > 1000
+
+
+def test_memray_names_a_peak_reached_while_loading_in_prepare_within_ten_percent(tmp_path):
+    out = tmp_path / "load"
+    proc = run(out, "--workload", f"{WORKLOADS}:LoadPeak", "--param", "mb=96", "--workers", "2",
+               "--duration", "1", "--profile", "memory")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    prof = summary(out)["profile"]
+    assert prof["status"] == "ok" and prof["tool"] == "memray", prof
+    source = (FIXTURES / "profile_workloads.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "LOAD-LINE" in text)
+    top = prof["top_sites"][0]
+    assert top["site"] == f"profile_workloads.py:{line}", prof["top_sites"]
+    assert abs(top["bytes"] - 96 * MIB) <= 0.1 * 96 * MIB
+    assert prof["peak_bytes"] >= 96 * MIB
+    assert prof["covers"] == "whole process (prepare() included)"
 
 
 def test_without_memray_tracemalloc_names_the_line_and_says_it_is_a_fallback(tmp_path):
@@ -151,7 +194,7 @@ def test_without_memray_tracemalloc_names_the_line_and_says_it_is_a_fallback(tmp
 def test_a_command_job_is_sampled_from_outside_its_process(tmp_path):
     out = tmp_path / "cmd"
     code = "import time\nend = time.time() + 1.5\nwhile time.time() < end:\n    sum(range(1000))\n"
-    proc = run(out, "--profile", "cpu", "--command", "--", sys.executable, "-c", code)
+    proc = run(out, "--profile", "gil", "--command", "--", sys.executable, "-c", code)
     assert proc.returncode == 0, proc.stderr
     prof = summary(out)["profile"]
     assert prof["status"] == "ok", prof
@@ -223,12 +266,12 @@ def test_a_profiled_sweep_keeps_profiles_out_of_the_tables_and_reports_them(tmp_
     from tests.test_sweep_local import spec_for
 
     monkeypatch.setenv("CLOUDPROF_CACHE", str(tmp_path / "cache"))
-    spec = spec_for(tmp_path / "runs", workers=[1, 2], profile="cpu")
+    spec = spec_for(tmp_path / "runs", workers=[1, 2], profile="gil")
     run_dir = run_sweep(spec, console=Console(file=io.StringIO(), width=200))
     trials = pd.read_parquet(run_dir / "trials.parquet")
     assert sorted(trials["trial_id"]) == ["n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"]
     for w in (1, 2):
-        folder = run_dir / "profiles" / f"n2-highcpu-8-w{w}-prof-cpu"
+        folder = run_dir / "profiles" / f"n2-highcpu-8-w{w}-prof-gil"
         record = json.loads((folder / "record.json").read_text())
         assert record["profiled"] is True and record["workers"] == w
         assert record["profile"]["status"] == "ok", record["profile"]
@@ -237,7 +280,8 @@ def test_a_profiled_sweep_keeps_profiles_out_of_the_tables_and_reports_them(tmp_
         assert (folder / "profile.flamegraph.svg").is_file()
     report = (run_dir / "report.md").read_text()
     assert "## Why scaling stops" in report and "Top function" in report
-    assert "n2-highcpu-8:" in report  # the knee/top-count sentence
+    sentence = next(line for line in report.splitlines() if "n2-highcpu-8: " in line)
+    assert "of thread time" in sentence  # the knee (or top count) annotated with its cause
     assert (run_dir / "plots" / "why-scaling-stops-n2-highcpu-8.png").stat().st_size > 1000
 
 

@@ -1026,3 +1026,29 @@ def test_the_report_says_what_one_unit_delivered(
     ]
     text = console_text(store.run_dir)
     assert f"1 unit = one cube of 4×10×10 float64 (0.0032 MB) {delivered}" in text
+
+
+def test_the_headlines_name_the_largest_gpu_memory_a_trial_used(tmp_path: Path) -> None:
+    trials = scaling_trials("a2-highgpu-1g", 3.67, {1: [100], 2: [190]})
+    for t in trials:
+        t.update(peak_gpu_mem_bytes=float(t["workers"] * 3 * 2**30),
+                 gpu_peak_source="NVML, the trial's processes")  # fmt: skip
+    md = markdown_of(write_store(tmp_path / "s", trials))
+    line = next(x for x in md.splitlines() if "Peak GPU memory" in x)
+    assert "6 GiB" in line and "× 2 workers" in line and "NVML, the trial's processes" in line
+    cpu_only = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [190]})
+    assert "Peak GPU memory" not in markdown_of(write_store(tmp_path / "c", cpu_only))
+
+
+def test_a_trial_row_keeps_the_summarys_gpu_peak() -> None:
+    from orchestrator.results.store import trial_row
+    from tests.test_planner import machine
+
+    trial = type("T", (), {"trial_id": "m-w1-r0", "workers": 1, "repeat": 0})()
+    gpu = {"peak_mem_bytes": 9 * 2**30, "peak_source": "PyTorch allocator (max_memory_allocated)"}
+    row = trial_row({"gpu": gpu, "status": "ok"}, machine(), trial=trial, sweep_id="s",
+                    ran_on="m", provider="gcp")  # fmt: skip
+    assert row["peak_gpu_mem_bytes"] == 9 * 2**30
+    assert row["gpu_peak_source"].startswith("PyTorch allocator")
+    assert trial_row(None, machine(), trial=trial, sweep_id="s", ran_on="m",
+                     provider="gcp")["peak_gpu_mem_bytes"] is None  # fmt: skip

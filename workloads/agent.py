@@ -66,6 +66,8 @@ class AgentReport:
     budget_breach_t: float | None = None
     budget_breach_rss_bytes: int | None = None
     gpu: dict[str, Any] | None = None
+    gpu_note: str | None = None  # why ``gpu`` is None, in one line
+    torch_peak_bytes: int | None = None  # PyTorch's CUDA allocator peak (the runner sets it)
     error: str | None = None
 
     @property
@@ -98,6 +100,32 @@ class AgentReport:
             "breach_t": self.budget_breach_t,
             "breach_rss_bytes": self.budget_breach_rss_bytes,
         }
+
+
+def gpu_summary(rep: AgentReport, names: list[str]) -> dict[str, Any]:
+    """summary.json's ``gpu``: the devices' and the trial's own use, from the sampled series.
+
+    ``peak_mem_bytes`` is the headline: the trial's processes where NVML lists
+    them (``peak_source`` says which), else the whole device's memory in use.
+    The runner adds a PyTorch job's allocator peak (``torch_peak_allocated_bytes``).
+    """
+
+    def values(name: str) -> list[Any]:
+        return [v for v in rep.column(name) if v is not None]
+
+    mem, util = values("gpu_mem_bytes"), values("gpu_util")
+    proc_mem, proc_util = values("gpu_proc_mem_bytes"), values("gpu_proc_util")
+    return {
+        "devices": names,
+        "count": len(names),
+        "peak_mem_bytes": max(proc_mem) if proc_mem else (max(mem) if mem else None),
+        "peak_source": "NVML, the trial's processes" if proc_mem else "NVML, whole device",
+        "device_peak_mem_bytes": max(mem) if mem else None,
+        "process_peak_mem_bytes": max(proc_mem) if proc_mem else None,
+        "util_mean": round(sum(util) / len(util), 2) if util else None,
+        "util_max": max(util) if util else None,
+        "process_util_max": max(proc_util) if proc_util else None,
+    }
 
 
 class Agent:
@@ -231,16 +259,9 @@ class Agent:
             self._in_process_totals(rep)
         else:
             self._tree_totals(rep, child_rusage, result.proc_peaks, tree_peak)
+        rep.gpu_note = result.gpu_note
         if result.gpu_names is not None:
-            mem = [r[12] for r in rep.rows if r[12] is not None]
-            util = [r[13] for r in rep.rows if r[13] is not None]
-            rep.gpu = {
-                "devices": result.gpu_names,
-                "count": len(result.gpu_names),
-                "peak_mem_bytes": max(mem) if mem else None,
-                "util_mean": round(sum(util) / len(util), 2) if util else None,
-                "util_max": max(util) if util else None,
-            }
+            rep.gpu = gpu_summary(rep, result.gpu_names)
         return rep
 
     # -- the sampler process ----------------------------------------------------------------

@@ -65,7 +65,9 @@ SUMMARY_KEYS = (
     "profile",  # None, or PROFILE_KEYS below
 )
 
-PROFILE_KINDS = ("cpu", "memory")
+# cpu: py-spy without pausing the job (top functions, ~3 % cost); gil: py-spy pausing it to
+# read native frames too, for the Python / native / GIL-wait split (~20 %, BENCHMARKS.md).
+PROFILE_KINDS = ("cpu", "gil", "memory")
 # summary["profile"]: always "kind", "tool", "status" ("ok" | "unavailable" | "failed"),
 # "reason" (one line, when not ok) and "files" (names in the trial directory). Then, for
 #   cpu (py-spy): "samples", "threads", "rate_hz", "native_frames",
@@ -97,8 +99,10 @@ TIMESERIES_COLUMNS = (
     "pss_bytes",  # nullable
     "children",  # nullable: number of child processes
     "units",  # cumulative units done, nullable in --command mode
-    "gpu_mem_bytes",  # nullable
-    "gpu_util",  # nullable, 0..100
+    "gpu_mem_bytes",  # nullable: used on the whole device(s)
+    "gpu_util",  # nullable, 0..100, the whole device(s)
+    "gpu_proc_mem_bytes",  # nullable: used by the trial's processes (where NVML lists them)
+    "gpu_proc_util",  # nullable, 0..100 per device, the trial's processes' SM utilisation
 )
 
 PROGRESS_PREFIX = "progress"

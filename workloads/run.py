@@ -36,6 +36,7 @@ from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
 from workloads.memory import find_spikes, leak_test
+from workloads.profilers import torch_gpu
 
 DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
@@ -192,6 +193,7 @@ def _timeseries_table(report: AgentReport) -> Any:
         "read_bytes": pa.int64(), "write_bytes": pa.int64(), "uss_bytes": pa.int64(),
         "pss_bytes": pa.int64(), "children": pa.int32(), "units": pa.int64(),
         "gpu_mem_bytes": pa.int64(), "gpu_util": pa.float64(),
+        "gpu_proc_mem_bytes": pa.int64(), "gpu_proc_util": pa.float64(),
     }  # fmt: skip
     cols = protocol.TIMESERIES_COLUMNS
     arrays = [arrow.nullable(report.column(c), types[c]) for c in cols]
@@ -308,7 +310,8 @@ def fill_measurements(summary: dict[str, Any], rep: AgentReport, cores: int | No
         budget["breached"] = True
     budget["stopped_trial"] = rep.budget_breached
     summary["memory_budget"] = budget
-    summary["gpu"] = rep.gpu
+    summary["gpu"] = torch_gpu.merge_into(rep.gpu, rep.torch_peak_bytes)
+    summary["gpu_note"] = rep.gpu_note if summary["gpu"] is None else None
     summary["agent"] = rep.agent_summary()
 
 
@@ -377,6 +380,11 @@ def _seconds_since_process_start() -> float | None:
 
 def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
     params = summary["params"]
+    # memory attribution covers loading too (the peak is often in prepare()); cpu starts below.
+    # pyarrow's arenas (a 1 GiB mmap reservation) are cloudprof's, mapped before tracking.
+    if args.profile in profilers.LIFETIME:
+        _warm_result_writer()
+    early = profilers.start_lifetime_profile(args.profile, args.out)
     cls = load_workload(args.workload)
     try:
         workload: Workload = cls(**params["workload_params"])
@@ -389,6 +397,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         _drive(workload, args.workers, args.warmup, None, sig, None, None)
     if sig.received:
         summary["status"] = "interrupted"
+        summary["profile"] = profilers.finish_profile(early)
         return protocol.EXIT_INTERRUPTED
 
     stop = threading.Event()
@@ -405,10 +414,11 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         on_breach=on_breach,
         units=counter,
     )
-    profile = profilers.start_profile(args.profile, args.out, profilers.Target(
+    profile = early or profilers.start_profile(args.profile, args.out, profilers.Target(
         os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
         exclude_thread_names={"workload"},
     ))  # fmt: skip
+    profilers.steady_state_begins(profile)
     summary["started_at"] = _now()
     summary["load_s"] = _seconds_since_process_start()  # the load phase, drawn before t = 0
     agent.start()
@@ -424,6 +434,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         failure, seconds = exc, time.perf_counter() - start
     finally:
         report = agent.stop()
+        report.torch_peak_bytes = torch_gpu.torch_peak_in_process()
         summary["profile"] = profilers.finish_profile(profile)
     summary["finished_at"] = _now()
     summary["units"] = counter.value
@@ -532,6 +543,7 @@ def _run_command(
         env = jobs.job_env(values)
     if args.chdir is not None:  # the job's processes import from its copy (and site dir)
         env = jobs.with_pythonpath(env if env is not None else os.environ, args.job_paths)
+    env = torch_gpu.hook_env(env if env is not None else os.environ, args.out)
     group = _trial_cgroup(summary)
     try:
         return _run_command_in(args, command, summary, sig, env, spawn_rss, group)
@@ -650,6 +662,7 @@ def _run_command_in(
         peak = group.peak_bytes()
         tree_peak = (peak, group.version) if peak is not None else None
     report = agent.stop(child_rusage=waited["rusage"], tree_peak=tree_peak)
+    report.torch_peak_bytes = torch_gpu.read_hook_peak(args.out)
     if reader is not None:
         reader.join()
     units = counter.value if counter is not None else 0

@@ -49,6 +49,7 @@ from typing import Any
 from workloads import procfs
 from workloads.shared import SharedInt
 
+NO_PYNVML = "no GPU metrics: nvidia-ml-py is not installed (pip install 'cloudprof[gpu]')"
 SMAPS_DUTY = 0.002  # USS/PSS reads may use at most 0.2% of one core
 
 
@@ -78,43 +79,84 @@ class SamplerResult:
     startup_cpu_seconds: float = 0.0  # the sampler process's start, before the trial
     proc_peaks: dict[int, int] = field(default_factory=dict)  # per-process RSS peaks (tree)
     gpu_names: list[str] | None = None
+    gpu_note: str | None = None  # why there are no GPU metrics, in one line
     budget_breach_t: float | None = None
     budget_breach_rss_bytes: int | None = None
     error: str | None = None
 
 
 class _Gpu:
-    """NVML through pynvml, imported lazily; ``open()`` returns None when absent."""
+    """NVML through pynvml (``pip install 'cloudprof[gpu]'``), imported lazily.
+
+    ``open()`` returns the reader, or None and one line saying why there is none.
+    Each read gives the whole device's memory and utilisation and, where NVML
+    lists per-process use (not in every container: NVML may see host pids only),
+    the memory and SM utilisation of the trial's own processes.
+    """
 
     def __init__(self, nvml: Any, handles: list[Any]) -> None:
         self.nvml = nvml
         self.handles = handles
         self.names = []
+        self._seen_us = 0  # the last process-utilisation sample already read
         for h in handles:
             name = nvml.nvmlDeviceGetName(h)
             self.names.append(name.decode() if isinstance(name, bytes) else str(name))
 
     @classmethod
-    def open(cls) -> _Gpu | None:
+    def open(cls) -> tuple[_Gpu | None, str | None]:
         try:
             import pynvml  # type: ignore[import-not-found]
-
+        except ImportError:
+            return None, NO_PYNVML
+        try:
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
             if count == 0:
-                return None
-            return cls(pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)])
-        except Exception:  # no module, no driver, no device: GPU is simply absent
-            return None
+                return None, "no GPU metrics: NVML sees no GPU"
+            return cls(pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]), None
+        except Exception as exc:  # no driver, no device: GPU is simply absent
+            return None, f"no GPU metrics: NVML cannot start ({' '.join(str(exc).split())})"
 
-    def sample(self) -> tuple[int, float] | None:
-        """Memory used on all devices (bytes) and mean utilisation (0..100)."""
+    def sample(self, pids: set[int]) -> tuple[int, float, int | None, float | None] | None:
+        """Device memory used (bytes, all devices), mean utilisation (0..100), and the
+        memory and SM utilisation of ``pids`` (None where NVML does not list them)."""
         try:
             mem = sum(int(self.nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles)
             util = [float(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self.handles]
         except Exception:
             return None
-        return mem, sum(util) / len(util)
+        return mem, sum(util) / len(util), self._proc_mem(pids), self._proc_util(pids)
+
+    def _proc_mem(self, pids: set[int]) -> int | None:
+        total, seen = 0, False
+        for h in self.handles:
+            for call in ("nvmlDeviceGetComputeRunningProcesses",
+                         "nvmlDeviceGetGraphicsRunningProcesses"):  # fmt: skip
+                try:
+                    procs = getattr(self.nvml, call)(h)
+                except Exception:  # older driver or stand-in without the call
+                    continue
+                for p in procs:
+                    if int(p.pid) in pids:
+                        seen = True
+                        total += int(p.usedGpuMemory or 0)
+        return total if seen else None
+
+    def _proc_util(self, pids: set[int]) -> float | None:
+        best: float | None = None
+        newest = self._seen_us
+        for h in self.handles:
+            try:
+                samples = self.nvml.nvmlDeviceGetProcessUtilization(h, self._seen_us)
+            except Exception:  # no new samples (NVML says "not found"), or not supported
+                continue
+            for smp in samples:
+                newest = max(newest, int(smp.timeStamp))
+                if int(smp.pid) in pids:
+                    best = (best or 0.0) + float(smp.smUtil)
+        self._seen_us = newest
+        return best
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -140,7 +182,7 @@ class Sampler:
         self.on_breach = on_breach
         self.latest_rss = 0
         self.result = SamplerResult()
-        self._gpu = _Gpu.open() if cfg.gpu else None
+        self._gpu, self.result.gpu_note = _Gpu.open() if cfg.gpu else (None, None)
         if self._gpu is not None:
             self.result.gpu_names = self._gpu.names
         self._cpu_clock = None if cfg.tree else procfs.cpu_clock(cfg.pid)
@@ -154,8 +196,9 @@ class Sampler:
         self._cpu_base = 0.0
         self._children = 0
         self._next_children = self._next_slow = self._next_smaps = 0.0
-        # USS, PSS, GPU (mem, util) from the last slow tick, not yet attached to a sample
-        self._slow: tuple[int | None, int | None, tuple[int, float] | None] | None = None
+        # USS, PSS, GPU (device mem, util, the trial's mem, util) from the last slow tick,
+        # not yet attached to a sample
+        self._slow: tuple[int | None, int | None, tuple | None] | None = None
         self._t0 = 0.0
         self._add_process(cfg.pid)
 
@@ -278,11 +321,12 @@ class Sampler:
         if rd is not None:
             rd -= self._base[2]
             wr -= self._base[3]
-        uss, pss, gpu_mem, gpu_util, children = None, None, None, None, None
+        uss, pss, children = None, None, None
+        gpu_mem = gpu_util = gpu_proc_mem = gpu_proc_util = None
         if self._slow is not None:  # values from a slow tick land on the next sample only
             uss, pss, gpu = self._slow
             if gpu is not None:
-                gpu_mem, gpu_util = gpu
+                gpu_mem, gpu_util, gpu_proc_mem, gpu_proc_util = gpu
             children = self._children
             self._slow = None
         units = self.units() if self.units is not None else None
@@ -293,7 +337,7 @@ class Sampler:
             (
                 round(now - self._t0, 6), rss, round(user, 3), round(system, 3),
                 round(max(cpu_pct, 0.0), 2), threads, rd, wr, uss, pss, children, units,
-                gpu_mem, gpu_util,
+                gpu_mem, gpu_util, gpu_proc_mem, gpu_proc_util,
             )
         )  # fmt: skip
         res = self.result
@@ -330,7 +374,7 @@ class Sampler:
                 hwm = procfs.read_hwm(pid)
                 if hwm is not None and hwm > peaks.get(pid, 0):
                     peaks[pid] = hwm
-        gpu = self._gpu.sample() if self._gpu is not None else None
+        gpu = self._gpu.sample(set(self._readers)) if self._gpu is not None else None
         self._slow = (uss if got else None, pss if got else None, gpu)
 
 

@@ -967,6 +967,7 @@ prune "$1" "$2"
 # probe is a command that succeeds when the tool is already there ($2 = the env's bin).
 PROFILER_PACKAGES = {
     "cpu": ("py-spy>=0.4", 'test -x "$2/py-spy"'),
+    "gil": ("py-spy>=0.4", 'test -x "$2/py-spy"'),
     "memory": ("memray>=1.11", '"$1" -c "import memray"'),
 }
 # $1 env python, $2 env bin dir, $3 probe, $4 pip requirement.

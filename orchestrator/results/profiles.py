@@ -153,7 +153,7 @@ def scaling_section(
 ) -> Section | None:
     """ "Why scaling stops": per machine, CPU shares against worker count, knee annotated."""
     cpu = [r for r in records if (r.get("profile") or {}).get("kind") == "cpu"
-           or str(r.get("trial_id", "")).endswith("-prof-cpu")]  # fmt: skip
+           or str(r.get("trial_id", "")).endswith(("-prof-cpu", "-prof-gil"))]  # fmt: skip
     if not cpu:
         return None
     rows, notes = [], []
@@ -164,7 +164,8 @@ def scaling_section(
             prof = r.get("profile") or {}
             shares = prof.get("shares") or {}
             top = (prof.get("top_functions") or [{}])[0]
-            top_text = (f"{top['function']} ({top['site']}, {SHARE_LABELS[top['class']]}) "
+            top_text = (f"{top['function']} ({top['site']}, "
+                        f"{SHARE_LABELS.get(top['class'], top['class'])}) "
                         f"{_pct(top['share'])}" if top else "–")  # fmt: skip
             rows.append([machine, str(r["workers"]), *(_pct(shares.get(k)) if not missing else "–"
                          for k in SHARE_LABELS), missing or top_text])  # fmt: skip
@@ -175,6 +176,10 @@ def scaling_section(
         "Shares of thread samples taken by py-spy in extra profiled trials (their "
         "throughput is not in the tables above); cloudprof's own threads left out."
     )
+    if any(_no_profile(r) is None and not r["profile"].get("shares") for r in cpu):
+        notes.append("No shares where py-spy read Python frames only (--profile cpu, about 3 % "
+                     "cost): the Python / native / GIL-wait split needs --profile gil (about "
+                     "20 %; BENCHMARKS.md).")  # fmt: skip
     return Section("Why scaling stops", ["Machine", "Workers", *SHARE_LABELS.values(),
                    "Top function"], rows, notes)  # fmt: skip
 
@@ -208,9 +213,9 @@ def memory_section(records: list[dict[str, Any]]) -> Section | None:
         tool = "" if prof.get("tool") == "memray" else f" ({prof.get('tool')}, Python only)"
         rows.append([str(r["machine"]), str(r["workers"]), _gib(prof.get("peak_bytes")) + tool,
                      text])  # fmt: skip
-    notes = ["Allocations made in the timed part of the profiled trial and alive at its "
-             "high-water mark, by the job's call site (memray, native allocations included, "
-             "unless marked otherwise); what prepare() loaded before is not traced."]  # fmt: skip
+    notes = ["Allocations alive at the profiled trial's high-water mark, by the job's call "
+             "site, traced over the trial process's whole life (prepare() included; memray, "
+             "native allocations included, unless marked otherwise)."]  # fmt: skip
     headers = ["Machine", "Workers", "Peak (traced)", "Top call sites"]
     return Section("Where the peak comes from", headers, rows, notes)
 

@@ -95,6 +95,8 @@ EXTRA_COLUMNS = (
     "cpu_seconds",  # CPU time of the trial (process or tree), user + system
     "phases",  # JSON list of the trial's phases (name, wall_s, cpu_s, peak_rss_bytes...)
     "grid",  # JSON object of the trial's --grid values; "" without a grid
+    "peak_gpu_mem_bytes",  # summary's gpu.peak_mem_bytes (NVML or PyTorch); None: no GPU seen
+    "gpu_peak_source",  # which of the two (summary's gpu.peak_source)
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
 
@@ -411,6 +413,8 @@ def trial_row(
         "phases": json.dumps(s["phases"]) if s.get("phases") else None,
         "grid": json.dumps(getattr(trial, "grid", None) or {}) if getattr(trial, "grid", None)
         else "",
+        "peak_gpu_mem_bytes": _num((s.get("gpu") or {}).get("peak_mem_bytes")),
+        "gpu_peak_source": (s.get("gpu") or {}).get("peak_source"),
     }
 
 

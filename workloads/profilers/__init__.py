@@ -11,6 +11,7 @@ runs anyway and the summary carries that line.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,12 @@ from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, allo
 
 KINDS = {
     "cpu": "workloads.profilers.pyspy:PySpyProfiler",
+    "gil": "workloads.profilers.pyspy:NativePySpyProfiler",
     "memory": "workloads.profilers.memray:MemrayProfiler",
 }
+# Kinds that watch a workload's whole process, from before ``prepare()``: loading the
+# inputs is often the memory peak. CPU shares stay about the timed part (the scaling).
+LIFETIME = frozenset({"memory"})
 
 __all__ = [
     "KINDS",
@@ -30,12 +35,12 @@ __all__ = [
     "allow_tracing_by",
     "finish_profile",
     "get_profiler",
-    "start_profile", "wrap_command",
+    "start_lifetime_profile", "start_profile", "steady_state_begins", "wrap_command",
 ]  # fmt: skip
 
 
 def get_profiler(kind: str) -> Profiler:
-    """A fresh driver for ``kind`` ("cpu" or "memory"); ValueError for any other name."""
+    """A fresh driver for ``kind`` (one of KINDS); ValueError for any other name."""
     try:
         target = KINDS[kind]
     except KeyError:
@@ -65,9 +70,42 @@ def start_profile(kind: str | None, out: Path, target: Target) -> Profiler | dic
     profiler = get_profiler(kind)
     try:
         profiler.start(out, target)
+        if profiler.activate is not None:
+            profiler.activate()
     except ProfilerUnavailable as exc:
         return _unavailable(profiler, str(exc))
+    except Exception as exc:  # e.g. a memray Tracker already active in this process
+        return _unavailable(profiler, f"{profiler.tool} cannot track this process: {exc}")
     return profiler
+
+
+def start_lifetime_profile(kind: str | None, out: Path) -> Profiler | dict[str, Any] | None:
+    """For a workload: start ``kind`` now if it covers the whole process (see LIFETIME), else None.
+
+    The runner calls this before loading the workload and ``start_profile`` for
+    the other kinds at the timed part; either way ``finish_profile`` ends it.
+    """
+    if kind not in LIFETIME:
+        return None
+    # Not through start_profile: memray's Python stacks lose one outer frame for every
+    # frame that returns between its activation and the caller (seen with memray 1.20),
+    # so the tracker is entered here, one call below the runner that then calls prepare().
+    profiler = get_profiler(kind)
+    try:
+        profiler.start(out, Target(os.getpid(), in_process=True))
+        if profiler.activate is not None:
+            profiler.activate()
+    except ProfilerUnavailable as exc:
+        return _unavailable(profiler, str(exc))
+    except Exception as exc:
+        return _unavailable(profiler, f"{profiler.tool} cannot track this process: {exc}")
+    return profiler
+
+
+def steady_state_begins(started: Profiler | dict[str, Any] | None) -> None:
+    """Tell a running profiler the timed part starts now (what grew is counted from here)."""
+    if isinstance(started, Profiler):
+        started.steady_state_begins()
 
 
 def finish_profile(started: Profiler | dict[str, Any] | None) -> dict[str, Any] | None:

@@ -38,6 +38,9 @@ class Profiler(ABC):
 
     kind: ClassVar[str]
     tool: ClassVar[str]
+    # Set by ``start`` where recording must begin in the caller's frame: a C-level callable
+    # (no Python frame of its own) that ``profilers.start_*`` calls right after ``start``.
+    activate: Callable[[], Any] | None = None
 
     @abstractmethod
     def start(self, out: Path, target: Target) -> None:
@@ -46,6 +49,10 @@ class Profiler(ABC):
     @abstractmethod
     def stop(self) -> dict[str, Any]:
         """End recording, write the files and return the summary section."""
+
+    def steady_state_begins(self) -> None:
+        """The timed part starts now (a driver started before ``prepare()`` marks it here)."""
+        return None
 
 
 def allow_descendants_to_trace() -> None:

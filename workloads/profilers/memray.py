@@ -11,9 +11,15 @@ Where memray cannot be imported (no wheel for the platform), Python's own
 tracemalloc is the fallback: Python allocations only, snapshot taken whenever
 traced memory reaches a new high, and the summary labels it as such.
 
-``grown_sites`` are the call sites of the allocations still alive when the
-trial ends (tracking starts with the timed part): what grew between the start
-and the end of the steady state — for a trial flagged as a leak, the leak.
+For a workload, tracking starts before ``prepare()`` (the runner starts this
+kind first, see ``profilers.LIFETIME``): loading the inputs is often the peak,
+and a peak reached there is attributed like any other.
+
+``grown_sites`` are the call sites of the allocations made during the timed
+part and still alive when the trial ends: what grew between the start and the
+end of the steady state — for a trial flagged as a leak, the leak. memray's
+temporal records say in which memory snapshot (every 10 ms) each allocation
+was made, so what ``prepare()`` loaded and kept is not counted as growth.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -35,6 +42,7 @@ from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, last
 CAPTURE_FILE = "memray.bin"
 FLAMEGRAPH_FILE = protocol.MEMRAY_FLAMEGRAPH_FILE
 TOP_SITES = 10
+WHOLE_PROCESS = "whole process (prepare() included)"
 _LIBRARY_DIRS = tuple(
     p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p
 )
@@ -80,8 +88,33 @@ def top_sites(
     ]  # fmt: skip
 
 
-def summarize_capture(path: Path) -> dict[str, Any]:
-    """The allocations alive at memray's high-water mark, grouped by call site."""
+def grown_since(reader: Any, since: float) -> list[tuple[int, int, Any]]:
+    """(bytes, count, stack) allocated after ``since`` (epoch seconds) and never freed.
+
+    An interval's ``allocated_before_snapshot`` is the index of the first memory
+    snapshot taken after the allocation, so allocations made after the snapshots
+    up to ``since`` have an index above their count.
+    """
+    since_ms = since * 1000.0
+    first = sum(1 for snap in reader.get_memory_snapshots() if snap.time <= since_ms)
+    grown = []
+    for rec in reader.get_temporal_allocation_records(merge_threads=True):
+        size = count = 0
+        for iv in rec.intervals:
+            if iv.deallocated_before_snapshot is None and iv.allocated_before_snapshot > first:
+                size += int(iv.n_bytes)
+                count += int(iv.n_allocations)
+        if size:
+            grown.append((size, count, rec.stack_trace()))
+    return grown
+
+
+def summarize_capture(path: Path, steady_from: float | None = None) -> dict[str, Any]:
+    """The allocations alive at memray's high-water mark, grouped by call site.
+
+    ``steady_from`` (epoch seconds) is when the timed part began, where tracking
+    started earlier; without it, everything still alive at the end counts as grown.
+    """
     import memray
 
     reader = memray.FileReader(str(path))
@@ -90,12 +123,13 @@ def summarize_capture(path: Path) -> dict[str, Any]:
         (int(r.size), int(r.n_allocations), r.stack_trace())
         for r in reader.get_high_watermark_allocation_records(merge_threads=True)
     ]
-    # Tracking starts with the timed part of the trial: what is still alive when it ends
-    # is what the trial grew by — for a leak, the call sites that leak.
-    grown = [
-        (int(r.size), int(r.n_allocations), r.stack_trace())
-        for r in reader.get_leaked_allocation_records(merge_threads=True)
-    ]
+    if steady_from is not None:
+        grown = grown_since(reader, steady_from)
+    else:
+        grown = [
+            (int(r.size), int(r.n_allocations), r.stack_trace())
+            for r in reader.get_leaked_allocation_records(merge_threads=True)
+        ]
     return {
         "peak_bytes": peak,
         "attributed_bytes": sum(a[0] for a in allocs),
@@ -139,6 +173,10 @@ class MemrayProfiler(Profiler):
         self.fallback: TracemallocPeak | None = None
         self.out: Path | None = None
         self.command = False
+        self.steady_from: float | None = None
+
+    def steady_state_begins(self) -> None:
+        self.steady_from = time.time()
 
     def start(self, out: Path, target: Target) -> None:
         self.out = out
@@ -154,18 +192,15 @@ class MemrayProfiler(Profiler):
             return
         capture = out / CAPTURE_FILE
         capture.unlink(missing_ok=True)
-        try:
-            self.tracker = memray.Tracker(str(capture), native_traces=True)
-            self.tracker.__enter__()
-        except Exception as exc:  # e.g. a tracker already active in this process
-            self.tracker = None
-            raise ProfilerUnavailable(f"memray cannot track this process: {exc}") from exc
+        self.tracker = memray.Tracker(str(capture), native_traces=True, memory_interval_ms=10)
+        # Entered by the caller (profilers.start_*), not here: see start_lifetime_profile.
+        self.activate = self.tracker.__enter__
 
     def stop(self) -> dict[str, Any]:
         assert self.out is not None
         if self.fallback is not None:
             summary = self.fallback.stop()
-            summary.update(kind=self.kind, tool="tracemalloc", files=[])
+            summary.update(kind=self.kind, tool="tracemalloc", files=[], covers=WHOLE_PROCESS)
             return summary
         capture = self.out / CAPTURE_FILE
         if self.command and not capture.is_file():
@@ -175,7 +210,8 @@ class MemrayProfiler(Profiler):
             )
         if self.tracker is not None:
             self.tracker.__exit__(None, None, None)
-        summary = summarize_capture(capture)
+        summary = summarize_capture(capture, None if self.command else self.steady_from)
+        summary["covers"] = "whole command" if self.command else WHOLE_PROCESS
         files = [CAPTURE_FILE]
         html = self.out / FLAMEGRAPH_FILE
         argv = [sys.executable, "-m", "memray", "flamegraph", "--force", "-o", str(html)]

@@ -1,9 +1,16 @@
 """CPU attribution with py-spy: where each thread's time goes, sampled from outside the process.
 
 py-spy runs as a child of the trial runner and attaches to the trial (or
-follows a ``--command`` and its children) with ``--idle --threads --native``,
-so every sample of every thread is kept with its native frames. Each sample is
-then put in one of four classes from its stack alone (``classify``):
+follows a ``--command`` and its children). What it costs decides how:
+
+* ``--profile cpu`` (the default mode, ``nonblocking``): py-spy reads the
+  job's memory without pausing it — about 3 % of throughput at py-spy's default
+  100 Hz, measured side by side — and keeps the samples of running threads:
+  the top functions, no split by class.
+* ``--profile gil`` (mode ``native``): ``--idle --threads --native``, so every
+  sample of every thread is kept with its native frames; py-spy must pause the
+  job for each (about 20 % of throughput at 100 Hz). Each sample is then put in
+  one of four classes from its stack alone (``classify``):
 
 * ``python`` — the thread runs Python (the innermost frames are Python's,
   or interpreter internals that hold the GIL such as ``time.time``);
@@ -14,8 +21,8 @@ then put in one of four classes from its stack alone (``classify``):
   only a libc condition wait;
 * ``idle`` — it sleeps or blocks (``time.sleep``, a lock, I/O, a join).
 
-Without native frames (py-spy cannot unwind them on every platform) the
-native/GIL split is not knowable and the summary says so.
+Without native frames (not asked for, or py-spy cannot unwind them on this
+platform) the native/GIL split is not knowable and the summary says so.
 """
 
 from __future__ import annotations
@@ -43,7 +50,15 @@ from workloads.profilers.base import (
     last_line,
 )
 
-DEFAULT_RATE_HZ = 100  # py-spy's own default
+PYSPY_DEFAULT_RATE_HZ = 100  # py-spy's own default
+DEFAULT_RATE_HZ = PYSPY_DEFAULT_RATE_HZ
+# How py-spy reads the target: "native" pauses it for every sample and unwinds native
+# frames (the only way to split Python / native / GIL wait); "blocking" pauses it but
+# reads Python frames only; "nonblocking" never pauses it (frames can be torn).
+MODES = ("native", "blocking", "nonblocking")
+# The default never pauses the job: side by side, --native at 100 Hz cost 22 % of cube's
+# throughput, Python frames with pauses 12 %, --nonblocking 3 % (BENCHMARKS.md, "Profilers").
+DEFAULT_MODE = "nonblocking"
 SPEEDSCOPE_FILE = protocol.PYSPY_SPEEDSCOPE_FILE
 FLAMEGRAPH_FILE = protocol.PYSPY_FLAMEGRAPH_FILE
 STDERR_FILE = "py-spy.stderr.txt"  # stays on the host, next to the trial's files
@@ -185,7 +200,7 @@ def summarize_speedscope(
         seen.add(tid if tid is not None else f"#{n}")
         for sample in profile.get("samples", []):
             stack = [frames[i] for i in sample]
-            cls = classify(stack) if native else "python"
+            cls = classify(stack) if native else "running"  # not knowable without native
             counts[cls] += 1
             if cls == "idle":
                 continue
@@ -206,7 +221,8 @@ def summarize_speedscope(
         "top_functions": top,
     }
     if not native:
-        out["note"] = "no native frames: the split Python / native / GIL wait is unknown"
+        out["note"] = ("samples of running threads, without native frames: the split Python / "
+                       "native / GIL wait needs --profile gil")
     return out
 
 
@@ -262,27 +278,49 @@ def _esc(text: str) -> str:
     return escape(text, quote=True)
 
 
+def settings(rate_hz: int | None = None, mode: str | None = None) -> tuple[int, str]:
+    """(rate, mode): the arguments, else $CLOUDPROF_PYSPY_RATE / $CLOUDPROF_PYSPY_MODE, else
+    the defaults. Bad values raise ProfilerUnavailable (one line; the trial runs unprofiled)."""
+    rate_text = os.environ.get("CLOUDPROF_PYSPY_RATE") if rate_hz is None else str(rate_hz)
+    mode = mode or os.environ.get("CLOUDPROF_PYSPY_MODE") or DEFAULT_MODE
+    if mode not in MODES:
+        raise ProfilerUnavailable(f"unknown py-spy mode {mode!r} (choose from {', '.join(MODES)})")
+    try:
+        rate = int(rate_text) if rate_text else DEFAULT_RATE_HZ
+    except ValueError:
+        rate = 0
+    if not 1 <= rate <= 1000:
+        raise ProfilerUnavailable(f"py-spy rate must be 1..1000 samples/s, not {rate_text!r}")
+    return rate, mode
+
+
 class PySpyProfiler(Profiler):
-    """Sample the trial with ``py-spy record``; SIGINT makes it write its file and exit."""
+    """Sample the trial with ``py-spy record``; SIGINT makes it write its file and exit.
+
+    ``--profile cpu``: $CLOUDPROF_PYSPY_MODE, else non-blocking (top functions only).
+    """
 
     kind = "cpu"
     tool = "py-spy"
 
-    def __init__(self, rate_hz: int = DEFAULT_RATE_HZ) -> None:
-        self.rate_hz = rate_hz
+    def __init__(self, rate_hz: int | None = None, mode: str | None = None) -> None:
+        self._asked = (rate_hz, mode)
+        self.rate_hz, self.mode = DEFAULT_RATE_HZ, DEFAULT_MODE  # set from _asked by start()
         self.proc: subprocess.Popen[bytes] | None = None
         self.out: Path | None = None
         self.target: Target | None = None
-        self.native = True
+        self.native = False
         self.started_at = 0.0
 
     def _launch(self, exe: str, native: bool) -> subprocess.Popen[bytes]:
         assert self.out is not None and self.target is not None
         argv = [exe, "record", "--pid", str(self.target.pid), "--format", "speedscope",
-                "--idle", "--threads", "--rate", str(self.rate_hz),
+                "--threads", "--rate", str(self.rate_hz),
                 "--output", str(self.out / SPEEDSCOPE_FILE)]  # fmt: skip
-        if native:
-            argv.append("--native")
+        if native:  # idle samples are classed by their native frames; without, left out
+            argv += ["--native", "--idle"]
+        elif self.mode == "nonblocking":
+            argv.append("--nonblocking")
         if self.target.subprocesses:
             argv.append("--subprocesses")
         # stderr to a file, not a pipe: a chatty py-spy must never block on a full pipe
@@ -299,6 +337,8 @@ class PySpyProfiler(Profiler):
             return "no output"
 
     def start(self, out: Path, target: Target) -> None:
+        self.rate_hz, self.mode = settings(*self._asked)
+        self.native = self.mode == "native"
         exe = find_pyspy()
         if exe is None:
             raise ProfilerUnavailable("py-spy is not installed (pip install py-spy)")
@@ -307,7 +347,8 @@ class PySpyProfiler(Profiler):
         if target.in_process:
             allow_descendants_to_trace()
         reason = ""
-        for native in (True, False):  # py-spy cannot unwind native frames everywhere
+        # py-spy cannot unwind native frames everywhere: then Python frames only
+        for native in (True, False) if self.native else (False,):
             proc = self._launch(exe, native)
             deadline = time.monotonic() + 0.5
             while proc.poll() is None and time.monotonic() < deadline:
@@ -340,6 +381,14 @@ class PySpyProfiler(Profiler):
         svg.write_text(flamegraph_svg(doc, title=f"py-spy, pid {self.target.pid}"), "utf-8")
         summary.update(
             kind=self.kind, tool=self.tool, rate_hz=self.rate_hz, native_frames=self.native,
+            mode=self.mode,
             seconds=round(seconds, 3), files=[SPEEDSCOPE_FILE, FLAMEGRAPH_FILE],
         )  # fmt: skip
         return summary
+
+
+class NativePySpyProfiler(PySpyProfiler):
+    """``--profile gil``: native frames (py-spy pauses the job per sample), for the shares."""
+
+    def __init__(self, rate_hz: int | None = None) -> None:
+        super().__init__(rate_hz, "native")

@@ -115,6 +115,21 @@ def _where(row: dict[str, Any]) -> str:
     return text
 
 
+def _gpu_headline(trials: pd.DataFrame) -> str | None:
+    """The largest GPU memory a trial used, where any trial saw a GPU (issue 12)."""
+    import pandas as pd
+
+    if "peak_gpu_mem_bytes" not in trials:
+        return None
+    peaks = pd.to_numeric(trials["peak_gpu_mem_bytes"], errors="coerce")
+    if peaks.isna().all():
+        return None
+    top = trials.loc[peaks.idxmax()]
+    source = top.get("gpu_peak_source") or "NVML"
+    return (f"Peak GPU memory: {fmt_bytes(float(peaks.max()))} "
+            f"({top['machine']} × {n_workers(int(top['workers']))}; {source})")  # fmt: skip
+
+
 def _headlines(
     run: RunData, summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]
 ) -> list[str]:
@@ -147,6 +162,9 @@ def _headlines(
         )
     for (machine, ran_on), knee in knee_of.items():
         lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe()}")
+    gpu = _gpu_headline(trials)
+    if gpu:
+        lines.append(gpu)
     records = run.sweep.get("vms") if isinstance(run.sweep.get("vms"), dict) else {}
     for record in records.values():
         adaptive = record.get("adaptive") if isinstance(record, dict) else None
