@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -97,13 +98,22 @@ def ssh_host(sshd):
 
 
 @pytest.mark.slow
-def test_ssh_host_gets_ray_into_the_trial_env_once(ssh_host, tmp_path: Path) -> None:
+def test_ssh_hosts_get_ray_into_the_trial_env_once(sshd, ssh_host, tmp_path: Path) -> None:
     """A multi-node sweep's bootstrap: ``ray`` (the CLI ``ray start`` needs) and ``import
-    ray`` in the env the trials use, installed the first time only."""
+    ray`` in the env the trials use, installed the first time only — also when two nodes
+    are one machine sharing the env and bootstrap at the same moment."""
     env = tmp_path / "env-test"
-    ssh_host.python = str(_venv(env, pip=True))
-    assert not (env / "bin" / "ray").exists()
-    assert ssh_host.ensure_ray() is None
+    python = str(_venv(env, pip=True))
+    target = SshTarget(sshd.host, sshd.port, sshd.user, sshd.client_key, [sshd.host_public])
+    second = open_ssh(target, timeout=20)
+    try:
+        ssh_host.python = second.python = python
+        assert not (env / "bin" / "ray").exists()
+        with ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(lambda host: host.ensure_ray(), [ssh_host, second])) == [
+                None, None]
+    finally:
+        second.close()
     assert os.access(env / "bin" / "ray", os.X_OK)
     version = ssh_host.run([str(env / "bin" / "ray"), "--version"], timeout=120)
     assert version.exit_code == 0 and "ray, version 2." in version.stdout_tail

@@ -989,13 +989,27 @@ PROFILER_PACKAGES = {
 RAY_REQUIREMENT = "ray>=2.9"
 _RAY_PROBE = 'test -x "$2/ray" && "$1" -c "import ray"'
 # $1 env python, $2 env bin dir, $3 probe, $4 pip requirement, $5 what it is (for the log).
+# Two "hosts" may be one machine sharing one env (ssh hosts on one box, the tests' loopback
+# nodes): installs into an env take its lock (flock, where there is one), and look again
+# once they hold it, so the second finds the first's install instead of racing it.
 _PACKAGE_SCRIPT = r"""
+install() {
+    "$1" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2 || return 1
+    sh -c "$3" sh "$1" "$2" || { echo "$4 installed but not usable" >&2; return 1; }
+    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $5 $4" >> "$(dirname "$2")/../bootstrap.log"
+}
 if sh -c "$3" sh "$1" "$2" >/dev/null 2>&1; then
     exit 0
 fi
-"$1" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2 || exit 1
-sh -c "$3" sh "$1" "$2" || { echo "$4 installed but not usable" >&2; exit 1; }
-echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $5 $4" >> "$(dirname "$2")/../bootstrap.log"
+lock="$(dirname "$2")/../.cloudprof-install.lock"
+if command -v flock >/dev/null 2>&1 && touch "$lock" 2>/dev/null; then
+    (
+        flock 9
+        sh -c "$3" sh "$1" "$2" >/dev/null 2>&1 || install "$@"
+    ) 9>"$lock"
+    exit $?
+fi
+install "$@"
 """
 
 
