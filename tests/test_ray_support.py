@@ -67,7 +67,10 @@ def test_require_ray_names_the_largest_node_count(monkeypatch: pytest.MonkeyPatc
     assert not ray_available()
     with pytest.raises(UsageError, match=r"^--nodes 4 needs Ray"):
         require_ray([4, 1, 2])
+    with pytest.raises(UsageError, match=r"^--nodes 2 needs Ray"):
+        require_ray(2)  # the largest count alone
     require_ray([])  # no node dimension: one node
+    require_ray(1)
 
 
 def _venv(path: Path, *, pip: bool) -> Path:

@@ -26,12 +26,12 @@ def ray_available() -> bool:
         return False
 
 
-def require_ray(nodes: Iterable[int]) -> None:
+def require_ray(nodes: Iterable[int] | int) -> None:
     """Refuse a multi-node sweep on a machine without Ray, before anything is paid for.
 
-    Raises UsageError with the one line that says how to install it; a sweep of
-    one node needs nothing.
+    ``nodes``: the sweep's node counts (or the largest). Raises UsageError with the
+    one line that says how to install it; a sweep of one node needs nothing.
     """
-    most = max(nodes, default=1)
+    most = nodes if isinstance(nodes, int) else max(nodes, default=1)
     if most > 1 and not ray_available():
         raise UsageError(f"--nodes {most} needs Ray: {RAY_INSTALL_HINT}")
