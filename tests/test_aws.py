@@ -614,7 +614,8 @@ def test_iam_policy_covers_every_call_cloudprof_makes(
     inst = prov.wait_ready(prov.create(make_request(keys, spot=True)), timeout=30)
     prov.list({LABEL_SWEEP: "s-test1"})
     prov.delete(inst)
-    leftover = prov.create(make_request(keys, sweep="s-crashed"))
+    # a multi-node sweep's node: its group's inter-node rule is listed and revoked too
+    leftover = prov.create(make_request(keys, sweep="s-crashed", cluster=True))
     delete_resources(
         list_resources({LABEL_SWEEP: "s-crashed"}, session=prov.session), session=prov.session
     )

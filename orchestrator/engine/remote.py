@@ -870,9 +870,23 @@ class SshExecutor(Executor):
         a profile and say why, and this returns the one line to print now.
         """
         package, probe = PROFILER_PACKAGES[kind]
+        return self._ensure_package(package, probe, "profiler")
+
+    def ensure_ray(self) -> str | None:
+        """pip-install Ray into the trial env (``ray start`` and ``import ray``), only when
+        a multi-node sweep asks; a host that has it is left alone.
+
+        Called after ``ensure_workloads``. Returns None, or the one line saying why
+        the host cannot join a Ray cluster (the engine decides what that costs).
+        """
+        return self._ensure_package(RAY_REQUIREMENT, _RAY_PROBE, "ray")
+
+    def _ensure_package(self, package: str, probe: str, what: str) -> str | None:
+        """Install ``package`` into the trial env unless ``probe`` says it is there already;
+        None, or one line saying why it could not be installed."""
         env_bin = posixpath.dirname(self.python)
-        result = self.run(["sh", "-c", _PROFILER_SCRIPT, "sh", self.python, env_bin, probe,
-                           package], timeout=900)  # fmt: skip
+        result = self.run(["sh", "-c", _PACKAGE_SCRIPT, "sh", self.python, env_bin, probe,
+                           package, what], timeout=900)  # fmt: skip
         if result.exit_code == 0:
             return None
         tail = (result.stderr_tail or result.stdout_tail or "").strip().splitlines()
@@ -970,14 +984,33 @@ PROFILER_PACKAGES = {
     "gil": ("py-spy>=0.4", 'test -x "$2/py-spy"'),
     "memory": ("memray>=1.11", '"$1" -c "import memray"'),
 }
-# $1 env python, $2 env bin dir, $3 probe, $4 pip requirement.
-_PROFILER_SCRIPT = r"""
+# Ray for multi-node sweeps (pyproject's ``ray`` extra): plain ray, not ray[default]
+# (no dashboard, no extra servers on the nodes). The nodes of one sweep install it
+# together from the same index, so they get one version, as a Ray cluster needs.
+RAY_REQUIREMENT = "ray>=2.9"
+_RAY_PROBE = 'test -x "$2/ray" && "$1" -c "import ray"'
+# $1 env python, $2 env bin dir, $3 probe, $4 pip requirement, $5 what it is (for the log).
+# Two "hosts" may be one machine sharing one env (ssh hosts on one box, the tests' loopback
+# nodes): installs into an env take its lock (flock, where there is one), and look again
+# once they hold it, so the second finds the first's install instead of racing it.
+_PACKAGE_SCRIPT = r"""
+install() {
+    "$1" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2 || return 1
+    sh -c "$3" sh "$1" "$2" || { echo "$4 installed but not usable" >&2; return 1; }
+    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $5 $4" >> "$(dirname "$2")/../bootstrap.log"
+}
 if sh -c "$3" sh "$1" "$2" >/dev/null 2>&1; then
     exit 0
 fi
-"$1" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2 || exit 1
-sh -c "$3" sh "$1" "$2" || { echo "$4 installed but not usable" >&2; exit 1; }
-echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) profiler $4" >> "$(dirname "$2")/../bootstrap.log"
+lock="$(dirname "$2")/../.cloudprof-install.lock"
+if command -v flock >/dev/null 2>&1 && touch "$lock" 2>/dev/null; then
+    (
+        flock 9
+        sh -c "$3" sh "$1" "$2" >/dev/null 2>&1 || install "$@"
+    ) 9>"$lock"
+    exit $?
+fi
+install "$@"
 """
 
 

@@ -7,7 +7,10 @@ least-privilege policy in ``infra/iam/aws-policy.json`` can find it by tag:
 - one key pair per sweep, imported from the sweep's generated public key (never
   the user's own key), deleted with the sweep's last instance;
 - one security group per sweep in the region's default VPC, admitting TCP 22
-  from the caller's address only, deleted with the sweep's last instance;
+  from the caller's address only, deleted with the sweep's last instance; for a
+  multi-node sweep (``VmRequest.cluster``) it also admits every TCP/UDP port
+  from members of the group itself (a rule that references its own group), so
+  the sweep's VMs reach each other and nothing else reaches them;
 - instances with ``InstanceInitiatedShutdownBehavior=terminate`` and root
   volumes that die with them, so the startup script's self-shutdown deletes
   the VM even when the laptop that started it is gone.
@@ -136,6 +139,7 @@ CREDENTIALS_HELP = (
     "AWS_SECRET_ACCESS_KEY environment variables; `cloudprof sweep --dry-run` needs none"
 )
 POLICY_HINT = "infra/iam/aws-policy.json lists what cloudprof needs"
+CLUSTER_RULE = "security-group-rule"  # AwsResource.kind of a group's inter-node rule
 
 
 # ---------------------------------------------------------------- errors
@@ -308,13 +312,14 @@ def image_parameter(image: str | None, machine: str) -> str | None:
 class AwsResource(Resource):
     """Something a sweep made in AWS, as ``cloudprof cleanup`` lists it."""
 
-    kind: str  # "instance", "security-group", "key-pair"
+    kind: str  # "instance", "security-group", "key-pair", "security-group-rule"
     id: str
     name: str
     region: str
     state: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     zone: str | None = None  # instances only
+    group_id: str | None = None  # inter-node rules only: the group the rule belongs to
 
 
 def regions_to_search(primary: str, extra: set[str] | None = None) -> list[str]:
@@ -338,7 +343,8 @@ def list_resources(
     region: str | None = None,
     session: boto3.session.Session | None = None,
 ) -> list[AwsResource]:
-    """Live instances, key pairs and security groups carrying all of ``labels``.
+    """Live instances, key pairs, security groups and the groups' inter-node rules
+    carrying all of ``labels`` (a rule carries its group's tags).
 
     With no labels: everything that carries a cloudprof sweep tag. With no
     region: the default region and the catalog's (see ``regions_to_search``).
@@ -384,7 +390,9 @@ def _list_region(
                     (inst.get("Placement") or {}).get("AvailabilityZone"),
                 )
             )
-        for group in ec2.describe_security_groups(Filters=filters)["SecurityGroups"]:
+        groups = {g["GroupId"]: g for g in
+                  ec2.describe_security_groups(Filters=filters)["SecurityGroups"]}
+        for group in groups.values():
             out.append(
                 AwsResource(
                     "security-group",
@@ -393,6 +401,19 @@ def _list_region(
                     region,
                     "",
                     _tag_dict(group.get("Tags")),
+                )
+            )
+        for rule in _cluster_rules(ec2, list(groups)):
+            group = groups[rule["GroupId"]]
+            out.append(
+                AwsResource(
+                    CLUSTER_RULE,
+                    rule["SecurityGroupRuleId"],
+                    f"{group['GroupName']} inter-node {rule['IpProtocol']}",
+                    region,
+                    "",
+                    _tag_dict(group.get("Tags")),  # a rule carries its group's tags
+                    group_id=group["GroupId"],
                 )
             )
         for pair in ec2.describe_key_pairs(Filters=filters)["KeyPairs"]:
@@ -423,11 +444,42 @@ def delete_resources(
         instance_ids = [r.id for r in items if r.kind == "instance"]
         if instance_ids:
             _terminate(ec2, instance_ids, wait_s)
-        for res in items:
-            if res.kind == "security-group":
+        for res in sorted(items, key=lambda r: r.kind != CLUSTER_RULE):  # rules, then groups
+            if res.kind == CLUSTER_RULE:
+                _revoke_cluster_rule(ec2, res)
+            elif res.kind == "security-group":
                 _delete_security_group(ec2, res.id, wait_s)
             elif res.kind == "key-pair":
                 _delete_key_pair(ec2, res.name)
+
+
+def _cluster_rules(ec2: Any, group_ids: list[str]) -> list[dict[str, Any]]:
+    """The inter-node rules of ``group_ids``: ingress rules that reference their own group."""
+    if not group_ids:
+        return []
+    rules: list[dict[str, Any]] = []
+    pages = ec2.get_paginator("describe_security_group_rules").paginate(
+        Filters=[{"Name": "group-id", "Values": group_ids}]
+    )
+    for page in pages:
+        rules.extend(
+            r for r in page["SecurityGroupRules"]
+            if not r.get("IsEgress")
+            and (r.get("ReferencedGroupInfo") or {}).get("GroupId") == r["GroupId"]
+        )
+    return rules
+
+
+def _revoke_cluster_rule(ec2: Any, res: AwsResource) -> None:
+    """Revoke one inter-node rule cleanup found; a rule or group already gone is fine."""
+    from botocore.exceptions import ClientError
+
+    with _translated(f"revoking inter-node rule {res.id} of {res.group_id}"):
+        try:
+            ec2.revoke_security_group_ingress(GroupId=res.group_id, SecurityGroupRuleIds=[res.id])
+        except ClientError as err:
+            if not (_is_not_found(err) or error_code(err)[0] == "InvalidPermission.NotFound"):
+                raise
 
 
 def _describe_instances(ec2: Any, filters: list[dict[str, Any]]) -> Iterator[dict]:
@@ -467,12 +519,23 @@ def _wait(ec2: Any, waiter: str, instance_ids: list[str], wait_s: float) -> None
 
 
 def _delete_security_group(ec2: Any, group_id: str, wait_s: float = 300) -> None:
-    """Delete a group; retry while a terminating instance's interface still holds it."""
+    """Delete a group; retry while a terminating instance's interface still holds it.
+
+    A group one of whose own rules references it (the inter-node rule) cannot be
+    deleted on AWS until that rule is gone, so such rules are revoked first.
+    """
     from botocore.exceptions import ClientError
 
     deadline = time.monotonic() + wait_s
     delay = 1.0
     with _translated(f"deleting security group {group_id}"):
+        try:
+            own = [r["SecurityGroupRuleId"] for r in _cluster_rules(ec2, [group_id])]
+            if own:
+                ec2.revoke_security_group_ingress(GroupId=group_id, SecurityGroupRuleIds=own)
+        except ClientError as err:
+            if not (_is_not_found(err) or error_code(err)[0] == "InvalidPermission.NotFound"):
+                raise
         while True:
             try:
                 ec2.delete_security_group(GroupId=group_id)
@@ -555,9 +618,11 @@ class AwsProvider(Provider):
         with self._lock:
             self._creating[sweep] = self._creating.get(sweep, 0) + 1
         try:
-            with self._lock:
+            with self._lock:  # nodes of one sweep are created in parallel: one group, one rule
                 key_name = self._ensure_key_pair(ec2, req, tags)
                 group_id = self._ensure_security_group(ec2, tags, region)
+                if req.cluster:
+                    self._ensure_cluster_rule(ec2, group_id)
             image_id, root_device = self._image(region, req)
             params = self._run_params(req, tags, zone, image_id, root_device, key_name, group_id)
             described = self._run_instance(ec2, params, req, zone, region)
@@ -685,6 +750,35 @@ class AwsProvider(Provider):
                 if error_code(err)[0] != "InvalidPermission.Duplicate":
                     raise
         return group_id
+
+    def _ensure_cluster_rule(self, ec2: Any, group_id: str) -> None:
+        """Let the group's members reach each other on every TCP and UDP port (Ray's ports
+        are many and partly random), and nobody else: the rule names the group itself.
+
+        Checked before it is added (moto, unlike EC2, accepts a duplicate); called
+        under the provider's lock, so parallel creates add it once.
+        """
+        from botocore.exceptions import ClientError
+
+        with _translated(f"opening the inter-node ports of {group_id}"):
+            present = {r["IpProtocol"] for r in _cluster_rules(ec2, [group_id])
+                       if r.get("FromPort") == 0 and r.get("ToPort") == 65535}
+            missing = [p for p in ("tcp", "udp") if p not in present]
+            if not missing:
+                return
+            pair = {"GroupId": group_id, "Description": "cloudprof: the sweep's own VMs"}
+            try:
+                ec2.authorize_security_group_ingress(
+                    GroupId=group_id,
+                    IpPermissions=[
+                        {"IpProtocol": p, "FromPort": 0, "ToPort": 65535,
+                         "UserIdGroupPairs": [pair]}
+                        for p in missing
+                    ],
+                )
+            except ClientError as err:
+                if error_code(err)[0] != "InvalidPermission.Duplicate":
+                    raise
 
     def _release_sweep_resources(self, region: str, sweep_id: str) -> None:
         """Delete the sweep's key pair and group once no instance of the sweep remains."""
@@ -845,6 +939,7 @@ def _to_instance(described: dict[str, Any], region: str) -> Instance:
         state=described["State"]["Name"],
         address=public_ip,  # orchestrator.engine.remote applies CLOUDPROF_SSH_ENDPOINT
         port=22,
+        private_address=described.get("PrivateIpAddress") or None,
         labels=tags,
         facts={
             "public_ip": public_ip,

@@ -67,6 +67,10 @@ class VmRequest:
     startup_script: str  # shell script run at first boot (infra/startup.sh, rendered)
     image: str | None = None  # provider default when None (GCP image family / SSM parameter)
     disk_gb: int = 20
+    # A node of a multi-node (Ray) sweep: the provider also opens every TCP/UDP port
+    # between this sweep's own VMs, and to nothing else (README "Providers"): one rule
+    # per sweep, deleted with the sweep's last VM like its SSH rule.
+    cluster: bool = False
 
 
 @dataclass
@@ -80,6 +84,10 @@ class Instance:
     zone: str | None = None
     state: str = "unknown"  # provider's own state string
     address: str | None = None  # where SSH reaches it (after CLOUDPROF_SSH_ENDPOINT)
+    # Where the sweep's other VMs reach it (AWS PrivateIpAddress, GCE networkIP): the
+    # inter-node rule admits only traffic inside the network, so Ray binds to this one.
+    # None for local and ssh hosts.
+    private_address: str | None = None
     port: int = 22
     user: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -209,6 +217,21 @@ class Executor(abc.ABC):
         provider): the runner itself says when py-spy or memray is missing.
         """
         return None
+
+    def ensure_ray(self) -> str | None:
+        """Make ``ray start`` and ``import ray`` work in the trial env; None, or one line
+        saying why not.
+
+        Asked only for a multi-node sweep (Ray is an optional extra, never installed
+        for the others). By default a check only, in the host's own interpreter: an
+        executor that can install into its host's env (SSH) overrides it.
+        """
+        result = self.run([self.python, "-c", "import ray"], timeout=120)
+        if result.exit_code == 0:
+            return None
+        from orchestrator.engine.ray_support import RAY_INSTALL_HINT
+
+        return f"ray is not importable by {self.python}: {RAY_INSTALL_HINT}"
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -72,6 +72,9 @@ GCE_DELETE_LEAD_S = 300  # GCE deletes this long before the startup script power
 DEFAULT_LIFETIME_S = 6 * 3600  # expiry when the engine gave none: VMs never live unbounded
 IAM_DOC = "infra/iam/gcp-roles.md"
 FIREWALL_DESCRIPTION = "cloudprof per-sweep SSH rule "  # then the labels as JSON
+CLUSTER_DESCRIPTION = "cloudprof per-sweep cluster rule "  # then the labels as JSON
+# What cleanup recognises as cloudprof's rules (firewall rules carry no labels on GCE).
+RULE_DESCRIPTIONS = (FIREWALL_DESCRIPTION, CLUSTER_DESCRIPTION)
 CREDENTIALS_HINT = (
     "no Google Cloud credentials: run `gcloud auth application-default login` "
     "(or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file); "
@@ -129,6 +132,11 @@ def sweep_tag(sweep_id: str) -> str:
 
 def firewall_name(sweep_id: str) -> str:
     return resource_name("cp-ssh", sweep_id)
+
+
+def cluster_firewall_name(sweep_id: str) -> str:
+    """The sweep's inter-node rule (``VmRequest.cluster``): its VMs to each other only."""
+    return resource_name("cp-cluster", sweep_id)
 
 
 def region_of(zone: str) -> str:
@@ -393,14 +401,12 @@ class GcpProvider(Provider):
 
     def _ensure_firewall(self, sweep_id: str, labels: dict[str, str]) -> None:
         """The sweep's rule: tcp:22 from the caller only, to the sweep's tagged VMs."""
-        from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
         from orchestrator.engine import remote
 
-        name = firewall_name(sweep_id)
-        rule = compute_v1.Firewall(
-            name=name,
+        self._insert_rule(compute_v1.Firewall(
+            name=firewall_name(sweep_id),
             network=DEFAULT_NETWORK,
             direction="INGRESS",
             priority=1000,
@@ -409,13 +415,42 @@ class GcpProvider(Provider):
             target_tags=[sweep_tag(sweep_id)],
             # Firewall rules carry no labels on GCE: the description holds them for cleanup.
             description=FIREWALL_DESCRIPTION + json.dumps(labels, sort_keys=True),
-        )
-        what = f"firewall rule {name}"
+        ))
+
+    def _ensure_cluster_firewall(self, sweep_id: str, labels: dict[str, str]) -> None:
+        """The sweep's inter-node rule: every TCP/UDP port, from the sweep's tagged VMs to
+        the sweep's tagged VMs, nothing else.
+
+        Source tags match only traffic inside the VPC (from the VMs' internal
+        addresses), so the nodes talk over ``Instance.private_address`` and no port
+        but SSH is open to the internet.
+        """
+        from google.cloud import compute_v1
+
+        tag = sweep_tag(sweep_id)
+        self._insert_rule(compute_v1.Firewall(
+            name=cluster_firewall_name(sweep_id),
+            network=DEFAULT_NETWORK,
+            direction="INGRESS",
+            priority=1000,
+            allowed=[compute_v1.Allowed(I_p_protocol="tcp"),
+                     compute_v1.Allowed(I_p_protocol="udp")],
+            source_tags=[tag],
+            target_tags=[tag],
+            description=CLUSTER_DESCRIPTION + json.dumps(labels, sort_keys=True),
+        ))
+
+    def _insert_rule(self, rule: Any) -> None:
+        """Create ``rule``; one that exists already was made by another VM of the sweep
+        (nodes are created in parallel: GCE's 409 is what makes this once per sweep)."""
+        from google.api_core import exceptions as gexc
+
+        what = f"firewall rule {rule.name}"
         try:
             op = self._client("FirewallsClient").insert(project=self.project,
                                                          firewall_resource=rule)
         except gexc.Conflict:
-            return  # made by another VM of this sweep
+            return
         except _api_errors() as exc:
             raise translate_api_error(exc, what) from None
         self._wait(op, what, None)
@@ -521,6 +556,8 @@ class GcpProvider(Provider):
             self._creating[req.sweep_id] = self._creating.get(req.sweep_id, 0) + 1
         try:
             self._ensure_firewall(req.sweep_id, labels)
+            if req.cluster:
+                self._ensure_cluster_firewall(req.sweep_id, labels)
             op = self._client("InstancesClient").insert(project=self.project, zone=zone,
                                                         instance_resource=body)
         except _api_errors() as exc:
@@ -547,6 +584,7 @@ class GcpProvider(Provider):
             provider=self.name, id=raw.name, name=raw.name,
             machine=raw.machine_type.rsplit("/", 1)[-1], zone=zone, state=raw.status,
             address=(configs[0].nat_i_p or None) if configs else None,
+            private_address=(nics[0].network_i_p or None) if nics else None,
             labels=dict(raw.labels),
         )
 
@@ -640,11 +678,17 @@ class GcpProvider(Provider):
             self._maybe_delete_firewall(sweep_id)
 
     def _maybe_delete_firewall(self, sweep_id: str) -> None:
-        """Remove the sweep's SSH rule once no VM of the sweep exists or is being made."""
+        """Remove the sweep's rules (SSH, and the inter-node one of a multi-node sweep) once
+        no VM of the sweep exists or is being made.
+
+        The inter-node rule is deleted whether or not this provider made it (absent is
+        fine): a resumed sweep's provider never saw the request that asked for it.
+        """
         with self._lock:
             if self._creating.get(sweep_id):
                 return
         if not self.list({LABEL_SWEEP: sweep_id}):
+            self._delete_firewall(cluster_firewall_name(sweep_id))
             self._delete_firewall(firewall_name(sweep_id))
 
     def list(self, labels: dict[str, str]) -> list[Instance]:
@@ -661,7 +705,8 @@ class GcpProvider(Provider):
             raise translate_api_error(exc, "listing instances") from None
 
     def list_resources(self, labels: dict[str, str]) -> list[GcpResource]:
-        """Instances and SSH firewall rules carrying ``labels``, for ``cloudprof cleanup``."""
+        """Instances and firewall rules (SSH, inter-node) carrying ``labels``, for
+        ``cloudprof cleanup``."""
         found = [GcpResource("instance", i.id, i.name, i.zone, i.state, i.labels)
                  for i in self.list(labels)]
         wanted = gce_labels(labels)
@@ -670,10 +715,11 @@ class GcpProvider(Provider):
         except _api_errors() as exc:
             raise translate_api_error(exc, "listing firewall rules") from None
         for rule in rules:
-            if not rule.description.startswith(FIREWALL_DESCRIPTION):
+            prefix = next((p for p in RULE_DESCRIPTIONS if rule.description.startswith(p)), None)
+            if prefix is None:
                 continue
             try:
-                rule_labels = json.loads(rule.description[len(FIREWALL_DESCRIPTION):])
+                rule_labels = json.loads(rule.description[len(prefix):])
             except ValueError:
                 continue
             if all(rule_labels.get(k) == v for k, v in wanted.items()):
