@@ -89,7 +89,8 @@ def test_a_command_job_under_the_runner_reports_its_torch_peak(tmp_path, monkeyp
     assert proc.returncode == 0, proc.stderr
     gpu = summary(out)["gpu"]
     assert gpu["torch_peak_allocated_bytes"] == 3000, gpu
-    assert gpu["peak_mem_bytes"] == 3000 and gpu["peak_source"].startswith("PyTorch allocator")
+    if "devices" not in gpu:  # no NVML here: the allocator's peak is the headline
+        assert gpu["peak_mem_bytes"] == 3000 and gpu["peak_source"].startswith("PyTorch")
 
 
 def test_the_command_hook_is_only_added_where_there_is_an_nvidia_driver(tmp_path):
