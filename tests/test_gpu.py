@@ -37,6 +37,19 @@ def has_cuda() -> bool:
     return done.returncode == 0
 
 
+def stand_in_torch(tmp_path: Path) -> Path:
+    """A folder with a ``torch`` whose CUDA is initialised with a peak of 1000 + 2000 bytes."""
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(
+        "class cuda:\n"
+        "    is_initialized = staticmethod(lambda: True)\n"
+        "    device_count = staticmethod(lambda: 2)\n"
+        "    max_memory_allocated = staticmethod(lambda d: (d + 1) * 1000)\n"
+    )
+    return fake
+
+
 needs_gpu = pytest.mark.skipif(not has_cuda(), reason="needs torch, nvidia-ml-py and a CUDA GPU")
 
 
@@ -58,6 +71,28 @@ def test_without_nvml_the_summary_says_why_in_one_line_and_has_no_gpu_figures(tm
     assert table.column("gpu_proc_mem_bytes").null_count == table.num_rows
 
 
+def test_a_command_job_under_the_runner_reports_its_torch_peak(tmp_path, monkeypatch):
+    """The runner's whole path with a stand-in ``torch`` and a stand-in driver node."""
+    fake = stand_in_torch(tmp_path)
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    site = tmp_path / "site"  # makes the runner see a driver: sitecustomize of the runner itself
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "from workloads.profilers import torch_gpu\n"
+        f"torch_gpu.DRIVER_NODES = ({str(node)!r},)\n"
+        "torch_gpu.hook_env.__defaults__ = (torch_gpu.DRIVER_NODES,)\n"
+    )
+    out = tmp_path / "c"
+    proc = run(out, "--command", "--", sys.executable, "-c", "import torch, time; time.sleep(0.8)",
+               env={"PYTHONPATH": os.pathsep.join([str(site), str(ROOT), str(fake)])})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    gpu = summary(out)["gpu"]
+    assert gpu["torch_peak_allocated_bytes"] == 3000, gpu
+    if "devices" not in gpu:  # no NVML here: the allocator's peak is the headline
+        assert gpu["peak_mem_bytes"] == 3000 and gpu["peak_source"].startswith("PyTorch")
+
+
 def test_the_command_hook_is_only_added_where_there_is_an_nvidia_driver(tmp_path):
     absent = torch_gpu.hook_env({"PYTHONPATH": "/job"}, tmp_path, (str(tmp_path / "x"),))
     assert absent == {"PYTHONPATH": "/job"}
@@ -70,14 +105,7 @@ def test_the_command_hook_is_only_added_where_there_is_an_nvidia_driver(tmp_path
 
 def test_the_command_hook_reports_a_torch_jobs_allocator_peak_through_a_file(tmp_path):
     """A stand-in ``torch`` (CUDA initialised, a known peak): no GPU needed, the hook is real."""
-    fake = tmp_path / "fake"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(
-        "class cuda:\n"
-        "    is_initialized = staticmethod(lambda: True)\n"
-        "    device_count = staticmethod(lambda: 2)\n"
-        "    max_memory_allocated = staticmethod(lambda d: (d + 1) * 1000)\n"
-    )
+    fake = stand_in_torch(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(torch_gpu.HOOK_DIR), str(fake)]),
            torch_gpu.ENV_FILE: str(tmp_path / torch_gpu.PEAK_FILE)}  # fmt: skip
     done = subprocess.run([sys.executable, "-c", "import torch"], env=env,

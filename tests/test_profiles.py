@@ -252,7 +252,8 @@ def test_cli_refuses_an_unknown_profile_in_one_line(tmp_path):
     )  # fmt: skip
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "'disk' is not one of 'cpu', 'memory'" in lines[0], proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert "'disk' is not one of 'cpu', 'gil', 'memory'" in lines[0], proc.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

@@ -47,6 +47,7 @@ def hook_env(
     new = dict(env)
     if not any(os.path.exists(node) for node in driver_nodes):
         return new
+    out.mkdir(parents=True, exist_ok=True)  # the command runs before the runner writes there
     rest = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p]
     new["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR), *rest])
     new[ENV_FILE] = str(out / PEAK_FILE)
