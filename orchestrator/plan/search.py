@@ -20,6 +20,12 @@ noise), or the trial budget is spent. Each proposal is one trial: a count
 already tested can come back, when a repeat there narrows N* most. Pure: no
 I/O, the engine (or a benchmark) runs the counts and calls again.
 ``benchmarks/bench_model.py`` measures it against the default grid.
+
+``--search`` (:func:`search_step`) does the same one level up, across machine
+types: which candidate to create next, from the peak throughput of those tried
+so far (a Gaussian process with expected improvement, CherryPick-style), and
+how sure the pick is. ``bench_model.py --search`` measures it against trying
+as many machines at random.
 """
 
 from __future__ import annotations
