@@ -177,6 +177,15 @@ class SearchStep:
         return asdict(self)
 
 
+def describe_confidence(p: float) -> str:
+    """A share of CONFIDENCE_SAMPLES draws, without claiming a certainty they cannot show."""
+    if p >= 0.995:
+        return "over 99%"
+    if p <= 0.005:
+        return "under 1%"
+    return f"{p:.0%}"
+
+
 def peak_throughput(samples: Samples) -> float | None:
     """The best median units/s over the worker counts measured on one machine."""
     import numpy as np
