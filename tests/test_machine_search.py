@@ -98,3 +98,10 @@ def test_a_machine_that_failed_counts_against_the_budget_but_is_never_picked():
 def test_the_peak_is_the_best_median_over_worker_counts():
     assert peak_throughput({1: [10.0, 12.0, 11.0], 2: [20.0, 30.0, 19.0], 4: [18.0]}) == 20.0
     assert peak_throughput({}) is None
+
+
+def test_the_confidence_is_never_shown_as_certain():
+    from orchestrator.plan.search import describe_confidence
+
+    assert describe_confidence(1.0) == "over 99%" and describe_confidence(0.0) == "under 1%"
+    assert describe_confidence(0.734) == "73%"

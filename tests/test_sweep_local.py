@@ -161,7 +161,7 @@ class VanishingProvider(LocalProvider):
 
 def spec_for(out: Path, **kw: object) -> SweepSpec:
     values: dict = {"machines": ["n2-highcpu-8"], "workers": [1, 2], "duration_s": 1.0,
-                    "workload_params": dict(SMALL), "out": out, "dry_run": True,
+                    "repeats": 1, "workload_params": dict(SMALL), "out": out, "dry_run": True,
                     "provider": "gcp", "sample_hz": 20.0}
     values.update(kw)
     return SweepSpec(**values)  # type: ignore[arg-type]

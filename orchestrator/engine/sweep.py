@@ -1308,7 +1308,13 @@ def _run_search(engine: _Engine, plan: Plan, store: RunStore,
     ``--resume`` goes on from there and the end of the sweep does not count the
     untried candidates as missing. False when interrupted.
     """
-    from orchestrator.plan.search import Candidate, objective_value, peak_throughput, search_step
+    from orchestrator.plan.search import (
+        Candidate,
+        describe_confidence,
+        objective_value,
+        peak_throughput,
+        search_step,
+    )
 
     assert plan.search is not None
     goal, budget = plan.search["objective"], int(plan.search["budget"])
@@ -1367,7 +1373,8 @@ def _run_search(engine: _Engine, plan: Plan, store: RunStore,
             return False
     info = record(step)
     if info["pick_machine"]:
-        conf = "" if step.confidence is None else f", {step.confidence:.0%} sure it is the best"
+        conf = ("" if step.confidence is None
+                else f", {describe_confidence(step.confidence)} sure it is the best")
         engine.progress.log(
             f"--search {goal}: picked {info['pick_machine']}{conf} of {len(cands)} candidates "
             f"after trying {len(tried)} ({step.stopped}); estimated cost "

@@ -20,6 +20,12 @@ noise), or the trial budget is spent. Each proposal is one trial: a count
 already tested can come back, when a repeat there narrows N* most. Pure: no
 I/O, the engine (or a benchmark) runs the counts and calls again.
 ``benchmarks/bench_model.py`` measures it against the default grid.
+
+``--search`` (:func:`search_step`) does the same one level up, across machine
+types: which candidate to create next, from the peak throughput of those tried
+so far (a Gaussian process with expected improvement, CherryPick-style), and
+how sure the pick is. ``bench_model.py --search`` measures it against trying
+as many machines at random.
 """
 
 from __future__ import annotations
@@ -169,6 +175,15 @@ class SearchStep:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def describe_confidence(p: float) -> str:
+    """A share of CONFIDENCE_SAMPLES draws, without claiming a certainty they cannot show."""
+    if p >= 0.995:
+        return "over 99%"
+    if p <= 0.005:
+        return "under 1%"
+    return f"{p:.0%}"
 
 
 def peak_throughput(samples: Samples) -> float | None:

@@ -176,7 +176,10 @@ def _headlines(
     search = run.sweep.get("search")
     if isinstance(search, dict) and search.get("pick_machine"):
         conf = search.get("confidence")
-        sure = f", {conf:.0%} sure it is the best of" if isinstance(conf, float) else " of"
+        from orchestrator.plan.search import describe_confidence
+
+        sure = (f", {describe_confidence(conf)} sure it is the best of"
+                if isinstance(conf, float) else " of")
         lines.append(
             f"--search {search.get('objective')}: picked {search['pick_machine']}{sure} "
             f"{search.get('candidates')} candidates after trying {len(search.get('tried') or [])} "
