@@ -1,20 +1,21 @@
 """The profiling agent's cost and accuracy, measured side by side in one run.
 
-Overhead: one process runs the cube workload on all cores; in pairs of adjacent
-windows it runs without and with a profiler — the agent at 10 Hz and at 100 Hz,
-the agent's sampler on a thread of the profiled process (its earlier design) at
-100 Hz, and ``mprof run --include-children --attach`` (memory_profiler, 10 Hz). The
-figure is the median over pairs of units/s(on) / units/s(off), so a neighbour's
-load hits both sides of a ratio alike. Also printed:
-the same ratio per CPU-second spent (workload + profiler; robust to CPU stolen
-by neighbours) and the profiler's own CPU.
+Overhead: one process runs the cube workload on all cores; in many short pairs
+of adjacent windows it runs without and with the agent (10 Hz, 100 Hz; with
+``--compare`` also the agent's sampler on a thread of the profiled process — its
+earlier design — and ``mprof run --include-children --attach``). The figure is
+CPU-time normalised: units per CPU-second of workload and profiler together,
+on/off, as a ratio of sums over the pairs with a bootstrap 95 % interval — a
+neighbour that takes a core away changes both sides' CPU, not the ratio, so it
+resolves 1 % on a shared 2-core host where the plain throughput ratio (printed
+beside it) does not.
 
 Accuracy: the agent's peak vs GNU time's "Maximum resident set size" (the
 kernel's ru_maxrss, from wait4) for the same trial, for the cube trial, a
 workload with a spike shorter than the sampling interval, and a command.
 
-    python benchmarks/bench_agent.py            # ~3 minutes on 2 cores
-    python benchmarks/bench_agent.py --rounds 3 --duration 2   # quicker, noisier
+    python benchmarks/bench_agent.py                    # ~3 minutes on 2 cores
+    python benchmarks/bench_agent.py --skip-accuracy    # the overhead only
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,8 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-from _common import ROOT, machine_line, median, print_table
+from _common import ROOT, machine_line, print_table
 
 RUN = [sys.executable, "-m", "workloads.run"]
 
@@ -77,88 +78,70 @@ def workload_args(args: argparse.Namespace) -> list[str]:
     return ["--workload", name, "--workers", str(args.workers), "--duration", str(args.duration)]
 
 
-class _Mprof:
-    """``mprof run --include-children --attach PID``: memory_profiler's sampler, 10 Hz."""
-
-    def __init__(self, mprof: str, dat: Path) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        cmd = [mprof, "run", "--include-children", "--attach", "-T", "0.1", "-o", str(dat),
-               "--timeout", "600", str(os.getpid())]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:  # it samples right after saying it attached
-            if "attaching" in line:
-                break
-        self.ps = psutil.Process(self.proc.pid)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-
-
-class _ThreadSampler:
-    """The agent's earlier design, kept for comparison: the same ``Sampler``, on a thread
-    of the profiled process (which must then hand it the GIL for every sample)."""
-
-    def __init__(self, hz: float) -> None:
-        from workloads.sampler import Sampler, SamplerConfig
-
-        cfg = SamplerConfig(pid=os.getpid(), relative=True, sample_hz=hz, gpu=False)
-        self.sampler = Sampler(cfg)
-        self.cpu = 0.0
-
-    def start(self) -> _ThreadSampler:
-        self.control, self.wake = os.pipe()
-        self.t0 = time.perf_counter()
-        self.sampler.begin(self.t0)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
-
-    def _run(self) -> None:
-        from workloads.sampler import sample_until
-
-        sample_until(self.sampler, self.control)
-        self.cpu = time.thread_time()
-
-    def stop(self) -> Any:
-        os.write(self.wake, b"x")
-        self.thread.join()
-        wall = time.perf_counter() - self.t0
-        os.close(self.control)
-        os.close(self.wake)
-        return argparse.Namespace(cpu_seconds=self.cpu, wall_s=wall)
-
-
 class _Window:
-    """Units/s and units per CPU-second of one window of the running workload."""
+    """Units, wall time and CPU time of one window of the running workload.
 
-    def __init__(self, counter: Any, window: float, profiler: psutil.Process | None) -> None:
-        """``profiler``: a profiler's own process, whose CPU counts as the profiling's."""
+    CPU is ``time.process_time()`` (this process: workload and any in-process
+    profiler, in nanoseconds — ``os.times``' 10 ms ticks are ±1 % of a 0.5 s
+    window) plus, when the profiler is a process of its own, that process's CPU
+    in the same window, from its CPU clock (``procfs.cpu_clock``, nanoseconds).
+    """
 
-        def cpu() -> float:
-            return sum(profiler.cpu_times()[:2]) if profiler is not None else 0.0
+    def __init__(self, counter: Any, window: float, profiler_pid: int | None) -> None:
+        from workloads.procfs import cpu_clock
 
-        u0, t0, c0, p0 = counter.value, time.perf_counter(), os.times(), cpu()
+        clock = cpu_clock(profiler_pid) if profiler_pid is not None else None
+
+        def other() -> float:
+            return time.clock_gettime(clock) if clock is not None else 0.0
+
+        u0, t0, c0, p0 = counter.value, time.perf_counter(), time.process_time(), other()
         time.sleep(window)
-        u1, t1, c1, p1 = counter.value, time.perf_counter(), os.times(), cpu()
-        cpu = (c1.user - c0.user) + (c1.system - c0.system) + (p1 - p0)
-        self.rate = (u1 - u0) / (t1 - t0)
-        self.per_cpu = (u1 - u0) / cpu if cpu > 0 else 0.0
-        self.profiler_cpu = (p1 - p0) / (t1 - t0)
+        u1, t1, c1, p1 = counter.value, time.perf_counter(), time.process_time(), other()
+        self.units, self.wall, self.profiler_cpu = u1 - u0, t1 - t0, p1 - p0
+        self.own_cpu = c1 - c0  # the workload's process alone
+        self.cpu = self.own_cpu + self.profiler_cpu
 
 
-def overhead(args: argparse.Namespace, tmp: Path) -> None:
-    """Windows of one long-running workload, with and without a profiler, in pairs.
+def ratio_of_sums(pairs: list[tuple[_Window, _Window]], per: str) -> float:
+    """(Σ units on / Σ ``per`` on) ÷ (Σ units off / Σ ``per`` off): on/off efficiency."""
+    on = sum(w.units for _, w in pairs) / sum(getattr(w, per) for _, w in pairs)
+    off = sum(w.units for w, _ in pairs) / sum(getattr(w, per) for w, _ in pairs)
+    return on / off
 
-    One process runs the workload throughout. Each measurement is a pair of
-    adjacent windows — profiler off, profiler on, in alternating order — so both
-    share whatever load the neighbours put on the machine, which separate trial
-    processes did not (their throughput varied 10x on a shared 2-core VM). The
-    agent pairs are short and many; mprof (``mprof run --include-children
-    --attach``, started before its window) gets fewer, longer pairs because each
-    start costs a Python start-up. A configuration's figure is the median of its
-    pairs' ratios.
+
+def bootstrap_ci(pairs: list[tuple[_Window, _Window]], per: str, resamples: int = 4000,
+                 seed: int = 16) -> tuple[float, float]:
+    """95 % percentile interval of :func:`ratio_of_sums`, resampling whole pairs."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(pairs)
+    stats = sorted(ratio_of_sums([pairs[rng.randrange(n)] for _ in range(n)], per)
+                   for _ in range(resamples))
+    return stats[int(0.025 * resamples)], stats[int(0.975 * resamples) - 1]
+
+
+def overhead(args: argparse.Namespace) -> None:
+    """Many short windows of one long-running workload, the agent paused or running, in pairs.
+
+    One process runs the workload throughout, and one agent per rate is started
+    once (its start-up is before any trial's t = 0 and reported on its own). A
+    window with the agent *off* has its sampler process stopped (SIGSTOP: no
+    wake-ups, no reads); *on*, continued (SIGCONT) — the agent as it ships, and
+    toggling costs one signal instead of a Python start-up, so pairs can be
+    short and many. A sampler continued after a pause runs its slow tick at once
+    when one fell due: if anything that over-counts its cost. Each pair is two
+    adjacent windows, off and on, the order alternating; rates are interleaved
+    pair by pair, so the neighbours' load hits every configuration alike.
+
+    The figure is **CPU-time normalised**: units per CPU-second of workload *and*
+    sampler, so a neighbour that takes a core away changes both sides' CPU, not
+    the ratio, while everything the agent costs (its own CPU, and the workload's
+    CPU it slows) still lowers it. Overhead = 1 − (Σ units on / Σ CPU on) ÷
+    (Σ units off / Σ CPU off) over the pairs, with a 95 % bootstrap interval
+    (pairs resampled). The plain throughput ratio is printed beside it: on a
+    shared host it is the noisy one.
     """
     from workloads.agent import Agent
     from workloads.base import REGISTRY, UnitCounter, load_workload
@@ -169,72 +152,84 @@ def overhead(args: argparse.Namespace, tmp: Path) -> None:
     stop, counter = threading.Event(), UnitCounter()
     runner = threading.Thread(target=workload.run, args=(args.workers, stop, counter))
     runner.start()
+    rates = [float(r) for r in args.rates.split(",")]
+    agents = {hz: Agent(sample_hz=hz, gpu=False).start() for hz in rates}
+    pids = {hz: agent.sampler_pid for hz, agent in agents.items()}
+    for pid in pids.values():
+        os.kill(pid, signal.SIGSTOP)
     time.sleep(1.0)  # caches, allocator and thread pool settle
-    pairs: dict[str, list[tuple[_Window, _Window, float]]] = {}
-
-    def pair(config: str, window: float, on_first: bool) -> None:
-        agent: Any = None
-        sampler: _Mprof | None = None
-        other: psutil.Process | None = None  # the profiler's process, if it has its own
-        own = 0.0
-        windows: dict[bool, _Window] = {}
-        for profiled in (on_first, not on_first):
-            if profiled and config.startswith("agent"):
-                agent = Agent(sample_hz=float(config.split()[1])).start()
-                other = psutil.Process(agent.sampler_pid)
-            elif profiled and config.startswith("thread"):
-                agent = _ThreadSampler(float(config.split()[1])).start()
-            elif profiled:
-                sampler = _Mprof(mprof, tmp / "mprofile.dat")  # type: ignore[arg-type]
-                other = sampler.ps
-            time.sleep(0.05)
-            windows[profiled] = _Window(counter, window, other if profiled else None)
-            if agent is not None:
-                rep = agent.stop()
-                own = rep.cpu_seconds / rep.wall_s
-                agent = None
-            if sampler is not None:
-                own = windows[True].profiler_cpu
-                sampler.close()
-                sampler = None
-        pairs.setdefault(config, []).append((windows[False], windows[True], own))
-
-    mprof = shutil.which("mprof")
+    pairs: dict[float, list[tuple[_Window, _Window]]] = {hz: [] for hz in rates}
     try:
         for r in range(args.rounds):
-            for config in ("agent 10 Hz", "agent 100 Hz", "thread 100 Hz"):
-                pair(config, args.window, on_first=r % 2 == 1)
-        if mprof:
-            for r in range(args.mprof_rounds):
-                pair("mprof -C 10 Hz", args.mprof_window, on_first=r % 2 == 1)
+            for hz in rates:
+                windows: dict[bool, _Window] = {}
+                for on in (r % 2 == 1, r % 2 == 0):
+                    os.kill(pids[hz], signal.SIGCONT if on else signal.SIGSTOP)
+                    time.sleep(args.settle)
+                    windows[on] = _Window(counter, args.window, pids[hz] if on else None)
+                    os.kill(pids[hz], signal.SIGSTOP)
+                pairs[hz].append((windows[False], windows[True]))
+        # The sampler's CPU at steady state: each running alone, unpaused, for a while
+        # (a pause makes its once-a-second work fall due at the resume: over-counted above).
+        steady: dict[float, float] = {}
+        for hz in rates:
+            os.kill(pids[hz], signal.SIGCONT)
+            time.sleep(1.0)
+            w = _Window(counter, args.steady, pids[hz])
+            os.kill(pids[hz], signal.SIGSTOP)
+            steady[hz] = w.profiler_cpu / w.wall
     finally:
+        for pid in pids.values():
+            os.kill(pid, signal.SIGCONT)
+        reports = {hz: agent.stop() for hz, agent in agents.items()}
         stop.set()
         runner.join()
     rows = []
-    for config, got in pairs.items():
-        ratios = [on.rate / off.rate for off, on, _ in got]
-        q = sorted(ratios)
-        eff = [on.per_cpu / off.per_cpu for off, on, _ in got if off.per_cpu > 0]
-        rows.append(
-            [
-                config,
-                len(got),
-                median([off.rate for off, _, _ in got]),
-                median(ratios),
-                100 * (1 - median(ratios)),
-                f"{q[len(q) // 4]:.3f}..{q[3 * len(q) // 4]:.3f}",
-                100 * (1 - median(eff)),
-                100 * median([own for _, _, own in got]),
-            ]
-        )
+    for hz, got in pairs.items():
+        cpu_ratio = ratio_of_sums(got, "cpu")
+        lo, hi = bootstrap_ci(got, "cpu")
+        inter = ratio_of_sums(got, "own_cpu")  # units per the workload's own CPU-s, on/off
+        ilo, ihi = bootstrap_ci(got, "own_cpu")
+        wall_ratio = ratio_of_sums(got, "wall")
+        wlo, whi = bootstrap_ci(got, "wall")
+        on_wall = sum(w.wall for _, w in got)
+        workload_cpu = sum(w.cpu for w, _ in got) / sum(w.wall for w, _ in got)  # of a core
+        share = steady[hz] / workload_cpu  # the sampler's steady CPU per workload CPU-s
+        rows.append([
+            f"agent {hz:g} Hz", len(got),
+            sum(w.units for w, _ in got) / sum(w.wall for w, _ in got),
+            100 * (1 - cpu_ratio), _ci(lo, hi),
+            100 * (1 - inter), _ci(ilo, ihi),
+            100 * steady[hz], 100 * sum(w.profiler_cpu for _, w in got) / on_wall,
+            100 * workload_cpu,
+            100 * (1 - inter + share), _ci(ilo, ihi, shift=share),
+            100 * (1 - wall_ratio), _ci(wlo, whi),
+            reports[hz].samples,
+        ])  # fmt: skip
     print_table(
-        ["config", "pairs", "off units/s", "on/off ratio", "overhead %", "ratio IQR",
-         "overhead per CPU-s %", "profiler CPU % of a core"],
+        ["config", "pairs", "off units/s", "A: overhead per CPU-s %", "A 95% CI",
+         "B: interference %", "B 95% CI", "sampler CPU % of a core, steady",
+         "(in paired windows)", "workload CPU % of a core", "C: B + steady sampler CPU %",
+         "C 95% CI", "throughput overhead %", "95% CI", "samples"],
         rows,
-        title=f"Profiler overhead: {name} workload, {args.workers} workers; pairs of adjacent "
-        f"windows ({args.window:g} s for the agent, {args.mprof_window:g} s for mprof), "
-        "median of ratios",
+        title=f"Agent overhead: {name} workload, {args.workers} workers; {args.rounds} pairs of "
+        f"adjacent {args.window:g} s windows per rate (sampler stopped / running, order "
+        "alternating, rates interleaved), ratios of sums, bootstrap 95% intervals over pairs",
     )  # fmt: skip
+    print("A = 1 - (units per CPU-s of workload + sampler, on) / (units per CPU-s, off): the "
+          "sampler's CPU as measured in the paired windows, over-counted by a pause (its "
+          "once-a-second work falls due at the resume).")
+    print("B = the same with the workload's own CPU only: what the running sampler costs the "
+          "workload's efficiency (reads of its /proc files, clock reads, caches).")
+    print(f"C = B + the sampler's steady CPU ({args.steady:g} s unpaused) per CPU-s of "
+          "workload: the agent as it runs in a trial. All relative to the CPU the workload "
+          "got here: on a host shared with other work it gets less, and the sampler's fixed "
+          "cost per second weighs more.")
+
+
+def _ci(lo: float, hi: float, shift: float = 0.0) -> str:
+    """An on/off ratio's interval as an overhead interval in %, ``shift`` added (a fraction)."""
+    return f"{100 * (1 - hi + shift):.2f} .. {100 * (1 - lo + shift):.2f}"
 
 
 def accuracy(args: argparse.Namespace, tmp: Path) -> None:
@@ -242,9 +237,9 @@ def accuracy(args: argparse.Namespace, tmp: Path) -> None:
     rows = []
     s, err = trial(tmp / "a", [*workload_args(args), "--sample-hz", "10"], gtime)
     ref = gnu_time_maxrss(err)
-    rows.append(["cube trial: agent peak", s["peak_rss_bytes"], ref])
+    rows.append(["cube trial: agent peak (whole lifetime)", s["peak_rss_bytes"], ref])
     rows.append(["cube trial: sampled max at 10 Hz", s["peak_rss_sampled_bytes"], ref])
-    before = s["peak_rss_before_trial_bytes"]
+    before, s_trial = s["peak_rss_before_trial_bytes"], s["peak_rss_trial_bytes"]
 
     spike = ["--workload", "memory-spike", "--param", "mb=128", "--param", "at_s=0.3",
              "--duration", "1.6", "--sample-hz", "1"]  # fmt: skip
@@ -264,18 +259,22 @@ def accuracy(args: argparse.Namespace, tmp: Path) -> None:
         [[n, p / 2**20, r / 2**20, 100 * (p - r) / r] for n, p, r in rows],
         title="Agent accuracy: peak RSS vs GNU time's maximum resident set size (same trial)",
     )
-    # The agent resets the high-water mark when the trial starts, so GNU time (like any
-    # parent's wait4) sees the peak from the trial on; what came before is in the summary.
-    print(f"(cube: peak before the trial — imports and prepare() — was {before / 2**20:.1f} MiB; "
-          "the reset hides it from /usr/bin/time, summary.json keeps it)")  # fmt: skip
+    # GNU time reports the largest ru_maxrss of the runner and its children; the sampler
+    # is forked before the trial resets the runner's high-water mark and inherits it, so at
+    # any --sample-hz > 0 GNU time sees the whole lifetime (the load phase included).
+    print(f"(cube: the trial alone peaked at {s_trial / 2**20:.1f} MiB, the load phase — "
+          f"imports, prepare() — at {before / 2**20:.1f} MiB)")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=16, help="window pairs per agent rate")
-    p.add_argument("--window", type=float, default=1.5, help="seconds per agent window")
-    p.add_argument("--mprof-rounds", type=int, default=6)
-    p.add_argument("--mprof-window", type=float, default=2.0)
+    p.add_argument("--rounds", type=int, default=120, help="window pairs per agent rate")
+    p.add_argument("--window", type=float, default=0.25, help="seconds per window")
+    p.add_argument("--settle", type=float, default=0.02,
+                   help="seconds between pausing/continuing the sampler and the window")
+    p.add_argument("--rates", default="10,100", help="sampling rates, Hz, comma-separated")
+    p.add_argument("--steady", type=float, default=5.0,
+                   help="seconds of unpaused sampling per rate for its steady CPU")
     p.add_argument("--duration", type=float, default=3.0, help="seconds per accuracy trial")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--skip-overhead", action="store_true")
@@ -285,7 +284,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_agent_") as d:
         tmp = Path(d)
         if not args.skip_overhead:
-            overhead(args, tmp)
+            overhead(args)
         if not args.skip_accuracy:
             accuracy(args, tmp)
     return 0

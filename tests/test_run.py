@@ -364,6 +364,28 @@ def test_warmup_is_untimed_and_recorded(tmp_path):
     assert s["load_s"] >= 0.5 and s["peak_rss_before_trial_bytes"] > 0
 
 
+@pytest.mark.skipif(not Path("/usr/bin/time").exists(), reason="GNU time is not installed")
+@pytest.mark.parametrize("hz", ["0", "10"])
+def test_gnu_time_sees_the_load_peak_unless_sampling_is_off(tmp_path, hz):
+    # README: the sampler is forked before the trial resets the runner's high-water mark
+    # and inherits it; at --sample-hz 0 there is no sampler and the reset hides the load.
+    proc = subprocess.run(
+        ["/usr/bin/time", "-v", sys.executable, "-m", "workloads.run", "--out", str(tmp_path),
+         "--workload", "memory-steady", "--param", "load_mb=300", "--param", "mb=16",
+         "--duration", "0.5", "--sample-hz", hz, "--quiet"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    kb = int(proc.stderr.split("Maximum resident set size (kbytes):")[1].split()[0])
+    s = summary(tmp_path)
+    assert s["peak_phase"] == "load" and s["peak_rss_bytes"] >= 300 * MIB
+    assert s["peak_rss_bytes"] == s["peak_rss_before_trial_bytes"]
+    if hz == "0":
+        assert kb * 1024 < s["peak_rss_bytes"] - 200 * MIB  # only the trial's peak
+    else:
+        assert kb * 1024 == pytest.approx(s["peak_rss_bytes"], rel=0.02)  # the whole lifetime
+
+
 def test_command_duration_is_a_time_limit(tmp_path):
     started = time.perf_counter()
     proc = run(tmp_path, "--duration", "1", "--quiet", "--command", "--", "sleep", "30")

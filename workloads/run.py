@@ -548,8 +548,6 @@ def _run_command(
     try:
         return _run_command_in(args, command, summary, sig, env, spawn_rss, group)
     finally:
-        if summary.get("peak_rss_note") and not args.quiet:  # the tree's peak is not exact
-            print(f"note: {summary['peak_rss_note']}", file=sys.stderr, flush=True)
         problem = group.remove() if group is not None else None
         if problem is not None:  # a leftover of this trial on the host: say it loudly
             print(f"error: {problem}", file=sys.stderr, flush=True)
@@ -675,6 +673,8 @@ def _run_command_in(
         "runner_rss_at_spawn_bytes": spawn_rss,
     }  # fmt: skip
     code = _finish(args, summary, report, sig)
+    if summary.get("peak_rss_note") and not args.quiet:  # the tree's peak is not exact
+        print(f"note: {summary['peak_rss_note']}", file=sys.stderr, flush=True)
     if reader is not None:
         reader.fill_summary(summary, report, seconds, waited["at"] - agent.t0)
     if code == protocol.EXIT_OK and reader is not None and reader.error:

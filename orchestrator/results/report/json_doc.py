@@ -80,8 +80,16 @@ def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[s
             ],
             "failed_trials": _failed(trials),
             "plan": _plan(run.sweep),
+            "memory": _memory(trials),
         }
     )
+
+
+def _memory(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per machine and worker count: the whole-lifetime peak, its phases, the memory request."""
+    from orchestrator.results.report.memory import memory_rows
+
+    return memory_rows(trials)
 
 
 def _best(row: dict[str, Any] | None, metric: str) -> dict[str, Any] | None:

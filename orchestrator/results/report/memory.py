@@ -63,7 +63,7 @@ def memory_request(peaks: Sequence[float]) -> MemoryRequest | None:
         floor = MIN_MARGIN * peak
         margin = max(MARGIN_SIGMAS * sigma, floor)
         method = (f"{MARGIN_SIGMAS:g}σ of {len(known)} repeats" if margin > floor
-                  else f"{MIN_MARGIN:.0%} floor (3σ of {len(known)} repeats is less)")
+                  else f"{MIN_MARGIN:.0%} floor: 3σ of {len(known)} repeats is less")
         default = False
     request = int(math.ceil((peak + margin) / ROUND_TO) * ROUND_TO)
     return MemoryRequest(peak, margin, request, method, default)
@@ -133,7 +133,7 @@ def memory_table(trials: pd.DataFrame) -> Table | None:
         "peak are the two phases' own peaks (a job's own phases are in the phases table).",
         "measured by: vmhwm / ru_maxrss = the kernel's high-water mark of one process; "
         "cgroup-v1 / cgroup-v2 = the kernel's high-water mark of the trial's memory cgroup "
-        "(a whole process tree; v1 counts page cache too); sampled / sampled_tree = the "
+        "(a whole process tree, page cache it read included); sampled / sampled_tree = the "
         "agent's samples (a tree's short peaks between samples can be missed).",
         f"memory request (for a container or batch job) = peak RSS + margin, rounded up to "
         f"{fmt_bytes(ROUND_TO)}. margin = {MARGIN_SIGMAS:g} standard deviations of the "

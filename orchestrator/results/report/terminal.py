@@ -26,10 +26,12 @@ _ROW_STYLE = {"failed": "red", "oversubscribed": "yellow", "pareto": "bold green
 
 _NUMERIC = frozenset(
     {"workers", "n", "units/s", "per vCPU", "eff.", "peak RSS", "CPU", "vCPUs", "trials", "repeat",
-     "ratio", "range"}
+     "ratio", "range", "load peak", "trial peak"}
 )  # fmt: skip
 
 DROP_ORDER = (
+    "measured by",
+    "margin",
     "range",
     "per vCPU",
     "leak",
