@@ -703,8 +703,7 @@ def report(
         reports.print_json(run, sys.stdout)
         return
     console = _console()
-    reports.print_summary(run, console)
-    written = reports.write_report(run)
+    written = reports.report_run(run, console)
     for path in written if isinstance(written, list | tuple) else [written]:
         console.print(f"wrote {path}")
 

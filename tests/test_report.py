@@ -420,6 +420,31 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
     assert "discounts not applied (GCP sustained/committed use, AWS savings plans" in md
 
 
+def test_a_report_prints_the_summary_and_writes_its_files_from_one_reading_of_the_store(
+    two_machines: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[Path] = []
+    real_load_run = report.load_run
+
+    def counting_load_run(run_dir: Any) -> Any:
+        reads.append(Path(run_dir))
+        return real_load_run(run_dir)
+
+    monkeypatch.setattr(report, "load_run", counting_load_run)
+    console = Console(record=True, width=250)
+    html_path = report.report_run(two_machines, console)
+    assert reads == [two_machines]  # the sweep's end and `cloudprof report` read it once
+    printed = console.export_text()
+    assert "Results per machine and worker count" in printed
+    md = (two_machines / "report.md").read_text()
+    first = report.build_report(real_load_run(two_machines)).headlines[0]
+    assert first.startswith("21 trials") and first in printed and first in md
+    pngs = sorted((two_machines / "plots").glob("*.png"))
+    assert pngs and html_path == two_machines / "report.html"
+    for png in pngs:
+        assert f"(plots/{png.name})" in md
+
+
 def test_text_is_escaped_in_html_and_markdown(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script> | *x*"
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [150]})

@@ -437,6 +437,28 @@ def test_a_cube_trial_never_imports_pandas(tmp_path):
     assert table.num_rows > 0 and table.column("uss_bytes").null_count >= 0
 
 
+def test_a_trial_records_the_installed_library_versions_without_importing_importlib_metadata(
+    tmp_path,
+):
+    """importlib.metadata's import and sys.path scan cost ~0.1 s of every runner's start-up."""
+    from importlib import metadata
+
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['workloads.run', '--param', 'frames=4', '--param', 'rows=40', '--param',"
+        " 'cols=50', '--param', 'dim=10', '--duration', '0.3', '--quiet', '--out', sys.argv[1]]\n"
+        "try:\n    runpy.run_module('workloads.run', run_name='__main__')\n"
+        "except SystemExit as exc:\n    code = exc.code\n"
+        "print('exit', code, 'importlib.metadata' in sys.modules)\n"
+    )
+    env = {**os.environ, "CLOUDPROF_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+    assert proc.stdout.split() == ["exit", "0", "False"], proc.stderr
+    libraries = summary(tmp_path / "out")["host"]["libraries"]
+    assert libraries == {name: metadata.version(name) for name in ("numpy", "pyarrow", "psutil")}
+
+
 def test_arrow_columns_built_from_buffers_equal_what_pa_array_builds():
     import numpy as np
     import pyarrow as pa

@@ -1508,10 +1508,9 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     partial = bool(failed_machines or len(bad) or missing)
     store.set_status("partial" if partial else "done", finished_at=now_iso())
     try:
-        from orchestrator.results.report import print_summary, write_report
+        from orchestrator.results.report import report_run
 
-        html = write_report(run_dir)
-        print_summary(run_dir, console)
+        html = report_run(run_dir, console)
         console.print(f"Report: {html}")
     except CloudprofError as exc:
         console.print(f"[yellow]No report: {exc}")

@@ -95,6 +95,7 @@ __all__ = [
     "render_json",
     "render_markdown",
     "report_document",
+    "report_run",
     "summarise",
     "write_report",
 ]
@@ -111,16 +112,34 @@ def print_summary(run_dir: str | Path, console: Console) -> Report:
     return report
 
 
+def report_run(run_dir: str | Path, console: Console) -> Path:
+    """Print the terminal summary, then write the report files; returns report.html's path.
+
+    What ``cloudprof report`` and the end of a sweep do. The store is read and the
+    report built once for both (reading it twice cost ~0.7 s of every sweep), and
+    the summary is printed before the plots are drawn, so the user reads the
+    results while matplotlib works.
+    """
+    run = load_run(run_dir)
+    report = build_report(run)
+    render_console(report, console)
+    return _write_files(run, report)
+
+
 def write_report(run_dir: str | Path) -> Path:
     """Write plots/*.png, report.md and report.html into the store; returns report.html's path.
 
     Each file is written to a temporary name and renamed, so a reader never sees
     half a report.
     """
+    run = load_run(run_dir)
+    return _write_files(run, build_report(run))
+
+
+def _write_files(run: RunData, report: Report) -> Path:
+    """The plots, then report.md and report.html that reference them (see ``write_report``)."""
     from orchestrator.results import plots
 
-    run = load_run(run_dir)
-    report = build_report(run)
     report.plots = plots.render_plots(run, report.summary, run.run_dir / PLOTS_DIR)
     from orchestrator.results.profiles import render_profile_plots  # profiled trials (issue 12)
 
