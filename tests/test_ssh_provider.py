@@ -223,8 +223,8 @@ def test_sweep_end_to_end_on_an_ssh_host(sshd, tmp_path):
     for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
         env.pop(key, None)
     out = tmp_path / "runs"
-    result = _cli("sweep", "--provider", "ssh", "--hosts", str(hosts), "--machine", "box",
-                  *TINY, "--out", str(out), env=env)
+    result = _cli("sweep", "--repeats", "1", "--provider", "ssh", "--hosts", str(hosts),
+                  "--machine", "box", *TINY, "--out", str(out), env=env)
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
     (run,) = list(out.iterdir())
     import pandas as pd
