@@ -67,6 +67,9 @@ class VmRequest:
     startup_script: str  # shell script run at first boot (infra/startup.sh, rendered)
     image: str | None = None  # provider default when None (GCP image family / SSM parameter)
     disk_gb: int = 20
+    # A multi-node (Ray) sweep: the provider also opens every port between this sweep's
+    # VMs (and only between them), deleted with the sweep's other resources.
+    cluster: bool = False
 
 
 @dataclass
@@ -84,6 +87,8 @@ class Instance:
     user: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     facts: dict[str, object] = field(default_factory=dict)  # vcpus, memory_gib read from host
+    # Where the sweep's other VMs reach this one (a cloud's private IP); None: ``address``.
+    private_address: str | None = None
 
 
 
@@ -208,6 +213,12 @@ class Executor(abc.ABC):
         A no-op where the host runs this checkout's environment (the local
         provider): the runner itself says when py-spy or memray is missing.
         """
+        return None
+
+    def ensure_ray(self) -> str | None:
+        """Make ``ray`` runnable from the host's venv (multi-node sweeps only); None, or one
+        line saying why not. A no-op where the host runs this checkout's environment (the
+        local provider): the spec was refused already when Ray is missing there."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook

@@ -1,0 +1,19 @@
+"""Whether this machine can drive a Ray cluster (``--nodes`` above 1).
+
+Ray is an optional extra: a sweep asking for several nodes without it is refused
+at spec validation, before anything is paid for, with the line that installs it.
+"""
+
+from __future__ import annotations
+
+from orchestrator.errors import UsageError
+
+INSTALL_HINT = "pip install 'cloudprof[ray]'"
+
+
+def require_ray(nodes: int = 2) -> None:
+    """Raise UsageError saying how to install Ray when ``import ray`` fails here."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError(f"--nodes {nodes} needs Ray: {INSTALL_HINT}")
