@@ -15,5 +15,9 @@ def require_ray(nodes: int = 2) -> None:
     """Raise UsageError saying how to install Ray when ``import ray`` fails here."""
     import importlib.util
 
-    if importlib.util.find_spec("ray") is None:
+    try:  # find it without importing it (seconds): the spec is checked before every sweep
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # ValueError: an entry in sys.modules without a spec
+        found = False
+    if not found:
         raise UsageError(f"--nodes {nodes} needs Ray: {INSTALL_HINT}")
