@@ -164,3 +164,21 @@ def test_no_ray_process_of_the_sweep_outlives_it(two_node_sweep: Path) -> None:
                    for part in (p.info["cmdline"] or []))]
     assert left == []
     assert os.path.isdir(two_node_sweep)
+
+
+@pytest.mark.slow
+def test_the_report_shows_scale_up_and_scale_out_side_by_side_with_per_node_memory(
+        two_node_sweep: Path) -> None:
+    from orchestrator.results.report.json_doc import report_document
+    from orchestrator.results.report.model import load_run, summarise
+
+    run = load_run(two_node_sweep)
+    rows = report_document(run)["scale_out"]
+    assert [(r["nodes"], r["workers"]) for r in rows] == [(1, 2), (2, 2)]
+    two = rows[1]
+    assert len(two["node_peaks"]) == 2 and two["imbalance"] >= 1.0
+    assert two["cost_per_million_units"] > 0
+    assert list(summarise(run.trials)["workers"]) == [2]  # scale-up tables: one VM only
+    html = (two_node_sweep / "report.html").read_text()
+    assert "Scale out: throughput, cost and memory per node count" in html
+    assert "peak RSS per node" in html
