@@ -182,3 +182,27 @@ def test_the_report_shows_scale_up_and_scale_out_side_by_side_with_per_node_memo
     html = (two_node_sweep / "report.html").read_text()
     assert "Scale out: throughput, cost and memory per node count" in html
     assert "peak RSS per node" in html
+
+
+def test_a_command_job_on_a_cluster_runs_as_the_driver_with_ray_address_set(
+        tmp_path: Path) -> None:
+    out = tmp_path / "trial"
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--command", "--job", "--ray-nodes", "2",
+         "--ray-address", "10.1.2.3:6379", "--out", str(out), "--", sys.executable, "-c",
+         "import os; print('address', os.environ['RAY_ADDRESS'])"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "address 10.1.2.3:6379" in (out / "output.log").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["params"]["ray"] == {"nodes": 2, "address": "10.1.2.3:6379"}
+
+
+def test_a_ray_trial_without_an_address_is_one_usage_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--workload", "sleep", "--ray-nodes", "2",
+         "--duration", "1", "--out", str(tmp_path / "t")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == \
+        "error: --ray-nodes needs --ray-address HOST:PORT"
