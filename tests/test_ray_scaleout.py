@@ -206,3 +206,36 @@ def test_a_ray_trial_without_an_address_is_one_usage_line(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == \
         "error: --ray-nodes needs --ray-address HOST:PORT"
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_cluster_starts_leaves_no_ray_process_behind(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "sweep", "--dry-run", "--machine",
+         "n2-highcpu-4", "--workload", "sleep", "--nodes", "2", "--workers", "1",
+         "--duration", "30", "--out", str(out)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    temp_dir = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and temp_dir is None:
+            time.sleep(0.2)
+            for sweep_json in out.glob("*/sweep.json"):
+                data = json.loads(sweep_json.read_text() or "{}")
+                if any(v.get("node_of") and v.get("state") == "ready"
+                       for v in (data.get("vms") or {}).values()):
+                    temp_dir = plan_cluster(data["sweep_id"], "n2-highcpu-4", "127.0.0.1",
+                                            "local", False).temp_dir
+        assert temp_dir is not None, "the second node never became ready"
+        time.sleep(3)  # inside `ray start` on the head
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert _cluster_processes(temp_dir) == []

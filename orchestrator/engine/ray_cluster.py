@@ -117,6 +117,10 @@ class RayCluster:
         self.started: list[RayNode] = []  # stop() visits these (a half-started cluster too)
         self.start_s: float | None = None  # measured: head and every worker up
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when a `ray start` returns
+        self._starting = 0  # `ray start` commands running now
+        self._stopping = False
+        self._stop_lock = threading.Lock()  # a second stop() waits for the first to finish
 
     @property
     def address(self) -> str:
@@ -127,9 +131,7 @@ class RayCluster:
         began = time.monotonic()
         # What a crashed earlier run of this sweep left (same ports, same temp dir) goes
         # first, on every node, before any node of this cluster starts.
-        with self._lock:
-            self.started = list(self.nodes)
-        self.stop()
+        self._stop_nodes(list(self.nodes))
         self._start_node(self.nodes[0])
         errors: list[BaseException] = []
 
@@ -152,15 +154,33 @@ class RayCluster:
     def _start_node(self, node: RayNode) -> None:
         ex = node.executor
         with self._lock:
+            if self._stopping:
+                raise RemoteCommandError("the sweep is stopping: Ray is not started")
             self.started.append(node)  # before it runs: a half-started node is stopped too
-        _run(ex, [ex.python, "-m", "workloads.ray_trial", "start",
-                  *start_command(ray_binary(ex), self.plan, node.index)],
-             f"ray start on node {node.index}")
+            self._starting += 1
+        try:
+            _run(ex, [ex.python, "-m", "workloads.ray_trial", "start",
+                      *start_command(ray_binary(ex), self.plan, node.index)],
+                 f"ray start on node {node.index}")
+        finally:
+            with self._lock:
+                self._starting -= 1
+                self._idle.notify_all()
 
     def stop(self) -> list[str]:
-        """Stop every started node (in parallel); the one-line errors of those that failed."""
-        with self._lock:
-            nodes, self.started = list(self.started), []
+        """Stop every started node (in parallel); the one-line errors of those that failed.
+
+        Idempotent, from any thread: no node starts after the first call, and a ``ray
+        start`` running at that moment is waited for (its daemons would outlive a stop
+        that ran before them) before the nodes are stopped."""
+        with self._stop_lock:  # the caller then closes the executors: only once all stopped
+            with self._lock:
+                self._stopping = True
+                self._idle.wait_for(lambda: self._starting == 0, timeout=START_TIMEOUT_S)
+                nodes, self.started = list(self.started), []
+            return self._stop_nodes(nodes)
+
+    def _stop_nodes(self, nodes: list[RayNode]) -> list[str]:
         errors: list[str] = []
 
         def stop_one(node: RayNode) -> None:

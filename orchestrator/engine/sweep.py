@@ -455,8 +455,8 @@ class _Engine:
     def _stop_cluster(self, host: _Host) -> None:
         """``ray stop`` (this cluster's processes only) on every node, before any deletion:
         on the local and ssh providers nothing is deleted, so this is what ends them."""
-        cluster, host.cluster = host.cluster, None
-        if cluster is None:
+        cluster = host.cluster  # kept: a second stop (Ctrl-C, then the thread's finally) is
+        if cluster is None:     # a no-op once every node is stopped
             return
         for error in cluster.stop():
             self.progress.log(f"[bold red]{host.vm.machine.name}: could not stop Ray: {error}")
