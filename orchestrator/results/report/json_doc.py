@@ -78,9 +78,10 @@ def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[s
                 {column: row[column] for column in SUMMARY_COLUMNS}
                 for row in summary.to_dict("records")
             ],
-            "scale_out": _scale_out(trials),
             "failed_trials": _failed(trials),
             "plan": _plan(run.sweep),
+            # --nodes only: a one-VM sweep's document keeps the keys it always had
+            **({"scale_out": scale_out} if (scale_out := _scale_out(trials)) else {}),
         }
     )
 
