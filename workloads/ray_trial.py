@@ -247,7 +247,9 @@ class RayWorkload(Workload):
         out = []
         for i, report in enumerate(self.reports):
             host = self.prepared[i]["hostname"] if i < len(self.prepared) else None
-            out.append({"node": i, "hostname": host, **report})
+            out.append({"node": i, "hostname": host,
+                        "node_params": self.node_params.get(i, {}),  # its own inputs' path
+                        **report})
         return out
 
 
