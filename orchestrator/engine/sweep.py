@@ -506,7 +506,8 @@ class _Engine:
         self._stage_job(host)
         if self.stop.is_set():
             return
-        if host.vm.nodes > 1:
+        # A resumed sweep whose multi-node trials are all done creates no extra VM.
+        if host.vm.nodes > 1 and any(t.nodes > 1 for t in trials):
             self._form_cluster(host)
             if self.stop.is_set():
                 return
