@@ -19,6 +19,9 @@ class SweepSpec:
     machines: list[str]
     workers: list[int] | None = None  # None: powers of two up to vCPUs, vCPUs, one oversubscribed
     repeats: int = 1
+    # Scale out: each trial also runs at these node counts (a Ray cluster of that many VMs
+    # of the machine type); [1] is the one-VM sweep of before, without Ray.
+    nodes: list[int] = field(default_factory=lambda: [1])
     duration_s: float = 3.0  # per trial; 9 default trials + inputs fit a 2-minute --dry-run
     # Before each trial, untimed and unsampled: workers allocate their buffers and warm
     # caches first, so neither the rate nor the leak verdict sees the start-up ramp.
