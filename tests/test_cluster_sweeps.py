@@ -20,7 +20,7 @@ from orchestrator.plan.planner import slug
 from orchestrator.providers.gcp import cluster_firewall_name
 from tests.fixtures import sweeps
 from tests.fixtures.fake_gce import PERMISSION
-from tests.fixtures.sweeps import TINY, CloudSweep, wait_for
+from tests.fixtures.sweeps import MACHINE, TINY, CloudSweep, wait_for
 
 cloud_sweep = sweeps.cloud_sweep
 bootstrapped_workdir = sweeps.bootstrapped_workdir
@@ -103,18 +103,20 @@ def test_second_node_refused_after_the_rule_exists_deletes_the_first_and_the_rul
     if sweep.provider == "aws":
         faults = request.getfixturevalue("ec2_faults")  # EC2 behind a fault-injecting front
         sweep.env.update(AWS_ENDPOINT_URL_EC2=faults.endpoint, AWS_MAX_ATTEMPTS="2")
+        # only the second node's launch (its Name tag ends as the planner's node_name(1))
+        faults.inject("RunInstances", "UnauthorizedOperation", 403,
+                      suffix=f"-{MACHINE['aws'].replace('.', '-')}-n1")
     proc = sweep.start(_argv(sweep))
     wait_for("the first node and the inter-node rule",
              lambda: sweep.live_instances() and _inter_node_rules(sweep), proc, timeout=180)
-    if sweep.provider == "aws":
-        faults.inject("RunInstances", "UnauthorizedOperation", 403)
-    else:
+    if sweep.provider == "gcp":  # the second node comes after the first one's bootstrap
         sweep.stand_in.inject(PERMISSION)
     out, err = sweep.finish(proc, timeout=600)
 
     assert proc.returncode != 0, (out[-3000:], err[-3000:])
     assert "Traceback" not in out + err
-    assert sweep.instances_created() == 1  # the second node never existed
+    refusal = "UnauthorizedOperation" if sweep.provider == "aws" else "permission denied"
+    assert refusal in " ".join(err.split())  # the refused create, in the one error line
     assert sweep.live() == [] and _inter_node_rules(sweep) == []
 
 
