@@ -106,17 +106,26 @@ def test_second_node_refused_after_the_rule_exists_deletes_the_first_and_the_rul
         # only the second node's launch (its Name tag ends as the planner's node_name(1))
         faults.inject("RunInstances", "UnauthorizedOperation", 403,
                       suffix=f"-{MACHINE['aws'].replace('.', '-')}-n1")
+    else:
+        sweep.stand_in.inject(PERMISSION, suffix=f"-{MACHINE['gcp']}-n1")
     proc = sweep.start(_argv(sweep))
-    wait_for("the first node and the inter-node rule",
-             lambda: sweep.live_instances() and _inter_node_rules(sweep), proc, timeout=180)
-    if sweep.provider == "gcp":  # the second node comes after the first one's bootstrap
-        sweep.stand_in.inject(PERMISSION)
     out, err = sweep.finish(proc, timeout=600)
 
     assert proc.returncode != 0, (out[-3000:], err[-3000:])
     assert "Traceback" not in out + err
     refusal = "UnauthorizedOperation" if sweep.provider == "aws" else "permission denied"
     assert refusal in " ".join(err.split())  # the refused create, in the one error line
+    # the first node and the rule existed when the second was refused ...
+    if sweep.provider == "aws":
+        assert sweep.instances_created() == 1
+        # a permission naming a group (EC2's wire name for UserIdGroupPairs: Groups)
+        assert any(".Groups." in key for call in faults.calls("AuthorizeSecurityGroupIngress")
+                   for key in call)
+    else:
+        assert len(sweep.stand_in.sent("POST", r"/instances$")) == 2  # the 2nd one refused
+        assert any(r.body["name"].startswith("cp-cluster-")
+                   for r in sweep.stand_in.sent("POST", r"/global/firewalls$"))
+    # ... and neither is left
     assert sweep.live() == [] and _inter_node_rules(sweep) == []
 
 
