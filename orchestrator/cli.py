@@ -208,6 +208,15 @@ def sweep(
             rich_help_panel=SWEEP,
         ),
     ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option(
+            help="Scale out: node counts such as 1,2,4 (default 1). Each trial also runs on a "
+            "Ray cluster of that many VMs of the machine; needs cloudprof[ray].",
+            metavar="COUNTS",
+            rich_help_panel=SWEEP,
+        ),
+    ] = None,
     repeats: Annotated[
         int | None,
         typer.Option(
@@ -481,7 +490,8 @@ def sweep(
     from orchestrator.spec.config import build_spec, flag_name, load_run_spec
 
     values: dict[str, Any] = {
-        "machines": machine, "workers": workers, "repeats": repeats, "duration": duration,
+        "machines": machine, "workers": workers, "nodes": nodes, "repeats": repeats,
+        "duration": duration,
         "warmup": warmup, "adaptive": adaptive, "search": _value(search), "budget": budget,
         "family": family, "vcpus": vcpus, "max_price": max_price,
         "workload": workload, "frames": frames,

@@ -131,7 +131,49 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--chdir", type=Path, help="the job's shipped copy: working directory and "
                    "on PYTHONPATH")
+    ray = p.add_argument_group("scale out (workloads.ray_trial; needs ray)")
+    ray.add_argument("--ray-nodes", type=_positive(int), default=1,
+                     help="run the workload as one actor per node of this many Ray nodes")
+    ray.add_argument("--ray-address", help="the Ray cluster's head, HOST:PORT (also RAY_ADDRESS "
+                     "for a --command job)")
+    ray.add_argument("--ray-node-param", action="append", default=[], metavar="I:KEY=VALUE",
+                     help="a workload parameter for node I only (its own inputs' path)")
+    ray.add_argument("--ray-node-chdir", action="append", default=[], metavar="I=DIR",
+                     help="node I's copy of the job (--chdir on that node)")
     return p
+
+
+def _node_options(pairs: Sequence[str], flag: str, sep: str) -> list[tuple[int, str]]:
+    """``I<sep>REST`` items of a per-node flag, as (node index, REST)."""
+    out = []
+    for pair in pairs:
+        index, found, rest = pair.partition(sep)
+        if not found or not index.isdigit():
+            raise UsageError(f"{flag} wants a node index then {sep!r}, got {pair!r}")
+        out.append((int(index), rest))
+    return out
+
+
+def _make_workload(args: argparse.Namespace, params: dict[str, Any]) -> Workload:
+    """The workload of this trial: itself, or one actor of it per Ray node."""
+    if args.ray_nodes > 1 or args.ray_address:
+        if not args.ray_address:
+            raise UsageError("--ray-nodes needs --ray-address HOST:PORT")
+        from workloads.ray_trial import RayWorkload
+
+        node_params: dict[int, dict[str, str]] = {}
+        for i, pair in _node_options(args.ray_node_param, "--ray-node-param", ":"):
+            node_params.setdefault(i, {}).update(_parse_params([pair]))
+        return RayWorkload(args.workload, params["workload_params"], nodes=args.ray_nodes,
+                           address=args.ray_address, node_params=node_params,
+                           node_chdirs=dict(_node_options(args.ray_node_chdir, "--ray-node-chdir",
+                                                          "=")),
+                           sample_hz=args.sample_hz)
+    cls = load_workload(args.workload)
+    try:
+        return cls(**params["workload_params"])
+    except TypeError as exc:
+        raise WorkloadInputError(f"bad parameters for workload {args.workload!r}: {exc}") from exc
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -385,11 +427,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
     if args.profile in profilers.LIFETIME:
         _warm_result_writer()
     early = profilers.start_lifetime_profile(args.profile, args.out)
-    cls = load_workload(args.workload)
-    try:
-        workload: Workload = cls(**params["workload_params"])
-    except TypeError as exc:
-        raise WorkloadInputError(f"bad parameters for workload {args.workload!r}: {exc}") from exc
+    workload = _make_workload(args, params)
     summary["unit"] = workload.unit
     workload.prepare()
     params["workload_resolved"] = workload.describe()
@@ -440,6 +478,12 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
     summary["units"] = counter.value
     summary["seconds"] = round(seconds, 6)
     summary["units_per_s"] = counter.value / seconds if seconds > 0 else 0.0
+    node_summaries = getattr(workload, "node_summaries", None)
+    if node_summaries is not None:  # a Ray trial: one entry per node, and the cluster's sums
+        from workloads.ray_trial import cluster_totals
+
+        summary["nodes"] = node_summaries()
+        summary["cluster"] = cluster_totals(summary["nodes"])
     code = _finish(args, summary, report, sig)
     if failure is not None:
         raise failure
@@ -544,6 +588,9 @@ def _run_command(
     if args.chdir is not None:  # the job's processes import from its copy (and site dir)
         env = jobs.with_pythonpath(env if env is not None else os.environ, args.job_paths)
     env = torch_gpu.hook_env(env if env is not None else os.environ, args.out)
+    if args.ray_address:  # the user's own Ray program joins the sweep's cluster as its driver
+        env = {**(env if env is not None else os.environ), "RAY_ADDRESS": args.ray_address}
+        summary["params"]["ray"] = {"nodes": args.ray_nodes, "address": args.ray_address}
     group = _trial_cgroup(summary)
     try:
         return _run_command_in(args, command, summary, sig, env, spawn_rss, group)

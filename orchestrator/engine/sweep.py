@@ -257,6 +257,10 @@ class _Host:
     deleted: bool = False
     delete_error: str | None = None  # the last error once every deletion attempt failed
     profiler_checked: bool = False  # --profile: its tool installed (or tried) on this host
+    # --nodes: the machine's other nodes (1..N-1, created, recorded and deleted with this
+    # one) and the Ray cluster over all of them (orchestrator.engine.ray_cluster)
+    peers: list[_Host] = field(default_factory=list)
+    cluster: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
@@ -364,10 +368,12 @@ class _Engine:
     def teardown_all(self) -> None:
         """Stop running commands and delete every known VM (idempotent, from any thread)."""
         for host in list(self.hosts.values()):
-            if host.executor is not None:
-                with contextlib.suppress(Exception):
-                    host.executor.close()
-            self._delete(host)
+            self._stop_cluster(host)
+            for node in [host, *host.peers]:
+                if node.executor is not None:
+                    with contextlib.suppress(Exception):
+                        node.executor.close()
+                self._delete(node)
 
     def _delete(self, host: _Host) -> None:
         """Delete the host's VM, retried with backoff; after the last try it is left for good
@@ -451,10 +457,21 @@ class _Engine:
             self.errors.append(exc)
             self._note_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
         finally:
-            if host.executor is not None:
-                with contextlib.suppress(Exception):
-                    host.executor.close()
-            self._delete(host)
+            self._stop_cluster(host)
+            for node in [host, *host.peers]:
+                if node.executor is not None:
+                    with contextlib.suppress(Exception):
+                        node.executor.close()
+                self._delete(node)
+
+    def _stop_cluster(self, host: _Host) -> None:
+        """``ray stop`` (this cluster's processes only) on every node, before any deletion:
+        on the local and ssh providers nothing is deleted, so this is what ends them."""
+        cluster = host.cluster  # kept: a second stop (Ctrl-C, then the thread's finally) is
+        if cluster is None:     # a no-op once every node is stopped
+            return
+        for error in cluster.stop():
+            self.progress.log(f"[bold red]{host.vm.machine.name}: could not stop Ray: {error}")
 
     def _write_failed(self, exc: OSError) -> None:
         """The results directory stopped taking writes: stop every machine (their results
@@ -501,6 +518,11 @@ class _Engine:
         self._stage_job(host)
         if self.stop.is_set():
             return
+        # A resumed sweep whose multi-node trials are all done creates no extra VM.
+        if host.vm.nodes > 1 and any(t.nodes > 1 for t in trials):
+            self._form_cluster(host)
+            if self.stop.is_set():
+                return
         if self.spec.adaptive:
             self._run_adaptive(host)
             return
@@ -518,6 +540,82 @@ class _Engine:
                 for left in trials[i:]:
                     self._record(host, left, None, None, status="failed", error=reason)
                 raise
+
+    def _form_cluster(self, host: _Host) -> None:
+        """Nodes 1..N-1 made ready like node 0 (in parallel), then a Ray cluster over all."""
+        from dataclasses import replace
+
+        from orchestrator.engine.ray_cluster import (
+            RayCluster,
+            RayNode,
+            node_address,
+            plan_cluster,
+        )
+
+        vm = host.vm
+        self.progress.state(vm.name, f"starting {vm.nodes - 1} more node(s)")
+        with host.lock:
+            host.peers = [_Host(vm=replace(vm, name=vm.node_name(i)), provider=host.provider)
+                          for i in range(1, vm.nodes)]
+        errors: list[BaseException] = []
+
+        def ready(peer: _Host) -> None:
+            try:
+                self._provision(peer, vm.zone)
+                if self.stop.is_set():
+                    return
+                assert peer.inst is not None
+                self.store.record_vm(peer.vm.name, state="ready", address=peer.inst.address,
+                                     facts=peer.inst.facts, ready_at=now_iso(), node_of=vm.name)
+                self._connect(peer)
+                self._stage_inputs(peer)
+                self._stage_job(peer)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ready, args=(peer,), daemon=True,
+                                    name=f"node-{peer.vm.name}") for peer in host.peers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        if self.stop.is_set():
+            return
+        nodes = [host, *host.peers]
+        for node in nodes:
+            assert node.executor is not None
+            problem = node.executor.ensure_ray()
+            if problem:
+                raise RemoteCommandError(f"Ray on {node.vm.name}: {problem}")
+        assert host.inst is not None
+        head = node_address(host.inst, host.provider.name)
+        plan = plan_cluster(self.plan.sweep_id, vm.machine.name, head, host.provider.name,
+                            host.provider.creates_machines)
+        cluster = RayCluster(plan, [RayNode(i, n.executor, head) for i, n in enumerate(nodes)
+                                    if n.executor is not None])
+        host.cluster = cluster  # from here on, teardown stops it
+        self.progress.state(vm.name, f"starting Ray on {vm.nodes} nodes")
+        cluster.start()
+        self.store.record_vm(vm.name, ray={"address": cluster.address, "nodes": vm.nodes,
+                                           "start_s": round(cluster.start_s or 0.0, 3),
+                                           "node_vms": [n.vm.name for n in nodes]})
+        self.progress.log(f"{vm.machine.name}: Ray cluster of {vm.nodes} nodes up in "
+                          f"{cluster.start_s or 0.0:.1f} s (measured)")
+
+    def _ray_args(self, host: _Host, trial: TrialPlan) -> list[str]:
+        """The cluster's address and each node's own copies (inputs, job) for a trial on
+        ``trial.nodes`` nodes: the first n of the machine's."""
+        if trial.nodes <= 1 or host.cluster is None:
+            return []
+        args = ["--ray-address", host.cluster.address]
+        for i, node in enumerate([host, *host.peers][:trial.nodes]):
+            if node.inputs_dir:
+                args += ["--ray-node-param", f"{i}:inputs={node.inputs_dir}"]
+            if node.job_dir:
+                args += ["--ray-node-chdir", f"{i}={node.job_dir}"]
+        return args
 
     def _run_adaptive(self, host: _Host) -> None:
         """``--adaptive``: run what ``plan.search.next_points`` asks for, one trial at a time.
@@ -604,7 +702,8 @@ class _Engine:
             script = remote.startup_script(self.ssh_keys, SSH_USER, int(expires))
         req = VmRequest(sweep_id=self.plan.sweep_id, name=vm.name, machine=vm.machine.name,
                         region=vm.region, zone=zone, spot=vm.spot, labels=labels,
-                        ssh_user=SSH_USER, ssh_public_key=public_key, startup_script=script)
+                        ssh_user=SSH_USER, ssh_public_key=public_key, startup_script=script,
+                        cluster=vm.nodes > 1)
         self.store.record_vm(vm.name, provider=provider.name, machine=vm.machine.name,
                              state="creating", labels=labels, spot=vm.spot,
                              price_per_hour=vm.machine.price(vm.spot), requested_at=now_iso())
@@ -739,7 +838,7 @@ class _Engine:
                 argv += ["--param", f"inputs={host.inputs_dir}"]
             if host.job_dir:
                 argv += ["--chdir", host.job_dir]
-            argv += ["--out", out_dir, *command]
+            argv += [*self._ray_args(host, trial), "--out", out_dir, *command]
             self.progress.trial_started(key, trial, self.spec.duration_s)
             try:
                 result = ex.run(argv, on_line=lambda line: self.progress.line(key, line),

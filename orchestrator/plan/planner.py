@@ -31,6 +31,7 @@ class TrialPlan:
     runner_args: list[str]  # arguments after `python -m workloads.run` (without --out)
     grid: dict[str, str] = field(default_factory=dict)  # this trial's --grid values
     profiled: bool = False  # an extra --profile trial: stored under profiles/, not in the tables
+    nodes: int = 1  # a Ray cluster of this many VMs of the machine (the first n of the VM's)
 
 
 @dataclass
@@ -65,6 +66,11 @@ class VmPlan:
     labels: dict[str, str]
     trials: list[TrialPlan]
     estimate: Estimate
+    nodes: int = 1  # VMs of this machine type created at once (max --nodes): one Ray cluster
+
+    def node_name(self, index: int) -> str:
+        """The instance name of node ``index`` (node 0 keeps the one-VM name)."""
+        return self.name if index == 0 else f"{self.name[:59].rstrip('-')}-n{index}"
 
 
 @dataclass
@@ -133,6 +139,7 @@ class Plan:
                     labels=dict(vm.get("labels") or {}),
                     trials=[TrialPlan(**t) for t in vm["trials"]],
                     estimate=Estimate(**est),
+                    nodes=int(vm.get("nodes", 1)),
                 )
             )
         uploads = [Upload(**u) for u in data.get("uploads", [])]
@@ -191,9 +198,13 @@ def slug(text: str) -> str:
 
 
 def trial_id(machine: str, workers: int, repeat: int,
-             grid: dict[str, str] | None = None) -> str:
+             grid: dict[str, str] | None = None, nodes: int = 1) -> str:
+    """``<machine>[-<grid>][-n<nodes>]-w<workers>-r<repeat>``; one node adds nothing, so the
+    ids of one-VM sweeps (and their --resume) are as before."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", machine)
     point = "".join(f"-{k}{v}" for k, v in (grid or {}).items())
+    if nodes > 1:
+        point += f"-n{nodes}"
     return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{safe}{point}-w{workers}-r{repeat}")
 
 
@@ -217,7 +228,7 @@ def vm_name(sweep_id: str, machine: str) -> str:
 
 
 def runner_args(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 0,
-                grid: dict[str, str] | None = None) -> list[str]:
+                grid: dict[str, str] | None = None, nodes: int = 1) -> list[str]:
     """Arguments of ``python -m workloads.run`` for one trial, minus ``--out``.
 
     ``inputs`` and ``--chdir`` are not here: where the inputs and the job's copy
@@ -227,6 +238,8 @@ def runner_args(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 0,
     grid values as parameters.
     """
     grid = grid or {}
+    # The Ray cluster's address is the engine's to add (it exists once the VMs do).
+    ray = ["--ray-nodes", str(nodes)] if nodes > 1 else []
     if spec.command is not None:
         from orchestrator.engine.jobs import check_command
 
@@ -234,7 +247,7 @@ def runner_args(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 0,
                 "--var", f"trial={trial}", "--var", f"repeat={repeat}"]
         for key, value in grid.items():
             args += ["--var", f"{key}={value}"]
-        args += ["--workers", str(workers), "--sample-hz", f"{spec.sample_hz:g}"]
+        args += ["--workers", str(workers), "--sample-hz", f"{spec.sample_hz:g}", *ray]
         if spec.stop_after_s is not None:
             args += ["--duration", f"{spec.stop_after_s:g}"]
         return [*args, "--", *check_command(spec.command, spec.shell, spec.grid)]
@@ -249,7 +262,7 @@ def runner_args(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 0,
     ]
     if spec.warmup_s > 0:
         args += ["--warmup", f"{spec.warmup_s:g}"]
-    return args
+    return [*args, *ray]
 
 
 def estimate_vm(
@@ -288,7 +301,8 @@ def make_plan(
     input_bytes: int = 0,
     labels: dict[str, str] | None = None,
 ) -> Plan:
-    """One VM per machine, each running every worker count × repeat of the spec.
+    """One VM per machine (max(--nodes) VMs when scaling out), each running every
+    node count × worker count × repeat of the spec.
 
     ``input_bytes`` (the staged inputs' size, when known) feeds the staging
     estimate; ``labels`` are the sweep's common labels (the engine adds creator
@@ -300,17 +314,20 @@ def make_plan(
     for machine in machines:
         provider = spec.provider or machine.provider
         workers = list(spec.workers) if spec.workers else default_workers(machine.vcpus)
+        node_counts = sorted(set(spec.nodes or [1]))
         trials = [
             TrialPlan(
-                trial_id=(tid := trial_id(machine.name, w, r, point)),
+                trial_id=(tid := trial_id(machine.name, w, r, point, n)),
                 machine=machine.name,
                 workers=w,
                 repeat=r,
-                runner_args=runner_args(spec, w, tid, r, point),
+                runner_args=runner_args(spec, w, tid, r, point, n),
                 grid=point,
+                nodes=n,
             )
             for r in range(spec.repeats)
             for point in grid_points(spec.grid)
+            for n in node_counts
             for w in workers
         ]
         if spec.profile:  # extra trials: a profiler's overhead never reaches the tables
@@ -334,9 +351,10 @@ def make_plan(
                 spot=spec.spot,
                 labels={LABEL_SWEEP: slug(sweep_id), **(labels or {})},
                 trials=trials,
+                nodes=max(node_counts),
                 estimate=estimate_vm(
                     provider,
-                    machine.price(spec.spot),
+                    _times(machine.price(spec.spot), max(node_counts)),  # every node bills
                     len(trials),
                     spec.duration_s + spec.warmup_s,  # the warm-up is paid for too
                     input_bytes,
@@ -350,6 +368,10 @@ def make_plan(
         budget = min(len(vms), spec.budget or default_budget(len(vms)))
         search = {"objective": spec.search, "budget": budget, "candidates": len(vms)}
     return Plan(sweep_id=sweep_id, vms=vms, search=search)
+
+
+def _times(price: float | None, n: int) -> float | None:
+    return None if price is None else price * n
 
 
 def _fmt_s(seconds: float) -> str:
@@ -408,6 +430,10 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
         labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
         trials = (f"{remaining} of {len(vm.trials)} trials remain" if done
                   else f"{len(vm.trials)} trials")
+        if vm.nodes > 1:
+            counts = ",".join(str(n) for n in sorted({t.nodes for t in vm.trials}))
+            trials += (f" on a Ray cluster of {vm.nodes} × {m.name} (nodes {counts}; "
+                       f"priced for {vm.nodes} VMs)")
         if vm.provider in EXISTING_HOSTS:
             head = (f"[bold]Host {i}/{len(plan.vms)} "
                     f"{'would be used' if dry_run else 'to use'}:[/bold] {vm.provider} "
@@ -415,7 +441,9 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
                     f"deleted · {price}\n")
         else:
             head = (f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
-                    f"({_fmt_size(m)}) named {vm.name}\n"
+                    f"({_fmt_size(m)}) named {vm.name}"
+                    + (f" .. {vm.node_name(vm.nodes - 1)} ({vm.nodes} VMs)" if vm.nodes > 1
+                       else "") + "\n"
                     f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
                     f"spot {'yes' if vm.spot else 'no'} · {price}\n"
                     f"  labels {escape(labels)} + creator, created, expires (set at "

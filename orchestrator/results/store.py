@@ -97,6 +97,11 @@ EXTRA_COLUMNS = (
     "grid",  # JSON object of the trial's --grid values; "" without a grid
     "peak_gpu_mem_bytes",  # summary's gpu.peak_mem_bytes (NVML or PyTorch); None: no GPU seen
     "gpu_peak_source",  # which of the two (summary's gpu.peak_source)
+    # --nodes (scale out on Ray): price_per_hour above is then the price of all the nodes.
+    "nodes",  # VMs the trial ran on (1 without --nodes; None in older stores means 1)
+    "scaleout_efficiency",  # units_per_s / (nodes * units_per_s at 1 node, same workers)
+    "node_peak_rss_bytes",  # JSON list, one peak per node (its Ray process tree), or None
+    "node_units_per_s",  # JSON list, one rate per node, or None
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
 
@@ -386,7 +391,7 @@ def trial_row(
         "efficiency": None,
         "cpu_utilisation": _num(s.get("cpu_utilisation")),
         "leak_verdict": leak.get("verdict"),
-        "price_per_hour": planned_machine.price(spot),
+        "price_per_hour": _cluster_price(planned_machine.price(spot), trial),
         "cost_per_million_units": None,
         "oversubscribed": bool(cores) and int(trial.workers) > int(cores),
         "status": status or s.get("status") or "failed",
@@ -415,6 +420,10 @@ def trial_row(
         else "",
         "peak_gpu_mem_bytes": _num((s.get("gpu") or {}).get("peak_mem_bytes")),
         "gpu_peak_source": (s.get("gpu") or {}).get("peak_source"),
+        "nodes": int(getattr(trial, "nodes", 1) or 1),
+        "scaleout_efficiency": None,
+        "node_peak_rss_bytes": _per_node(s, "peak_rss_bytes"),
+        "node_units_per_s": _per_node(s, "units_per_s"),
     }
 
 
@@ -434,6 +443,35 @@ def _peaks(s: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_source": s.get("peak_rss_source"),
         "peak_rss_upper_bound_bytes": s.get("peak_rss_upper_bound_bytes"),
     }
+
+
+def _cluster_price(price: float | None, trial: Any) -> float | None:
+    """A trial on n nodes pays for n VMs."""
+    nodes = int(getattr(trial, "nodes", 1) or 1)
+    return None if price is None else price * nodes
+
+
+def _per_node(summary: dict[str, Any], key: str) -> str | None:
+    """One figure per node of a Ray trial's summary, as a JSON list (None without nodes)."""
+    nodes = summary.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        return None
+    return json.dumps([n.get(key) if isinstance(n, dict) else None for n in nodes])
+
+
+def _scaleout_efficiency(out: pd.DataFrame, ups: pd.Series, ok: pd.Series) -> Any:
+    """X(n) / (n · X(1)) at the same workers per node: 1.0 is perfect scale-out."""
+    import numpy as np
+
+    keys = ["sweep_id", "machine", "ran_on", "grid", "workers"]
+    nodes = out["nodes"].to_numpy(dtype=float)
+    rated = out[keys].assign(_ups=ups)
+    base = (rated[ok & (out["nodes"] == 1)].groupby(keys, dropna=False)["_ups"]
+            .mean().rename("_base"))
+    baseline = out[keys].join(base, on=keys)["_base"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eff = ups.to_numpy(dtype=float) / (nodes * baseline)
+    return np.where(ok.to_numpy() & (baseline > 0), eff, np.nan)
 
 
 def derive(frame: pd.DataFrame) -> pd.DataFrame:
@@ -459,7 +497,10 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
     out["units_per_s_per_vcpu"] = ups / vcpus.where(vcpus > 0)
     # Each --grid point is its own scaling curve: its 1-worker trial is its baseline.
     out["grid"] = out["grid"].fillna("") if "grid" in out else ""
-    keys = ["sweep_id", "machine", "ran_on", "grid"]
+    out["nodes"] = pd.to_numeric(out["nodes"], errors="coerce").fillna(1).astype(int) \
+        if "nodes" in out else 1
+    # Each node count is its own scaling curve over workers too.
+    keys = ["sweep_id", "machine", "ran_on", "grid", "nodes"]
     rated = out[keys].assign(_ups=ups)
     base = (rated[ok & (workers == 1)].groupby(keys, dropna=False)["_ups"]
             .mean().rename("_base"))
@@ -469,5 +510,6 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
         eff = ups.to_numpy(dtype=float) / (workers.to_numpy(dtype=float) * baseline)
     out["efficiency"] = np.where(ok.to_numpy() & (baseline > 0), eff, np.nan)
     out["cost_per_million_units"] = (price / 3600.0 / ups.where(ups > 0) * 1e6).where(ok)
+    out["scaleout_efficiency"] = _scaleout_efficiency(out, ups, ok)
     out["oversubscribed"] = (workers > vcpus).fillna(False).astype(bool)
     return out

@@ -73,6 +73,15 @@ def parse_workers(value: Any, where: str = "--workers") -> list[int]:
     return sorted(counts)
 
 
+def parse_nodes(value: Any, where: str = "--nodes") -> list[int]:
+    """Node counts, written like worker counts (``1,2,4``, ``1-8:x2``, a TOML list)."""
+    try:
+        return parse_workers(value, where)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("worker count", "node count")
+                         .replace("workers is", "nodes is")) from None
+
+
 def _parse_worker_item(item: str, where: str) -> list[int]:
     if re.fullmatch(r"-?\d+", item):
         n = int(item)
@@ -425,6 +434,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "machines": _strings,
     "workers": parse_workers,
     "repeats": _integer(1),
+    "nodes": lambda v, w: parse_nodes(v, w),
     "duration": _trial_duration,
     "warmup": parse_warmup,
     "workload": _workload,
@@ -723,6 +733,21 @@ def _check_search(spec: SweepSpec) -> None:
                          "--machine (see `cloudprof catalog`)")
 
 
+def _check_nodes(spec: SweepSpec) -> None:
+    """--nodes above 1 needs Ray here (refused before anything is paid for) and trials
+    that a Ray cluster can run: the adaptive loop and profiled trials are one-VM."""
+    if max(spec.nodes, default=1) <= 1:
+        return
+    if spec.adaptive:
+        raise UsageError("--adaptive searches worker counts on one VM: drop --nodes (or "
+                         "--adaptive)")
+    if spec.profile:
+        raise UsageError("--profile attributes one process: drop --nodes (or --profile)")
+    from orchestrator.engine.ray_support import require_ray
+
+    require_ray(max(spec.nodes))
+
+
 def validate_spec(spec: SweepSpec) -> SweepSpec:
     """Cross-option checks; fills in the provider, the region (from the zone), ssh machines."""
     _check_search(spec)
@@ -760,6 +785,7 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
             raise UsageError("no machine given: use --machine NAME (see `cloudprof catalog`)")
     _check_workload_params(spec)
     _check_job(spec)
+    _check_nodes(spec)
     _existing_file(spec.ssh_key, "--ssh-key")
     check_output_dir(spec.out)
     return spec

@@ -22,6 +22,9 @@ class SweepSpec:
     # 2–5 % noise the peak N* lands within ±10 % in 78 % of cases with one, 95 % with three
     # (benchmarks/bench_model.py, BENCHMARKS.md "Scaling model"); --adaptive spends fewer.
     repeats: int = 3
+    # Scale out: each trial also runs at these node counts (a Ray cluster of that many VMs
+    # of the machine type); [1] is the one-VM sweep of before, without Ray.
+    nodes: list[int] = field(default_factory=lambda: [1])
     duration_s: float = 3.0  # per trial
     # Before each trial, untimed and unsampled: workers allocate their buffers and warm
     # caches first, so neither the rate nor the leak verdict sees the start-up ramp.

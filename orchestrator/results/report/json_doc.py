@@ -81,6 +81,8 @@ def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[s
             "failed_trials": _failed(trials),
             "plan": _plan(run.sweep),
             "memory": _memory(trials),
+            # --nodes only: a one-VM sweep's document keeps the keys it always had
+            **({"scale_out": scale_out} if (scale_out := _scale_out(trials)) else {}),
         }
     )
 
@@ -146,6 +148,14 @@ def _confidence(data: dict[int, list[float]]) -> dict[str, Any]:
     tested = sorted(data)
     predict_at = [*tested, 2 * tested[-1]] if tested else []
     return machine_confidence(data, predict_at=predict_at)
+
+
+def _scale_out(trials: pd.DataFrame) -> list[dict[str, Any]] | None:
+    """--nodes: one entry per (machine, nodes, workers); None for a one-VM sweep."""
+    from orchestrator.results.report.model import scaleout_summary
+
+    frame = scaleout_summary(trials)
+    return None if frame is None else frame.to_dict("records")
 
 
 def _failed(trials: pd.DataFrame) -> list[dict[str, Any]]:

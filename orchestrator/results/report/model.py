@@ -159,6 +159,67 @@ _NUMERIC_TRIAL_COLUMNS = (
 )
 
 
+def _nodes(trials: pd.DataFrame) -> pd.Series:
+    import pandas as pd
+
+    if "nodes" not in trials:
+        return pd.Series(1, index=trials.index)
+    return pd.to_numeric(trials["nodes"], errors="coerce").fillna(1).astype(int)
+
+
+def one_node(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials on one VM: what every scale-up figure (workers on one machine) is about."""
+    return trials[_nodes(trials) == 1]
+
+
+SCALEOUT_COLUMNS = ["machine", "ran_on", "nodes", "workers", "repeats", "units_per_s",
+                    "scaleout_efficiency", "price_per_hour", "cost_per_million_units",
+                    "node_peaks", "imbalance", "estimate", "pareto"]
+
+
+def scaleout_summary(trials: pd.DataFrame) -> pd.DataFrame | None:
+    """One row per (machine, ran_on, nodes, workers) over ok repeats, for a sweep with
+    --nodes (None without): median units/s and scale-out efficiency X(n)/(n·X(1)), the
+    cluster's $/M units (every node priced), each node's peak memory (max over repeats)
+    and how unbalanced the nodes were (largest node peak ÷ smallest), with the Pareto
+    front over every row, one VM and clusters alike: scale up and scale out side by side."""
+    import json
+
+    import pandas as pd
+
+    nodes = _nodes(trials)
+    if not (nodes > 1).any():
+        return None
+    ok = trials.assign(nodes=nodes)[trials["status"] == OK]
+    rows = []
+    for (machine, ran_on, n, workers), group in ok.groupby(
+            ["machine", "ran_on", "nodes", "workers"], sort=True, dropna=False):
+        ups = pd.to_numeric(group["units_per_s"], errors="coerce").astype(float).median()
+        price = pd.to_numeric(group["price_per_hour"], errors="coerce").astype(float).iloc[0]
+        per_node: list[float] = []
+        for raw in group.get("node_peak_rss_bytes", pd.Series(dtype=object)).dropna():
+            peaks = [float(p) if p is not None else math.nan for p in json.loads(raw)]
+            per_node = [max(a, b) for a, b in zip(per_node, peaks, strict=False)] \
+                if per_node else peaks
+        if not per_node and int(n) == 1:
+            per_node = [float(pd.to_numeric(group["peak_rss_bytes"], errors="coerce").max())]
+        known = [p for p in per_node if math.isfinite(p) and p > 0]
+        rows.append({
+            "machine": machine, "ran_on": ran_on, "nodes": int(n), "workers": int(workers),
+            "repeats": len(group), "units_per_s": ups,
+            "scaleout_efficiency": pd.to_numeric(group["scaleout_efficiency"],
+                                                 errors="coerce").astype(float).median(),
+            "price_per_hour": price,
+            "cost_per_million_units": cost_per_million_units(price, ups),
+            "node_peaks": per_node,
+            "imbalance": max(known) / min(known) if len(known) > 1 else math.nan,
+            "estimate": str(machine) != str(ran_on),
+        })
+    frame = pd.DataFrame(rows, columns=SCALEOUT_COLUMNS[:-1])
+    frame["pareto"] = pareto_front(frame) if len(frame) else []
+    return frame
+
+
 def summarise(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per (machine, ran_on, workers): medians over the repeats that finished ok.
 
@@ -171,6 +232,7 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     keys = [*_GROUP, "workers"]
+    trials = one_node(trials)  # scale up; the nodes of a scale-out sweep: scaleout_summary()
     ok = trials[trials["status"] == OK].copy()
     for column in ("leak_probability", "leak_ramp"):  # stores from before the leak model
         if column not in ok:
@@ -276,6 +338,7 @@ def samples(trials: pd.DataFrame) -> dict[tuple[str, str], dict[int, list[float]
     """
     import pandas as pd
 
+    trials = one_node(trials)
     ok = trials[trials["status"] == OK]
     rates = pd.to_numeric(ok["units_per_s"], errors="coerce").astype(float)
     out: dict[tuple[str, str], dict[int, list[float]]] = {}

@@ -91,6 +91,9 @@ def build_report(run: RunData) -> Report:
     memory = memory_table(run.trials)  # peaks by phase, the memory request
     if memory is not None:
         tables.append(memory)
+    scaleout = _scaleout_table(run.trials)
+    if scaleout is not None:
+        tables.append(scaleout)
     tables.extend(job_tables(run.trials))  # a user's job: fixed-work runs, phases
     failed = _failed_table(run.trials)
     if failed is not None:
@@ -320,6 +323,45 @@ def _results_table(summary: pd.DataFrame) -> Table:
         "Pareto: no other row is both faster and cheaper per unit.",
     ]
     return Table("Results per machine and worker count" + title_note, headers, rows, notes)
+
+
+def _scaleout_table(trials: pd.DataFrame) -> Table | None:
+    """--nodes: throughput, scale-out efficiency, cost and per-node memory per node count."""
+    from orchestrator.results.report.model import scaleout_summary
+
+    frame = scaleout_summary(trials)
+    if frame is None or frame.empty:
+        return None
+    rows = []
+    for r in frame.to_dict("records"):
+        flags = {name for name in ("estimate", "pareto") if r[name]}
+        imbalance = r["imbalance"]
+        cells = [
+            machine_label(r["machine"], r["ran_on"]), str(r["nodes"]), str(r["workers"]),
+            str(r["repeats"]), fmt_rate(r["units_per_s"]), fmt_pct(r["scaleout_efficiency"]),
+            fmt_usd(r["price_per_hour"]),
+            fmt_usd(r["cost_per_million_units"], estimate=bool(r["estimate"])),
+            " / ".join(fmt_bytes(p) for p in r["node_peaks"]) or DASH,
+            f"{imbalance:.2f}×" if _finite(imbalance) else DASH,
+            "Pareto" if r["pareto"] else "",
+        ]
+        rows.append(Row(cells, frozenset(flags)))
+    headers = ["machine", "nodes", "workers/node", "n", "units/s", "scale-out eff.",
+               "$/hour (all nodes)", "$/M units", "peak RSS per node", "node imbalance",
+               "notes"]
+    notes = [
+        "Scale up (1 node: workers on one VM) and scale out (a Ray cluster of n VMs, one actor "
+        "per node with the same workers each) side by side; every figure is the median over "
+        "ok repeats.",
+        "scale-out eff. = units/s ÷ (nodes × units/s on 1 node at the same workers); 100% = "
+        "each added node adds a whole node's throughput.",
+        "$/hour and $/M units price every node of the cluster; (est.) marks an estimate.",
+        "peak RSS per node: each node's Ray processes (raylet and workers) as a tree, "
+        "sampled, max over repeats (1 node: the trial process's kernel high-water mark); "
+        "node imbalance = largest ÷ smallest node peak.",
+        "Pareto: no other row (one VM or a cluster) is both faster and cheaper per unit.",
+    ]
+    return Table("Scale out: throughput, cost and memory per node count", headers, rows, notes)
 
 
 def _spread(row: dict[str, Any]) -> str:

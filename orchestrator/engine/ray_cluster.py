@@ -1,0 +1,208 @@
+"""A Ray cluster over a machine's nodes: ``ray start --head`` on node 0, ``--address`` on the rest.
+
+Commands are built here from plain values (pure functions, tested without a
+cluster) and run through each node's existing :class:`Executor` — SSH on a
+cloud VM or an ssh host, a subprocess for ``--dry-run`` — never a cloud SDK.
+``--dry-run --nodes 2`` therefore starts a real two-node cluster on this
+machine the same way a cloud sweep does, with distinct ports per node.
+
+Each node gets the custom resource ``cloudprof_node_<i>`` so that the trial's
+actor i lands on node i (``workloads.ray_trial``), and every node of one
+cluster shares one short ``--temp-dir``: stopping the cluster stops exactly the
+processes started for it (``python -m workloads.ray_trial stop``), never the
+user's other Ray processes on a shared host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.errors import RemoteCommandError, UsageError, one_line
+from orchestrator.providers.base import CommandResult, Executor, Instance
+
+CLOUD_HEAD_PORT = 6379  # Ray's default, on a VM of the sweep's own
+LOCAL_PORTS = (20000, 29999)  # shared hosts: a port from the sweep id, clear of Ray's defaults
+WORKER_PORTS_BASE = 30000  # node i's worker processes listen on their own range
+WORKER_PORTS_PER_NODE = 400
+LOCAL_OBJECT_STORE_BYTES = 80_000_000  # nodes sharing this machine: Ray's 30 % of RAM each is
+# too much; the trial's actors pass only counters through the object store
+START_TIMEOUT_S = 300.0
+
+
+@dataclass
+class RayNode:
+    """One node of a cluster: how to run commands there and where the others reach it."""
+
+    index: int
+    executor: Executor
+    address: str
+
+
+@dataclass
+class ClusterPlan:
+    """Where the cluster listens and what every node shares."""
+
+    head_address: str  # HOST:PORT, given to --address and to the trial's --ray-address
+    port: int
+    temp_dir: str
+    local: bool  # all nodes on this machine: small object stores
+
+
+def node_address(inst: Instance, provider: str) -> str:
+    """Where the sweep's other nodes reach ``inst``: its private address on a cloud, the
+    tests' loopback endpoint when CLOUDPROF_SSH_ENDPOINT redirects SSH, this machine for
+    the local provider (whose "address" is a work directory)."""
+    if provider == "local":
+        return "127.0.0.1"
+    endpoint = os.environ.get("CLOUDPROF_SSH_ENDPOINT")
+    if endpoint:
+        return endpoint.rsplit(":", 1)[0] if ":" in endpoint else endpoint
+    address = inst.private_address or inst.address
+    if not address:
+        raise UsageError(f"{inst.name} has no address for the other Ray nodes")
+    return address
+
+
+def plan_cluster(sweep_id: str, machine: str, head: str, provider: str,
+                 creates_machines: bool) -> ClusterPlan:
+    """Ports and temp dir of one machine's cluster: Ray's default port on the sweep's own
+    VMs; on shared hosts (local, ssh) one derived from the sweep so that two sweeps (or two
+    machines of one sweep) do not meet."""
+    digest = int(hashlib.sha256(f"{sweep_id}/{machine}".encode()).hexdigest()[:8], 16)
+    low, high = LOCAL_PORTS
+    port = CLOUD_HEAD_PORT if creates_machines else low + digest % (high - low)
+    # Short: Ray's Unix sockets live below it (108 bytes for a socket path).
+    temp_dir = f"/tmp/cpray-{digest % 16**8:08x}"
+    return ClusterPlan(f"{head}:{port}", port, temp_dir, local=provider == "local")
+
+
+def ray_binary(executor: Executor) -> str:
+    """The ``ray`` script beside the host's interpreter (the venv's bin directory)."""
+    return posixpath.join(posixpath.dirname(executor.python), "ray")
+
+
+def start_command(ray: str, plan: ClusterPlan, index: int) -> list[str]:
+    """``ray start`` for node ``index``: the head for 0, a worker joining it otherwise."""
+    role = (["--head", f"--port={plan.port}", "--include-dashboard=false"] if index == 0
+            else [f"--address={plan.head_address}"])
+    low = WORKER_PORTS_BASE + index * WORKER_PORTS_PER_NODE
+    argv = [ray, "start", *role,
+            f"--temp-dir={plan.temp_dir}",
+            f"--resources={json.dumps({f'cloudprof_node_{index}': 1})}",
+            "--dashboard-agent-listen-port=0",  # two nodes on one host must not share it
+            f"--min-worker-port={low}", f"--max-worker-port={low + WORKER_PORTS_PER_NODE - 1}",
+            "--disable-usage-stats"]
+    if plan.local:
+        argv.append(f"--object-store-memory={LOCAL_OBJECT_STORE_BYTES}")
+    return argv
+
+
+def stop_command(python: str, plan: ClusterPlan) -> list[str]:
+    """Stop this cluster's processes on one host (only those under its temp dir)."""
+    return [python, "-m", "workloads.ray_trial", "stop", plan.temp_dir]
+
+
+class RayCluster:
+    """A started cluster; :meth:`stop` is idempotent and safe from any thread."""
+
+    def __init__(self, plan: ClusterPlan, nodes: Sequence[RayNode]) -> None:
+        self.plan, self.nodes = plan, list(nodes)
+        self.started: list[RayNode] = []  # stop() visits these (a half-started cluster too)
+        self.start_s: float | None = None  # measured: head and every worker up
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when a `ray start` returns
+        self._starting = 0  # `ray start` commands running now
+        self._stopping = False
+        self._stop_lock = threading.Lock()  # a second stop() waits for the first to finish
+
+    @property
+    def address(self) -> str:
+        return self.plan.head_address
+
+    def start(self) -> None:
+        """The head first, then every other node at once (each waits to join the head)."""
+        began = time.monotonic()
+        # What a crashed earlier run of this sweep left (same ports, same temp dir) goes
+        # first, on every node, before any node of this cluster starts.
+        self._stop_nodes(list(self.nodes))
+        self._start_node(self.nodes[0])
+        errors: list[BaseException] = []
+
+        def join(node: RayNode) -> None:
+            try:
+                self._start_node(node)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=join, args=(node,), name=f"ray-node-{node.index}",
+                                    daemon=True) for node in self.nodes[1:]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        self.start_s = time.monotonic() - began
+
+    def _start_node(self, node: RayNode) -> None:
+        ex = node.executor
+        with self._lock:
+            if self._stopping:
+                raise RemoteCommandError("the sweep is stopping: Ray is not started")
+            self.started.append(node)  # before it runs: a half-started node is stopped too
+            self._starting += 1
+        try:
+            _run(ex, [ex.python, "-m", "workloads.ray_trial", "start",
+                      *start_command(ray_binary(ex), self.plan, node.index)],
+                 f"ray start on node {node.index}")
+        finally:
+            with self._lock:
+                self._starting -= 1
+                self._idle.notify_all()
+
+    def stop(self) -> list[str]:
+        """Stop every started node (in parallel); the one-line errors of those that failed.
+
+        Idempotent, from any thread: no node starts after the first call, and a ``ray
+        start`` running at that moment is waited for (its daemons would outlive a stop
+        that ran before them) before the nodes are stopped."""
+        with self._stop_lock:  # the caller then closes the executors: only once all stopped
+            with self._lock:
+                self._stopping = True
+                self._idle.wait_for(lambda: self._starting == 0, timeout=START_TIMEOUT_S)
+                nodes, self.started = list(self.started), []
+            return self._stop_nodes(nodes)
+
+    def _stop_nodes(self, nodes: list[RayNode]) -> list[str]:
+        errors: list[str] = []
+
+        def stop_one(node: RayNode) -> None:
+            try:
+                _run(node.executor, stop_command(node.executor.python, self.plan),
+                     f"stopping Ray on node {node.index}", timeout=120)
+            except Exception as exc:  # reported; the VM's deletion follows anyway
+                errors.append(one_line(exc))
+
+        threads = [threading.Thread(target=stop_one, args=(n,), daemon=True) for n in nodes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return errors
+
+
+def _run(ex: Executor, argv: list[str], what: str,
+         timeout: float = START_TIMEOUT_S) -> CommandResult:
+    result = ex.run(argv, timeout=timeout)
+    if result.exit_code != 0:
+        tail = (result.stderr_tail or result.stdout_tail or "").strip().splitlines()
+        raise RemoteCommandError(f"{what} failed (exit {result.exit_code}): "
+                                 f"{tail[-1] if tail else '(no output)'}")
+    return result

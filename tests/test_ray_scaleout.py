@@ -1,0 +1,241 @@
+"""Scale out on Ray: the node dimension from spec to report, on a real local Ray cluster.
+
+The end-to-end test forms a real two-node cluster on this machine through
+``--dry-run`` (the path a cloud sweep takes, with subprocesses for SSH): Ray
+starts slowly on a shared 2-core machine (~30 s), so one sweep serves every
+check of the cluster path.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+from rich.console import Console
+
+from orchestrator.engine.ray_cluster import (
+    WORKER_PORTS_BASE,
+    ClusterPlan,
+    node_address,
+    plan_cluster,
+    start_command,
+    stop_command,
+)
+from orchestrator.engine.sweep import run_sweep
+from orchestrator.errors import UsageError
+from orchestrator.plan.planner import make_plan
+from orchestrator.providers.base import Instance
+from orchestrator.spec.catalog import lookup
+from orchestrator.spec.config import build_spec
+from orchestrator.spec.spec import SweepSpec
+
+
+def quiet() -> Console:
+    return Console(file=io.StringIO(), width=200)
+
+
+def test_nodes_multiply_the_trials_keep_ids_unique_and_price_every_node() -> None:
+    machine = lookup("n2-highcpu-4")
+    one = make_plan(SweepSpec(machines=[machine.name], workers=[1, 2], workload="sleep"),
+                    "s1", [machine])
+    two = make_plan(SweepSpec(machines=[machine.name], workers=[1, 2], workload="sleep",
+                              nodes=[1, 2, 4], repeats=2), "s1", [machine])
+    vm = two.vms[0]
+    ids = [t.trial_id for t in vm.trials]
+    assert len(ids) == len(set(ids)) == 3 * 2 * 2
+    assert {t.trial_id for t in one.vms[0].trials} <= set(ids)  # one node: ids as before
+    assert "n2-highcpu-4-n4-w2-r1" in ids
+    assert vm.nodes == 4 and vm.node_name(3).endswith("-n3") and vm.node_name(0) == vm.name
+    assert vm.estimate.price_per_hour == pytest.approx(4 * machine.price(False))
+    four = [t for t in vm.trials if t.nodes == 4]
+    assert all(t.runner_args[-2:] == ["--ray-nodes", "4"] for t in four)
+    assert all("--ray-nodes" not in t.runner_args for t in vm.trials if t.nodes == 1)
+
+
+def test_nodes_are_read_from_the_command_line_and_toml_and_bad_ones_are_one_line(
+        tmp_path: Path) -> None:
+    base = {"machines": ["n2-highcpu-4"], "workload": "sleep", "out": str(tmp_path)}
+    assert build_spec({**base, "nodes": "1,2,4"}).nodes == [1, 2, 4]
+    config = tmp_path / "sweep.toml"
+    config.write_text('machines = ["n2-highcpu-4"]\nworkload = "sleep"\nnodes = [1, 2]\n')
+    assert build_spec({}, config).nodes == [1, 2]
+    with pytest.raises(UsageError, match="node counts must be 1 or more"):
+        build_spec({**base, "nodes": "0,2"})
+    with pytest.raises(UsageError, match="--adaptive"):
+        build_spec({**base, "nodes": "1,2", "adaptive": True})
+
+
+def test_nodes_above_one_without_ray_is_one_line_and_exit_2_before_anything_runs(
+        tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['cloudprof', 'sweep', "
+            "'--machine', 'n2-highcpu-4', '--workload', 'sleep', '--nodes', '1,2', "
+            f"'--dry-run', '--out', {str(tmp_path / 'runs')!r}]\n"
+            "from orchestrator.cli import main; sys.exit(main())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines == ["error: --nodes 2 needs Ray: pip install 'cloudprof[ray]'"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cluster_commands_pin_each_node_and_keep_nodes_on_one_host_apart() -> None:
+    plan = plan_cluster("20260101-000000-abcd", "m", "10.0.0.5", "gcp", True)
+    assert plan.head_address == "10.0.0.5:6379"
+    shared = plan_cluster("20260101-000000-abcd", "m", "127.0.0.1", "local", False)
+    assert shared.port != 6379 and shared.local
+    head = start_command("/venv/bin/ray", shared, 0)
+    worker = start_command("/venv/bin/ray", shared, 1)
+    assert "--head" in head and f"--address={shared.head_address}" in worker
+    assert '--resources={"cloudprof_node_1": 1}' in worker
+    assert f"--min-worker-port={WORKER_PORTS_BASE}" in head
+    assert f"--min-worker-port={WORKER_PORTS_BASE + 400}" in worker
+    assert all(f"--temp-dir={shared.temp_dir}" in argv for argv in (head, worker))
+    assert len(shared.temp_dir) < 30  # Ray's socket paths below it must stay under 108 bytes
+    assert stop_command("/venv/bin/python", shared)[-2:] == ["stop", shared.temp_dir]
+    inst = Instance(provider="aws", id="i-1", name="n", machine="m", address="3.3.3.3",
+                    private_address="10.0.0.7")
+    assert node_address(inst, "aws") == "10.0.0.7"
+    assert isinstance(plan, ClusterPlan)
+
+
+def _cluster_processes(temp_dir: str) -> list[int]:
+    out = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if any(temp_dir in part for part in cmdline):
+            out.append(proc.pid)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_node_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One --dry-run sweep of a sleep-bound workload at 1 and 2 nodes (a real Ray cluster)."""
+    out = tmp_path_factory.mktemp("ray")
+    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2], workload="sleep",
+                     workload_params={"unit_ms": "10"}, duration_s=3.0, dry_run=True,
+                     provider="local", out=out)
+    return run_sweep(spec, console=quiet())
+
+
+@pytest.mark.slow
+def test_a_sleep_bound_workload_runs_about_twice_as_fast_on_two_nodes(
+        two_node_sweep: Path) -> None:
+    frame = pd.read_parquet(two_node_sweep / "trials.parquet").set_index("nodes")
+    assert (frame["status"] == "ok").all(), frame["error"].tolist()
+    ratio = frame.loc[2, "units_per_s"] / frame.loc[1, "units_per_s"]
+    assert 1.6 <= ratio <= 2.4
+    assert 0.8 <= frame.loc[2, "scaleout_efficiency"] <= 1.2
+    # two VMs bill: the 2-node trial's price is twice the 1-node trial's
+    assert frame.loc[2, "price_per_hour"] == pytest.approx(2 * frame.loc[1, "price_per_hour"])
+    peaks = json.loads(frame.loc[2, "node_peak_rss_bytes"])
+    assert len(peaks) == 2 and all(p > 10 * 2**20 for p in peaks)
+
+
+@pytest.mark.slow
+def test_every_node_reports_its_own_rate_memory_and_cpu_and_the_cluster_its_totals(
+        two_node_sweep: Path) -> None:
+    sweep = json.loads((two_node_sweep / "sweep.json").read_text())
+    head = next(v for v in sweep["vms"].values() if "ray" in v)
+    assert head["ray"]["nodes"] == 2 and head["ray"]["start_s"] > 0
+    node_vms = head["ray"]["node_vms"]
+    assert all(sweep["vms"][name]["state"] == "released" for name in node_vms)
+    frame = pd.read_parquet(two_node_sweep / "trials.parquet")
+    rates = json.loads(frame[frame["nodes"] == 2]["node_units_per_s"].iloc[0])
+    assert len(rates) == 2 and min(rates) > 0.3 * max(rates)
+    assert abs(sum(rates) - frame[frame["nodes"] == 2]["units_per_s"].iloc[0]) \
+        < 0.25 * sum(rates)
+
+
+@pytest.mark.slow
+def test_no_ray_process_of_the_sweep_outlives_it(two_node_sweep: Path) -> None:
+    sweep = json.loads((two_node_sweep / "sweep.json").read_text())
+    head = next(v for v in sweep["vms"].values() if "ray" in v)
+    port = head["ray"]["address"].rsplit(":", 1)[1]
+    left = [p.pid for p in psutil.process_iter(["cmdline"])
+            if any(f"--gcs_server_port={port}" in part or f"--port={port}" in part
+                   for part in (p.info["cmdline"] or []))]
+    assert left == []
+    assert os.path.isdir(two_node_sweep)
+
+
+@pytest.mark.slow
+def test_the_report_shows_scale_up_and_scale_out_side_by_side_with_per_node_memory(
+        two_node_sweep: Path) -> None:
+    from orchestrator.results.report.json_doc import report_document
+    from orchestrator.results.report.model import load_run, summarise
+
+    run = load_run(two_node_sweep)
+    rows = report_document(run)["scale_out"]
+    assert [(r["nodes"], r["workers"]) for r in rows] == [(1, 2), (2, 2)]
+    two = rows[1]
+    assert len(two["node_peaks"]) == 2 and two["imbalance"] >= 1.0
+    assert two["cost_per_million_units"] > 0
+    assert list(summarise(run.trials)["workers"]) == [2]  # scale-up tables: one VM only
+    html = (two_node_sweep / "report.html").read_text()
+    assert "Scale out: throughput, cost and memory per node count" in html
+    assert "peak RSS per node" in html
+
+
+def test_a_command_job_on_a_cluster_runs_as_the_driver_with_ray_address_set(
+        tmp_path: Path) -> None:
+    out = tmp_path / "trial"
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--command", "--job", "--ray-nodes", "2",
+         "--ray-address", "10.1.2.3:6379", "--out", str(out), "--", sys.executable, "-c",
+         "import os; print('address', os.environ['RAY_ADDRESS'])"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "address 10.1.2.3:6379" in (out / "output.log").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["params"]["ray"] == {"nodes": 2, "address": "10.1.2.3:6379"}
+
+
+def test_a_ray_trial_without_an_address_is_one_usage_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--workload", "sleep", "--ray-nodes", "2",
+         "--duration", "1", "--out", str(tmp_path / "t")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == \
+        "error: --ray-nodes needs --ray-address HOST:PORT"
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_cluster_starts_leaves_no_ray_process_behind(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "sweep", "--dry-run", "--machine",
+         "n2-highcpu-4", "--workload", "sleep", "--nodes", "2", "--workers", "1",
+         "--duration", "30", "--out", str(out)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    temp_dir = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and temp_dir is None:
+            time.sleep(0.2)
+            for sweep_json in out.glob("*/sweep.json"):
+                data = json.loads(sweep_json.read_text() or "{}")
+                if any(v.get("node_of") and v.get("state") == "ready"
+                       for v in (data.get("vms") or {}).values()):
+                    temp_dir = plan_cluster(data["sweep_id"], "n2-highcpu-4", "127.0.0.1",
+                                            "local", False).temp_dir
+        assert temp_dir is not None, "the second node never became ready"
+        time.sleep(3)  # inside `ray start` on the head
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert _cluster_processes(temp_dir) == []
