@@ -120,7 +120,7 @@ def two_node_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One --dry-run sweep of a sleep-bound workload at 1 and 2 nodes (a real Ray cluster)."""
     out = tmp_path_factory.mktemp("ray")
     spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2], workload="sleep",
-                     workload_params={"unit_ms": "10"}, duration_s=3.0, dry_run=True,
+                     workload_params={"unit_ms": "10"}, duration_s=3.0, repeats=1, dry_run=True,
                      provider="local", out=out)
     return run_sweep(spec, console=quiet())
 
@@ -216,7 +216,7 @@ def test_ctrl_c_while_the_cluster_starts_leaves_no_ray_process_behind(tmp_path: 
     out = tmp_path / "runs"
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "sweep", "--dry-run", "--machine",
-         "n2-highcpu-4", "--workload", "sleep", "--nodes", "2", "--workers", "1",
+         "n2-highcpu-4", "--workload", "sleep", "--nodes", "2", "--workers", "1", "--repeats", "1",
          "--duration", "30", "--out", str(out)],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     temp_dir = None
