@@ -86,9 +86,15 @@ def test_nodes_above_one_without_ray_is_one_line_and_exit_2_before_anything_runs
     assert not (tmp_path / "runs").exists()
 
 
-def test_cluster_commands_pin_each_node_and_keep_nodes_on_one_host_apart() -> None:
+def test_cluster_commands_pin_each_node_and_keep_nodes_on_one_host_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLOUDPROF_SSH_ENDPOINT", raising=False)
     plan = plan_cluster("20260101-000000-abcd", "m", "10.0.0.5", "gcp", True)
     assert plan.head_address == "10.0.0.5:6379"
+    # every "VM" sent to one loopback sshd (the tests): a shared host, so not Ray's default
+    monkeypatch.setenv("CLOUDPROF_SSH_ENDPOINT", "127.0.0.1:2222")
+    assert plan_cluster("20260101-000000-abcd", "m", "127.0.0.1", "gcp", True).port != 6379
+    monkeypatch.delenv("CLOUDPROF_SSH_ENDPOINT")
     shared = plan_cluster("20260101-000000-abcd", "m", "127.0.0.1", "local", False)
     assert shared.port != 6379 and shared.local
     head = start_command("/venv/bin/ray", shared, 0)

@@ -77,7 +77,10 @@ def plan_cluster(sweep_id: str, machine: str, head: str, provider: str,
     machines of one sweep) do not meet."""
     digest = int(hashlib.sha256(f"{sweep_id}/{machine}".encode()).hexdigest()[:8], 16)
     low, high = LOCAL_PORTS
-    port = CLOUD_HEAD_PORT if creates_machines else low + digest % (high - low)
+    # CLOUDPROF_SSH_ENDPOINT sends every "VM" to one shared host (the tests' loopback sshd,
+    # where two sweeps may run at once): that host is shared, so its port is derived too.
+    own_vms = creates_machines and not os.environ.get("CLOUDPROF_SSH_ENDPOINT")
+    port = CLOUD_HEAD_PORT if own_vms else low + digest % (high - low)
     # Short: Ray's Unix sockets live below it (108 bytes for a socket path).
     temp_dir = f"/tmp/cpray-{digest % 16**8:08x}"
     return ClusterPlan(f"{head}:{port}", port, temp_dir, local=provider == "local")
