@@ -425,3 +425,29 @@ def test_a_second_ctrl_c_while_tearing_down_does_not_stop_the_teardown(
     assert run_dir is not None
     _assert_torn_down(sweep, run_dir)
     assert len(_trials(run_dir).query("status == 'ok'")) >= 1
+
+
+def test_an_interrupt_that_lands_in_a_finalizer_is_delivered_again_not_lost() -> None:
+    """Ctrl-C while garbage collection runs a finalizer: Python can only print the
+    KeyboardInterrupt there ("Exception ignored in"), and the sweep would go on with every
+    later signal only warning. The sweep's handler delivers it again instead, silently."""
+    script = (
+        "import signal, time, weakref\n"
+        "from orchestrator.engine.sweep import _signals_as_interrupt\n"
+        "class Held: pass\n"
+        "with _signals_as_interrupt() as signals:\n"
+        "    held = Held()\n"
+        "    weakref.finalize(held, signals.handle, signal.SIGINT, None)\n"
+        "    try:\n"
+        "        del held  # the finalizer runs here and the signal 'lands' inside it\n"
+        "        deadline = time.monotonic() + 10\n"
+        "        while time.monotonic() < deadline:\n"
+        "            time.sleep(0.01)\n"
+        "        print('lost')\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted', signals.raised)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(sweeps.REPO)})
+    assert proc.stdout.strip() == "interrupted True", (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import math
@@ -20,6 +21,7 @@ import os
 import posixpath
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -1080,6 +1082,22 @@ class _Signals:
         self.raised = True
         raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
+    def unraisable(self, hook: Callable[[Any], None], unraisable: Any) -> None:
+        """The interrupt raised inside a finalizer or ``__del__`` (garbage collection ran
+        just then), where Python can only print it and go on: the sweep would carry on and
+        later signals only warn. Deliver it again, on the main thread's next step."""
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt) and self.raised:
+            self.raised = False
+            signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+            # From another thread, a moment later: sent from here, the handler would run
+            # inside this hook, where it would be swallowed again.
+            again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
+        hook(unraisable)
+
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
@@ -1113,11 +1131,14 @@ def _signals_as_interrupt() -> Iterator[_Signals]:
         return
     previous = {sig: signal.signal(sig, signals.handle) for sig in (signal.SIGINT,
                                                                     signal.SIGTERM)}
+    hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(signals.unraisable, hook)
     _SIGNALS = signals
     try:
         yield signals
     finally:
         _SIGNALS = None
+        sys.unraisablehook = hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
