@@ -43,8 +43,8 @@ def quiet() -> Console:
 
 def test_nodes_multiply_the_trials_keep_ids_unique_and_price_every_node() -> None:
     machine = lookup("n2-highcpu-4")
-    one = make_plan(SweepSpec(machines=[machine.name], workers=[1, 2], workload="sleep"),
-                    "s1", [machine])
+    one = make_plan(SweepSpec(machines=[machine.name], workers=[1, 2], workload="sleep",
+                              repeats=2), "s1", [machine])
     two = make_plan(SweepSpec(machines=[machine.name], workers=[1, 2], workload="sleep",
                               nodes=[1, 2, 4], repeats=2), "s1", [machine])
     vm = two.vms[0]

@@ -474,3 +474,22 @@ def test_arrow_columns_built_from_buffers_equal_what_pa_array_builds():
         assert built.equals(pa.array(values, type=typ)), (values, typ)
     column = np.arange(5, dtype=np.float64)[::-1]  # not contiguous: copied
     assert from_numpy(column, pa.float64()).equals(pa.array(column))
+
+
+def test_the_load_peak_is_the_runners_own_not_its_parents(tmp_path):
+    """A runner started by a big process (the sweep, a pytest worker) must not report that
+    process's memory as its own load peak: Python starts children with vfork, and the kernel
+    then folds the parent's high-water mark into the child's ru_maxrss at exec."""
+    parent = (
+        "import subprocess, sys\n"
+        "held = bytearray(700 * 2**20)\n"
+        "held[::4096] = b'x' * len(held[::4096])  # resident, not just reserved\n"
+        "sys.exit(subprocess.run([sys.executable, '-m', 'workloads.run', '--out', sys.argv[1],"
+        " '--workload', 'sleep', '--duration', '0.3', '--quiet']).returncode)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", parent, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    s = summary(tmp_path)
+    assert s["peak_rss_bytes"] < 400 * MIB, s["peak_rss_bytes"] / MIB
+    assert s["peak_rss_before_trial_bytes"] < 400 * MIB

@@ -61,6 +61,7 @@ class AgentReport:
     peak_rss_sampled_bytes: int = 0
     peak_rss_upper_bound_bytes: int | None = None  # command mode: sum of per-process peaks
     peak_rss_before_bytes: int | None = None  # in-process: lifetime peak when the trial began
+    peak_rss_before_source: str | None = None  # "vmhwm" (or "ru_maxrss" without /proc status)
     budget_limit_bytes: int | None = None
     budget_breached: bool = False
     budget_breach_t: float | None = None
@@ -209,10 +210,14 @@ class Agent:
         else:
             self._local = Sampler(self.cfg, on_breach=self._breached)
         if self.in_process:
-            # The process's peak so far (imports, prepare, warm-up), before the reset below.
-            self._report.peak_rss_before_bytes = (
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            )
+            # The process's peak so far (imports, prepare, warm-up), before the reset below:
+            # VmHWM, which a fresh address space starts at zero. Not ru_maxrss, into which
+            # the kernel folds the parent's high-water mark when a vforked child execs
+            # (how Python starts the runner): a big sweep process would be its "load peak".
+            hwm = procfs.read_hwm("self")
+            self._report.peak_rss_before_bytes, self._report.peak_rss_before_source = (
+                (hwm, "vmhwm") if hwm is not None
+                else (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "ru_maxrss"))
             self._hwm_reset = procfs.reset_hwm("self")
             self._ru_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             self._times_start = os.times()

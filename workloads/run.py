@@ -313,8 +313,9 @@ def peak_fields(rep: AgentReport) -> dict[str, Any]:
     out: dict[str, Any] = {"peak_rss_trial_bytes": trial,
                            "peak_rss_trial_source": rep.peak_rss_source}
     if before is not None and before > trial:
-        # getrusage's ru_maxrss: the kernel's high-water mark before the trial reset it
-        out["peak_rss_bytes"], out["peak_rss_source"] = before, "ru_maxrss"
+        # the kernel's high-water mark before the trial reset it
+        out["peak_rss_bytes"] = before
+        out["peak_rss_source"] = rep.peak_rss_before_source or "vmhwm"
     else:
         out["peak_rss_bytes"], out["peak_rss_source"] = trial, rep.peak_rss_source
     out["peak_phase"] = "load" if before is not None and before > trial else "trial"

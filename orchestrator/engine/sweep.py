@@ -370,12 +370,16 @@ class _Engine:
     def teardown_all(self) -> None:
         """Stop running commands and delete every known VM (idempotent, from any thread)."""
         for host in list(self.hosts.values()):
-            self._stop_cluster(host)
-            for node in [host, *host.peers]:
-                if node.executor is not None:
-                    with contextlib.suppress(Exception):
-                        node.executor.close()
-                self._delete(node)
+            self._release(host)
+
+    def _release(self, host: _Host) -> None:
+        """End the machine's Ray cluster, close every node's connection, delete its VMs."""
+        self._stop_cluster(host)
+        for node in [host, *host.peers]:
+            if node.executor is not None:
+                with contextlib.suppress(Exception):
+                    node.executor.close()
+            self._delete(node)
 
     def _delete(self, host: _Host) -> None:
         """Delete the host's VM, retried with backoff; after the last try it is left for good
@@ -459,12 +463,7 @@ class _Engine:
             self.errors.append(exc)
             self._note_machine(vm.machine.name, "failed", f"internal error: {exc!r}")
         finally:
-            self._stop_cluster(host)
-            for node in [host, *host.peers]:
-                if node.executor is not None:
-                    with contextlib.suppress(Exception):
-                        node.executor.close()
-                self._delete(node)
+            self._release(host)
 
     def _stop_cluster(self, host: _Host) -> None:
         """``ray stop`` (this cluster's processes only) on every node, before any deletion:
