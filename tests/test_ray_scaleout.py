@@ -170,6 +170,8 @@ def test_no_ray_process_of_the_sweep_outlives_it(two_node_sweep: Path) -> None:
                    for part in (p.info["cmdline"] or []))]
     assert left == []
     assert os.path.isdir(two_node_sweep)
+    assert head["ray"]["temp_dir"].startswith("/tmp/cpray-")
+    assert not os.path.exists(head["ray"]["temp_dir"])  # its logs and sockets went too
 
 
 @pytest.mark.slow

@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine.ray_support import RAY_INSTALL_HINT, ray_available, require_ray
 from orchestrator.engine.remote import RAY_REQUIREMENT, SshTarget, open_ssh
 from orchestrator.errors import EXIT_USAGE, UsageError
 from orchestrator.providers.local import LocalExecutor
+from orchestrator.ray_support import RAY_INSTALL_HINT, ray_available, require_ray
 
 REPO = Path(__file__).resolve().parent.parent
 
 # Runs require_ray the way the CLI shows a CloudprofError: one line, its exit code.
 _CHECK = """
 import sys
-from orchestrator.engine.ray_support import require_ray
+from orchestrator.ray_support import require_ray
 from orchestrator.errors import CloudprofError
 try:
     require_ray([int(n) for n in sys.argv[1].split(",")])

@@ -341,7 +341,11 @@ def main(argv: list[str] | None = None) -> int:
               "start RAY START-ARGS...", file=sys.stderr)
         return 2
     count = stop_cluster_processes(args[1])
-    print(f"stopped {count} Ray process(es) of {args[1]}")
+    # Its logs and sockets too: on a shared host (local, ssh) nothing of the sweep stays.
+    import shutil
+
+    shutil.rmtree(args[1], ignore_errors=True)
+    print(f"stopped {count} Ray process(es) of {args[1]} and removed it")
     return 0
 
 

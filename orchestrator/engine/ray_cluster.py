@@ -21,8 +21,9 @@ import os
 import posixpath
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from orchestrator.errors import RemoteCommandError, UsageError, one_line
 from orchestrator.providers.base import CommandResult, Executor, Instance
@@ -34,6 +35,7 @@ WORKER_PORTS_PER_NODE = 400
 LOCAL_OBJECT_STORE_BYTES = 80_000_000  # nodes sharing this machine: Ray's 30 % of RAM each is
 # too much; the trial's actors pass only counters through the object store
 START_TIMEOUT_S = 300.0
+T = TypeVar("T")
 
 
 @dataclass
@@ -136,20 +138,8 @@ class RayCluster:
         # first, on every node, before any node of this cluster starts.
         self._stop_nodes(list(self.nodes))
         self._start_node(self.nodes[0])
-        errors: list[BaseException] = []
-
-        def join(node: RayNode) -> None:
-            try:
-                self._start_node(node)
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=join, args=(node,), name=f"ray-node-{node.index}",
-                                    daemon=True) for node in self.nodes[1:]]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        errors = in_parallel(self._start_node, self.nodes[1:],
+                             lambda node: f"ray-node-{node.index}")
         if errors:
             raise errors[0]
         self.start_s = time.monotonic() - began
@@ -184,21 +174,34 @@ class RayCluster:
             return self._stop_nodes(nodes)
 
     def _stop_nodes(self, nodes: list[RayNode]) -> list[str]:
-        errors: list[str] = []
-
         def stop_one(node: RayNode) -> None:
-            try:
-                _run(node.executor, stop_command(node.executor.python, self.plan),
-                     f"stopping Ray on node {node.index}", timeout=120)
-            except Exception as exc:  # reported; the VM's deletion follows anyway
-                errors.append(one_line(exc))
+            _run(node.executor, stop_command(node.executor.python, self.plan),
+                 f"stopping Ray on node {node.index}", timeout=120)
 
-        threads = [threading.Thread(target=stop_one, args=(n,), daemon=True) for n in nodes]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return errors
+        # reported by the caller; the VMs' deletion follows anyway
+        return [one_line(exc) for exc in in_parallel(stop_one, nodes,
+                                                      lambda node: f"ray-stop-{node.index}")]
+
+
+def in_parallel(work: Callable[[T], None], items: Sequence[T],
+                name: Callable[[T], str]) -> list[BaseException]:
+    """``work(item)`` for every item at once, a thread each; waits for all of them (nodes
+    come up, or go, together) and returns what they raised, in the items' order."""
+    raised: dict[int, BaseException] = {}
+
+    def one(i: int, item: T) -> None:
+        try:
+            work(item)
+        except BaseException as exc:
+            raised[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i, item), name=name(item), daemon=True)
+               for i, item in enumerate(items)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [raised[i] for i in sorted(raised)]
 
 
 def _run(ex: Executor, argv: list[str], what: str,

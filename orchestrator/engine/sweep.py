@@ -549,6 +549,7 @@ class _Engine:
         from orchestrator.engine.ray_cluster import (
             RayCluster,
             RayNode,
+            in_parallel,
             node_address,
             plan_cluster,
         )
@@ -558,28 +559,19 @@ class _Engine:
         with host.lock:
             host.peers = [_Host(vm=replace(vm, name=vm.node_name(i)), provider=host.provider)
                           for i in range(1, vm.nodes)]
-        errors: list[BaseException] = []
 
         def ready(peer: _Host) -> None:
-            try:
-                self._provision(peer, vm.zone)
-                if self.stop.is_set():
-                    return
-                assert peer.inst is not None
-                self.store.record_vm(peer.vm.name, state="ready", address=peer.inst.address,
-                                     facts=peer.inst.facts, ready_at=now_iso(), node_of=vm.name)
-                self._connect(peer)
-                self._stage_inputs(peer)
-                self._stage_job(peer)
-            except BaseException as exc:
-                errors.append(exc)
+            self._provision(peer, vm.zone)
+            if self.stop.is_set():
+                return
+            assert peer.inst is not None
+            self.store.record_vm(peer.vm.name, state="ready", address=peer.inst.address,
+                                 facts=peer.inst.facts, ready_at=now_iso(), node_of=vm.name)
+            self._connect(peer)
+            self._stage_inputs(peer)
+            self._stage_job(peer)
 
-        threads = [threading.Thread(target=ready, args=(peer,), daemon=True,
-                                    name=f"node-{peer.vm.name}") for peer in host.peers]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        errors = in_parallel(ready, host.peers, lambda peer: f"node-{peer.vm.name}")
         if errors:
             raise errors[0]
         if self.stop.is_set():
@@ -601,7 +593,8 @@ class _Engine:
         cluster.start()
         self.store.record_vm(vm.name, ray={"address": cluster.address, "nodes": vm.nodes,
                                            "start_s": round(cluster.start_s or 0.0, 3),
-                                           "node_vms": [n.vm.name for n in nodes]})
+                                           "node_vms": [n.vm.name for n in nodes],
+                                           "temp_dir": cluster.plan.temp_dir})
         self.progress.log(f"{vm.machine.name}: Ray cluster of {vm.nodes} nodes up in "
                           f"{cluster.start_s or 0.0:.1f} s (measured)")
 

@@ -229,7 +229,7 @@ class Executor(abc.ABC):
         result = self.run([self.python, "-c", "import ray"], timeout=120)
         if result.exit_code == 0:
             return None
-        from orchestrator.engine.ray_support import RAY_INSTALL_HINT
+        from orchestrator.ray_support import RAY_INSTALL_HINT
 
         return f"ray is not importable by {self.python}: {RAY_INSTALL_HINT}"
 

@@ -743,7 +743,7 @@ def _check_nodes(spec: SweepSpec) -> None:
                          "--adaptive)")
     if spec.profile:
         raise UsageError("--profile attributes one process: drop --nodes (or --profile)")
-    from orchestrator.engine.ray_support import require_ray
+    from orchestrator.ray_support import require_ray
 
     require_ray(max(spec.nodes))
 
