@@ -923,17 +923,40 @@ def main(argv: list[str] | None = None) -> int:
     process's entry point (no ``argv``), signals are ignored once the exit code is known.
     """
     term = _sigterm_as_ctrl_c()
+    entry = argv is None and threading.current_thread() is threading.main_thread()
+    hook = sys.unraisablehook
+    if entry:
+        sys.unraisablehook = _interrupt_in_a_finalizer
     try:
-        return _main(argv)
+        return _main(argv, entry)
     except KeyboardInterrupt:  # landed between the command's own handling and here
         _error("interrupted")
         return EXIT_INTERRUPTED
     finally:
-        if argv is None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if entry:
+            _ignore_signals()
         elif term is not None:
             signal.signal(signal.SIGTERM, term)
+        sys.unraisablehook = hook
+
+
+def _ignore_signals() -> None:
+    """The exit code is decided and the teardown done: a late signal changes nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _interrupt_in_a_finalizer(unraisable: Any) -> None:
+    """A Ctrl-C that landed in a finalizer (garbage collection ran just then), which Python
+    would only print as "Exception ignored": sent again a moment later, from another thread
+    (sent from here it would land in this hook), so it interrupts the command, or is
+    ignored once the command is over; never a traceback."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+        again.daemon = True
+        again.start()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _sigterm_as_ctrl_c() -> Any:
@@ -947,10 +970,14 @@ def _sigterm_as_ctrl_c() -> Any:
     return signal.signal(signal.SIGTERM, handler)
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, entry: bool = False) -> int:
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=argv, prog_name="cloudprof", standalone_mode=False)
+        try:
+            result = command.main(args=argv, prog_name="cloudprof", standalone_mode=False)
+        finally:
+            if entry:  # before the handlers below drop the error (its frames' finalizers run)
+                _ignore_signals()
     except CloudprofError as exc:
         _error(str(exc))
         return exc.exit_code
