@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from orchestrator import __version__
-from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, CloudprofError, UsageError
+from orchestrator.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CloudprofError,
+    UsageError,
+    interrupt_again,
+)
 from orchestrator.plan.search import OBJECTIVES
 from orchestrator.providers import PROVIDERS
 from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
@@ -947,14 +953,10 @@ def _ignore_signals() -> None:
 
 
 def _interrupt_in_a_finalizer(unraisable: Any) -> None:
-    """A Ctrl-C that landed in a finalizer (garbage collection ran just then), which Python
-    would only print as "Exception ignored": sent again a moment later, from another thread
-    (sent from here it would land in this hook), so it interrupts the command, or is
+    """A Ctrl-C that landed in a finalizer is sent again: it interrupts the command, or is
     ignored once the command is over; never a traceback."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
-        again.daemon = True
-        again.start()
+        interrupt_again()
         return
     sys.__unraisablehook__(unraisable)
 

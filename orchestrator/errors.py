@@ -8,6 +8,10 @@ that the sweep engine can decide (go on with the next machine, retry, stop).
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 # Exit codes (README "Exit codes" lists them).
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -170,3 +174,15 @@ class ResultsWriteError(CloudprofError):
 def one_line(exc: BaseException) -> str:
     """An exception as the single line an error message may be (whitespace folded)."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def interrupt_again(signum: int = signal.SIGINT, delay_s: float = 0.05) -> None:
+    """Send this process ``signum`` again a moment later, from another thread.
+
+    For a Ctrl-C that landed in a finalizer or ``__del__`` (garbage collection ran just
+    then), which Python can only print as "Exception ignored" and drop: the CLI's and the
+    sweep's ``sys.unraisablehook`` call this. Sent from the hook itself, the handler would
+    run inside the hook and be swallowed again."""
+    again = threading.Timer(delay_s, os.kill, (os.getpid(), signum))
+    again.daemon = True
+    again.start()

@@ -44,6 +44,7 @@ from orchestrator.errors import (
     TeardownError,
     UnreachableError,
     UsageError,
+    interrupt_again,
     one_line,
 )
 from orchestrator.plan.planner import (
@@ -1081,12 +1082,7 @@ class _Signals:
         exc = unraisable.exc_value
         if isinstance(exc, KeyboardInterrupt) and self.raised:
             self.raised = False
-            signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
-            # From another thread, a moment later: sent from here, the handler would run
-            # inside this hook, where it would be swallowed again.
-            again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
-            again.daemon = True
-            again.start()
+            interrupt_again(signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
             return
         hook(unraisable)
 
