@@ -134,7 +134,7 @@ def test_a_workdir_above_the_limit_is_refused_naming_its_largest_files_and_leave
                     env=_env(tmp_path, CLOUDPROF_MAX_WORKDIR="100K"))
     assert result.returncode == 2
     line = _one_error(result)
-    assert "above the 0.1 MiB limit" in line and "data/huge.parquet (0.3 MiB)" in line
+    assert "above the 100 KiB limit" in line and "data/huge.parquet (293 KiB)" in line
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
 
 

@@ -182,13 +182,13 @@ def test_bucket_objects_not_listed_are_counted_with_their_bytes_and_predictions_
     plan.uploads = [planner.Upload(f"inputs/h/frame_{i:04d}.parquet", 1024 * (i + 1), True)
                     for i in range(10)]
     text = rendered(plan)
-    assert "(10, 55.0 KiB predicted;" in text  # 1+2+...+10 KiB
+    assert "(10, 55 KiB predicted;" in text  # 1+2+...+10 KiB
     listed = re.findall(r"frame_(\d{4})\.parquet\s+(\S+ KiB) predicted", text)
     assert [n for n, _ in listed] == ["0000", "0001", "0002", "0008", "0009"]
-    assert "... 5 more objects, 30.0 KiB predicted" in text  # 4+5+6+7+8 KiB
+    assert "... 5 more objects, 30 KiB predicted" in text  # 4+5+6+7+8 KiB
     plan.uploads = [planner.Upload("inputs/h/a.parquet", 2048)]  # measured: no mark
     text = rendered(plan)
-    assert "a.parquet  2.0 KiB\n" in text and "predicted" not in text
+    assert "a.parquet  2 KiB\n" in text and "predicted" not in text
 
 
 def test_an_ssh_host_outside_the_catalog_is_not_shown_as_zero_vcpus() -> None:
@@ -217,14 +217,14 @@ def test_a_resumed_plan_estimates_only_what_remains_and_skips_finished_machines(
                      machines=["n2-highcpu-8", "c2-standard-4"], workers=[1, 2], duration_s=60)
     plan = make_plan(spec, "s7", [machine(), machine("c2-standard-4", vcpus=4, price=0.2)])
     whole = rendered(plan)
-    assert f"estimated cost {planner._fmt_cost(plan.total_cost_usd)} — estimates" in whole
+    assert f"estimated cost {planner._cost(plan.total_cost_usd)} — estimates" in whole
     done = {t.trial_id for t in plan.vms[0].trials} | {"c2-standard-4-w1-r0"}
     text = rendered(plan, done=done)
     assert "n2-highcpu-8: all 2 trials done, not created" in text
     left = plan.vms[1].estimate
     cost = 0.2 * (left.total_s - left.trials_s / 2) / 3600  # one of two trials remains
     assert "Estimated of what remains wall time" in text
-    assert f"estimated cost {planner._fmt_cost(cost)} — estimates" in text
+    assert f"estimated cost {planner._cost(cost)} — estimates" in text
 
 
 def test_a_plan_of_one_repeat_says_how_sure_that_is_and_how_to_pick_repeats() -> None:

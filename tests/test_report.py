@@ -24,7 +24,13 @@ from rich.console import Console
 
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.results import report
-from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
+from orchestrator.results.store import (
+    SWEEP_FILE,
+    TIMESERIES_DIR,
+    TRIAL_COLUMNS,
+    TRIALS_FILE,
+    trial_row,
+)
 from workloads.protocol import TIMESERIES_COLUMNS
 
 
@@ -1047,8 +1053,8 @@ def test_the_report_says_what_one_unit_delivered(
     machine = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,
                           memory_gib=8.0, region="us-central1", price_on_demand=0.36,
                           price_spot=0.09, price_source="test", price_date="2024-06-01")
-    store.record_trial(summary, None, machine, trial=TrialPlan("t1", machine.name, 1, 0, []),
-                       sweep_id="u", ran_on="local", provider="local")  # fmt: skip
+    store.record_trial(trial_row(summary, machine, trial=TrialPlan("t1", machine.name, 1, 0, []),
+                                 sweep_id="u", ran_on="local", provider="local"), None)
     assert pd.read_parquet(store.trials_path)["unit_detail"].tolist() == [
         f"one cube of 4×10×10 float64 (0.0032 MB) {delivered}"
     ]

@@ -11,7 +11,7 @@ import pytest
 from orchestrator import cli
 from orchestrator.plan.planner import TrialPlan, make_plan
 from orchestrator.results.runs import fmt_age, list_runs
-from orchestrator.results.store import RunStore
+from orchestrator.results.store import RunStore, trial_row
 from orchestrator.spec.catalog import MachineType
 from orchestrator.spec.spec import SweepSpec
 
@@ -39,8 +39,8 @@ def make_run(out: Path, sweep_id: str, results: list[tuple[int, int, float, str]
     store.update_sweep(created_at=created_at, status=status)
     for workers, repeat, ups, trial_status in results:
         trial = TrialPlan(f"{MACHINE.name}-w{workers}-r{repeat}", MACHINE.name, workers, repeat, [])
-        store.record_trial(summary(ups, trial_status), None, MACHINE, trial=trial,
-                           sweep_id=sweep_id, ran_on="local", provider="local")
+        store.record_trial(trial_row(summary(ups, trial_status), MACHINE, trial=trial,
+                                     sweep_id=sweep_id, ran_on="local", provider="local"), None)
     return store
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.errors import UsageError
 from orchestrator.plan.planner import TrialPlan
-from orchestrator.results.store import TRIAL_COLUMNS, RunStore
+from orchestrator.results.store import TRIAL_COLUMNS, RunStore, trial_row
 from orchestrator.spec.catalog import MachineType
 
 MACHINE = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,
@@ -36,9 +36,10 @@ def summary(units_per_s: float, status: str = "ok", peak: int = 100 << 20) -> di
 
 
 def record(store: RunStore, workers: int, ups: float, **kw) -> dict:
-    return store.record_trial(summary(ups, kw.pop("status", "ok")), kw.pop("ts", None), MACHINE,
-                              trial=trial(workers, kw.pop("repeat", 0)), sweep_id="s",
-                              ran_on="local", provider="local", **kw)
+    ts = kw.pop("ts", None)
+    return store.record_trial(trial_row(summary(ups, kw.pop("status", "ok")), MACHINE,
+                                        trial=trial(workers, kw.pop("repeat", 0)), sweep_id="s",
+                                        ran_on="local", provider="local", **kw), ts)
 
 
 @pytest.fixture
@@ -93,8 +94,9 @@ def test_efficiency_nan_without_one_worker_baseline(store: RunStore) -> None:
 
 def test_rerun_replaces_row_and_failed_is_not_done(store: RunStore) -> None:
     record(store, 1, 100.0)
-    store.record_trial(None, None, MACHINE, trial=trial(2), sweep_id="s", ran_on="local",
-                       provider="local", status="failed", error="boom\nsecond line")
+    store.record_trial(trial_row(None, MACHINE, trial=trial(2), sweep_id="s", ran_on="local",
+                                 provider="local", status="failed", error="boom\nsecond line"),
+                       None)
     frame = store.trials_frame()
     failed = frame[frame["workers"] == 2].iloc[0]
     assert failed["status"] == "failed" and failed["error"] == "boom second line"
@@ -135,8 +137,8 @@ def test_one_process_at_a_time_per_run(store: RunStore) -> None:
 def test_the_leak_probability_and_ramp_are_stored_with_each_trial(store: RunStore) -> None:
     ramp = summary(100.0)
     ramp["leak"] = {"verdict": "ok", "slope_mb_per_s": 9.0, "probability": 0.01, "ramp": True}
-    store.record_trial(ramp, None, MACHINE, trial=trial(1), sweep_id="s", ran_on="local",
-                       provider="local")
+    store.record_trial(trial_row(ramp, MACHINE, trial=trial(1), sweep_id="s", ran_on="local",
+                                 provider="local"), None)
     record(store, 2, 150.0)  # a runner from before the verdict had a probability
     frame = pd.read_parquet(store.trials_path).set_index("workers")
     assert frame.loc[1, "leak_probability"] == pytest.approx(0.01) and frame.loc[1, "leak_ramp"]

@@ -69,8 +69,9 @@ def format_size(n: int | float) -> str:
         if abs(size) < 1024 or unit == "TiB":
             break
         size /= 1024
-    text = f"{size:.3g}" if unit != "B" else f"{int(size)}"
-    return f"{text} {unit}"
+    if unit == "B":
+        return f"{int(size)} B"
+    return f"{size:.3g} {unit}" if abs(size) < 1000 else f"{size:,.0f} {unit}"
 
 
 def check_sample_hz(value: float) -> float:

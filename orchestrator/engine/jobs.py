@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.atomic import atomic_path
 from orchestrator.errors import RemoteCommandError, UsageError
+from orchestrator.formatting import fmt_bytes
 
 if TYPE_CHECKING:
     from orchestrator.providers.base import Bucket, CommandResult, Executor
@@ -107,14 +108,11 @@ def _check_size(root: Path, files: list[tuple[str, Path, int]], limit: int) -> N
     if total <= limit:
         return
     largest = sorted(files, key=lambda f: -f[2])[:3]
-    names = ", ".join(f"{rel} ({_mib(size)})" for rel, _, size in largest)
-    raise UsageError(f"--workdir {root}: {_mib(total)} to ship is above the {_mib(limit)} limit; "
+    names = ", ".join(f"{rel} ({fmt_bytes(size)})" for rel, _, size in largest)
+    raise UsageError(f"--workdir {root}: {fmt_bytes(total)} to ship is above the "
+                     f"{fmt_bytes(limit)} limit; "
                      f"largest: {names} — add them to .cloudprofignore (or raise "
                      f"${MAX_BYTES_ENV})")
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
 
 
 def _file_digest(path: Path) -> bytes:

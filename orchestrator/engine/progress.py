@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.formatting import fmt_bytes
 from workloads.protocol import parse_progress
 
 if TYPE_CHECKING:
@@ -21,10 +22,6 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from orchestrator.plan.planner import TrialPlan
-
-
-def _gib(n: float | None) -> str:
-    return "-" if not n else f"{n / 2**30:.2f} GiB"
 
 
 def _mib(n: float) -> str:
@@ -164,7 +161,7 @@ class SweepProgress:
         rate = parsed.get("units_per_s")
         self._update(key, completed=done + frac,
                      rate="" if rate is None else f"{rate:,.1f} units/s",
-                     state=f"rss {_gib(parsed.get('rss_bytes'))}")
+                     state=f"rss {fmt_bytes(parsed.get('rss_bytes'))}")
 
     def trial_done(self, key: str, row: dict[str, Any]) -> None:
         with self._lock:
@@ -176,7 +173,7 @@ class SweepProgress:
         over = " (oversubscribed)" if row.get("oversubscribed") else ""
         if status == "ok":  # units/s, as in the live rate and the report (1 unit = 1 cube...)
             self.log(f"  [green]✓[/green] {row['trial_id']}: {ups or 0:,.1f} units/s,"
-                     f" peak {_gib(row.get('peak_rss_bytes'))}{over}")
+                     f" peak {fmt_bytes(row.get('peak_rss_bytes'))}{over}")
         else:
             self.log(f"  [red]✗[/red] {row['trial_id']}: {status}: {row.get('error') or ''}")
 

@@ -47,6 +47,7 @@ from orchestrator.errors import (
     interrupt_again,
     one_line,
 )
+from orchestrator.formatting import fmt_usd
 from orchestrator.plan.planner import (
     Plan,
     TrialPlan,
@@ -68,7 +69,7 @@ from orchestrator.providers.base import (
     VmRequest,
     sweep_labels,
 )
-from orchestrator.results.store import RunStore, now_iso
+from orchestrator.results.store import RunStore, now_iso, trial_row
 from orchestrator.spec.spec import SweepSpec
 from workloads import protocol
 from workloads.job import LOG_FILE as JOB_LOG
@@ -975,19 +976,17 @@ class _Engine:
             ran_on = provider.name
         else:  # the user's own host (ssh): which one it was
             ran_on = host.inst.name
+        row = trial_row(summary, host.vm.machine, trial=trial, sweep_id=self.plan.sweep_id,
+                        ran_on=ran_on, provider=provider.name, spot=host.vm.spot, status=status,
+                        error=error, exit_code=exit_code)
         if trial.profiled:  # kept apart from the throughput trials: see results/profiles.py
             from orchestrator.results.profiles import record_profile
 
-            row = record_profile(self.store, summary, ts, host.vm.machine, trial=trial,
-                                 sweep_id=self.plan.sweep_id, ran_on=ran_on,
-                                 provider=provider.name, status=status, error=error)
+            record_profile(self.store, row, summary, ts)
             shutil.rmtree(self.store.run_dir / ".incoming" / trial.trial_id, ignore_errors=True)
             self.progress.trial_done(host.vm.name, row)
             return
-        row = self.store.record_trial(
-            summary, ts if ts is not None and ts.is_file() else None, host.vm.machine,
-            trial=trial, sweep_id=self.plan.sweep_id, ran_on=ran_on, provider=provider.name,
-            spot=host.vm.spot, status=status, error=error, exit_code=exit_code)
+        self.store.record_trial(row, ts if ts is not None and ts.is_file() else None)
         log = self.store.run_dir / ".incoming" / trial.trial_id / JOB_LOG
         if log.is_file():
             (self.store.run_dir / "logs").mkdir(exist_ok=True)
@@ -1235,15 +1234,6 @@ def _settle_status(run_dir: Path) -> None:
             store.set_status("interrupted", finished_at=now_iso())
 
 
-def _usd(x: float) -> str:
-    """Dollars with cents, or with 3 significant digits below a cent (``--max-cost 1e-7``
-    must not print "$0.00 is above $0.00")."""
-    if x == 0 or abs(x) >= 0.01:
-        return f"${x:,.2f}"
-    decimals = 2 - math.floor(math.log10(abs(x)))
-    return f"${x:.{decimals}f}".rstrip("0")
-
-
 def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path],
          plan_only: bool = False) -> Path | None:
     done: set[str] = set()
@@ -1275,8 +1265,8 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         if spec.max_cost is not None and cost is not None and cost > spec.max_cost:
             if plan_only:
                 render_plan(plan, console, spec.dry_run)
-            raise BudgetError(f"estimated cost {_usd(cost)} is above --max-cost "
-                              f"{_usd(spec.max_cost)}; nothing was started")
+            raise BudgetError(f"estimated cost {fmt_usd(cost)} is above --max-cost "
+                              f"{fmt_usd(spec.max_cost)}; nothing was started")
         store = None
     if plan_only:
         render_plan(plan, console, spec.dry_run, done=done)
@@ -1486,7 +1476,7 @@ def _run_search(engine: _Engine, plan: Plan, store: RunStore,
         engine.progress.log(
             f"--search {goal}: picked {info['pick_machine']}{conf} of {len(cands)} candidates "
             f"after trying {len(tried)} ({step.stopped}); estimated cost "
-            f"{_usd(info['estimated_cost_usd'])} against {_usd(plan.grid_cost_usd or 0.0)} "
+            f"{fmt_usd(info['estimated_cost_usd'])} against {fmt_usd(plan.grid_cost_usd or 0.0)} "
             "for every candidate")
     return True
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.formatting import fmt_bytes, fmt_usd
 from orchestrator.spec.catalog import STALE_DAYS, MachineType
 
 if TYPE_CHECKING:
@@ -381,17 +382,8 @@ def _fmt_s(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
 
 
-def _fmt_cost(cost: float | None) -> str:
-    return "unknown (no price)" if cost is None else f"${cost:.4f}"
-
-
-def _fmt_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
+def _cost(cost: float | None) -> str:
+    return "unknown (no price)" if cost is None else fmt_usd(cost)
 
 
 def render_plan(plan: Plan, console: Console, dry_run: bool, *,
@@ -453,7 +445,7 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
             f"  {trials} · estimated {_fmt_s(e.total_s)} = boot "
             f"{_fmt_s(e.boot_s)} + bootstrap {_fmt_s(e.bootstrap_s)} + staging "
             f"{_fmt_s(e.staging_s)} + trials {_fmt_s(e.trials_s)} + teardown "
-            f"{_fmt_s(e.teardown_s)} · estimated cost {_fmt_cost(e.cost_usd)}",
+            f"{_fmt_s(e.teardown_s)} · estimated cost {_cost(e.cost_usd)}",
             highlight=False,
         )
     if plan.uploads:
@@ -491,7 +483,7 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
     console.print(
         f"[bold]Estimated[/bold] {what}wall time "
         f"{_fmt_s(max((e.total_s for e in estimates), default=0.0))} (VMs run concurrently), "
-        f"estimated cost {_fmt_cost(sum(costs) if costs else None)} — estimates, not "
+        f"estimated cost {_cost(sum(costs) if costs else None)} — estimates, not "
         "measurements.",
         highlight=False,
     )
@@ -517,8 +509,8 @@ def _render_search(plan: Plan, console: Console) -> None:
         f"is expected to gain {EI_STOP:.0%}.", highlight=False)
     console.print(
         f"[bold]Estimated[/bold] wall time at most {_fmt_s(plan.total_s)}, estimated cost at "
-        f"most {_fmt_cost(plan.total_cost_usd)} (the {s['budget']} dearest candidates) against "
-        f"{_fmt_cost(plan.grid_cost_usd)} for all {s['candidates']} (the exhaustive grid) — "
+        f"most {_cost(plan.total_cost_usd)} (the {s['budget']} dearest candidates) against "
+        f"{_cost(plan.grid_cost_usd)} for all {s['candidates']} (the exhaustive grid) — "
         "estimates, not measurements.", highlight=False)
 
 
@@ -530,7 +522,7 @@ def _render_uploads(uploads: list[Upload], console: Console) -> None:
     """Every object, or the first and last ones and what the others add up to (count, bytes)."""
     total = sum(u.size_bytes for u in uploads)
     note = " predicted" if any(u.predicted for u in uploads) else ""
-    console.print(f"[bold]Bucket objects to upload[/bold] ({len(uploads)}, {_fmt_bytes(total)}"
+    console.print(f"[bold]Bucket objects to upload[/bold] ({len(uploads)}, {fmt_bytes(total)}"
                   f"{note}; skipped when already there):", highlight=False)
     many = len(uploads) > UPLOADS_SHOWN
     head, tail = (uploads[:3], uploads[-2:]) if many else (uploads, [])
@@ -539,13 +531,13 @@ def _render_uploads(uploads: list[Upload], console: Console) -> None:
     if many:
         rest = uploads[3:-2]
         console.print(f"  ... {len(rest)} more objects, "
-                      f"{_fmt_bytes(sum(u.size_bytes for u in rest))}{note}", highlight=False)
+                      f"{fmt_bytes(sum(u.size_bytes for u in rest))}{note}", highlight=False)
     for up in tail:
         console.print(f"  {up.key}  [dim]{_fmt_upload(up)}[/dim]", highlight=False)
 
 
 def _fmt_upload(up: Upload) -> str:
-    size = _fmt_bytes(up.size_bytes)
+    size = fmt_bytes(up.size_bytes)
     return f"{size} predicted" if up.predicted else size
 
 

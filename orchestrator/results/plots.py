@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.formatting import is_finite
 from orchestrator.results import report as rpt
-from orchestrator.results.report.formatting import _finite
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -437,19 +437,19 @@ def timeseries_figure(
                 [t[peak]], [rss[peak]], marker="v", color=colour, markersize=8, linestyle="none"
             )
         before, load_s = r.get("peak_rss_before_trial_bytes"), r.get("load_s")
-        if _finite(load_s) and float(load_s) > 0:  # like mprof: the process before the trial
+        if is_finite(load_s) and float(load_s) > 0:  # like mprof: the process before the trial
             for ax in row:
                 ax.axvspan(-float(load_s), 0.0, color=colour, alpha=0.06, linewidth=0)
             load_shown = True
-        if _finite(before):
-            start = -float(load_s) if _finite(load_s) else t[0] if len(t) else 0.0
+        if is_finite(before):
+            start = -float(load_s) if is_finite(load_s) else t[0] if len(t) else 0.0
             row[0].hlines(
-                float(before) / 2**20, start, 0.0 if _finite(load_s) else t[-1],
+                float(before) / 2**20, start, 0.0 if is_finite(load_s) else t[-1],
                 color=colour, linestyles=(0, (1, 2)), alpha=0.8,
             )  # fmt: skip
             before_shown = True
         cores = r.get("vcpus")
-        cpu = cpu_percent_clipped(frame["cpu_percent"], int(cores) if _finite(cores) else None)
+        cpu = cpu_percent_clipped(frame["cpu_percent"], int(cores) if is_finite(cores) else None)
         row[1].plot(t, cpu, color=colour, linestyle=style, linewidth=1.2, alpha=alpha)
         if "units" in frame and frame["units"].notna().any():
             known = frame.dropna(subset=["units"])

@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.formatting import fmt_bytes, fmt_pct
 from workloads import protocol
 from workloads.atomic import atomic_directory
 
 if TYPE_CHECKING:
-    from orchestrator.plan.planner import TrialPlan
     from orchestrator.results.store import RunStore
-    from orchestrator.spec.catalog import MachineType
 
 PROFILES_DIR = "profiles"
 RECORD_FILE = "record.json"
@@ -36,33 +35,20 @@ CAUSES = {
 TOP_SITES_SHOWN = 3
 
 
-def record_profile(
-    store: RunStore,
-    summary: dict[str, Any] | None,
-    timeseries: Path | None,
-    planned_machine: MachineType,
-    *,
-    trial: TrialPlan,
-    sweep_id: str,
-    ran_on: str,
-    provider: str,
-    status: str | None = None,
-    error: str | None = None,
-) -> dict[str, Any]:
-    """Keep a profiled trial under profiles/<trial_id>/ (never trials.parquet); returns its row.
+def record_profile(store: RunStore, row: dict[str, Any], summary: dict[str, Any] | None,
+                   timeseries: Path | None) -> dict[str, Any]:
+    """Keep a profiled trial under profiles/<trial_id>/ (never trials.parquet); returns its row
+    (``trial_row``'s, marked as profiled).
 
     The files come from the trial's ``.incoming`` folder, are copied into a
     temporary folder and renamed into place: a reader sees all of them or none.
     """
-    from orchestrator.results.store import trial_row
-
-    row = trial_row(summary, planned_machine, trial=trial, sweep_id=sweep_id, ran_on=ran_on,
-                    provider=provider, status=status, error=error)  # fmt: skip
+    trial_id = row["trial_id"]
     row["profiled"] = True
     row["profile"] = (summary or {}).get("profile")
-    incoming = store.run_dir / ".incoming" / trial.trial_id
+    incoming = store.run_dir / ".incoming" / trial_id
     # replaces an earlier record of the same trial (a re-run after --resume)
-    with atomic_directory(store.run_dir / PROFILES_DIR / trial.trial_id, lambda _: False) as tmp:
+    with atomic_directory(store.run_dir / PROFILES_DIR / trial_id, lambda _: False) as tmp:
         for name in (protocol.SUMMARY_FILE, *protocol.PROFILE_FILES):
             if (incoming / name).is_file():
                 shutil.copyfile(incoming / name, tmp / name)
@@ -104,17 +90,6 @@ class Section:
     notes: list[str] = field(default_factory=list)
 
 
-def _pct(x: Any) -> str:
-    return "–" if x is None else f"{100 * float(x):.0f} %"
-
-
-def _gib(x: Any) -> str:
-    if x is None:
-        return "–"
-    x = float(x)
-    return f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.1f} MiB"
-
-
 def _no_profile(record: dict[str, Any]) -> str | None:
     prof = record.get("profile")
     if not prof:
@@ -144,8 +119,8 @@ def dominant_cause(records: list[dict[str, Any]], knee: int | None) -> str | Non
     mean = {k: sum(r["profile"]["shares"][k] for r in chosen) / len(chosen) for k in CAUSES}
     cause = max(("gil_wait", "idle", "native"), key=lambda k: mean[k])
     if mean[cause] < 0.05:
-        return f"{where}, {_pct(mean['python'])} of thread time runs Python: no waiting to blame"
-    return f"{where}, {_pct(mean[cause])} {CAUSES[cause]}"
+        return f"{where}, {fmt_pct(mean['python'])} of thread time runs Python: no waiting to blame"
+    return f"{where}, {fmt_pct(mean[cause])} {CAUSES[cause]}"
 
 
 def scaling_section(
@@ -166,9 +141,9 @@ def scaling_section(
             top = (prof.get("top_functions") or [{}])[0]
             top_text = (f"{top['function']} ({top['site']}, "
                         f"{SHARE_LABELS.get(top['class'], top['class'])}) "
-                        f"{_pct(top['share'])}" if top else "–")  # fmt: skip
-            rows.append([machine, str(r["workers"]), *(_pct(shares.get(k)) if not missing else "–"
-                         for k in SHARE_LABELS), missing or top_text])  # fmt: skip
+                        f"{fmt_pct(top['share'])}" if top else "–")  # fmt: skip
+            cells = ["–" if missing else fmt_pct(shares.get(k)) for k in SHARE_LABELS]
+            rows.append([machine, str(r["workers"]), *cells, missing or top_text])
         sentence = dominant_cause(mine, (knees or {}).get(machine))
         if sentence:
             notes.append(f"{machine}: {sentence[0].upper()}{sentence[1:]}.")
@@ -200,7 +175,7 @@ def memory_section(records: list[dict[str, Any]]) -> Section | None:
         sites = prof.get("top_sites") or []
         text = (
             "; ".join(
-                f"{_gib(s['bytes'])}: {s['function']} at {s['site']}"
+                f"{fmt_bytes(s['bytes'])}: {s['function']} at {s['site']}"
                 for s in sites[:TOP_SITES_SHOWN]
             )
             or "no allocations alive at the peak"
@@ -208,10 +183,10 @@ def memory_section(records: list[dict[str, Any]]) -> Section | None:
         grown = prof.get("grown_sites") or []
         if r.get("leak_verdict") == "leak" and grown:  # the seeds' leak hunt, automated
             text += "; grew during the trial (leak): " + "; ".join(
-                f"{_gib(g['bytes'])}: {g['function']} at {g['site']}" for g in grown[:2]
+                f"{fmt_bytes(g['bytes'])}: {g['function']} at {g['site']}" for g in grown[:2]
             )
         tool = "" if prof.get("tool") == "memray" else f" ({prof.get('tool')}, Python only)"
-        rows.append([str(r["machine"]), str(r["workers"]), _gib(prof.get("peak_bytes")) + tool,
+        rows.append([str(r["machine"]), str(r["workers"]), fmt_bytes(prof.get("peak_bytes")) + tool,
                      text])  # fmt: skip
     notes = ["Allocations alive at the profiled trial's high-water mark, by the job's call "
              "site, traced over the trial process's whole life (prepare() included; memray, "

@@ -269,36 +269,18 @@ class RunStore:
 
     # -- trials ---------------------------------------------------------------
 
-    def record_trial(
-        self,
-        summary: dict[str, Any] | None,
-        timeseries_path: Path | None,
-        planned_machine: MachineType,
-        *,
-        trial: TrialPlan,
-        sweep_id: str,
-        ran_on: str,
-        provider: str,
-        spot: bool = False,
-        status: str | None = None,
-        error: str | None = None,
-        exit_code: int | None = None,
-    ) -> dict[str, Any]:
-        """Store one trial (its time series first, then its row) and return the row.
+    def record_trial(self, row: dict[str, Any], timeseries_path: Path | None) -> dict[str, Any]:
+        """Store one trial's row (from ``trial_row``), its time series first, and return it.
 
-        ``summary`` is the runner's summary.json (None when the runner left
-        none); ``status``/``error`` override it (a trial the engine saw fail).
         A row with the same trial id is replaced: a re-run supersedes a failure.
         """
-        row = trial_row(summary, planned_machine, trial=trial, sweep_id=sweep_id,
-                        ran_on=ran_on, provider=provider, spot=spot, status=status,
-                        error=error, exit_code=exit_code)
+        trial_id = row["trial_id"]
         with self._lock:
             if timeseries_path is not None and Path(timeseries_path).is_file():
-                with _atomic_path(self.timeseries_path(trial.trial_id)) as tmp:
+                with _atomic_path(self.timeseries_path(trial_id)) as tmp:
                     shutil.copyfile(timeseries_path, tmp)
             frame = self._read_trials()
-            frame = frame[frame["trial_id"] != trial.trial_id]
+            frame = frame[frame["trial_id"] != trial_id]
             import pandas as pd
 
             new = pd.DataFrame([row], columns=list(ALL_COLUMNS))

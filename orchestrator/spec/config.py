@@ -285,15 +285,22 @@ def _trial_duration(value: Any, where: str) -> float:
         raise UsageError(f"{where}: {value!r} is too long: {exc}") from None
 
 
+def _number(value: Any) -> float:
+    """A TOML or command-line value as a float; NaN for what is not one (booleans too), so
+    every range check refuses it."""
+    try:
+        return float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _sample_hz(value: Any, where: str) -> float:
     """The agent's sampling rate, within what the runner accepts (``workloads.limits``)."""
     from workloads import limits
 
-    try:
-        number = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        raise UsageError(f"{where}: expected a number of samples per second, "
-                         f"got {value!r}") from None
+    number = _number(value)
+    if math.isnan(number):
+        raise UsageError(f"{where}: expected a number of samples per second, got {value!r}")
     try:
         return limits.check_sample_hz(number)
     except ValueError as exc:
@@ -301,10 +308,7 @@ def _sample_hz(value: Any, where: str) -> float:
 
 
 def _positive_number(value: Any, where: str) -> float:
-    try:
-        number = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        number = math.nan
+    number = _number(value)
     if not number > 0 or not math.isfinite(number):
         raise UsageError(f"{where}: expected a positive number, got {value!r}")
     return number

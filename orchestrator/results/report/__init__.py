@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from orchestrator.plan.model import KNEE_GAIN
-from orchestrator.results.report.formatting import (
+from orchestrator.formatting import (
     DASH,
     EST,
     fmt_bytes,
@@ -23,6 +22,7 @@ from orchestrator.results.report.formatting import (
     fmt_usd,
     n_workers,
 )
+from orchestrator.plan.model import KNEE_GAIN
 from orchestrator.results.report.html import render_html
 from orchestrator.results.report.json_doc import SCHEMA as JSON_SCHEMA
 from orchestrator.results.report.json_doc import render_json, report_document

@@ -56,7 +56,7 @@ def _grid_values(text: Any) -> dict[str, str]:
 
 def _grid_tables(ok: pd.DataFrame) -> list[Table]:
     """One table per --grid name: peak memory and speed against its values, per machine."""
-    from orchestrator.results.report.formatting import fmt_bytes, fmt_rate
+    from orchestrator.formatting import fmt_bytes, fmt_rate
     from orchestrator.results.report.tables import Row, Table
 
     if "machine_type" not in ok.columns or ok.empty:
@@ -115,7 +115,7 @@ def _phases(text: Any) -> list[dict[str, Any]]:
 
 def job_tables(trials: pd.DataFrame) -> list[Table]:
     """The fixed-work table and the phase table, when the run has such trials."""
-    from orchestrator.results.report.formatting import fmt_bytes, fmt_usd
+    from orchestrator.formatting import fmt_bytes, fmt_usd
     from orchestrator.results.report.tables import Row, Table
 
     if trials.empty or "job_kind" not in trials.columns:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.results.report.formatting import DASH, fmt_bytes
+from orchestrator.formatting import DASH, fmt_bytes
 
 if TYPE_CHECKING:
     import pandas as pd

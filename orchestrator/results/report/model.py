@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import CloudprofError, UsageError
+from orchestrator.formatting import DASH, n_workers
 from orchestrator.plan.model import KNEE_GAIN, KneeRange, knee_point, knee_range, spread
-from orchestrator.results.report.formatting import DASH, n_workers
 from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
 
 if TYPE_CHECKING:

@@ -17,23 +17,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.formatting import (
+    DASH,
+    EST,
+    fmt_bytes,
+    fmt_duration,
+    fmt_pct,
+    fmt_rate,
+    fmt_usd,
+    is_finite,
+    n_workers,
+)
 from orchestrator.plan.model import (
     KNEE_GAIN,
     MIN_REPEATS_FOR_CI,
     UslModel,
     fit_usl_with_intervals,
     rank,
-)
-from orchestrator.results.report.formatting import (
-    DASH,
-    EST,
-    _finite,
-    fmt_bytes,
-    fmt_duration,
-    fmt_pct,
-    fmt_rate,
-    fmt_usd,
-    n_workers,
 )
 from orchestrator.results.report.model import (
     LOCAL,
@@ -253,7 +253,7 @@ def describe_workload(run: RunData) -> str:
         text += f", 1 unit = {details[0]}"
     elif len(units) == 1:
         text += f", 1 unit = 1 {units[0]}"
-    if _finite(spec.get("duration_s")):
+    if is_finite(spec.get("duration_s")):
         text += f", {float(spec['duration_s']):g} s per trial"
     return text
 
@@ -342,7 +342,7 @@ def _scaleout_table(trials: pd.DataFrame) -> Table | None:
             fmt_usd(r["price_per_hour"]),
             fmt_usd(r["cost_per_million_units"], estimate=bool(r["estimate"])),
             " / ".join(fmt_bytes(p) for p in r["node_peaks"]) or DASH,
-            f"{imbalance:.2f}×" if _finite(imbalance) else DASH,
+            f"{imbalance:.2f}×" if is_finite(imbalance) else DASH,
             "Pareto" if r["pareto"] else "",
         ]
         rows.append(Row(cells, frozenset(flags)))
@@ -375,7 +375,7 @@ def _spread(row: dict[str, Any]) -> str:
 def _leak(row: dict[str, Any]) -> str:
     """ "ok p=0.02 ramp": the verdict, its probability, and whether RSS ramped then levelled."""
     text = str(row["leak_verdict"])
-    if _finite(row.get("leak_probability")):
+    if is_finite(row.get("leak_probability")):
         text += f" p={float(row['leak_probability']):.2f}"
     if row.get("leak_ramp"):
         text += " ramp"
@@ -404,11 +404,11 @@ def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) 
         best = group.loc[group["units_per_s"].idxmax()]
         tested = sorted(int(w) for w in group["workers"])
         peak = memory[(machine, ran_on)]
-        where = f" at {int(peak['workers'])}" if _finite(peak["workers"]) else ""
+        where = f" at {int(peak['workers'])}" if is_finite(peak["workers"]) else ""
         cells = [
             machine,
             ran_on,
-            str(int(best["vcpus"])) if _finite(best["vcpus"]) else DASH,
+            str(int(best["vcpus"])) if is_finite(best["vcpus"]) else DASH,
             fmt_usd(best["price_per_hour"]) + (" spot" if best["spot"] else ""),
             ", ".join(map(str, tested)),
             knee.describe(),
@@ -441,10 +441,10 @@ def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) 
 
 def _interval(value: float, bounds: tuple[float, float], fmt: Any) -> str:
     """ "0.031 [0.020–0.045]": a fitted figure with its bootstrap 95% interval."""
-    if not _finite(value):
+    if not is_finite(value):
         return DASH
     low, high = bounds
-    shown = "–".join(fmt(b) if _finite(b) else "∞" for b in (low, high))
+    shown = "–".join(fmt(b) if is_finite(b) else "∞" for b in (low, high))
     return f"{fmt(value)} [{shown}]"
 
 
@@ -551,7 +551,7 @@ def _plan_table(sweep: dict[str, Any]) -> Table | None:
                     (where or DASH) + (" spot" if vm.get("spot") else ""),
                     str(len(vm.get("trials") or [])),
                     fmt_usd(price),
-                    fmt_duration(total_s) if _finite(total_s) else DASH,
+                    fmt_duration(total_s) if is_finite(total_s) else DASH,
                     fmt_usd(est.get("cost_usd")),
                     vm_time,
                     vm_cost,
@@ -567,7 +567,7 @@ def _plan_table(sweep: dict[str, Any]) -> Table | None:
         "A --dry-run creates no VM: its time is the local run's.",
     ]
     total = plan.get("estimated_total_cost_usd")
-    if _finite(total):
+    if is_finite(total):
         notes.append(f"Estimated total cost of the planned VMs: {fmt_usd(total, estimate=True)}.")
     headers = [
         "machine",
@@ -591,7 +591,7 @@ def _vm_time_and_cost(record: dict[str, Any], price: Any) -> tuple[str, str]:
     seconds = (end - start).total_seconds()
     if record.get("provider") == LOCAL:
         return fmt_duration(seconds), f"{DASH} (local)"
-    cost = float(price) * seconds / 3600.0 if _finite(price) else math.nan
+    cost = float(price) * seconds / 3600.0 if is_finite(price) else math.nan
     return fmt_duration(seconds), fmt_usd(cost)
 
 
