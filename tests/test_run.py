@@ -75,6 +75,8 @@ def test_summary_has_every_key_with_the_right_types(steady):
     assert agent["samples"] >= 30 and agent["rate_hz_target"] == 20.0
     assert 10 <= agent["rate_hz_achieved"] <= 22  # loose: not a timing test
     assert 0 < agent["cpu_seconds"] < s["seconds"]
+    assert agent["sched_policy"] == "batch" and agent["samples_missed"] >= 0
+    assert 0 <= agent["lag_ms"]["p50"] <= agent["lag_ms"]["p99"] <= agent["lag_ms"]["max"]
     host = s["host"]
     for key in ("cpu_model", "cores_logical", "cores_physical", "memory_bytes", "platform"):
         assert host[key], key
