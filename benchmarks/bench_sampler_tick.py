@@ -54,12 +54,23 @@ def hot_samples(pid: int, n: int) -> float:
     return (time.thread_time() - c0) / n * 1e6
 
 
-def clocked_samples(pid: int, seconds: float, hz: float, lean: bool = True) -> float:
+def clocked_samples(pid: int, seconds: float, hz: float,
+                    lean: bool = True) -> tuple[float, float]:  # fmt: skip
     """CPU µs per sample of the sampler's own loop (``sample_until``) at ``hz``: the lean
-    one-process loop the sampler takes, or (``lean=False``) the general one."""
+    one-process loop the sampler takes, or (``lean=False``) the general one; and of that,
+    the once-a-second work (``Sampler.tick_due``: USS/PSS, children) per sample."""
     from workloads.sampler import Sampler, SamplerConfig, sample_until
 
     s = Sampler(SamplerConfig(pid=pid, relative=True, sample_hz=hz, gpu=False))
+    slow = [0.0]
+    due = s.tick_due
+
+    def timed_due(now: float) -> None:
+        c = time.thread_time()
+        due(now)
+        slow[0] += time.thread_time() - c
+
+    s.tick_due = timed_due  # type: ignore[method-assign]
     r, w = os.pipe()
     threading.Timer(seconds, lambda: os.write(w, b"x")).start()
     s.begin(time.perf_counter())
@@ -68,7 +79,8 @@ def clocked_samples(pid: int, seconds: float, hz: float, lean: bool = True) -> f
     cpu = time.thread_time() - c0
     os.close(r)
     os.close(w)
-    return cpu / max(s.result.scheduled, 1) * 1e6
+    n = max(s.result.scheduled, 1)
+    return cpu / n * 1e6, slow[0] / n * 1e6
 
 
 def main() -> int:
@@ -82,14 +94,16 @@ def main() -> int:
         time.sleep(1.5)
         got: dict[str, list[float]] = {"bare wake-up, 100 Hz": [], "sample, hot loop": [],
                                        "sample on the clock, 100 Hz": [],
+                                       "of which the once-a-second work": [],
                                        "same, the general loop (tick)": []}
         for _ in range(args.rounds):
             got["bare wake-up, 100 Hz"].append(bare_wakeups(int(args.seconds * 100), 0.01))
             got["sample, hot loop"].append(hot_samples(target.pid, 2000))
-            got["sample on the clock, 100 Hz"].append(
-                clocked_samples(target.pid, args.seconds, 100))
+            lean, slow = clocked_samples(target.pid, args.seconds, 100)
+            got["sample on the clock, 100 Hz"].append(lean)
+            got["of which the once-a-second work"].append(slow)
             got["same, the general loop (tick)"].append(
-                clocked_samples(target.pid, args.seconds, 100, lean=False))
+                clocked_samples(target.pid, args.seconds, 100, lean=False)[0])
     finally:
         target.kill()
         target.wait()
