@@ -15,6 +15,11 @@ a slow tick at most once a second — USS/PSS less often when reading them would
 cost more than 0.2% of a core (it scales with RSS). A command's tree is searched
 for new children five times a second (a few small reads).
 
+The sampler process runs under SCHED_BATCH (``lower_priority``): waking, it
+never preempts a worker. It keeps how late each sample came and counts the
+slots it missed, and says so in its result: a low-priority sampler on a busy
+host samples less often than asked, and the report must not claim the rate.
+
 ``Sampler`` is the sampling logic; ``Agent`` (agent.py) drives it, in this
 process for the zero-rate baseline and through ``python -m workloads.sampler``
 otherwise. The two talk over the child's stdin/stdout in lines:
@@ -177,10 +182,11 @@ class _Series:
     """The time series as columns of machine numbers, allocated ahead and grown by doubling.
 
     Why not a list of row tuples: at 100 Hz the sampler wakes into cold caches
-    every 10 ms, and building a 16-field tuple (four ``round`` calls, a list
-    append) each time was a good part of its CPU. Here a sample stores nine
-    numbers by index; CPU %, rounding and the rows are made once, in ``rows()``.
-    ``-1`` stands for "not measured" in the integer columns (I/O, units).
+    every 10 ms, where every object it builds or touches costs; here a sample
+    stores nine numbers by index and builds nothing (no 16-field tuple, no
+    ``round`` calls, no growing list), and CPU %, rounding and the rows are made
+    once, in ``rows()``. ``-1`` stands for "not measured" in the integer columns
+    (I/O, units).
     """
 
     _KINDS = (("t", "d"), ("rss", "q"), ("user", "d"), ("system", "d"), ("cpu", "d"),
