@@ -8,7 +8,8 @@ CPU-time normalised: units per CPU-second of workload and profiler together,
 on/off, as a ratio of sums over the pairs with a bootstrap 95 % interval — a
 neighbour that takes a core away changes both sides' CPU, not the ratio, so it
 resolves 1 % on a shared 2-core host where the plain throughput ratio (printed
-beside it) does not.
+beside it) does not. Beside each figure, the sample rate the agent achieved in
+those windows: a deprioritised sampler (SCHED_BATCH, the default) may come late.
 
 Accuracy: the agent's peak vs GNU time's "Maximum resident set size" (the
 kernel's ru_maxrss, from wait4) for the same trial, for the cube trial, a
@@ -16,11 +17,13 @@ workload with a spike shorter than the sampling interval, and a command.
 
     python benchmarks/bench_agent.py                    # ~3 minutes on 2 cores
     python benchmarks/bench_agent.py --skip-accuracy    # the overhead only
+    python benchmarks/bench_agent.py --skip-accuracy --rates 100/batch,100/idle,100/normal
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -98,6 +101,7 @@ class _Window:
         u0, t0, c0, p0 = counter.value, time.perf_counter(), time.process_time(), other()
         time.sleep(window)
         u1, t1, c1, p1 = counter.value, time.perf_counter(), time.process_time(), other()
+        self.start, self.end = t0, t1  # on the monotonic clock the sampler stamps its rows with
         self.units, self.wall, self.profiler_cpu = u1 - u0, t1 - t0, p1 - p0
         self.own_cpu = c1 - c0  # the workload's process alone
         self.cpu = self.own_cpu + self.profiler_cpu
@@ -120,6 +124,35 @@ def bootstrap_ci(pairs: list[tuple[_Window, _Window]], per: str, resamples: int 
     stats = sorted(ratio_of_sums([pairs[rng.randrange(n)] for _ in range(n)], per)
                    for _ in range(resamples))
     return stats[int(0.025 * resamples)], stats[int(0.975 * resamples) - 1]
+
+
+def parse_configs(spec: str) -> list[tuple[float, str]]:
+    """``10,100,100/normal`` → [(10, "batch"), (100, "batch"), (100, "normal")]: a rate and the
+    sampler's CPU policy (``workloads.sampler.SCHED_POLICIES``; the agent's default without one)."""
+    from workloads.sampler import SCHED_POLICIES, SamplerConfig
+
+    out = []
+    for item in spec.split(","):
+        hz, _, policy = item.partition("/")
+        policy = policy or SamplerConfig.sched
+        if policy not in SCHED_POLICIES:
+            raise SystemExit(f"error: unknown policy {policy!r} (one of {SCHED_POLICIES})")
+        out.append((float(hz), policy))
+    return out
+
+
+def achieved(rows: list[tuple], t0: float, windows: list[_Window]) -> tuple[float, float]:
+    """Samples per second the sampler took inside ``windows`` (its rows' times on the shared
+    monotonic clock), and the 99th percentile of the gaps between them in ms."""
+    times = sorted(t0 + r[0] for r in rows)
+    count, gaps = 0, []
+    for w in windows:
+        inside = [t for t in times if w.start <= t <= w.end]
+        count += len(inside)
+        gaps += [b - a for a, b in itertools.pairwise(inside)]
+    gaps.sort()
+    p99 = 1e3 * gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] if gaps else float("nan")
+    return count / sum(w.wall for w in windows), p99
 
 
 def overhead(args: argparse.Namespace) -> None:
@@ -152,13 +185,13 @@ def overhead(args: argparse.Namespace) -> None:
     stop, counter = threading.Event(), UnitCounter()
     runner = threading.Thread(target=workload.run, args=(args.workers, stop, counter))
     runner.start()
-    rates = [float(r) for r in args.rates.split(",")]
-    agents = {hz: Agent(sample_hz=hz, gpu=False).start() for hz in rates}
+    rates = parse_configs(args.rates)
+    agents = {c: Agent(sample_hz=c[0], gpu=False, sched=c[1]).start() for c in rates}
     pids = {hz: agent.sampler_pid for hz, agent in agents.items()}
     for pid in pids.values():
         os.kill(pid, signal.SIGSTOP)
     time.sleep(1.0)  # caches, allocator and thread pool settle
-    pairs: dict[float, list[tuple[_Window, _Window]]] = {hz: [] for hz in rates}
+    pairs: dict[tuple[float, str], list[tuple[_Window, _Window]]] = {c: [] for c in rates}
     try:
         for r in range(args.rounds):
             for hz in rates:
@@ -171,11 +204,12 @@ def overhead(args: argparse.Namespace) -> None:
                 pairs[hz].append((windows[False], windows[True]))
         # The sampler's CPU at steady state: each running alone, unpaused, for a while
         # (a pause makes its once-a-second work fall due at the resume: over-counted above).
-        steady: dict[float, float] = {}
+        steady: dict[tuple[float, str], float] = {}
+        steady_w: dict[tuple[float, str], _Window] = {}
         for hz in rates:
             os.kill(pids[hz], signal.SIGCONT)
             time.sleep(1.0)
-            w = _Window(counter, args.steady, pids[hz])
+            w = steady_w[hz] = _Window(counter, args.steady, pids[hz])
             os.kill(pids[hz], signal.SIGSTOP)
             steady[hz] = w.profiler_cpu / w.wall
     finally:
@@ -184,8 +218,13 @@ def overhead(args: argparse.Namespace) -> None:
         reports = {hz: agent.stop() for hz, agent in agents.items()}
         stop.set()
         runner.join()
+    cores = min(args.workers, os.cpu_count() or 1)
     rows = []
-    for hz, got in pairs.items():
+    for (hz, policy), got in pairs.items():
+        rep = reports[hz, policy]
+        t0 = agents[hz, policy].t0
+        on_rate, _ = achieved(rep.rows, t0, [w for _, w in got])
+        st_rate, st_gap = achieved(rep.rows, t0, [steady_w[hz, policy]])
         cpu_ratio = ratio_of_sums(got, "cpu")
         lo, hi = bootstrap_ci(got, "cpu")
         inter = ratio_of_sums(got, "own_cpu")  # units per the workload's own CPU-s, on/off
@@ -194,23 +233,29 @@ def overhead(args: argparse.Namespace) -> None:
         wlo, whi = bootstrap_ci(got, "wall")
         on_wall = sum(w.wall for _, w in got)
         workload_cpu = sum(w.cpu for w, _ in got) / sum(w.wall for w, _ in got)  # of a core
-        share = steady[hz] / workload_cpu  # the sampler's steady CPU per workload CPU-s
+        share = steady[hz, policy] / workload_cpu  # the sampler's steady CPU per workload CPU-s
         rows.append([
-            f"agent {hz:g} Hz", len(got),
+            f"agent {hz:g} Hz, {policy}", len(got),
             sum(w.units for w, _ in got) / sum(w.wall for w, _ in got),
             100 * (1 - cpu_ratio), _ci(lo, hi),
             100 * (1 - inter), _ci(ilo, ihi),
-            100 * steady[hz], 100 * sum(w.profiler_cpu for _, w in got) / on_wall,
+            100 * steady[hz, policy], 100 * sum(w.profiler_cpu for _, w in got) / on_wall,
             100 * workload_cpu,
             100 * (1 - inter + share), _ci(ilo, ihi, shift=share),
+            100 * (1 - inter + steady[hz, policy] / cores),
+            _ci(ilo, ihi, shift=steady[hz, policy] / cores),
             100 * (1 - wall_ratio), _ci(wlo, whi),
-            reports[hz].samples,
+            f"{on_rate:.1f} ({100 * on_rate / hz:.0f} %)",
+            f"{st_rate:.1f} ({100 * st_rate / hz:.0f} %)",
+            round(st_gap, 2),
         ])  # fmt: skip
     print_table(
         ["config", "pairs", "off units/s", "A: overhead per CPU-s %", "A 95% CI",
          "B: interference %", "B 95% CI", "sampler CPU % of a core, steady",
          "(in paired windows)", "workload CPU % of a core", "C: B + steady sampler CPU %",
-         "C 95% CI", "throughput overhead %", "95% CI", "samples"],
+         "C 95% CI", f"D: C with {cores} cores for the workload %, estimate", "D 95% CI",
+         "throughput overhead %", "95% CI", "achieved Hz, paired (of target)",
+         "achieved Hz, steady", "steady gap p99 ms"],
         rows,
         title=f"Agent overhead: {name} workload, {args.workers} workers; {args.rounds} pairs of "
         f"adjacent {args.window:g} s windows per rate (sampler stopped / running, order "
@@ -225,6 +270,13 @@ def overhead(args: argparse.Namespace) -> None:
           "workload: the agent as it runs in a trial. All relative to the CPU the workload "
           "got here: on a host shared with other work it gets less, and the sampler's fixed "
           "cost per second weighs more.")
+    print(f"D = B + the sampler's steady CPU per {cores} cores: an ESTIMATE of C where the "
+          f"workload has the {cores} cores to itself (a dedicated VM), from figures measured "
+          "here; not measured.")
+    print("Achieved Hz: the samples the sampler took per second inside the paired 'on' windows "
+          f"(each starts {args.settle:g} s after the sampler is continued) and in the steady "
+          "run, from the time series' own timestamps; the gap is between consecutive samples "
+          "of the steady run (the interval is 1000/Hz ms).")
 
 
 def _ci(lo: float, hi: float, shift: float = 0.0) -> str:
@@ -272,11 +324,14 @@ def main() -> int:
     p.add_argument("--window", type=float, default=0.25, help="seconds per window")
     p.add_argument("--settle", type=float, default=0.02,
                    help="seconds between pausing/continuing the sampler and the window")
-    p.add_argument("--rates", default="10,100", help="sampling rates, Hz, comma-separated")
+    p.add_argument("--rates", default="10,100,100/normal",
+                   help="sampling rates, Hz, comma-separated, each optionally /POLICY: the "
+                   "sampler's CPU policy (batch, idle, normal; default: the agent's, batch)")
     p.add_argument("--steady", type=float, default=5.0,
                    help="seconds of unpaused sampling per rate for its steady CPU")
     p.add_argument("--duration", type=float, default=3.0, help="seconds per accuracy trial")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 2,
+                   help="workload threads (default: all cores, the worst case for the agent)")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--skip-accuracy", action="store_true")
     args, _unknown = p.parse_known_args()  # run_all.py passes its own arguments through

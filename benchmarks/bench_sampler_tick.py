@@ -5,8 +5,11 @@ it weighs most on a host where the workload gets little CPU. This splits one
 sample's CPU into: a bare timer wake-up (``select()`` with a timeout and no
 work: the kernel's part), a sample taken in a hot loop (the Python and /proc
 reads alone), and a sample on the clock at 100 Hz (both, with cold caches after
-each sleep). Target: a process running two busy numpy threads. Rounds are
-interleaved; medians with the range over rounds.
+each sleep), in the lean one-process loop the sampler runs and in the general
+loop (``Sampler.tick``, which a process tree takes); both include the
+once-a-second work (USS/PSS, children) spread over the samples. Target: a
+process running two busy numpy threads. Rounds are interleaved; medians with
+the range over rounds.
 
     python benchmarks/bench_sampler_tick.py            # ~30 s
 """
@@ -51,20 +54,33 @@ def hot_samples(pid: int, n: int) -> float:
     return (time.thread_time() - c0) / n * 1e6
 
 
-def clocked_samples(pid: int, seconds: float, hz: float) -> float:
-    """CPU µs per sample of the sampler's own loop (``sample_until``) at ``hz``."""
+def clocked_samples(pid: int, seconds: float, hz: float,
+                    lean: bool = True) -> tuple[float, float]:  # fmt: skip
+    """CPU µs per sample of the sampler's own loop (``sample_until``) at ``hz``: the lean
+    one-process loop the sampler takes, or (``lean=False``) the general one; and of that,
+    the once-a-second work (``Sampler.tick_due``: USS/PSS, children) per sample."""
     from workloads.sampler import Sampler, SamplerConfig, sample_until
 
     s = Sampler(SamplerConfig(pid=pid, relative=True, sample_hz=hz, gpu=False))
+    slow = [0.0]
+    due = s.tick_due
+
+    def timed_due(now: float) -> None:
+        c = time.thread_time()
+        due(now)
+        slow[0] += time.thread_time() - c
+
+    s.tick_due = timed_due  # type: ignore[method-assign]
     r, w = os.pipe()
     threading.Timer(seconds, lambda: os.write(w, b"x")).start()
     s.begin(time.perf_counter())
     c0 = time.thread_time()
-    sample_until(s, r)
+    sample_until(s, r, lean=lean)
     cpu = time.thread_time() - c0
     os.close(r)
     os.close(w)
-    return cpu / max(s.result.scheduled, 1) * 1e6
+    n = max(s.result.scheduled, 1)
+    return cpu / n * 1e6, slow[0] / n * 1e6
 
 
 def main() -> int:
@@ -77,12 +93,17 @@ def main() -> int:
     try:
         time.sleep(1.5)
         got: dict[str, list[float]] = {"bare wake-up, 100 Hz": [], "sample, hot loop": [],
-                                       "sample on the clock, 100 Hz": []}
+                                       "sample on the clock, 100 Hz": [],
+                                       "of which the once-a-second work": [],
+                                       "same, the general loop (tick)": []}
         for _ in range(args.rounds):
             got["bare wake-up, 100 Hz"].append(bare_wakeups(int(args.seconds * 100), 0.01))
             got["sample, hot loop"].append(hot_samples(target.pid, 2000))
-            got["sample on the clock, 100 Hz"].append(
-                clocked_samples(target.pid, args.seconds, 100))
+            lean, slow = clocked_samples(target.pid, args.seconds, 100)
+            got["sample on the clock, 100 Hz"].append(lean)
+            got["of which the once-a-second work"].append(slow)
+            got["same, the general loop (tick)"].append(
+                clocked_samples(target.pid, args.seconds, 100, lean=False)[0])
     finally:
         target.kill()
         target.wait()

@@ -75,6 +75,8 @@ def test_summary_has_every_key_with_the_right_types(steady):
     assert agent["samples"] >= 30 and agent["rate_hz_target"] == 20.0
     assert 10 <= agent["rate_hz_achieved"] <= 22  # loose: not a timing test
     assert 0 < agent["cpu_seconds"] < s["seconds"]
+    assert agent["sched_policy"] == "batch" and agent["samples_missed"] >= 0
+    assert 0 <= agent["lag_ms"]["p50"] <= agent["lag_ms"]["p99"] <= agent["lag_ms"]["max"]
     host = s["host"]
     for key in ("cpu_model", "cores_logical", "cores_physical", "memory_bytes", "platform"):
         assert host[key], key
@@ -488,3 +490,40 @@ def test_the_load_peak_is_the_runners_own_not_its_parents(tmp_path):
     s = summary(tmp_path)
     assert s["peak_rss_bytes"] < 400 * MIB, s["peak_rss_bytes"] / MIB
     assert s["peak_rss_before_trial_bytes"] < 400 * MIB
+
+
+def test_a_trial_whose_sampler_got_no_core_says_so_on_stderr_and_in_the_summary(tmp_path):
+    # SIGSTOP on the runner's sampler process stands for a host too busy to run it.
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path), "--workload",
+         "memory-steady", "--param", "mb=16", "--duration", "2.5", "--sample-hz", "50"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        sampler = None
+        while sampler is None and time.monotonic() < deadline:
+            kids = psutil.Process(proc.pid).children()
+            sampler = next((k for k in kids if "workloads.sampler" in " ".join(k.cmdline())),
+                           None)  # fmt: skip
+            time.sleep(0.05)
+        assert sampler is not None
+        # It lowers its priority on "go", as the trial begins: then it is in its loop.
+        while os.sched_getscheduler(sampler.pid) != os.SCHED_BATCH:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        time.sleep(0.2)
+        sampler.suspend()
+        time.sleep(1.0)
+        sampler.resume()
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    agent = summary(tmp_path)["agent"]
+    assert agent["samples_missed"] >= 30  # ~50 slots passed while it was stopped
+    assert agent["rate_hz_achieved"] < 40 and agent["lag_ms"]["max"] >= 500
+    assert agent["rate_note"].startswith(f"sampled at {agent['rate_hz_achieved']:.1f} Hz")
+    assert f"note: {agent['rate_note']}" in stderr

@@ -13,9 +13,14 @@ Why it looks the way it does:
 * **Budget.** Each sample is checked against an optional memory budget; the first
   breach is recorded and ``on_breach`` is called here (the runner stops the
   workload or kills the command's tree) before the OOM killer picks a victim.
-* **Honest about itself.** It counts its samples, the rate it achieved, the CPU
-  seconds its sampling used while the trial ran, and the CPU its process start
-  cost before the trial (both the sampler's own, from its process).
+* **Out of the workers' way.** The sampler process runs under SCHED_BATCH by
+  default: waking, it never preempts a worker (which may hold the GIL the
+  others wait for); it runs at the next scheduler tick or on a free core.
+* **Honest about itself.** It counts its samples, the rate it achieved, the
+  samples it skipped and how late the others came (a deprioritised sampler on a
+  busy host is late, and says so in ``rate_note``), the CPU seconds its sampling
+  used while the trial ran, and the CPU its process start cost before the trial
+  (both the sampler's own, from its process).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 from workloads import limits, procfs
 from workloads.base import UnitCounter
 from workloads.protocol import TIMESERIES_COLUMNS
-from workloads.sampler import Sampler, SamplerConfig, SamplerResult
+from workloads.sampler import SCHED_POLICIES, Sampler, SamplerConfig, SamplerResult
 from workloads.shared import SharedInt
 
 SAMPLER_START_TIMEOUT_S = 60.0
@@ -52,6 +57,9 @@ class AgentReport:
     rows: list[tuple] = field(default_factory=list)  # in TIMESERIES_COLUMNS order
     rate_hz_target: float = 0.0
     rate_hz_achieved: float = 0.0
+    samples_missed: int = 0  # due on the clock but skipped: the sampler got no core in time
+    lag_ms: dict[str, float] | None = None  # how late the scheduled samples came (p50, p99, max)
+    sched_policy: str | None = None  # the sampler process's CPU policy (None: no sampler)
     cpu_seconds: float = 0.0  # the sampler's own CPU while the trial ran
     startup_cpu_seconds: float = 0.0  # starting the sampler process, before t = 0
     wall_s: float = 0.0
@@ -89,10 +97,26 @@ class AgentReport:
             if self.wall_s > 0
             else 0.0,
             "startup_cpu_seconds": round(self.startup_cpu_seconds, 6),
+            "sched_policy": self.sched_policy,
+            "samples_missed": self.samples_missed,
+            "lag_ms": self.lag_ms,
         }
+        note = self.rate_note()
+        if note:
+            out["rate_note"] = note
         if self.error:
             out["error"] = self.error
         return out
+
+    def rate_note(self) -> str | None:
+        """One line when the sampler skipped over a tenth of its scheduled samples."""
+        due = round(self.rate_hz_achieved * self.wall_s) + self.samples_missed
+        if self.rate_hz_target <= 0 or due == 0 or self.samples_missed <= 0.1 * due:
+            return None
+        late = f", the median one {self.lag_ms['p50']:g} ms late" if self.lag_ms else ""
+        return (f"sampled at {self.rate_hz_achieved:.1f} Hz of the {self.rate_hz_target:g} Hz "
+                f"asked: {self.samples_missed} of {due} scheduled samples skipped{late} "
+                f"(the sampler runs at {self.sched_policy} priority and got no core in time)")
 
     def budget_summary(self) -> dict[str, Any]:
         return {
@@ -151,8 +175,11 @@ class Agent:
         slow_interval_s: float = 1.0,
         children_interval_s: float | None = None,
         gpu: bool = True,
+        sched: str = "batch",
     ) -> None:
         limits.check_sample_hz(sample_hz)
+        if sched not in SCHED_POLICIES:
+            raise ValueError(f"sched must be one of {', '.join(SCHED_POLICIES)}, not {sched!r}")
         self.pid = os.getpid() if pid is None else pid
         self.in_process = self.pid == os.getpid()
         self.on_breach = on_breach
@@ -173,6 +200,7 @@ class Agent:
             gpu=gpu,
             units_fd=units.cell.fileno() if units is not None else None,
             rss_fd=self._rss.fileno(),
+            sched=sched,
         )
         self._report = AgentReport(rate_hz_target=self.cfg.sample_hz,
                                    budget_limit_bytes=memory_budget)  # fmt: skip
@@ -260,6 +288,8 @@ class Agent:
         rep.peak_rss_sampled_bytes = max(rss) if rss else 0
         if rep.wall_s > 0:  # the scheduled samples only, not the two at start and stop
             rep.rate_hz_achieved = result.scheduled / rep.wall_s
+        rep.samples_missed, rep.lag_ms = result.missed, result.lag_ms
+        rep.sched_policy = result.sched_policy
         if self.in_process:
             self._in_process_totals(rep)
         else:

@@ -51,7 +51,8 @@ SUMMARY_KEYS = (
     "memory_budget",  # {"limit_bytes": int|None, "breached": bool}
     "gpu",  # None when NVML is absent
     "agent",  # {"samples": int, "rate_hz_target": float, "rate_hz_achieved": float,
-    #          "cpu_seconds": float}
+    #          "cpu_seconds": float, "sched_policy": str|None, "samples_missed": int,
+    #          "lag_ms": {"p50", "p99", "max"}|None, "rate_note": str (only when >10 % missed)}
     "started_at",  # ISO 8601 UTC
     "finished_at",
     # /2: a --command --job trial (workloads.job) fills these two.

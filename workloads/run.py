@@ -757,6 +757,8 @@ def _finish(
     """Fill measurements, write the time series, decide status and exit code."""
     fill_measurements(summary, rep, summary["host"].get("cores_logical"))
     write_timeseries(args.out, rep)
+    if summary["agent"].get("rate_note") and not args.quiet:  # it sampled less than asked
+        print(f"note: {summary['agent']['rate_note']}", file=sys.stderr, flush=True)
     if rep.budget_breached:
         summary["status"] = "memory_budget_exceeded"
         summary["error"] = (

@@ -15,6 +15,11 @@ a slow tick at most once a second — USS/PSS less often when reading them would
 cost more than 0.2% of a core (it scales with RSS). A command's tree is searched
 for new children five times a second (a few small reads).
 
+The sampler process runs under SCHED_BATCH (``lower_priority``): waking, it
+never preempts a worker. It keeps how late each sample came and counts the
+slots it missed, and says so in its result: a low-priority sampler on a busy
+host samples less often than asked, and the report must not claim the rate.
+
 ``Sampler`` is the sampling logic; ``Agent`` (agent.py) drives it, in this
 process for the zero-rate baseline and through ``python -m workloads.sampler``
 otherwise. The two talk over the child's stdin/stdout in lines:
@@ -42,6 +47,7 @@ import select
 import signal
 import sys
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -49,6 +55,11 @@ from typing import Any
 from workloads import procfs
 from workloads.shared import SharedInt
 
+# The sampler's CPU policy. "batch" (SCHED_BATCH) and "idle" (SCHED_IDLE) never preempt
+# a running worker when the sampler wakes: on a saturated host it waits for the next
+# scheduler tick (≤ 4 ms at HZ=250) or a free core; "idle" also has the least weight, so it
+# may wait longer. "normal" wakes at once. The lateness is measured and reported either way.
+SCHED_POLICIES = ("batch", "idle", "normal")
 NO_PYNVML = "no GPU metrics: nvidia-ml-py is not installed (pip install 'cloudprof[gpu]')"
 SMAPS_DUTY = 0.002  # USS/PSS reads may use at most 0.2% of one core
 
@@ -67,6 +78,7 @@ class SamplerConfig:
     gpu: bool = True
     units_fd: int | None = None  # a SharedInt with the units done so far
     rss_fd: int | None = None  # a SharedInt the sampler keeps at the latest RSS
+    sched: str = "batch"  # the sampler process's CPU policy: one of SCHED_POLICIES
 
 
 @dataclass
@@ -75,6 +87,9 @@ class SamplerResult:
 
     rows: list[tuple] = field(default_factory=list)
     scheduled: int = 0  # samples taken on the clock, not the ones at start and stop
+    missed: int = 0  # samples due on the clock but skipped: the sampler woke too late for them
+    lag_ms: dict[str, float] | None = None  # how late the scheduled samples came: p50, p99, max
+    sched_policy: str | None = None  # what the sampler process got (see ``lower_priority``)
     cpu_seconds: float = 0.0  # the sampling loop's own CPU
     startup_cpu_seconds: float = 0.0  # the sampler process's start, before the trial
     proc_peaks: dict[int, int] = field(default_factory=dict)  # per-process RSS peaks (tree)
@@ -163,8 +178,74 @@ class _Gpu:
             self.nvml.nvmlShutdown()
 
 
+class _Series:
+    """The time series as columns of machine numbers, allocated ahead and grown by doubling.
+
+    Why not a list of row tuples: at 100 Hz the sampler wakes into cold caches
+    every 10 ms, where every object it builds or touches costs; here a sample
+    stores nine numbers by index and builds nothing (no 16-field tuple, no
+    ``round`` calls, no growing list), and CPU %, rounding and the rows are made
+    once, in ``rows()``. ``-1`` stands for "not measured" in the integer columns
+    (I/O, units).
+    """
+
+    _KINDS = (("t", "d"), ("rss", "q"), ("user", "d"), ("system", "d"), ("cpu", "d"),
+              ("threads", "q"), ("rd", "q"), ("wr", "q"), ("units", "q"))  # fmt: skip
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.n = 0
+        self.capacity = capacity
+        for name, code in self._KINDS:
+            setattr(self, name, array(code, bytes(8 * capacity)))
+        self.slow: dict[int, tuple] = {}  # row → (uss, pss, children, gpu) from a slow tick
+        self.joined: dict[int, float] = {}  # row → CPU of processes first seen just before it
+
+    def add(self, t: float, rss: int, user: float, system: float, cpu: float, threads: int,
+            rd: int, wr: int, units: int) -> int:
+        """Store one sample; returns its row."""
+        i = self.n
+        if i == self.capacity:
+            self.grow()
+        self.t[i] = t
+        self.rss[i] = rss
+        self.user[i] = user
+        self.system[i] = system
+        self.cpu[i] = cpu
+        self.threads[i] = threads
+        self.rd[i] = rd
+        self.wr[i] = wr
+        self.units[i] = units
+        self.n = i + 1
+        return i
+
+    def grow(self) -> None:
+        for name, code in self._KINDS:
+            getattr(self, name).extend(array(code, bytes(8 * self.capacity)))
+        self.capacity *= 2
+
+    def rows(self, t0: float) -> list[tuple]:
+        """Rows in protocol.TIMESERIES_COLUMNS order (CPU % over the interval before each)."""
+        out = []
+        t, cpu = self.t, self.cpu
+        for i in range(self.n):
+            pct = 0.0
+            if i:
+                dt = t[i] - t[i - 1]
+                used = cpu[i] - cpu[i - 1] - self.joined.get(i, 0.0)
+                pct = 100.0 * used / dt if dt > 0 else 0.0
+            uss, pss, children, gpu = self.slow.get(i, (None, None, None, None))
+            rd, wr, units = self.rd[i], self.wr[i], self.units[i]
+            out.append((
+                round(t[i] - t0, 6), self.rss[i], round(self.user[i], 3),
+                round(self.system[i], 3), round(max(pct, 0.0), 2), self.threads[i],
+                rd if rd >= 0 else None, wr if wr >= 0 else None, uss, pss, children,
+                units if units >= 0 else None, *(gpu or (None, None, None, None)),
+            ))  # fmt: skip
+        return out
+
+
 class Sampler:
-    """Samples one process or a process tree; ``begin`` → ``sample``… → ``end``."""
+    """Samples one process or a process tree; ``begin`` → ``tick``… → ``end``."""
 
     def __init__(
         self,
@@ -175,13 +256,20 @@ class Sampler:
     ) -> None:
         self.cfg = cfg
         self.units = units
+        self._units_cell: Any = None  # the shared counter's ctypes cell: read without a call
+        self._cells: list[SharedInt] = []  # keeps the mappings alive
         if units is None and cfg.units_fd is not None:
-            cell = SharedInt(cfg.units_fd)
-            self.units = lambda: cell.value
-        self.rss_cell = SharedInt(cfg.rss_fd) if cfg.rss_fd is not None else None
+            self._cells.append(SharedInt(cfg.units_fd))
+            self._units_cell = self._cells[-1]._cell
+        self._rss_cell: Any = None
+        if cfg.rss_fd is not None:
+            self._cells.append(SharedInt(cfg.rss_fd))
+            self._rss_cell = self._cells[-1]._cell
         self.on_breach = on_breach
         self.latest_rss = 0
         self.result = SamplerResult()
+        self._series = _Series()
+        self.lags = array("d")  # seconds each scheduled sample came after its time
         self._gpu, self.result.gpu_note = _Gpu.open() if cfg.gpu else (None, None)
         if self._gpu is not None:
             self.result.gpu_names = self._gpu.names
@@ -192,10 +280,10 @@ class Sampler:
         self._dead = [0.0, 0.0, 0, 0]  # user, system, read, write of exited processes
         self._joined_cpu = 0.0
         self._base: tuple[float, float, int, int] = (0.0, 0.0, 0, 0)
-        self._prev_cpu: tuple[float, float] | None = None
         self._cpu_base = 0.0
         self._children = 0
         self._next_children = self._next_slow = self._next_smaps = 0.0
+        self._next_due = 0.0  # the earlier of the two above: one comparison per tick
         # USS, PSS, GPU (device mem, util, the trial's mem, util) from the last slow tick,
         # not yet attached to a sample
         self._slow: tuple[int | None, int | None, tuple | None] | None = None
@@ -211,7 +299,7 @@ class Sampler:
         first = self._read_tree()
         if first is not None and self.cfg.relative:
             _rss, user, system, _thr, rd, wr = first
-            self._base = (user, system, rd or 0, wr or 0)
+            self._base = (user, system, max(rd, 0), max(wr, 0))
         self._cpu_base = self._cpu_now(first) if self.cfg.relative else 0.0
         self._discover(now)
         self._slow_tick(now)
@@ -224,17 +312,35 @@ class Sampler:
         self._readers.clear()
         if self._gpu is not None:
             self._gpu.close()
+        ser = self._series
+        if not self.cfg.tree and ser.n:  # the lean loop keeps no per-process peak: the series does
+            peaks = self.result.proc_peaks
+            peaks[self.cfg.pid] = max(peaks.get(self.cfg.pid, 0), max(ser.rss[: ser.n]))
+        self.result.rows = ser.rows(self._t0)
+        if self.lags:
+            lags = sorted(self.lags)
+            self.result.lag_ms = {
+                "p50": round(1e3 * lags[len(lags) // 2], 3),
+                "p99": round(1e3 * lags[min(len(lags) - 1, int(0.99 * len(lags)))], 3),
+                "max": round(1e3 * lags[-1], 3),
+            }
         return self.result
 
     def tick(self, now: float) -> bool:
         """One scheduled sample (with the slow work when due); False once the tree is gone."""
+        if now >= self._next_due:
+            self.tick_due(now)
+        self.sample(now)
+        self.result.scheduled += 1
+        return bool(self._readers)
+
+    def tick_due(self, now: float) -> None:
+        """The work of a tick that is not every tick's: new children, the slow reads."""
         if now >= self._next_children:
             self._discover(now)
         if now >= self._next_slow:
             self._slow_tick(now)
-        self.sample(now)
-        self.result.scheduled += 1
-        return bool(self._readers)
+        self._next_due = min(self._next_children, self._next_slow)
 
     # -- sampling ----------------------------------------------------------------------------
 
@@ -258,8 +364,12 @@ class Sampler:
             for pid in kids:
                 self._add_process(pid, joined=True)
 
-    def _read_tree(self) -> tuple[int, float, float, int, int | None, int | None] | None:
-        """Sum of every tracked process; exited ones keep contributing their CPU and I/O."""
+    def _read_tree(self) -> tuple[int, float, float, int, int, int] | None:
+        """Sum of every tracked process; exited ones keep contributing their CPU and I/O.
+
+        I/O is -1 where no process's /proc/PID/io is readable."""
+        if len(self._readers) == 1 and not any(self._dead):
+            return self._read_one()
         rss = threads = 0
         user, system, rd, wr = self._dead
         io_seen = False
@@ -268,15 +378,9 @@ class Sampler:
             try:
                 s = reader.read()
             except procfs.ProcGone:
-                reader.close()
-                del self._readers[pid]
-                prev = self._last.pop(pid, None)
-                if prev is not None:
-                    gone = (prev.cpu_user_s, prev.cpu_system_s, prev.read_bytes or 0,
-                            prev.write_bytes or 0)  # fmt: skip
-                    self._dead = [a + b for a, b in zip(self._dead, gone, strict=True)]
-                    user, system = user + gone[0], system + gone[1]
-                    rd, wr = rd + gone[2], wr + gone[3]
+                gone = self._gone(pid)  # what it had used: in _dead from the next sample on
+                user, system = user + gone[0], system + gone[1]
+                rd, wr = rd + gone[2], wr + gone[3]
                 continue
             self._last[pid] = s
             rss += s.rss_bytes
@@ -291,7 +395,33 @@ class Sampler:
                 peaks[pid] = s.rss_bytes
         if not self._readers:
             return None
-        return rss, user, system, threads, rd if io_seen else None, wr if io_seen else None
+        return rss, user, system, threads, rd if io_seen else -1, wr if io_seen else -1
+
+    def _read_one(self) -> tuple[int, float, float, int, int, int] | None:
+        """The common case, one process and none exited yet: no loop, no sums."""
+        pid, reader = next(iter(self._readers.items()))
+        try:
+            s = reader.read()
+        except procfs.ProcGone:
+            self._gone(pid)
+            return None
+        self._last[pid] = s
+        if s.rss_bytes > self.result.proc_peaks.get(pid, 0):
+            self.result.proc_peaks[pid] = s.rss_bytes
+        rd, wr = s.read_bytes, s.write_bytes
+        return (s.rss_bytes, s.cpu_user_s, s.cpu_system_s, s.threads,
+                -1 if rd is None else rd, -1 if wr is None else wr)  # fmt: skip
+
+    def _gone(self, pid: int) -> tuple[float, float, int, int]:
+        """A process exited: close its reader and keep its last CPU and I/O in the totals
+        (``_dead``); returns them (user, system, read, write)."""
+        self._readers.pop(pid).close()
+        prev = self._last.pop(pid, None)
+        if prev is None:
+            return (0.0, 0.0, 0, 0)
+        gone = (prev.cpu_user_s, prev.cpu_system_s, prev.read_bytes or 0, prev.write_bytes or 0)
+        self._dead = [a + b for a, b in zip(self._dead, gone, strict=True)]
+        return gone
 
     def _cpu_now(self, tree: tuple | None) -> float:
         """CPU seconds so far: the process's CPU clock (ns) when it is one process, else ticks."""
@@ -307,49 +437,48 @@ class Sampler:
         if tree is None:
             return
         rss, user, system, threads, rd, wr = tree
-        cpu_now = self._cpu_now(tree) - self._cpu_base
-        user -= self._base[0]
-        system -= self._base[1]
-        if self._prev_cpu is None:
-            cpu_pct = 0.0
+        base = self._base
+        ser = self._series
+        if self._units_cell is not None:
+            units = self._units_cell.value
         else:
-            dt = now - self._prev_cpu[0]
-            used = cpu_now - self._prev_cpu[1] - self._joined_cpu
-            cpu_pct = 100.0 * used / dt if dt > 0 else 0.0
-        self._joined_cpu = 0.0
-        self._prev_cpu = (now, cpu_now)
-        if rd is not None:
-            rd -= self._base[2]
-            wr -= self._base[3]
-        uss, pss, children = None, None, None
-        gpu_mem = gpu_util = gpu_proc_mem = gpu_proc_util = None
-        if self._slow is not None:  # values from a slow tick land on the next sample only
-            uss, pss, gpu = self._slow
-            if gpu is not None:
-                gpu_mem, gpu_util, gpu_proc_mem, gpu_proc_util = gpu
-            children = self._children
-            self._slow = None
-        units = self.units() if self.units is not None else None
+            units = self.units() if self.units is not None else -1
+        i = ser.add(now, rss, user - base[0], system - base[1],
+                    self._cpu_now(tree) - self._cpu_base, threads,
+                    rd - base[2] if rd >= 0 else -1, wr - base[3] if wr >= 0 else -1, units)
+        self._after(i, now, rss)
+
+    def _after(self, i: int, now: float, rss: int) -> None:
+        """What follows storing sample ``i``: slow values, the shared RSS, the budget."""
+        ser = self._series
+        if self._joined_cpu:
+            ser.joined[i] = self._joined_cpu
+            self._joined_cpu = 0.0
+        if self._slow is not None:
+            self._attach_slow(i)
         self.latest_rss = rss
-        if self.rss_cell is not None:
-            self.rss_cell.value = rss
-        self.result.rows.append(
-            (
-                round(now - self._t0, 6), rss, round(user, 3), round(system, 3),
-                round(max(cpu_pct, 0.0), 2), threads, rd, wr, uss, pss, children, units,
-                gpu_mem, gpu_util, gpu_proc_mem, gpu_proc_util,
-            )
-        )  # fmt: skip
-        res = self.result
+        if self._rss_cell is not None:
+            self._rss_cell.value = rss
         budget = self.cfg.memory_budget
-        if budget is not None and rss > budget and res.budget_breach_t is None:
-            res.budget_breach_t = round(now - self._t0, 3)
-            res.budget_breach_rss_bytes = rss
-            if self.on_breach is not None:
-                try:
-                    self.on_breach(rss)
-                except Exception as exc:  # the sampler must outlive a failing callback
-                    res.error = f"on_breach failed: {exc}"
+        if budget is not None and rss > budget and self.result.budget_breach_t is None:
+            self._breach(now, rss)
+
+    def _attach_slow(self, i: int) -> None:
+        """Values from a slow tick land on the next sample (row ``i``) only."""
+        assert self._slow is not None
+        uss, pss, gpu = self._slow
+        self._series.slow[i] = (uss, pss, self._children, gpu)
+        self._slow = None
+
+    def _breach(self, now: float, rss: int) -> None:
+        res = self.result
+        res.budget_breach_t = round(now - self._t0, 3)
+        res.budget_breach_rss_bytes = rss
+        if self.on_breach is not None:
+            try:
+                self.on_breach(rss)
+            except Exception as exc:  # the sampler must outlive a failing callback
+                res.error = f"on_breach failed: {exc}"
 
     def _slow_tick(self, now: float) -> None:
         """Once a second: per-process VmHWM, GPU, and USS/PSS when their budget allows."""
@@ -381,21 +510,134 @@ class Sampler:
 # -- the sampler process ----------------------------------------------------------------------
 
 
-def sample_until(sampler: Sampler, control: int) -> None:
-    """Sample on the clock until the parent says stop (or goes away); never burst."""
+def lower_priority(policy: str) -> str:
+    """Give this process the CPU policy ``policy`` (SCHED_POLICIES); returns what it got.
+
+    Why: on a host whose cores the workers saturate, a sampler that preempts one
+    on every wake-up stalls it mid-work — and if that worker holds the GIL, the
+    other workers with it. Under SCHED_BATCH or SCHED_IDLE a waking sampler
+    never preempts; it runs at the next scheduler tick or on a free core. Where
+    the policy cannot be set, nice 19 is the next best ("nice 19").
+    """
+    if policy == "normal":
+        return "normal"
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE if policy == "idle" else os.SCHED_BATCH,
+                              os.sched_param(0))  # fmt: skip
+        return policy
+    except (AttributeError, OSError):
+        try:
+            os.nice(19)
+        except OSError:
+            return "normal"
+        return "nice 19"
+
+
+def sample_until(sampler: Sampler, control: int, *, lean: bool = True) -> None:
+    """Sample on the clock until the parent says stop (or goes away); never burst.
+
+    Each wake-up's lateness is kept (``Sampler.lags``); a sample whose slot has
+    passed is skipped and counted (``result.missed``), and the clock stays on its
+    grid. One process (the common case) takes the lean loop, which wakes into
+    cold caches 100 times a second and so touches as little as it can; a tree,
+    or anything unusual in the lean loop, takes the general one (``lean=False``:
+    always, for ``benchmarks/bench_sampler_tick.py`` to compare the two).
+    """
     interval = 1.0 / sampler.cfg.sample_hz
-    next_t = sampler._t0 + interval
-    while True:
+    next_t: float | None = sampler._t0 + interval
+    if (lean and not sampler.cfg.tree and sampler._cpu_clock is not None
+            and len(sampler._readers) == 1):
+        next_t = _one_process_until(sampler, control, next_t, interval)
+    watch, nothing = [control], []
+    while next_t is not None:
         # select() on the control pipe: one syscall per wake-up, and it returns at once
         # when the parent writes "stop" (or dies, which closes the pipe).
-        if select.select([control], [], [], max(0.0, next_t - time.perf_counter()))[0]:
+        if select.select(watch, nothing, nothing, max(0.0, next_t - time.perf_counter()))[0]:
             return
         now = time.perf_counter()
+        sampler.lags.append(now - next_t)
         if not sampler.tick(now):  # the whole tree has exited
             return
-        next_t += interval
-        if next_t < now:  # fell behind (machine busy): skip, never burst
-            next_t = now + interval
+        next_t = _next_slot(sampler, next_t, interval, now)
+
+
+def _next_slot(sampler: Sampler, next_t: float, interval: float, now: float) -> float:
+    """The next slot on the grid after ``now``; slots already passed are counted as missed."""
+    next_t += interval
+    if next_t <= now:  # fell behind (machine busy): skip, never burst
+        skipped = int((now - next_t) // interval) + 1
+        sampler.result.missed += skipped
+        next_t += skipped * interval
+    return next_t
+
+
+def _one_process_until(sampler: Sampler, control: int, next_t: float,
+                       interval: float) -> float | None:  # fmt: skip
+    """``Sampler.tick`` for one process, unrolled into one function body.
+
+    Why unrolled: at 100 Hz every wake-up finds cold caches, and there each
+    Python call (a method, a named tuple's constructor) costs microseconds; here
+    the calls of ``tick`` → ``sample`` → ``_Series.add`` … are inlined
+    (``benchmarks/bench_sampler_tick.py`` measures this loop against the general
+    one). The stores mirror ``_Series.add`` and ``Sampler._after``: change them
+    together.
+
+    Returns None when the parent says stop, else the slot for the general loop
+    to go on from (the process is exiting: ``tick`` records that as it should).
+    """
+    watch, nothing = [control], []
+    wait, clock, cpu_clock = select.select, time.perf_counter, time.clock_gettime
+    lags, series, res = sampler.lags, sampler._series, sampler.result
+    col_t, col_rss, col_user, col_sys = series.t, series.rss, series.user, series.system
+    col_cpu, col_thr, col_rd, col_wr, col_units = (series.cpu, series.threads, series.rd,
+                                                   series.wr, series.units)  # fmt: skip
+    read = next(iter(sampler._readers.values())).read_tuple
+    clk, cpu_base = sampler._cpu_clock, sampler._cpu_base
+    units_cell, units, rss_cell = sampler._units_cell, sampler.units, sampler._rss_cell
+    b_user, b_sys, b_rd, b_wr = sampler._base
+    budget = sampler.cfg.memory_budget if res.budget_breach_t is None else None
+    taken = 0
+    try:
+        while True:
+            if wait(watch, nothing, nothing, max(0.0, next_t - clock()))[0]:
+                return None
+            now = clock()
+            if now >= sampler._next_due:
+                sampler.tick_due(now)
+            try:
+                rss, user, system, threads, rd, wr = read()
+                cpu = cpu_clock(clk) - cpu_base
+            except (procfs.ProcGone, OSError):
+                return next_t
+            lags.append(now - next_t)
+            i = series.n
+            if i == series.capacity:
+                series.grow()
+            col_t[i] = now
+            col_rss[i] = rss
+            col_user[i] = user - b_user
+            col_sys[i] = system - b_sys
+            col_cpu[i] = cpu
+            col_thr[i] = threads
+            col_rd[i] = -1 if rd is None else rd - b_rd
+            col_wr[i] = -1 if wr is None else wr - b_wr
+            col_units[i] = (units_cell.value if units_cell is not None
+                            else units() if units is not None else -1)  # fmt: skip
+            series.n = i + 1
+            if sampler._slow is not None:
+                sampler._attach_slow(i)
+            sampler.latest_rss = rss
+            if rss_cell is not None:
+                rss_cell.value = rss
+            if budget is not None and rss > budget:
+                sampler._breach(now, rss)
+                budget = None
+            taken += 1
+            next_t += interval
+            if next_t <= now:  # fell behind: as _next_slot
+                next_t = _next_slot(sampler, next_t - interval, interval, now)
+    finally:
+        res.scheduled += taken
 
 
 def _read_line(fd: int) -> bytes:
@@ -427,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     if not line or line[0] != b"go":
         return 0  # the parent went away (or gave up) before the trial began
     sampler.result.startup_cpu_seconds = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+    # After the start-up, which then runs at full priority (the parent waits for it).
+    sampler.result.sched_policy = lower_priority(cfg.sched)
     cpu0 = time.thread_time()
     try:
         sampler.begin(float(line[1]))
