@@ -121,13 +121,18 @@ def _cluster_processes(temp_dir: str) -> list[int]:
     return out
 
 
+HOLD_MIB = 800  # what node 1 (only) holds in the shared sweep: an unbalanced cluster
+HOLDING = "tests.fixtures.ray_workloads:SleepHoldingOnOneNode"
+
+
 @pytest.fixture(scope="module")
 def two_node_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One --dry-run sweep of a sleep-bound workload at 1 and 2 nodes (a real Ray cluster)."""
+    """One --dry-run sweep of a sleep-bound workload at 1 and 2 nodes (a real Ray cluster),
+    where node 1 alone holds HOLD_MIB MiB for the whole trial."""
     out = tmp_path_factory.mktemp("ray")
-    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2], workload="sleep",
-                     workload_params={"unit_ms": "10"}, duration_s=3.0, repeats=1, dry_run=True,
-                     provider="local", out=out)
+    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2], workload=HOLDING,
+                     workload_params={"unit_ms": "10", "hold_mib": str(HOLD_MIB)},
+                     duration_s=3.0, repeats=1, dry_run=True, provider="local", out=out)
     return run_sweep(spec, console=quiet())
 
 
@@ -160,6 +165,57 @@ def test_every_node_reports_its_own_rate_memory_and_cpu_and_the_cluster_its_tota
         < 0.25 * sum(rates)
 
 
+def _per_node(sweep: Path, column: str, nodes: int = 2) -> list:
+    frame = pd.read_parquet(sweep / "trials.parquet")
+    return json.loads(frame[frame["nodes"] == nodes][column].iloc[0])
+
+
+@pytest.mark.slow
+def test_each_node_peaks_in_its_own_cgroup_so_the_node_that_holds_memory_stands_out(
+        two_node_sweep: Path) -> None:
+    assert _per_node(two_node_sweep, "node_peak_rss_source") == ["cgroup-v1", "cgroup-v1"]
+    node0, node1 = _per_node(two_node_sweep, "node_peak_rss_bytes")
+    assert node1 >= HOLD_MIB * 2**20  # the kernel saw the whole block on node 1
+    assert node1 - node0 >= HOLD_MIB * 2**20 / 2, (node0, node1)  # and node 0 well below
+    # The sampled tree agrees (its RSS sum counts pages the processes share, such as the
+    # object store, once per process: the cgroup counts each page once).
+    sampled0, sampled1 = _per_node(two_node_sweep, "node_peak_rss_sampled_bytes")
+    assert sampled1 - sampled0 >= HOLD_MIB * 2**20 / 2
+
+
+@pytest.mark.slow
+def test_the_nodes_memory_cgroups_are_gone_after_the_sweep(two_node_sweep: Path) -> None:
+    from workloads.cgroup import node_cgroup_name, own_memory_cgroup
+
+    sweep = json.loads((two_node_sweep / "sweep.json").read_text())
+    head = next(v for v in sweep["vms"].values() if "ray" in v)
+    _version, parent = own_memory_cgroup(Path("/proc/self/cgroup").read_text(),
+                                         Path("/proc/self/mountinfo").read_text())
+    names = [node_cgroup_name(head["ray"]["temp_dir"], i) for i in range(2)]
+    assert [n for n in names if (parent / n).exists()] == []
+    assert head["ray"]["notes"] == []  # every node had its cgroup: nothing to say
+
+
+@pytest.mark.slow
+def test_without_cgroups_a_node_says_its_peak_is_sampled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLOUDPROF_NO_CGROUP", "1")
+    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[1], nodes=[2], workload="sleep",
+                     duration_s=1.0, repeats=1, dry_run=True, provider="local",
+                     out=tmp_path)
+    sweep = run_sweep(spec, console=quiet())
+    frame = pd.read_parquet(sweep / "trials.parquet")
+    assert (frame["status"] == "ok").all(), frame["error"].tolist()
+    assert _per_node(sweep, "node_peak_rss_source") == ["sampled_tree", "sampled_tree"]
+    assert _per_node(sweep, "node_peak_rss_bytes") == \
+        _per_node(sweep, "node_peak_rss_sampled_bytes")
+    head = next(v for v in json.loads((sweep / "sweep.json").read_text())["vms"].values()
+                if "ray" in v)
+    assert sorted(head["ray"]["notes"]) == [
+        f"note: node {i} has no memory cgroup (CLOUDPROF_NO_CGROUP is set): its peaks are "
+        "sampled" for i in range(2)]
+
+
 @pytest.mark.slow
 def test_no_ray_process_of_the_sweep_outlives_it(two_node_sweep: Path) -> None:
     sweep = json.loads((two_node_sweep / "sweep.json").read_text())
@@ -184,12 +240,14 @@ def test_the_report_shows_scale_up_and_scale_out_side_by_side_with_per_node_memo
     rows = report_document(run)["scale_out"]
     assert [(r["nodes"], r["workers"]) for r in rows] == [(1, 2), (2, 2)]
     two = rows[1]
-    assert len(two["node_peaks"]) == 2 and two["imbalance"] >= 1.0
+    assert len(two["node_peaks"]) == 2
+    assert two["imbalance"] >= 1.5  # node 1 holds HOLD_MIB more: the unbalanced node shows
+    assert two["node_peak_source"] == "cgroup-v1"
     assert two["cost_per_million_units"] > 0
     assert list(summarise(run.trials)["workers"]) == [2]  # scale-up tables: one VM only
     html = (two_node_sweep / "report.html").read_text()
     assert "Scale out: throughput, cost and memory per node count" in html
-    assert "peak RSS per node" in html
+    assert "peak RSS per node" in html and "cgroup-v1" in html
 
 
 def test_a_command_job_on_a_cluster_runs_as_the_driver_with_ray_address_set(
