@@ -112,6 +112,71 @@ def test_cluster_commands_pin_each_node_and_keep_nodes_on_one_host_apart(
     assert isinstance(plan, ClusterPlan)
 
 
+NODE_RUN = """
+import json, sys, time
+from workloads.ray_trial import _NodeRun
+run = _NodeRun("memory-steady", {"mb": sys.argv[1], "unit_ms": "5"}, None, 20.0)
+run.prepare()
+run.start(1)
+time.sleep(1.0)
+print(json.dumps(run.finish()))
+"""
+
+
+def _node_run(mib: int, env: dict[str, str], cgroup: object = None) -> dict:
+    """One node's actor logic (``_NodeRun``) without Ray, in a process of its own: this
+    test process stands in for its raylet (the parent whose tree the agent samples)."""
+    proc = subprocess.run([sys.executable, "-c", NODE_RUN, str(mib)], capture_output=True,
+                          text=True, timeout=120, env=env,
+                          preexec_fn=getattr(cgroup, "join_in_child", None))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_node_in_its_cgroup_reports_the_kernels_peak_with_the_sampled_one_beside_it(
+        ) -> None:
+    from workloads.cgroup import CgroupUnavailable, TrialCgroup
+    from workloads.protocol import NODE_KEYS
+
+    env = {k: v for k, v in os.environ.items() if k != "CLOUDPROF_NO_CGROUP"}
+    try:
+        cgroup = TrialCgroup.create(f"cloudprof-node-unit-{os.getpid()}")
+    except CgroupUnavailable as exc:
+        pytest.skip(f"no memory cgroup here: {exc}")
+    try:
+        node = _node_run(150, env, cgroup)
+    finally:
+        assert cgroup.remove() is None
+    assert set(node) == set(NODE_KEYS) - {"node", "hostname", "node_params"}
+    assert node["peak_rss_source"] == cgroup.version and node["peak_rss_scope"] == "trial"
+    assert node["cgroup"] == str(cgroup.path) and node["peak_rss_note"] is None
+    assert node["peak_rss_bytes"] >= 150 * 2**20  # the block, held from prepare() on
+    assert node["peak_rss_upper_bound_bytes"] >= node["peak_rss_sampled_bytes"] > 0
+    assert node["agent"]["samples"] >= 5 and node["units"] > 0
+    assert len(node["samples"]) == node["agent"]["samples"]
+    assert node["samples"][-1][3] == node["units"]  # the sampler recorded the node's units
+
+
+def test_a_node_without_a_cgroup_reports_its_sampled_peak_and_says_why() -> None:
+    node = _node_run(20, {**os.environ, "CLOUDPROF_NO_CGROUP": "1"})
+    assert node["peak_rss_source"] == "sampled_tree" and node["cgroup"] is None
+    assert node["peak_rss_bytes"] == node["peak_rss_sampled_bytes"] > 0
+    assert node["peak_rss_note"] == "CLOUDPROF_NO_CGROUP is set"
+
+
+def test_the_clusters_totals_add_up_its_nodes_and_name_every_peak_source() -> None:
+    from workloads.ray_trial import cluster_totals
+
+    nodes = [{"units": 10, "units_per_s": 5.0, "peak_rss_bytes": 300,
+              "peak_rss_source": "cgroup-v1", "cpu_seconds": 1.5},
+             {"units": 30, "units_per_s": 15.0, "peak_rss_bytes": 900,
+              "peak_rss_source": "sampled_tree", "cpu_seconds": 0.5}]
+    assert cluster_totals(nodes) == {
+        "nodes": 2, "units": 40, "units_per_s": 20.0, "peak_rss_bytes_sum": 1200,
+        "peak_rss_bytes_max_node": 900, "peak_rss_sources": ["cgroup-v1", "sampled_tree"],
+        "cpu_seconds": 2.0}
+
+
 def _cluster_processes(temp_dir: str) -> list[int]:
     out = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -247,7 +312,7 @@ def test_the_report_shows_scale_up_and_scale_out_side_by_side_with_per_node_memo
     assert list(summarise(run.trials)["workers"]) == [2]  # scale-up tables: one VM only
     html = (two_node_sweep / "report.html").read_text()
     assert "Scale out: throughput, cost and memory per node count" in html
-    assert "peak RSS per node" in html and "cgroup-v1" in html
+    assert "peak RSS per node" in html and "<td>cgroup-v1</td>" in html
 
 
 def test_a_command_job_on_a_cluster_runs_as_the_driver_with_ray_address_set(
