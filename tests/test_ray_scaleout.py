@@ -177,6 +177,19 @@ def test_the_clusters_totals_add_up_its_nodes_and_name_every_peak_source() -> No
         "cpu_seconds": 2.0}
 
 
+def _node_cgroups_left(temp_dir: str, nodes: int = 2) -> list[str]:
+    """The nodes' memory cgroups of the cluster under ``temp_dir`` still on this host."""
+    from workloads.cgroup import CgroupUnavailable, node_cgroup_name, own_memory_cgroup
+
+    try:
+        _version, parent = own_memory_cgroup(Path("/proc/self/cgroup").read_text(),
+                                             Path("/proc/self/mountinfo").read_text())
+    except CgroupUnavailable:
+        return []
+    names = [node_cgroup_name(temp_dir, i) for i in range(nodes)]
+    return [name for name in names if (parent / name).exists()]
+
+
 def _cluster_processes(temp_dir: str) -> list[int]:
     out = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -250,14 +263,9 @@ def test_each_node_peaks_in_its_own_cgroup_so_the_node_that_holds_memory_stands_
 
 @pytest.mark.slow
 def test_the_nodes_memory_cgroups_are_gone_after_the_sweep(two_node_sweep: Path) -> None:
-    from workloads.cgroup import node_cgroup_name, own_memory_cgroup
-
     sweep = json.loads((two_node_sweep / "sweep.json").read_text())
     head = next(v for v in sweep["vms"].values() if "ray" in v)
-    _version, parent = own_memory_cgroup(Path("/proc/self/cgroup").read_text(),
-                                         Path("/proc/self/mountinfo").read_text())
-    names = [node_cgroup_name(head["ray"]["temp_dir"], i) for i in range(2)]
-    assert [n for n in names if (parent / n).exists()] == []
+    assert _node_cgroups_left(head["ray"]["temp_dir"]) == []
     assert head["ray"]["notes"] == []  # every node had its cgroup: nothing to say
 
 
@@ -370,3 +378,4 @@ def test_ctrl_c_while_the_cluster_starts_leaves_no_ray_process_behind(tmp_path: 
             proc.kill()
     assert proc.returncode == 130, err
     assert _cluster_processes(temp_dir) == []
+    assert _node_cgroups_left(temp_dir) == []

@@ -229,7 +229,10 @@ class PeakWindow:
         self.version, self.path = version, path
         self.scope = "cgroup lifetime"  # "trial" once a reset took
         name = "memory.peak" if version == "cgroup-v2" else "memory.max_usage_in_bytes"
-        self._fd = os.open(path / name, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self._fd = os.open(path / name, os.O_RDWR | os.O_CLOEXEC)
+        except PermissionError:  # v2 before 6.12: memory.peak is read-only
+            self._fd = os.open(path / name, os.O_RDONLY | os.O_CLOEXEC)
 
     def reset(self) -> str:
         """Start the window now; returns its scope ("trial" or "cgroup lifetime")."""
