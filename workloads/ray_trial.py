@@ -44,12 +44,14 @@ class _NodeRun:
     """What runs inside one actor: the workload on this node, under the node's agent.
 
     The agent is the runner's own (``workloads.agent.Agent``): a sampler *process*,
-    started by this actor for each timed run, that samples the node's Ray processes
-    as a tree — the raylet (this actor's parent) and its descendants, the worker
-    processes — from /proc, so that no sampling code runs in this process or takes
-    its GIL from the workload's threads. Started here rather than beside ``ray
-    start`` because the actor is what knows when a trial begins and ends, and its
-    parent is the raylet: no pid has to be found or passed between processes.
+    one per run, started by this actor ahead of the run (in ``prepare``, then after
+    each run: a Python start-up must not delay one node's work), that samples the
+    node's Ray processes as a tree — the raylet (this actor's parent) and its
+    descendants, the worker processes — from /proc, so that no sampling code runs
+    in this process or takes its GIL from the workload's threads. Started here
+    rather than beside ``ray start`` because the actor is what knows when a trial
+    begins and ends, and its parent is the raylet: no pid has to be found or passed
+    between processes.
 
     The node's peak comes from the kernel where it can: the memory cgroup its
     ``ray start`` ran in (``start_node``), whose high-water mark is reset when the
