@@ -112,6 +112,84 @@ def test_cluster_commands_pin_each_node_and_keep_nodes_on_one_host_apart(
     assert isinstance(plan, ClusterPlan)
 
 
+NODE_RUN = """
+import json, sys, time
+from workloads.ray_trial import _NodeRun
+run = _NodeRun("memory-steady", {"mb": sys.argv[1], "unit_ms": "5"}, None, 20.0)
+run.prepare()
+run.start(1)
+time.sleep(1.0)
+print(json.dumps(run.finish()))
+"""
+
+
+def _node_run(mib: int, env: dict[str, str], cgroup: object = None) -> dict:
+    """One node's actor logic (``_NodeRun``) without Ray, in a process of its own: this
+    test process stands in for its raylet (the parent whose tree the agent samples)."""
+    proc = subprocess.run([sys.executable, "-c", NODE_RUN, str(mib)], capture_output=True,
+                          text=True, timeout=120, env=env,
+                          preexec_fn=getattr(cgroup, "join_in_child", None))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_node_in_its_cgroup_reports_the_kernels_peak_with_the_sampled_one_beside_it(
+        ) -> None:
+    from workloads.cgroup import CgroupUnavailable, TrialCgroup
+    from workloads.protocol import NODE_KEYS
+
+    env = {k: v for k, v in os.environ.items() if k != "CLOUDPROF_NO_CGROUP"}
+    try:
+        cgroup = TrialCgroup.create(f"cloudprof-node-unit-{os.getpid()}")
+    except CgroupUnavailable as exc:
+        pytest.skip(f"no memory cgroup here: {exc}")
+    try:
+        node = _node_run(150, env, cgroup)
+    finally:
+        assert cgroup.remove() is None
+    assert set(node) == set(NODE_KEYS) - {"node", "hostname", "node_params"}
+    assert node["peak_rss_source"] == cgroup.version and node["peak_rss_scope"] == "trial"
+    assert node["cgroup"] == str(cgroup.path) and node["peak_rss_note"] is None
+    assert node["peak_rss_bytes"] >= 150 * 2**20  # the block, held from prepare() on
+    assert node["peak_rss_upper_bound_bytes"] >= node["peak_rss_sampled_bytes"] > 0
+    assert node["agent"]["samples"] >= 5 and node["units"] > 0
+    assert len(node["samples"]) == node["agent"]["samples"]
+    assert node["samples"][-1][3] == node["units"]  # the sampler recorded the node's units
+
+
+def test_a_node_without_a_cgroup_reports_its_sampled_peak_and_says_why() -> None:
+    node = _node_run(20, {**os.environ, "CLOUDPROF_NO_CGROUP": "1"})
+    assert node["peak_rss_source"] == "sampled_tree" and node["cgroup"] is None
+    assert node["peak_rss_bytes"] == node["peak_rss_sampled_bytes"] > 0
+    assert node["peak_rss_note"] == "CLOUDPROF_NO_CGROUP is set"
+
+
+def test_the_clusters_totals_add_up_its_nodes_and_name_every_peak_source() -> None:
+    from workloads.ray_trial import cluster_totals
+
+    nodes = [{"units": 10, "units_per_s": 5.0, "peak_rss_bytes": 300,
+              "peak_rss_source": "cgroup-v1", "cpu_seconds": 1.5},
+             {"units": 30, "units_per_s": 15.0, "peak_rss_bytes": 900,
+              "peak_rss_source": "sampled_tree", "cpu_seconds": 0.5}]
+    assert cluster_totals(nodes) == {
+        "nodes": 2, "units": 40, "units_per_s": 20.0, "peak_rss_bytes_sum": 1200,
+        "peak_rss_bytes_max_node": 900, "peak_rss_sources": ["cgroup-v1", "sampled_tree"],
+        "cpu_seconds": 2.0}
+
+
+def _node_cgroups_left(temp_dir: str, nodes: int = 2) -> list[str]:
+    """The nodes' memory cgroups of the cluster under ``temp_dir`` still on this host."""
+    from workloads.cgroup import CgroupUnavailable, node_cgroup_name, own_memory_cgroup
+
+    try:
+        _version, parent = own_memory_cgroup(Path("/proc/self/cgroup").read_text(),
+                                             Path("/proc/self/mountinfo").read_text())
+    except CgroupUnavailable:
+        return []
+    names = [node_cgroup_name(temp_dir, i) for i in range(nodes)]
+    return [name for name in names if (parent / name).exists()]
+
+
 def _cluster_processes(temp_dir: str) -> list[int]:
     out = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -121,13 +199,18 @@ def _cluster_processes(temp_dir: str) -> list[int]:
     return out
 
 
+HOLD_MIB = 800  # what node 1 (only) holds in the shared sweep: an unbalanced cluster
+HOLDING = "tests.fixtures.ray_workloads:SleepHoldingOnOneNode"
+
+
 @pytest.fixture(scope="module")
 def two_node_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One --dry-run sweep of a sleep-bound workload at 1 and 2 nodes (a real Ray cluster)."""
+    """One --dry-run sweep of a sleep-bound workload at 1 and 2 nodes (a real Ray cluster),
+    where node 1 alone holds HOLD_MIB MiB for the whole trial."""
     out = tmp_path_factory.mktemp("ray")
-    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2], workload="sleep",
-                     workload_params={"unit_ms": "10"}, duration_s=3.0, repeats=1, dry_run=True,
-                     provider="local", out=out)
+    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2], workload=HOLDING,
+                     workload_params={"unit_ms": "10", "hold_mib": str(HOLD_MIB)},
+                     duration_s=3.0, repeats=1, dry_run=True, provider="local", out=out)
     return run_sweep(spec, console=quiet())
 
 
@@ -160,6 +243,52 @@ def test_every_node_reports_its_own_rate_memory_and_cpu_and_the_cluster_its_tota
         < 0.25 * sum(rates)
 
 
+def _per_node(sweep: Path, column: str, nodes: int = 2) -> list:
+    frame = pd.read_parquet(sweep / "trials.parquet")
+    return json.loads(frame[frame["nodes"] == nodes][column].iloc[0])
+
+
+@pytest.mark.slow
+def test_each_node_peaks_in_its_own_cgroup_so_the_node_that_holds_memory_stands_out(
+        two_node_sweep: Path) -> None:
+    assert _per_node(two_node_sweep, "node_peak_rss_source") == ["cgroup-v1", "cgroup-v1"]
+    node0, node1 = _per_node(two_node_sweep, "node_peak_rss_bytes")
+    assert node1 >= HOLD_MIB * 2**20  # the kernel saw the whole block on node 1
+    assert node1 - node0 >= HOLD_MIB * 2**20 / 2, (node0, node1)  # and node 0 well below
+    # The sampled tree agrees (its RSS sum counts pages the processes share, such as the
+    # object store, once per process: the cgroup counts each page once).
+    sampled0, sampled1 = _per_node(two_node_sweep, "node_peak_rss_sampled_bytes")
+    assert sampled1 - sampled0 >= HOLD_MIB * 2**20 / 2
+
+
+@pytest.mark.slow
+def test_the_nodes_memory_cgroups_are_gone_after_the_sweep(two_node_sweep: Path) -> None:
+    sweep = json.loads((two_node_sweep / "sweep.json").read_text())
+    head = next(v for v in sweep["vms"].values() if "ray" in v)
+    assert _node_cgroups_left(head["ray"]["temp_dir"]) == []
+    assert head["ray"]["notes"] == []  # every node had its cgroup: nothing to say
+
+
+@pytest.mark.slow
+def test_without_cgroups_a_node_says_its_peak_is_sampled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLOUDPROF_NO_CGROUP", "1")
+    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[1], nodes=[2], workload="sleep",
+                     duration_s=1.0, repeats=1, dry_run=True, provider="local",
+                     out=tmp_path)
+    sweep = run_sweep(spec, console=quiet())
+    frame = pd.read_parquet(sweep / "trials.parquet")
+    assert (frame["status"] == "ok").all(), frame["error"].tolist()
+    assert _per_node(sweep, "node_peak_rss_source") == ["sampled_tree", "sampled_tree"]
+    assert _per_node(sweep, "node_peak_rss_bytes") == \
+        _per_node(sweep, "node_peak_rss_sampled_bytes")
+    head = next(v for v in json.loads((sweep / "sweep.json").read_text())["vms"].values()
+                if "ray" in v)
+    assert sorted(head["ray"]["notes"]) == [
+        f"note: node {i} has no memory cgroup (CLOUDPROF_NO_CGROUP is set): its peaks are "
+        "sampled" for i in range(2)]
+
+
 @pytest.mark.slow
 def test_no_ray_process_of_the_sweep_outlives_it(two_node_sweep: Path) -> None:
     sweep = json.loads((two_node_sweep / "sweep.json").read_text())
@@ -184,12 +313,14 @@ def test_the_report_shows_scale_up_and_scale_out_side_by_side_with_per_node_memo
     rows = report_document(run)["scale_out"]
     assert [(r["nodes"], r["workers"]) for r in rows] == [(1, 2), (2, 2)]
     two = rows[1]
-    assert len(two["node_peaks"]) == 2 and two["imbalance"] >= 1.0
+    assert len(two["node_peaks"]) == 2
+    assert two["imbalance"] >= 1.5  # node 1 holds HOLD_MIB more: the unbalanced node shows
+    assert two["node_peak_source"] == "cgroup-v1"
     assert two["cost_per_million_units"] > 0
     assert list(summarise(run.trials)["workers"]) == [2]  # scale-up tables: one VM only
     html = (two_node_sweep / "report.html").read_text()
     assert "Scale out: throughput, cost and memory per node count" in html
-    assert "peak RSS per node" in html
+    assert "peak RSS per node" in html and "<td>cgroup-v1</td>" in html
 
 
 def test_a_command_job_on_a_cluster_runs_as_the_driver_with_ray_address_set(
@@ -247,3 +378,4 @@ def test_ctrl_c_while_the_cluster_starts_leaves_no_ray_process_behind(tmp_path: 
             proc.kill()
     assert proc.returncode == 130, err
     assert _cluster_processes(temp_dir) == []
+    assert _node_cgroups_left(temp_dir) == []

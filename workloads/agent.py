@@ -230,11 +230,21 @@ class Agent:
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    def spawn(self) -> Agent:
+        """Start the sampler process now, ahead of :meth:`start`, whose t = 0 then costs a
+        line on a pipe rather than a Python start-up: for a caller whose trial begins on
+        someone else's signal (a Ray node's actor, started when the driver says so)."""
+        if not procfs.has_procfs():
+            raise RuntimeError("the profiling agent needs Linux /proc")
+        if self.cfg.sample_hz > 0 and self._proc is None:
+            self._spawn()
+        return self
+
     def start(self) -> Agent:
         if not procfs.has_procfs():
             raise RuntimeError("the profiling agent needs Linux /proc")
         if self.cfg.sample_hz > 0:
-            self._spawn()  # before t = 0: the sampler's start-up is not the trial's
+            self.spawn()  # before t = 0: the sampler's start-up is not the trial's
         else:
             self._local = Sampler(self.cfg, on_breach=self._breached)
         if self.in_process:

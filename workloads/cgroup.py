@@ -152,21 +152,26 @@ class TrialCgroup:
         remove it; a one-line problem, or None when it is gone."""
         with contextlib.suppress(OSError):
             os.close(self.join_fd)
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                self.path.rmdir()
-                return None
-            except FileNotFoundError:
-                return None
-            except OSError as exc:  # EBUSY: processes still in it (or exiting)
-                if time.monotonic() >= deadline:
-                    return (f"could not remove the trial's memory cgroup {self.path}: "
-                            f"{exc.strerror or exc}")
-            for pid in _pids(self.path):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
+        return remove_cgroup(self.path, wait_s)
+
+
+def remove_cgroup(path: Path, wait_s: float = 5.0) -> str | None:
+    """Kill every process still in the memory cgroup at ``path``, then remove it; a
+    one-line problem, or None when it is gone (or never was)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            path.rmdir()
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # EBUSY: processes still in it (or exiting)
+            if time.monotonic() >= deadline:
+                return f"could not remove the memory cgroup {path}: {exc.strerror or exc}"
+        for pid in _pids(path):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 def _pids(path: Path) -> list[int]:
@@ -184,3 +189,67 @@ def _remove_stale(parent: Path) -> None:
             if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not _pids(child):
                 with contextlib.suppress(OSError):
                     child.rmdir()
+
+
+# -- a Ray node's cgroup, read from inside it ---------------------------------------------------
+
+NODE_PREFIX = "cloudprof-node-"  # ``ray_trial start`` names a node's cgroup with it
+
+
+def node_cgroup_name(temp_dir: str, index: int) -> str:
+    """The memory cgroup of node ``index`` of the cluster under ``temp_dir`` (unique per
+    cluster and node, so the nodes of one cluster on one host each have their own)."""
+    return f"{NODE_PREFIX}{Path(temp_dir).name}-{index}"
+
+
+def this_node_cgroup() -> tuple[str, Path]:
+    """(version, directory) of the Ray node's cgroup this process was born in: the node's
+    ``ray start`` joined it, and every Ray process of the node (raylet, workers, this
+    actor) inherited it. Raises CgroupUnavailable when this process is in no such cgroup."""
+    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        raise CgroupUnavailable(f"{DISABLE_ENV} is set")
+    try:
+        version, path = own_memory_cgroup(Path("/proc/self/cgroup").read_text(),
+                                          Path("/proc/self/mountinfo").read_text())
+    except OSError as exc:
+        raise CgroupUnavailable(f"cannot read /proc/self/cgroup: {exc.strerror}") from None
+    if not path.name.startswith(NODE_PREFIX):
+        raise CgroupUnavailable("this node's Ray was not started in a memory cgroup of its own")
+    return version, path
+
+
+class PeakWindow:
+    """A cgroup's high-water mark from a moment on (a trial's start), where the kernel
+    allows a reset: v1 sets ``memory.max_usage_in_bytes`` to the current usage when 0 is
+    written to it; v2 resets ``memory.peak`` for the descriptor that wrote to it (kernels
+    6.12 and later), so that descriptor stays open until :meth:`read`. Elsewhere the
+    figure is the cgroup's peak since it was made (``scope`` says which)."""
+
+    def __init__(self, version: str, path: Path) -> None:
+        self.version, self.path = version, path
+        self.scope = "cgroup lifetime"  # "trial" once a reset took
+        name = "memory.peak" if version == "cgroup-v2" else "memory.max_usage_in_bytes"
+        try:
+            self._fd = os.open(path / name, os.O_RDWR | os.O_CLOEXEC)
+        except PermissionError:  # v2 before 6.12: memory.peak is read-only
+            self._fd = os.open(path / name, os.O_RDONLY | os.O_CLOEXEC)
+
+    def reset(self) -> str:
+        """Start the window now; returns its scope ("trial" or "cgroup lifetime")."""
+        try:
+            os.pwrite(self._fd, b"0" if self.version == "cgroup-v1" else b"reset\n", 0)
+            self.scope = "trial"
+        except OSError:  # v2 before 6.12 (EINVAL), or no permission: the lifetime peak
+            self.scope = "cgroup lifetime"
+        return self.scope
+
+    def read(self) -> int | None:
+        """The peak in bytes since :meth:`reset` (or since the cgroup was made)."""
+        try:
+            return int(os.pread(self._fd, 64, 0).split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)

@@ -79,6 +79,22 @@ PROFILE_KINDS = ("cpu", "gil", "memory")
 #       "share_of_peak"}], "grown_bytes", "grown_sites" (same rows: alive at the end,
 #       allocated during the trial — memray only)
 PROFILE_KEYS = ("kind", "tool", "status", "reason", "files")
+# A trial on a Ray cluster (--ray-nodes N) adds summary["nodes"], one entry per node with
+# NODE_KEYS, and summary["cluster"] with CLUSTER_KEYS (workloads.ray_trial fills both).
+NODE_KEYS = (
+    "node", "hostname", "node_params", "units", "seconds", "units_per_s",
+    "peak_rss_bytes",  # all of the node's Ray processes: its memory cgroup's high-water mark
+    "peak_rss_source",  # cgroup-v1 | cgroup-v2 | sampled_tree (no cgroup: peak_rss_note says why)
+    "peak_rss_scope",  # "trial" (reset when it began) | "cgroup lifetime" (v2 before 6.12)
+    "peak_rss_sampled_bytes",  # max of the node's sampled tree (raylet and descendants)
+    "peak_rss_upper_bound_bytes",  # the sum of the tree's per-process kernel peaks
+    "peak_rss_note", "cgroup", "processes", "cpu_seconds", "cpu_percent_mean",
+    "agent",  # the node's agent_summary (samples, rates, the sampler's own CPU)
+    "samples",  # the node's time series: [t, tree rss bytes, tree cpu seconds, units]
+    "error",
+)
+CLUSTER_KEYS = ("nodes", "units", "units_per_s", "peak_rss_bytes_sum",
+                "peak_rss_bytes_max_node", "peak_rss_sources", "cpu_seconds")
 # The files a profiled trial may leave next to summary.json, collected with it (memray's raw
 # capture stays on the host: it can be GBs).
 PYSPY_SPEEDSCOPE_FILE = "profile.speedscope.json"

@@ -11,9 +11,11 @@ second, so the time series shows the cluster's units live.
 
 Every node is pinned by a custom resource, ``cloudprof_node_<i>``, that the
 engine gives its ``ray start``: actor i runs on node i, so "a trial at n nodes
-uses the first n nodes" holds exactly. While it runs, each actor samples its
-own node's Ray processes as a tree (its raylet and every descendant: the worker
-processes) for the per-node time series, peak memory and CPU in summary.json.
+uses the first n nodes" holds exactly. While it runs, each actor runs the
+profiling agent's sampler process over its node's Ray processes as a tree (its
+raylet and every descendant: the worker processes) for the per-node time series,
+CPU and peak memory in summary.json — the peak from the node's memory cgroup
+(the kernel's high-water mark) where ``ray start`` could be put in one.
 
 ``import ray`` happens only here and only when a trial asks for nodes: the data
 plane's required dependencies stay numpy, pyarrow and psutil.
@@ -39,7 +41,23 @@ def node_resource(index: int) -> str:
 
 
 class _NodeRun:
-    """What runs inside one actor: the workload on this node, and a sampler of its Ray tree."""
+    """What runs inside one actor: the workload on this node, under the node's agent.
+
+    The agent is the runner's own (``workloads.agent.Agent``): a sampler *process*,
+    one per run, started by this actor ahead of the run (in ``prepare``, then after
+    each run: a Python start-up must not delay one node's work), that samples the
+    node's Ray processes as a tree — the raylet (this actor's parent) and its
+    descendants, the worker processes — from /proc, so that no sampling code runs
+    in this process or takes its GIL from the workload's threads. Started here
+    rather than beside ``ray start`` because the actor is what knows when a trial
+    begins and ends, and its parent is the raylet: no pid has to be found or passed
+    between processes.
+
+    The node's peak comes from the kernel where it can: the memory cgroup its
+    ``ray start`` ran in (``start_node``), whose high-water mark is reset when the
+    trial starts. The sampled peak of the tree and the sum of its processes' own
+    peaks (an upper bound: they need not coincide) stay beside it.
+    """
 
     def __init__(self, target: str, params: dict[str, str], chdir: str | None,
                  sample_hz: float) -> None:
@@ -51,22 +69,53 @@ class _NodeRun:
         self.counter = UnitCounter()
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None
-        self.sampler: threading.Thread | None = None
+        self.agent: Any = None  # workloads.agent.Agent while a run is timed
+        # the next run's (agent, counter), its sampler process already started
+        self.next_agent: tuple[Any, UnitCounter] | None = None
+        self.spawner: threading.Thread | None = None  # starting it after a run, off its clock
+        self.window: Any = None  # workloads.cgroup.PeakWindow: the node's kernel peak
+        self.cgroup_note: str | None = None  # why the node's peak is sampled
         self.error: str | None = None
-        self.samples: list[list[float]] = []  # [t, tree rss bytes, tree cpu seconds, units]
         self.t0 = 0.0
 
     def prepare(self) -> dict[str, Any]:
         self.workload.prepare()
+        self.next_agent = self._agent()  # untimed: the first run starts at once
         import platform
 
         return {"unit": self.workload.unit, "describe": self.workload.describe(),
                 "hostname": platform.node(), "pid": os.getpid()}
 
+    def _agent(self) -> tuple[Any, UnitCounter]:
+        """A new agent over the node's Ray tree, its sampler process started (the run that
+        uses it does not wait for a Python start-up while the other nodes work), and the
+        counter it records with every sample. gpu=False: a node's tree is profiled for
+        memory and CPU; NVML need not start on every node."""
+        from workloads.agent import Agent
+
+        counter = UnitCounter()
+        return Agent(os.getppid(), include_children=True, sample_hz=self.sample_hz,
+                     units=counter, gpu=False).spawn(), counter
+
+    def _agent_ahead(self) -> None:
+        """The next run's agent, started in the background: a run (a warm-up's) has just
+        ended, and the driver's clock runs until this actor's ``finish`` returns."""
+        def spawn() -> None:
+            self.next_agent = self._agent()
+
+        self.spawner = threading.Thread(target=spawn, name="agent-ahead", daemon=True)
+        self.spawner.start()
+
     def start(self, workers: int) -> None:
-        self.counter = UnitCounter()
+        if self.spawner is not None:
+            self.spawner.join()
+        (self.agent, self.counter), self.next_agent = self.next_agent or self._agent(), None
         self.stop_event = threading.Event()
-        self.samples = []
+        self.error = None
+        self.window, self.cgroup_note = _open_peak_window()
+        if self.window is not None:
+            self.window.reset()
+        self.agent.start()
         self.t0 = time.monotonic()
 
         def run() -> None:
@@ -78,10 +127,6 @@ class _NodeRun:
 
         self.thread = threading.Thread(target=run, name="workload", daemon=True)
         self.thread.start()
-        if self.sample_hz > 0:
-            self.sampler = threading.Thread(target=self._sample, name="node-sampler",
-                                            daemon=True)
-            self.sampler.start()
 
     def units(self) -> tuple[int, str | None]:
         return self.counter.value, self.error
@@ -90,77 +135,78 @@ class _NodeRun:
         self.stop_event.set()
         if self.thread is not None:
             self.thread.join()
-        if self.sampler is not None:
-            self.sampler.join()
         seconds = time.monotonic() - self.t0
-        tree = _ray_tree()
-        rss = [s[1] for s in self.samples]
-        hwm = _tree_hwm(tree)
-        cpu = self.samples[-1][2] - self.samples[0][2] if len(self.samples) > 1 else None
+        kernel_peak = self.window.read() if self.window is not None else None
+        rep = self.agent.stop()
+        processes = 1 + len(_descendants(os.getppid()))
+        if self.window is not None:
+            self.window.close()
+        units = self.counter.value
+        self._agent_ahead()  # a warm-up's run is followed by the timed one
         return {
-            "units": self.counter.value,
+            "units": units,
             "seconds": round(seconds, 6),
-            "units_per_s": self.counter.value / seconds if seconds > 0 else 0.0,
-            "peak_rss_bytes": max(rss) if rss else None,
-            "peak_rss_source": "sampled Ray process tree (raylet and its workers)",
-            # The kernel's high-water marks of the tree's processes, added up: an upper
-            # bound of the tree's peak (each process may have peaked at another time).
-            "peak_rss_hwm_sum_bytes": hwm,
-            "processes": len(tree),
-            "cpu_seconds": round(cpu, 3) if cpu is not None else None,
-            "samples": self.samples,
+            "units_per_s": units / seconds if seconds > 0 else 0.0,
+            **node_peak(rep.peak_rss_sampled_bytes, rep.peak_rss_upper_bound_bytes,
+                        kernel_peak, self.window, self.cgroup_note),
+            "processes": processes,
+            "cgroup": str(self.window.path) if self.window is not None else None,
+            **_cpu(rep.column("cpu_user_s"), rep.column("cpu_system_s"), seconds),
+            "agent": rep.agent_summary(),
+            # the node's time series: [t, tree RSS bytes, tree CPU seconds, units]
+            "samples": [[round(r[0], 4), r[1], round(r[2] + r[3], 4), r[11]]
+                        for r in rep.rows],
             "error": self.error,
         }
 
-    def _sample(self) -> None:
-        period = 1.0 / self.sample_hz
-        tree = _ray_tree()
-        next_tree = time.monotonic() + 1.0
-        while True:
-            now = time.monotonic()
-            if now >= next_tree:  # workers come and go: look for them once a second
-                tree, next_tree = _ray_tree(), now + 1.0
-            rss, cpu = _tree_usage(tree)
-            self.samples.append([round(now - self.t0, 4), rss, round(cpu, 4),
-                                 self.counter.value])
-            if self.stop_event.wait(period):
-                rss, cpu = _tree_usage(tree)
-                self.samples.append([round(time.monotonic() - self.t0, 4), rss,
-                                     round(cpu, 4), self.counter.value])
-                return
 
-
-def _ray_tree() -> list[Any]:
-    """This node's Ray processes: the raylet (this actor's parent) and its descendants."""
-    import psutil
+def _open_peak_window() -> tuple[Any, str | None]:
+    """The node's cgroup peak window, or None and the one-line reason there is none."""
+    from workloads.cgroup import CgroupUnavailable, PeakWindow, this_node_cgroup
 
     try:
-        raylet = psutil.Process(os.getppid())
-        return [raylet, *raylet.children(recursive=True)]
-    except psutil.Error:
-        return [psutil.Process()]
+        version, path = this_node_cgroup()
+        return PeakWindow(version, path), None
+    except CgroupUnavailable as exc:  # the reason ``ray start`` met, where it said one
+        return None, os.environ.get(CGROUP_NOTE_ENV) or str(exc)
+    except OSError as exc:
+        return None, f"cannot read the node's memory cgroup: {exc.strerror or exc}"
 
 
-def _tree_usage(tree: list[Any]) -> tuple[int, float]:
-    import psutil
+def node_peak(sampled: int, upper: int | None, kernel: int | None, window: Any,
+              note: str | None) -> dict[str, Any]:
+    """A node's peak memory and where it comes from: the kernel's high-water mark of the
+    node's cgroup where there is one (``scope``: since the trial began, or since the
+    node started where the kernel cannot reset it), else the sampled tree's maximum."""
+    if kernel is not None and window is not None:
+        peak, source, scope = kernel, window.version, window.scope
+    else:
+        peak, source, scope = sampled, "sampled_tree", "trial"
+    return {
+        "peak_rss_bytes": peak,
+        "peak_rss_source": source,  # cgroup-v1 | cgroup-v2 | sampled_tree (protocol's names)
+        "peak_rss_scope": scope,
+        "peak_rss_sampled_bytes": sampled,
+        # the tree's processes' own kernel peaks added up: an upper bound of the tree's
+        # (each may have peaked at another time, and the raylet's is its lifetime's)
+        "peak_rss_upper_bound_bytes": upper,
+        "peak_rss_note": note if source == "sampled_tree" else None,
+    }
 
-    rss, cpu = 0, 0.0
-    for proc in tree:
-        try:
-            rss += proc.memory_info().rss
-            times = proc.cpu_times()
-            cpu += times.user + times.system
-        except psutil.Error:
-            continue  # a worker that exited since the last listing
-    return rss, cpu
+
+def _cpu(user: list[float], system: list[float], seconds: float) -> dict[str, Any]:
+    """CPU the node's tree used during the run (the sampled counters' difference)."""
+    if len(user) < 2:
+        return {"cpu_seconds": None, "cpu_percent_mean": None}
+    used = (user[-1] + system[-1]) - (user[0] + system[0])
+    return {"cpu_seconds": round(used, 3),
+            "cpu_percent_mean": round(100.0 * used / seconds, 2) if seconds > 0 else None}
 
 
-def _tree_hwm(tree: list[Any]) -> int | None:
-    from workloads.procfs import read_hwm
+def _descendants(pid: int) -> list[int]:
+    from workloads.procfs import descendants
 
-    marks = [read_hwm(proc.pid) for proc in tree]
-    known = [m for m in marks if m is not None]
-    return sum(known) if known else None
+    return descendants(pid)
 
 
 class RayWorkload(Workload):
@@ -254,14 +300,19 @@ class RayWorkload(Workload):
 
 
 def cluster_totals(nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The cluster's figures from its nodes' (summary.json's ``cluster``)."""
+    """The cluster's figures from its nodes' (summary.json's ``cluster``). The sum of the
+    nodes' peaks is what the cluster must hold at most (the nodes need not peak together);
+    the largest node's peak is what each VM of it must hold."""
     peaks = [n["peak_rss_bytes"] for n in nodes if n.get("peak_rss_bytes") is not None]
     cpu = [n["cpu_seconds"] for n in nodes if n.get("cpu_seconds") is not None]
     return {
         "nodes": len(nodes),
         "units": sum(int(n.get("units") or 0) for n in nodes),
+        "units_per_s": sum(float(n.get("units_per_s") or 0.0) for n in nodes),
         "peak_rss_bytes_sum": sum(peaks) if peaks else None,
         "peak_rss_bytes_max_node": max(peaks) if peaks else None,
+        "peak_rss_sources": sorted({str(n.get("peak_rss_source")) for n in nodes
+                                    if n.get("peak_rss_source")}),
         "cpu_seconds": round(sum(cpu), 3) if cpu else None,
     }
 
@@ -314,39 +365,97 @@ def stop_cluster_processes(temp_dir: str, grace_s: float = 5.0) -> int:
     return len(found)
 
 
-def start_node(argv: list[str]) -> int:
-    """Run ``ray start ARGV`` with its output in a file: the daemons it leaves behind inherit
-    that file, not the caller's pipe (an SSH session or the engine's subprocess would
-    otherwise wait for them to exit). Prints the output's tail; returns ray's exit code."""
+CGROUP_MARK = "cloudprof-node-{}.cgroup"  # in the cluster's temp dir: where node i's cgroup is
+CGROUP_NOTE_ENV = "CLOUDPROF_NODE_CGROUP_NOTE"  # why a node has no cgroup (its actors read it)
+
+
+def start_node(temp_dir: str, index: int, argv: list[str]) -> int:
+    """Run ``ray start ARGV`` for node ``index`` inside a memory cgroup of its own (where one
+    can be made), with its output in a file: the daemons it leaves behind inherit both —
+    the cgroup, whose high-water mark is then the node's exact peak (the trial's actors read
+    it, ``workloads.cgroup.PeakWindow``), and the file, not the caller's pipe (an SSH
+    session or the engine's subprocess would otherwise wait for them to exit).
+
+    The cgroup's path is written to the temp dir before Ray starts, so that ``stop`` finds
+    and removes it even when this command is cut short. Where none can be made (not root,
+    a v2 parent without the memory controller delegated, ``CLOUDPROF_NO_CGROUP=1``) the node
+    starts anyway and its peaks are sampled; a line starting "note:" says why. Prints the
+    output's tail; returns ray's exit code."""
     import subprocess
     import tempfile
 
-    with tempfile.TemporaryFile("w+") as log:
-        code = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
-        log.seek(0)
-        tail = log.read().strip().splitlines()[-15:]
+    from workloads.cgroup import CgroupUnavailable, TrialCgroup, node_cgroup_name
+
+    env = dict(os.environ)
+    cgroup: TrialCgroup | None = None
+    note = None
+    try:
+        cgroup = TrialCgroup.create(node_cgroup_name(temp_dir, index))
+        os.makedirs(temp_dir, exist_ok=True)
+        with open(os.path.join(temp_dir, CGROUP_MARK.format(index)), "w") as mark:
+            mark.write(str(cgroup.path))
+    except CgroupUnavailable as exc:
+        env[CGROUP_NOTE_ENV] = str(exc)
+        note = f"note: node {index} has no memory cgroup ({exc}): its peaks are sampled"
+    try:
+        with tempfile.TemporaryFile("w+") as log:
+            code = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=log, env=env,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=cgroup.join_in_child if cgroup else None)
+            log.seek(0)
+            tail = log.read().strip().splitlines()[-15:]
+    finally:
+        if cgroup is not None:
+            os.close(cgroup.join_fd)  # the cgroup stays: the node's daemons live in it
     print("\n".join(tail), file=sys.stderr if code else sys.stdout)
+    if note:
+        print(note)  # last: the engine reads it from the output's tail
     return code
 
 
+def remove_node_cgroups(temp_dir: str) -> list[str]:
+    """Remove the memory cgroups of the cluster's nodes on this host (what is still in one
+    is killed first); the one-line problems of those that stay."""
+    from pathlib import Path
+
+    from workloads.cgroup import remove_cgroup
+
+    problems = []
+    for mark in sorted(Path(temp_dir).glob(CGROUP_MARK.format("*"))):
+        try:
+            path = Path(mark.read_text().strip())
+        except OSError:
+            continue
+        if path.name.startswith("cloudprof-node-"):  # never anything the mark did not make
+            problem = remove_cgroup(path)
+            if problem:
+                problems.append(problem)
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m workloads.ray_trial stop TEMP_DIR`` / ``start RAY ARGS...``: what the
-    engine runs on every node (workloads.ray_cluster builds the arguments)."""
+    """``python -m workloads.ray_trial stop TEMP_DIR`` / ``start TEMP_DIR INDEX RAY ARGS...``:
+    what the engine runs on every node (orchestrator.engine.ray_cluster builds the
+    arguments)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) > 1 and args[0] == "start":
-        return start_node(args[1:])
+    usage = ("usage: python -m workloads.ray_trial stop /tmp/<cluster temp dir> | "
+             "start /tmp/<cluster temp dir> NODE-INDEX RAY START-ARGS...")
+    if len(args) > 3 and args[0] == "start" and args[1].startswith("/tmp/") \
+            and args[2].isdigit():
+        return start_node(args[1], int(args[2]), args[3:])
     if len(args) != 2 or args[0] != "stop" or not args[1].startswith("/tmp/"):
-        print("usage: python -m workloads.ray_trial stop /tmp/<cluster temp dir> | "
-              "start RAY START-ARGS...", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     count = stop_cluster_processes(args[1])
+    problems = remove_node_cgroups(args[1])  # after the processes: an empty cgroup goes at once
     # Its logs and sockets too: on a shared host (local, ssh) nothing of the sweep stays.
     import shutil
 
     shutil.rmtree(args[1], ignore_errors=True)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
     print(f"stopped {count} Ray process(es) of {args[1]} and removed it")
-    return 0
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

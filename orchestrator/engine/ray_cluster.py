@@ -11,6 +11,11 @@ actor i lands on node i (``workloads.ray_trial``), and every node of one
 cluster shares one short ``--temp-dir``: stopping the cluster stops exactly the
 processes started for it (``python -m workloads.ray_trial stop``), never the
 user's other Ray processes on a shared host.
+
+Each node's ``ray start`` runs inside a memory cgroup of its own where the host
+allows one (``workloads.ray_trial start``): the node's peak memory is then the
+kernel's high-water mark of all its Ray processes. The cgroups go when the
+cluster stops; a node without one says so in :attr:`RayCluster.notes`.
 """
 
 from __future__ import annotations
@@ -121,6 +126,7 @@ class RayCluster:
         self.plan, self.nodes = plan, list(nodes)
         self.started: list[RayNode] = []  # stop() visits these (a half-started cluster too)
         self.start_s: float | None = None  # measured: head and every worker up
+        self.notes: list[str] = []  # "note: node 1 has no memory cgroup (...)", one per node
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)  # notified when a `ray start` returns
         self._starting = 0  # `ray start` commands running now
@@ -152,9 +158,14 @@ class RayCluster:
             self.started.append(node)  # before it runs: a half-started node is stopped too
             self._starting += 1
         try:
-            _run(ex, [ex.python, "-m", "workloads.ray_trial", "start",
-                      *start_command(ray_binary(ex), self.plan, node.index)],
-                 f"ray start on node {node.index}")
+            result = _run(ex, [ex.python, "-m", "workloads.ray_trial", "start",
+                               self.plan.temp_dir, str(node.index),
+                               *start_command(ray_binary(ex), self.plan, node.index)],
+                          f"ray start on node {node.index}")
+            notes = [line.strip() for line in (result.stdout_tail or "").splitlines()
+                     if line.startswith("note: ")]
+            with self._lock:
+                self.notes += notes
         finally:
             with self._lock:
                 self._starting -= 1

@@ -596,9 +596,14 @@ class _Engine:
         self.store.record_vm(vm.name, ray={"address": cluster.address, "nodes": vm.nodes,
                                            "start_s": round(cluster.start_s or 0.0, 3),
                                            "node_vms": [n.vm.name for n in nodes],
-                                           "temp_dir": cluster.plan.temp_dir})
+                                           "temp_dir": cluster.plan.temp_dir,
+                                           "notes": cluster.notes})
         self.progress.log(f"{vm.machine.name}: Ray cluster of {vm.nodes} nodes up in "
                           f"{cluster.start_s or 0.0:.1f} s (measured)")
+        from rich.markup import escape
+
+        for note in cluster.notes:  # a node whose peaks are sampled, not the kernel's
+            self.progress.log(escape(f"{vm.machine.name}: {note}"))
 
     def _ray_args(self, host: _Host, trial: TrialPlan) -> list[str]:
         """The cluster's address and each node's own copies (inputs, job) for a trial on

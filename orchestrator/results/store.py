@@ -100,7 +100,10 @@ EXTRA_COLUMNS = (
     # --nodes (scale out on Ray): price_per_hour above is then the price of all the nodes.
     "nodes",  # VMs the trial ran on (1 without --nodes; None in older stores means 1)
     "scaleout_efficiency",  # units_per_s / (nodes * units_per_s at 1 node, same workers)
-    "node_peak_rss_bytes",  # JSON list, one peak per node (its Ray process tree), or None
+    "node_peak_rss_bytes",  # JSON list, one peak per node (all its Ray processes), or None
+    "node_peak_rss_source",  # JSON list: cgroup-v1 | cgroup-v2 (the node's memory cgroup,
+    #                          the kernel's high-water mark) | sampled_tree, per node
+    "node_peak_rss_sampled_bytes",  # JSON list: the sampled peak of each node's Ray tree
     "node_units_per_s",  # JSON list, one rate per node, or None
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
@@ -405,6 +408,8 @@ def trial_row(
         "nodes": int(getattr(trial, "nodes", 1) or 1),
         "scaleout_efficiency": None,
         "node_peak_rss_bytes": _per_node(s, "peak_rss_bytes"),
+        "node_peak_rss_source": _per_node(s, "peak_rss_source"),
+        "node_peak_rss_sampled_bytes": _per_node(s, "peak_rss_sampled_bytes"),
         "node_units_per_s": _per_node(s, "units_per_s"),
     }
 

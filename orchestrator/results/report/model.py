@@ -174,14 +174,15 @@ def one_node(trials: pd.DataFrame) -> pd.DataFrame:
 
 SCALEOUT_COLUMNS = ["machine", "ran_on", "nodes", "workers", "repeats", "units_per_s",
                     "scaleout_efficiency", "price_per_hour", "cost_per_million_units",
-                    "node_peaks", "imbalance", "estimate", "pareto"]
+                    "node_peaks", "node_peak_source", "imbalance", "estimate", "pareto"]
 
 
 def scaleout_summary(trials: pd.DataFrame) -> pd.DataFrame | None:
     """One row per (machine, ran_on, nodes, workers) over ok repeats, for a sweep with
     --nodes (None without): median units/s and scale-out efficiency X(n)/(n·X(1)), the
     cluster's $/M units (every node priced), each node's peak memory (max over repeats)
-    and how unbalanced the nodes were (largest node peak ÷ smallest), with the Pareto
+    and where it comes from (the nodes' memory cgroups, or sampled), how unbalanced the
+    nodes were (largest node peak ÷ smallest), with the Pareto
     front over every row, one VM and clusters alike: scale up and scale out side by side."""
     import json
 
@@ -201,8 +202,12 @@ def scaleout_summary(trials: pd.DataFrame) -> pd.DataFrame | None:
             peaks = [float(p) if p is not None else math.nan for p in json.loads(raw)]
             per_node = [max(a, b) for a, b in zip(per_node, peaks, strict=False)] \
                 if per_node else peaks
+        sources = sorted({str(src) for raw in group.get("node_peak_rss_source",
+                                                        pd.Series(dtype=object)).dropna()
+                          for src in json.loads(raw) if src})
         if not per_node and int(n) == 1:
             per_node = [float(pd.to_numeric(group["peak_rss_bytes"], errors="coerce").max())]
+            sources = sorted({str(src) for src in group["peak_rss_source"].dropna()})
         known = [p for p in per_node if math.isfinite(p) and p > 0]
         rows.append({
             "machine": machine, "ran_on": ran_on, "nodes": int(n), "workers": int(workers),
@@ -212,6 +217,7 @@ def scaleout_summary(trials: pd.DataFrame) -> pd.DataFrame | None:
             "price_per_hour": price,
             "cost_per_million_units": cost_per_million_units(price, ups),
             "node_peaks": per_node,
+            "node_peak_source": " + ".join(sources),  # "cgroup-v1"; mixed: "a + b"
             "imbalance": max(known) / min(known) if len(known) > 1 else math.nan,
             "estimate": str(machine) != str(ran_on),
         })

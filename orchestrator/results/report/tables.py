@@ -342,12 +342,14 @@ def _scaleout_table(trials: pd.DataFrame) -> Table | None:
             fmt_usd(r["price_per_hour"]),
             fmt_usd(r["cost_per_million_units"], estimate=bool(r["estimate"])),
             " / ".join(fmt_bytes(p) for p in r["node_peaks"]) or DASH,
+            r["node_peak_source"] or DASH,
             f"{imbalance:.2f}×" if is_finite(imbalance) else DASH,
             "Pareto" if r["pareto"] else "",
         ]
         rows.append(Row(cells, frozenset(flags)))
     headers = ["machine", "nodes", "workers/node", "n", "units/s", "scale-out eff.",
-               "$/hour (all nodes)", "$/M units", "peak RSS per node", "node imbalance",
+               "$/hour (all nodes)", "$/M units", "peak RSS per node", "peak source",
+               "node imbalance",
                "notes"]
     notes = [
         "Scale up (1 node: workers on one VM) and scale out (a Ray cluster of n VMs, one actor "
@@ -356,9 +358,11 @@ def _scaleout_table(trials: pd.DataFrame) -> Table | None:
         "scale-out eff. = units/s ÷ (nodes × units/s on 1 node at the same workers); 100% = "
         "each added node adds a whole node's throughput.",
         "$/hour and $/M units price every node of the cluster; (est.) marks an estimate.",
-        "peak RSS per node: each node's Ray processes (raylet and workers) as a tree, "
-        "sampled, max over repeats (1 node: the trial process's kernel high-water mark); "
-        "node imbalance = largest ÷ smallest node peak.",
+        "peak RSS per node: all of each node's Ray processes, max over repeats; peak source "
+        "cgroup-v1/v2: the kernel's high-water mark of the node's memory cgroup (page cache "
+        "included; node 0 also holds Ray's GCS), sampled_tree: the sampled sum of the node's "
+        "raylet and workers (1 node: the trial process's own peak); node imbalance = largest "
+        "÷ smallest node peak.",
         "Pareto: no other row (one VM or a cluster) is both faster and cheaper per unit.",
     ]
     return Table("Scale out: throughput, cost and memory per node count", headers, rows, notes)
