@@ -102,6 +102,7 @@ EXTRA_COLUMNS = (
     "scaleout_efficiency",  # units_per_s / (nodes * units_per_s at 1 node, same workers)
     "node_peak_rss_bytes",  # JSON list, one peak per node (its Ray process tree), or None
     "node_units_per_s",  # JSON list, one rate per node, or None
+    "node_addresses",  # JSON list: the address each node's actor ran at (as Ray has it), or None
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
 
@@ -424,6 +425,7 @@ def trial_row(
         "scaleout_efficiency": None,
         "node_peak_rss_bytes": _per_node(s, "peak_rss_bytes"),
         "node_units_per_s": _per_node(s, "units_per_s"),
+        "node_addresses": _per_node(s, "address"),
     }
 
 
