@@ -16,12 +16,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
 
+from orchestrator.engine.ray_cluster import plan_cluster
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from orchestrator.providers.base import ProviderOptions, VmRequest
 from orchestrator.providers.ssh import SshProvider, nodes_alike
@@ -61,11 +63,12 @@ def _sweep(*args: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator", "sweep", "--provider", "ssh", *args]
 
 
-def _cluster_processes(temp_dir: str) -> list[int]:
-    """Pids of processes started for the cluster under ``temp_dir`` (on either "host")."""
+def _cluster_processes(word: str) -> list[int]:
+    """Pids of processes with ``word`` in their command line: the cluster's under its temp
+    dir, on either "host" (both are this machine)."""
     out = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        if any(temp_dir in part for part in proc.info["cmdline"] or []):
+        if any(word in part for part in proc.info["cmdline"] or []):
             out.append(proc.pid)
     return out
 
@@ -231,8 +234,11 @@ def test_an_ssh_sweep_puts_node_i_on_the_groups_ith_host(ssh_two_node_sweep: Pat
     assert [sweep["vms"][name]["address"] for name in ray["node_vms"]] == \
         ["127.0.0.1", SECOND_HOST]
     frame = pd.read_parquet(ssh_two_node_sweep / "trials.parquet").set_index("nodes")
-    # where Ray itself placed each node's actor: at the address that node registered
-    assert json.loads(frame.loc[2, "node_addresses"]) == ["127.0.0.1", SECOND_HOST]
+    # Where Ray itself placed each node's actor: at the address that node registered.
+    # Ray registers a node given 127.0.0.1 at the machine's own address (it resolves
+    # localhost), so node 0's is this machine's; node 1's is the second host's.
+    head, second = json.loads(frame.loc[2, "node_addresses"])
+    assert second == SECOND_HOST and head not in (None, SECOND_HOST)
     assert set(frame["ran_on"]) == {"h1"} and set(frame["machine"]) == {"pair"}
 
 
@@ -258,8 +264,9 @@ def test_the_cluster_is_stopped_and_its_temp_dir_removed_on_every_host_after_suc
     assert not os.path.exists(temp_dir)
 
 
-def _wait_for_cluster(out: Path, proc: subprocess.Popen[str], timeout: float = 400) -> str:
-    """The cluster's temp dir once sweep.json says it is up (its ``ray`` record)."""
+def _wait_for(out: Path, proc: subprocess.Popen[str], ready: Callable[[dict], bool],
+              timeout: float = 400) -> Path:
+    """The run directory once its sweep.json's machines satisfy ``ready``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for sweep_json in out.glob("*/sweep.json"):
@@ -267,18 +274,19 @@ def _wait_for_cluster(out: Path, proc: subprocess.Popen[str], timeout: float = 4
                 data = json.loads(sweep_json.read_text() or "{}")
             except ValueError:
                 continue  # read while written
-            for vm in (data.get("vms") or {}).values():
-                if vm.get("ray"):
-                    return str(vm["ray"]["temp_dir"])
+            if ready(data.get("vms") or {}):
+                return sweep_json.parent
         if proc.poll() is not None:
             raise AssertionError(f"the sweep ended first: {proc.communicate()[1][-3000:]}")
-        time.sleep(0.3)
-    raise AssertionError("the cluster never came up")
+        time.sleep(0.2)
+    raise AssertionError("the sweep never got there")
 
 
 @pytest.mark.slow
-def test_sigint_during_a_two_host_trial_stops_ray_on_both_hosts(
+def test_sigint_while_ray_starts_on_two_hosts_stops_it_on_both(
         sshd: Sshd, tmp_path: Path) -> None:
+    """The harder moment: ``ray start`` runs on the hosts when the signal lands, so the
+    teardown waits for it and then stops what it left on each host."""
     hosts = _hosts_file(tmp_path / "hosts.toml", [
         _loopback(sshd, "h1", "127.0.0.1", machine="pair"),
         _loopback(sshd, "h2", SECOND_HOST, machine="pair"),
@@ -289,9 +297,15 @@ def test_sigint_during_a_two_host_trial_stops_ray_on_both_hosts(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path, env=_env(sshd))
     try:
-        temp_dir = _wait_for_cluster(out, proc)
-        time.sleep(2)  # the trial is running on the cluster
-        assert len(_cluster_processes(temp_dir)) >= 2  # a raylet on each host at least
+        run_dir = _wait_for(out, proc, lambda vms: any(
+            v.get("node_of") and v.get("state") == "ready" for v in vms.values()))
+        sweep = json.loads((run_dir / "sweep.json").read_text())
+        temp_dir = plan_cluster(sweep["sweep_id"], "pair", "127.0.0.1", "ssh", False).temp_dir
+        deadline = time.monotonic() + 120
+        while not _cluster_processes(f"--temp-dir={temp_dir}") \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)  # until `ray start` runs on the head
+        assert _cluster_processes(f"--temp-dir={temp_dir}"), "ray start never ran"
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=300)
     finally:
@@ -313,6 +327,8 @@ def test_a_workload_failing_on_the_cluster_fails_the_sweep_and_stops_ray_on_both
         "class Boom(Workload):\n"
         "    name = 'boom'\n"
         "    unit = 'boom'\n\n"
+        "    def prepare(self):\n"
+        "        pass\n\n"
         "    def run(self, workers, stop, counter):\n"
         "        raise RuntimeError('boom on this node')\n")
     hosts = _hosts_file(tmp_path / "hosts.toml", [
