@@ -23,9 +23,9 @@ import pandas as pd
 import psutil
 import pytest
 
-from orchestrator.engine.ray_cluster import plan_cluster
+from orchestrator.engine.ray_cluster import node_address, plan_cluster, start_command
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
-from orchestrator.providers.base import ProviderOptions, VmRequest
+from orchestrator.providers.base import Instance, ProviderOptions, VmRequest
 from orchestrator.providers.ssh import SshProvider, nodes_alike
 from tests.fixtures.sshd import FEWER_CORES_HOST, SECOND_HOST, Sshd
 
@@ -140,6 +140,22 @@ def test_nodes_must_have_the_same_cores_and_memory_apart_is_a_warning(
             nodes_alike("m", facts)
     else:
         assert nodes_alike("m", facts) == outcome
+
+
+def test_each_node_starts_ray_at_its_own_address_and_ssh_hosts_are_never_redirected(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = plan_cluster("20260101-000000-abcd", "pair", "10.0.0.1", "ssh", False)
+    assert plan.head_address.startswith("10.0.0.1:") and plan.port != 6379  # a shared host
+    head = start_command("/venv/bin/ray", plan, 0, "10.0.0.1")
+    worker = start_command("/venv/bin/ray", plan, 1, "10.0.0.2")
+    assert "--node-ip-address=10.0.0.1" in head and "--head" in head
+    assert "--node-ip-address=10.0.0.2" in worker
+    assert f"--address={plan.head_address}" in worker
+    # CLOUDPROF_SSH_ENDPOINT sends a cloud's VMs to a test sshd; an ssh host is where it is
+    monkeypatch.setenv("CLOUDPROF_SSH_ENDPOINT", "127.0.0.1:2222")
+    inst = Instance(provider="ssh", id="b", name="b", machine="pair", address="10.0.0.2")
+    assert node_address(inst, "ssh") == "10.0.0.2"
+    assert node_address(inst, "gcp") == "127.0.0.1"
 
 
 # ------------------------------------------------------------------ bad input through the CLI
