@@ -292,11 +292,8 @@ class SshProvider(Provider):
         hosts = self.machine_hosts(machine)[:nodes]
         facts: dict[str, dict[str, object]] = {}
         try:
-            for i, host in enumerate(hosts):
-                inst = self.create(VmRequest(
-                    sweep_id="", name=host.name, machine=machine, region=None, zone=None,
-                    spot=False, labels={}, ssh_user="", ssh_public_key="", startup_script="",
-                    node=i))
+            for host in hosts:
+                inst = self._instance(host, machine, {})
                 facts[host.name] = self._open(inst, CONNECT_TIMEOUT_S).host_facts()
         finally:
             for executor in self._executors.values():
@@ -347,17 +344,19 @@ class SshProvider(Provider):
         hosts = self.machine_hosts(req.machine)
         if req.node >= len(hosts):
             self.check_node_count(req.machine, req.node + 1)
-        host = hosts[req.node]
+        return self._instance(hosts[req.node], req.machine, req.labels)
+
+    def _instance(self, host: SshHost, machine: str, labels: dict[str, str]) -> Instance:
         return Instance(
             provider=self.name,
             id=host.name,
             name=host.name,
-            machine=req.machine,
+            machine=machine,
             state="running",
             address=host.address,
             port=host.port,
             user=host.user or getpass.getuser(),
-            labels=dict(req.labels),
+            labels=dict(labels),
             facts={"price_per_hour": host.price_per_hour},
         )
 
