@@ -100,7 +100,8 @@ def start_command(ray: str, plan: ClusterPlan, index: int,
 
     ``node_ip``: the address the other nodes reach this one at. Given, Ray registers the
     node there instead of guessing from its route to the head (two ssh "hosts" on one
-    machine's loopback, 127.0.0.1 and 127.0.0.2, would both guess 127.0.0.1)."""
+    machine's loopback, 127.0.0.1 and 127.0.0.2, would both guess the head's). Ray
+    itself turns 127.0.0.1 into the machine's own address."""
     role = (["--head", f"--port={plan.port}", "--include-dashboard=false"] if index == 0
             else [f"--address={plan.head_address}"])
     low = WORKER_PORTS_BASE + index * WORKER_PORTS_PER_NODE

@@ -270,7 +270,7 @@ class _Host:
     # one) and the Ray cluster over all of them (orchestrator.engine.ray_cluster)
     peers: list[_Host] = field(default_factory=list)
     cluster: Any = None
-    node: int = 0  # this machine's node it is (a peer's index; ssh: its group's i-th host)
+    node: int = 0  # which node of its machine (peers: 1..N-1; ssh: the group's i-th host)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
