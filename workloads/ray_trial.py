@@ -83,8 +83,11 @@ class _NodeRun:
         self.next_agent = self._agent()  # untimed: the first run starts at once
         import platform
 
+        import ray
+
         return {"unit": self.workload.unit, "describe": self.workload.describe(),
-                "hostname": platform.node(), "pid": os.getpid()}
+                "hostname": platform.node(), "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id()}
 
     def _agent(self) -> tuple[Any, UnitCounter]:
         """A new agent over the node's Ray tree, its sampler process started (the run that
@@ -242,6 +245,11 @@ class RayWorkload(Workload):
             for i in range(self.nodes)
         ]
         self.prepared = _get(ray, [a.prepare.remote() for a in self.actors])
+        # The address each node registered (--node-ip-address): the hostname alone does not
+        # tell apart two nodes on one machine, nor hosts that share a name.
+        addresses = {n.get("NodeID"): n.get("NodeManagerAddress") for n in ray.nodes()}
+        for prepared in self.prepared:
+            prepared["address"] = addresses.get(prepared.get("node_id"))
 
     def _wait_for_nodes(self) -> None:
         import ray
@@ -286,14 +294,16 @@ class RayWorkload(Workload):
     def describe(self) -> dict[str, Any]:
         inner = self.prepared[0]["describe"] if self.prepared else {}
         return {**inner, "ray": {"nodes": self.nodes, "address": self.address,
-                                 "actor_hosts": [p["hostname"] for p in self.prepared]}}
+                                 "actor_hosts": [p["hostname"] for p in self.prepared],
+                                 "actor_addresses": [p.get("address") for p in self.prepared]}}
 
     def node_summaries(self) -> list[dict[str, Any]]:
         """One entry per node (summary.json's ``nodes``), from the last timed run."""
         out = []
         for i, report in enumerate(self.reports):
-            host = self.prepared[i]["hostname"] if i < len(self.prepared) else None
-            out.append({"node": i, "hostname": host,
+            prepared = self.prepared[i] if i < len(self.prepared) else {}
+            out.append({"node": i, "hostname": prepared.get("hostname"),
+                        "address": prepared.get("address"),
                         "node_params": self.node_params.get(i, {}),  # its own inputs' path
                         **report})
         return out

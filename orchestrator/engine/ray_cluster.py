@@ -49,7 +49,7 @@ class RayNode:
 
     index: int
     executor: Executor
-    address: str
+    address: str  # its own (--node-ip-address); node 0's is the head's
 
 
 @dataclass
@@ -64,11 +64,12 @@ class ClusterPlan:
 
 def node_address(inst: Instance, provider: str) -> str:
     """Where the sweep's other nodes reach ``inst``: its private address on a cloud, the
-    tests' loopback endpoint when CLOUDPROF_SSH_ENDPOINT redirects SSH, this machine for
-    the local provider (whose "address" is a work directory)."""
+    tests' loopback endpoint when CLOUDPROF_SSH_ENDPOINT redirects a cloud's SSH, the
+    hosts file's address of an ssh host (that setting never redirects those), this
+    machine for the local provider (whose "address" is a work directory)."""
     if provider == "local":
         return "127.0.0.1"
-    endpoint = os.environ.get("CLOUDPROF_SSH_ENDPOINT")
+    endpoint = os.environ.get("CLOUDPROF_SSH_ENDPOINT") if provider != "ssh" else None
     if endpoint:
         return endpoint.rsplit(":", 1)[0] if ":" in endpoint else endpoint
     address = inst.private_address or inst.address
@@ -98,8 +99,14 @@ def ray_binary(executor: Executor) -> str:
     return posixpath.join(posixpath.dirname(executor.python), "ray")
 
 
-def start_command(ray: str, plan: ClusterPlan, index: int) -> list[str]:
-    """``ray start`` for node ``index``: the head for 0, a worker joining it otherwise."""
+def start_command(ray: str, plan: ClusterPlan, index: int,
+                  node_ip: str | None = None) -> list[str]:
+    """``ray start`` for node ``index``: the head for 0, a worker joining it otherwise.
+
+    ``node_ip``: the address the other nodes reach this one at. Given, Ray registers the
+    node there instead of guessing from its route to the head (two ssh "hosts" on one
+    machine's loopback, 127.0.0.1 and 127.0.0.2, would both guess the head's). Ray
+    itself turns 127.0.0.1 into the machine's own address."""
     role = (["--head", f"--port={plan.port}", "--include-dashboard=false"] if index == 0
             else [f"--address={plan.head_address}"])
     low = WORKER_PORTS_BASE + index * WORKER_PORTS_PER_NODE
@@ -111,6 +118,8 @@ def start_command(ray: str, plan: ClusterPlan, index: int) -> list[str]:
             "--disable-usage-stats"]
     if plan.local:
         argv.append(f"--object-store-memory={LOCAL_OBJECT_STORE_BYTES}")
+    if node_ip:
+        argv.append(f"--node-ip-address={node_ip}")
     return argv
 
 
@@ -160,7 +169,8 @@ class RayCluster:
         try:
             result = _run(ex, [ex.python, "-m", "workloads.ray_trial", "start",
                                self.plan.temp_dir, str(node.index),
-                               *start_command(ray_binary(ex), self.plan, node.index)],
+                               *start_command(ray_binary(ex), self.plan, node.index,
+                                              node.address)],
                           f"ray start on node {node.index}")
             notes = [line.strip() for line in (result.stdout_tail or "").splitlines()
                      if line.startswith("note: ")]

@@ -239,6 +239,12 @@ def lookup_machines(spec: SweepSpec) -> list[MachineType]:
             if not spec.workers:
                 raise UsageError(f"{name!r} is not in the catalog, so its vCPU count is "
                                  "unknown: give --workers") from None
+            if spec.provider == "ssh":  # its price from the hosts file (a group's: one node's)
+                from orchestrator.providers.ssh import SshProvider
+
+                out.append(SshProvider(ProviderOptions(hosts_file=spec.hosts_file,
+                                                       hosts=list(spec.hosts))).machine_type(name))
+                continue
             out.append(MachineType(provider=spec.provider, name=name, family="", vcpus=0,
                                    memory_gib=0.0, region="", price_on_demand=None,
                                    price_spot=None, price_source="", price_date=""))
@@ -265,6 +271,7 @@ class _Host:
     # one) and the Ray cluster over all of them (orchestrator.engine.ray_cluster)
     peers: list[_Host] = field(default_factory=list)
     cluster: Any = None
+    node: int = 0  # which node of its machine (peers: 1..N-1; ssh: the group's i-th host)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
@@ -559,8 +566,8 @@ class _Engine:
         vm = host.vm
         self.progress.state(vm.name, f"starting {vm.nodes - 1} more node(s)")
         with host.lock:
-            host.peers = [_Host(vm=replace(vm, name=vm.node_name(i)), provider=host.provider)
-                          for i in range(1, vm.nodes)]
+            host.peers = [_Host(vm=replace(vm, name=vm.node_name(i)), provider=host.provider,
+                                node=i) for i in range(1, vm.nodes)]
 
         def ready(peer: _Host) -> None:
             self._provision(peer, vm.zone)
@@ -584,11 +591,15 @@ class _Engine:
             problem = node.executor.ensure_ray()
             if problem:
                 raise RemoteCommandError(f"Ray on {node.vm.name}: {problem}")
-        assert host.inst is not None
-        head = node_address(host.inst, host.provider.name)
-        plan = plan_cluster(self.plan.sweep_id, vm.machine.name, head, host.provider.name,
-                            host.provider.creates_machines)
-        cluster = RayCluster(plan, [RayNode(i, n.executor, head) for i, n in enumerate(nodes)
+        # Each node is reached at its own address (ssh: its own host), the head's first.
+        addresses = []
+        for node in nodes:
+            assert node.inst is not None
+            addresses.append(node_address(node.inst, host.provider.name))
+        plan = plan_cluster(self.plan.sweep_id, vm.machine.name, addresses[0],
+                            host.provider.name, host.provider.creates_machines)
+        cluster = RayCluster(plan, [RayNode(i, n.executor, address) for i, (n, address)
+                                    in enumerate(zip(nodes, addresses, strict=True))
                                     if n.executor is not None])
         host.cluster = cluster  # from here on, teardown stops it
         self.progress.state(vm.name, f"starting Ray on {vm.nodes} nodes")
@@ -596,6 +607,7 @@ class _Engine:
         self.store.record_vm(vm.name, ray={"address": cluster.address, "nodes": vm.nodes,
                                            "start_s": round(cluster.start_s or 0.0, 3),
                                            "node_vms": [n.vm.name for n in nodes],
+                                           "node_addresses": addresses,
                                            "temp_dir": cluster.plan.temp_dir,
                                            "notes": cluster.notes})
         self.progress.log(f"{vm.machine.name}: Ray cluster of {vm.nodes} nodes up in "
@@ -704,7 +716,7 @@ class _Engine:
         req = VmRequest(sweep_id=self.plan.sweep_id, name=vm.name, machine=vm.machine.name,
                         region=vm.region, zone=zone, spot=vm.spot, labels=labels,
                         ssh_user=SSH_USER, ssh_public_key=public_key, startup_script=script,
-                        cluster=vm.nodes > 1)
+                        cluster=vm.nodes > 1, node=host.node)
         self.store.record_vm(vm.name, provider=provider.name, machine=vm.machine.name,
                              state="creating", labels=labels, spot=vm.spot,
                              price_per_hour=vm.machine.price(vm.spot), requested_at=now_iso())
@@ -1280,6 +1292,11 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
         for provider in checkers.values():
             provider.check_credentials()
+        for vm in plan.vms:  # ssh: the group's hosts alike (read from them), before anything
+            if vm.nodes > 1:
+                provider = checkers[_exec_provider_name(spec, vm)]
+                for warning in provider.check_nodes(vm.machine.name, vm.nodes):
+                    console.print(f"[yellow]warning:[/yellow] {warning}")
         if any(provider.creates_machines for provider in checkers.values()):
             from orchestrator.engine.remote import boot_timeout
 

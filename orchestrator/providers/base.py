@@ -71,6 +71,7 @@ class VmRequest:
     # between this sweep's own VMs, and to nothing else (README "Providers"): one rule
     # per sweep, deleted with the sweep's last VM like its SSH rule.
     cluster: bool = False
+    node: int = 0  # which node of the machine (0: Ray's head); ssh: the group's i-th host
 
 
 @dataclass
@@ -266,6 +267,11 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def list(self, labels: dict[str, str]) -> list[Instance]:
         """Instances carrying all of ``labels`` (used by cleanup and resume)."""
+
+    def check_nodes(self, machine: str, nodes: int) -> list[str]:
+        """Before anything is created: refuse (UsageError) a machine that cannot be ``nodes``
+        nodes of one cluster; the warnings to print. A cloud makes any number alike."""
+        return []
 
 
 class Bucket(abc.ABC):

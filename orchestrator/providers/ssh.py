@@ -18,6 +18,16 @@ The file's schema (README "SSH hosts and remote execution")::
     price_per_hour = 1.20           # USD, optional
     known_host_key = "ssh-ed25519 AAAA..."  # optional; else ~/.ssh/known_hosts
     python = "/usr/bin/python3"     # optional; interpreter the bootstrap venv is built from
+    machine = "pair"                # optional; hosts sharing it are the nodes of one machine
+
+Hosts that share ``machine`` form one machine type of that name: ``--machine pair
+--nodes 1,2`` runs on the group's first host, then on its first two (node i is the
+i-th host of the group in file order), each a node of one Ray cluster. Such a
+group is the only way to give a machine several nodes over SSH: the nodes of a
+scale-out trial must be separate hosts, or its figures measure one host's cores
+shared between Ray nodes. A group's hosts must have the same price (a machine
+type has one); that they have the same cores is checked on the hosts themselves
+(:meth:`SshProvider.check_nodes_alike`) before a multi-node sweep starts.
 
 Host keys are always verified: the file's ``known_host_key``, else the user's
 ``~/.ssh/known_hosts``. An unknown host is refused with a one-line error that
@@ -56,6 +66,7 @@ HOST_KEYS = {
     "price_per_hour",
     "known_host_key",
     "python",
+    "machine",
 }
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*|[0-9A-Fa-f:]+)$")
 _USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
@@ -78,6 +89,7 @@ class SshHost:
     price_per_hour: float | None = None
     known_host_key: str | None = None
     python: str | None = None
+    machine: str | None = None  # the group whose node it is (hosts file ``machine``)
 
 
 def _name_from_address(address: str, port: int) -> str:
@@ -182,6 +194,14 @@ def load_hosts_file(path: Path) -> list[SshHost]:
         python = entry.get("python")
         if python is not None and (not isinstance(python, str) or not python):
             raise UsageError(f"{where}: python must be a path")
+        machine = entry.get("machine")
+        if machine is not None:
+            if not isinstance(machine, str):
+                raise UsageError(f"{where}: machine must be a string")
+            try:
+                check_name(machine, "machine name")
+            except UsageError as exc:
+                raise UsageError(f"{where}: {exc}") from None
         hosts.append(
             SshHost(
                 name=name,
@@ -192,6 +212,7 @@ def load_hosts_file(path: Path) -> list[SshHost]:
                 price_per_hour=float(price) if price is not None else None,
                 known_host_key=known,
                 python=python,
+                machine=machine,
             )
         )
     return hosts
@@ -214,25 +235,80 @@ class SshProvider(Provider):
             if host.name in self.hosts:
                 raise UsageError(f"SSH host name {host.name!r} is given twice")
             self.hosts[host.name] = host
+        # machine name -> the hosts that are its nodes, node 0 first (hosts file order)
+        self.groups: dict[str, list[SshHost]] = {}
+        for host in hosts:
+            if host.machine is not None:
+                self.groups.setdefault(host.machine, []).append(host)
+        for name, members in self.groups.items():
+            if name in self.hosts:  # --machine NAME would mean two things
+                raise UsageError(f"hosts file: machine {name!r} is also the name of a host; "
+                                 "rename one of them")
+            prices = sorted({str(h.price_per_hour) for h in members})
+            if len(prices) > 1:  # the planner prices every node at the machine's one price
+                raise UsageError(f"hosts file: the hosts of machine {name!r} differ in "
+                                 f"price_per_hour ({', '.join(prices)}); give them one price")
         self._executors: dict[str, SshExecutor] = {}  # one open connection per host
 
     def machines(self) -> list[str]:
-        """The host names, in the order given (what ``--machine`` selects from)."""
-        return list(self.hosts)
+        """What ``--machine`` selects from, in the order given: each host outside a group
+        by its name, each group by its ``machine`` name (its hosts are its nodes)."""
+        return list(dict.fromkeys(h.machine or h.name for h in self.hosts.values()))
 
     def host(self, name: str) -> SshHost:
+        """A host by its own name (a group's hosts too: the executors are per host)."""
         if name not in self.hosts:
-            known = ", ".join(self.hosts) or "none: give --hosts FILE or --host user@addr[:port]"
+            known = ", ".join(self.machines()) or ("none: give --hosts FILE or --host "
+                                                   "user@addr[:port]")
             raise UsageError(f"unknown SSH host {name!r}; hosts: {known}")
         return self.hosts[name]
 
+    def machine_hosts(self, machine: str) -> list[SshHost]:
+        """The hosts of ``machine``, node 0 first: a group's, or the one host of that name."""
+        if machine in self.groups:
+            return self.groups[machine]
+        host = self.host(machine)
+        if host.machine is not None:  # one node alone would run beside its group's sweeps
+            raise UsageError(f"SSH host {machine!r} is a node of machine {host.machine!r} "
+                             f"(hosts file): use --machine {host.machine}")
+        return [host]
+
+    def check_node_count(self, machine: str, nodes: int) -> None:
+        """Refuse ``--nodes`` above the machine's hosts (spec time: no login needed)."""
+        hosts = self.machine_hosts(machine)
+        if nodes <= len(hosts):
+            return
+        if machine in self.groups:
+            raise UsageError(f"--nodes {nodes}: machine {machine!r} has {len(hosts)} SSH "
+                             f"host(s) in the hosts file; add hosts to it or lower --nodes")
+        raise UsageError(f"--nodes {nodes}: {machine!r} is one SSH host and a machine's nodes "
+                         f"are separate hosts: give {nodes} hosts the same machine = \"NAME\" "
+                         "in the hosts file")
+
+    def check_nodes(self, machine: str, nodes: int) -> list[str]:
+        """Read cores and memory of the machine's first ``nodes`` hosts (a login each) and
+        refuse hosts that differ in cores; the warnings to print (memory apart)."""
+        self.check_node_count(machine, nodes)
+        hosts = self.machine_hosts(machine)[:nodes]
+        facts: dict[str, dict[str, object]] = {}
+        try:
+            for host in hosts:
+                inst = self._instance(host, machine, {})
+                facts[host.name] = self._open(inst, CONNECT_TIMEOUT_S).host_facts()
+        finally:
+            for executor in self._executors.values():
+                executor.close()
+            self._executors.clear()
+        return nodes_alike(machine, facts)
+
     def machine_type(self, name: str) -> MachineType:
-        """A catalog-style row for a host: its price from the hosts file, size unknown (0)
-        until ``wait_ready`` reads it from the host — for the planner's cost estimate."""
-        host = self.host(name)
+        """A catalog-style row for a host (or a group: one node's): its price from the hosts
+        file, size unknown (0) until ``wait_ready`` reads it from the host — for the
+        planner's cost estimate."""
+        host = self.machine_hosts(name)[0]
         return MachineType(
             provider=self.name,
-            name=host.name,
+            name=name,
             family="",
             vcpus=0,
             memory_gib=0.0,
@@ -263,17 +339,24 @@ class SshProvider(Provider):
                 raise UsageError(f"SSH key {key} of host {host.name} is not readable")
 
     def create(self, req: VmRequest) -> Instance:
-        host = self.host(req.machine)
+        """Node ``req.node`` of the machine: the i-th host of its group (a lone host is
+        node 0 only)."""
+        hosts = self.machine_hosts(req.machine)
+        if req.node >= len(hosts):
+            self.check_node_count(req.machine, req.node + 1)
+        return self._instance(hosts[req.node], req.machine, req.labels)
+
+    def _instance(self, host: SshHost, machine: str, labels: dict[str, str]) -> Instance:
         return Instance(
             provider=self.name,
             id=host.name,
             name=host.name,
-            machine=host.name,
+            machine=machine,
             state="running",
             address=host.address,
             port=host.port,
             user=host.user or getpass.getuser(),
-            labels=dict(req.labels),
+            labels=dict(labels),
             facts={"price_per_hour": host.price_per_hour},
         )
 
@@ -315,3 +398,28 @@ class SshProvider(Provider):
 
     def list(self, labels: dict[str, str]) -> list[Instance]:
         return []  # cloudprof never creates anything on SSH hosts
+
+
+MEMORY_SPREAD = 0.10  # alike hosts' MemTotal differs by kernel and firmware reservations
+
+
+def nodes_alike(machine: str, facts: dict[str, dict[str, object]]) -> list[str]:
+    """Whether hosts (name -> host_facts) can be the nodes of one machine.
+
+    Different cores are refused (UsageError): every node runs the same worker count,
+    and the machine has one vCPU count in the reports, so a smaller node would be a
+    straggler that the scale-out figures blame on the machine. Memory more than 10 %
+    apart is only a warning (returned): it does not change the throughput of a
+    workload that fits, and the per-node peaks are reported node by node.
+    """
+    cores = {name: f.get("vcpus") for name, f in facts.items()}
+    if len(set(cores.values())) > 1:
+        listing = ", ".join(f"{name} {n}" for name, n in cores.items())
+        raise UsageError(f"the hosts of machine {machine!r} differ in cores ({listing} vCPUs): "
+                         "a machine's nodes must be alike; group alike hosts")
+    memory = {name: float(f.get("memory_gib") or 0.0) for name, f in facts.items()}
+    if memory and min(memory.values()) * (1 + MEMORY_SPREAD) < max(memory.values()):
+        listing = ", ".join(f"{name} {gib:g}" for name, gib in memory.items())
+        return [f"the hosts of machine {machine!r} differ in memory ({listing} GiB); "
+                "its per-node peaks show each host's"]
+    return []

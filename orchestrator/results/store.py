@@ -105,6 +105,7 @@ EXTRA_COLUMNS = (
     #                          the kernel's high-water mark) | sampled_tree, per node
     "node_peak_rss_sampled_bytes",  # JSON list: the sampled peak of each node's Ray tree
     "node_units_per_s",  # JSON list, one rate per node, or None
+    "node_addresses",  # JSON list: the address each node's actor ran at (as Ray has it), or None
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
 
@@ -411,6 +412,7 @@ def trial_row(
         "node_peak_rss_source": _per_node(s, "peak_rss_source"),
         "node_peak_rss_sampled_bytes": _per_node(s, "peak_rss_sampled_bytes"),
         "node_units_per_s": _per_node(s, "units_per_s"),
+        "node_addresses": _per_node(s, "address"),
     }
 
 

@@ -685,13 +685,24 @@ def _check_job(spec: SweepSpec) -> None:
         raise UsageError(f"--grid {clash[0]} is also given as a workload parameter; give it once")
 
 
-def _ssh_machines(spec: SweepSpec) -> list[str]:
-    """The ssh hosts' names (what --machine selects from), parsed by the ssh provider."""
+def _check_ssh_machines(spec: SweepSpec) -> list[str]:
+    """The ssh machines the sweep runs on (all of the hosts' when --machine names none):
+    hosts, and groups of hosts (hosts file ``machine``) with enough hosts for --nodes."""
     from orchestrator.providers.base import ProviderOptions
     from orchestrator.providers.ssh import SshProvider
 
-    options = ProviderOptions(hosts_file=spec.hosts_file, hosts=list(spec.hosts))
-    return SshProvider(options).machines()
+    provider = SshProvider(ProviderOptions(hosts_file=spec.hosts_file, hosts=list(spec.hosts)))
+    known = provider.machines()
+    for name in spec.machines:
+        if name not in known:
+            if name in provider.hosts:
+                provider.machine_hosts(name)  # a group's node: the error names its machine
+            raise UsageError(f"--machine {name!r} is not one of the ssh hosts: "
+                             f"{', '.join(known)}")
+    machines = spec.machines or known
+    for name in machines:
+        provider.check_node_count(name, max(spec.nodes, default=1))
+    return machines
 
 
 def search_candidates(spec: SweepSpec) -> list[str]:
@@ -778,13 +789,7 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
             if not (spec.hosts or spec.hosts_file):
                 raise UsageError("--provider ssh needs --host user@address or --hosts hosts.toml")
             _existing_file(spec.hosts_file, "--hosts")
-            hosts = _ssh_machines(spec)
-            unknown = [name for name in spec.machines if name not in hosts]
-            if unknown:
-                raise UsageError(
-                    f"--machine {unknown[0]!r} is not one of the ssh hosts: {', '.join(hosts)}"
-                )
-            spec.machines = spec.machines or hosts
+            spec.machines = _check_ssh_machines(spec)
         elif not spec.machines:
             raise UsageError("no machine given: use --machine NAME (see `cloudprof catalog`)")
     _check_workload_params(spec)
