@@ -211,7 +211,11 @@ def two_node_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2], workload=HOLDING,
                      workload_params={"unit_ms": "10", "hold_mib": str(HOLD_MIB)},
                      duration_s=3.0, repeats=1, dry_run=True, provider="local", out=out)
-    return run_sweep(spec, console=quiet())
+    with pytest.MonkeyPatch.context() as env:
+        # A host where Ray has a token (anyone's who ran ray.init() on Ray >= 2.59): Ray's
+        # head alone would turn token auth on and refuse node 1.
+        env.setenv("RAY_AUTH_TOKEN", "a" * 64)
+        return run_sweep(spec, console=quiet())
 
 
 @pytest.mark.slow

@@ -235,6 +235,7 @@ class RayWorkload(Workload):
         import ray
 
         if not ray.is_initialized():
+            os.environ.update(RAY_ENV)  # read when ray.init connects
             ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
         self._wait_for_nodes()
         actor = ray.remote(num_cpus=0)(_NodeRun)
@@ -375,6 +376,13 @@ def stop_cluster_processes(temp_dir: str, grace_s: float = 5.0) -> int:
     return len(found)
 
 
+# Every process of a sweep's cluster (the nodes' daemons, the driver, a --command job) runs
+# with Ray's token authentication off, explicitly: since Ray 2.59 `ray start --head` turns it
+# on by itself when the host has a token (~/.ray/auth_token, which any local `ray.init()`
+# writes), while `ray start --address` does not, so on such a host node 1 was refused by its
+# own head ("InvalidAuthToken"). Off is what `ray start --head` gives on a host without a
+# token; the cluster's ports are open only between the sweep's own VMs (README).
+RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
 CGROUP_MARK = "cloudprof-node-{}.cgroup"  # in the cluster's temp dir: where node i's cgroup is
 CGROUP_NOTE_ENV = "CLOUDPROF_NODE_CGROUP_NOTE"  # why a node has no cgroup (its actors read it)
 
@@ -396,7 +404,7 @@ def start_node(temp_dir: str, index: int, argv: list[str]) -> int:
 
     from workloads.cgroup import CgroupUnavailable, TrialCgroup, node_cgroup_name
 
-    env = dict(os.environ)
+    env = {**os.environ, **RAY_ENV}
     cgroup: TrialCgroup | None = None
     note = None
     try:
@@ -417,9 +425,9 @@ def start_node(temp_dir: str, index: int, argv: list[str]) -> int:
     finally:
         if cgroup is not None:
             os.close(cgroup.join_fd)  # the cgroup stays: the node's daemons live in it
+    if note:  # first: a failed start's last line is Ray's error, the one the engine shows
+        print(note, flush=True)
     print("\n".join(tail), file=sys.stderr if code else sys.stdout)
-    if note:
-        print(note)  # last: the engine reads it from the output's tail
     return code
 
 

@@ -590,7 +590,10 @@ def _run_command(
         env = jobs.with_pythonpath(env if env is not None else os.environ, args.job_paths)
     env = torch_gpu.hook_env(env if env is not None else os.environ, args.out)
     if args.ray_address:  # the user's own Ray program joins the sweep's cluster as its driver
-        env = {**(env if env is not None else os.environ), "RAY_ADDRESS": args.ray_address}
+        from workloads.ray_trial import RAY_ENV
+
+        env = {**(env if env is not None else os.environ), **RAY_ENV,
+               "RAY_ADDRESS": args.ray_address}
         summary["params"]["ray"] = {"nodes": args.ray_nodes, "address": args.ray_address}
     group = _trial_cgroup(summary)
     try:
