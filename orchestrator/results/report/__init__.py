@@ -118,7 +118,7 @@ def report_run(run_dir: str | Path, console: Console) -> Path:
     What ``cloudprof report`` and the end of a sweep do. The store is read and the
     report built once for both (reading it twice cost ~0.7 s of every sweep), and
     the summary is printed before the plots are drawn, so the user reads the
-    results while matplotlib works.
+    results while the figures are drawn.
     """
     run = load_run(run_dir)
     report = build_report(run)
@@ -127,7 +127,7 @@ def report_run(run_dir: str | Path, console: Console) -> Path:
 
 
 def write_report(run_dir: str | Path) -> Path:
-    """Write plots/*.png, report.md and report.html into the store; returns report.html's path.
+    """Write plots/*.svg, report.md and report.html into the store; returns report.html's path.
 
     Each file is written to a temporary name and renamed, so a reader never sees
     half a report.
