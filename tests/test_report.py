@@ -881,6 +881,39 @@ def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_pat
     assert "_usl" not in {e.label for e in fig.legend()}
 
 
+def test_a_report_fits_each_machines_usl_once_for_its_table_and_its_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.plan import model
+    from orchestrator.results import plots
+    from orchestrator.results.report import tables
+
+    rates = {n: [model.usl(n, 100.0, 0.05, 0.002) * f for f in (0.98, 1.0, 1.02)]
+             for n in (1, 2, 4, 8, 16)}  # fmt: skip
+    run = write_store(tmp_path / "s", scaling_trials("n2-highcpu-8", 0.29, rates))
+    fits: list[Any] = []
+    real = model.fit_usl_with_intervals
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        fits.append(real(*args, **kwargs))
+        return fits[-1]
+
+    monkeypatch.setattr(model, "fit_usl_with_intervals", counting)
+    monkeypatch.setattr(tables, "fit_usl_with_intervals", counting)
+    drawn: list[Any] = []
+    real_curve = plots._usl_curve
+
+    def watching(ax: Any, *args: Any) -> None:
+        real_curve(ax, *args)
+        drawn.extend(s for s in ax.series if s.label == "_usl")
+
+    monkeypatch.setattr(plots, "_usl_curve", watching)
+    report.write_report(run)
+    assert len(fits) == 1 and fits[0] is not None and not fits[0].fit.poor  # one bootstrap fit
+    (curve,) = drawn  # and the figure drew it: the table's fit, not a second one
+    assert curve.y[0] == pytest.approx(fits[0].band([curve.x[0]])[0][0])
+
+
 def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
 

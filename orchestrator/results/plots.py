@@ -51,8 +51,16 @@ def _pairs(frame: pd.DataFrame) -> list[tuple[str, str]]:
     return list(zip(frame["machine"], frame["ran_on"], strict=True))
 
 
-def render_plots(run: rpt.RunData, summary: pd.DataFrame, out_dir: Path) -> list[tuple[str, str]]:
-    """Write every figure into ``out_dir``; returns (path relative to the store, caption) pairs."""
+def render_plots(
+    run: rpt.RunData,
+    summary: pd.DataFrame,
+    out_dir: Path,
+    usl_models: dict[tuple[str, str], Any] | None = None,
+) -> list[tuple[str, str]]:
+    """Write every figure into ``out_dir``; returns (path relative to the store, caption) pairs.
+
+    ``usl_models``: the report's own USL fits per (machine, ran_on), drawn as they are
+    (fitted here when not given)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rel = out_dir.relative_to(run.run_dir) if out_dir.is_relative_to(run.run_dir) else out_dir
     written: list[tuple[str, str]] = []
@@ -66,7 +74,7 @@ def render_plots(run: rpt.RunData, summary: pd.DataFrame, out_dir: Path) -> list
         estimated = bool(summary["estimate"].any())
         est = " (costs are estimates)" if estimated else ""
         save(
-            throughput_figure(summary, run.trials, colours=colours),
+            throughput_figure(summary, run.trials, colours=colours, usl_models=usl_models),
             "throughput.svg",
             "Throughput vs workers per machine (median over repeats with its spread as error "
             "bars; dots are single repeats, hollow markers oversubscribed, ★ the knee; dashed: "
@@ -167,6 +175,7 @@ def throughput_figure(
     trials: pd.DataFrame | None = None,
     split_by: str | None = None,
     colours: dict[str, str] | None = None,
+    usl_models: dict[tuple[str, str], Any] | None = None,
 ) -> Figure:
     """Median lines with spread bars, each repeat a faint dot, ★ at the knee, the USL fit.
 
@@ -194,7 +203,7 @@ def throughput_figure(
                 colour,
             )
         if trials is not None and split_by is None:
-            _usl_curve(ax, trials, keys, colour)
+            _usl_curve(ax, trials, keys, colour, usl_models)
         if trials is not None:
             mine = trials[trials["status"] == rpt.OK]
             for column, value in keys.items():
@@ -209,15 +218,28 @@ def throughput_figure(
     return fig
 
 
-def _usl_curve(ax: Panel, trials: pd.DataFrame, keys: dict[str, Any], colour: str) -> None:
-    """The machine's fitted USL curve (dashed) and its 95 % band, when the fit is good."""
+def _usl_curve(
+    ax: Panel,
+    trials: pd.DataFrame,
+    keys: dict[str, Any],
+    colour: str,
+    usl_models: dict[tuple[str, str], Any] | None = None,
+) -> None:
+    """The machine's fitted USL curve (dashed) and its 95 % band, when the fit is good.
+
+    The fit is the report's own when ``usl_models`` has it (the table's numbers, not a
+    second bootstrap), else fitted here from ``trials``."""
     import numpy as np
 
     from orchestrator.plan.model import fit_usl_with_intervals
     from orchestrator.results.report.model import samples
 
-    data = samples(trials).get((str(keys["machine"]), str(keys["ran_on"])))
-    model = fit_usl_with_intervals(data) if data else None
+    key = (str(keys["machine"]), str(keys["ran_on"]))
+    data = samples(trials).get(key)
+    if usl_models is not None and key in usl_models:
+        model = usl_models[key]
+    else:
+        model = fit_usl_with_intervals(data) if data else None
     if model is None or model.fit.poor:
         return
     top = max(data)

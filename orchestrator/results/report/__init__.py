@@ -140,7 +140,9 @@ def _write_files(run: RunData, report: Report) -> Path:
     """The plots, then report.md and report.html that reference them (see ``write_report``)."""
     from orchestrator.results import plots
 
-    report.plots = plots.render_plots(run, report.summary, run.run_dir / PLOTS_DIR)
+    report.plots = plots.render_plots(
+        run, report.summary, run.run_dir / PLOTS_DIR, usl_models=report.usl_models
+    )
     from orchestrator.results.profiles import render_profile_plots  # profiled trials (issue 12)
 
     report.plots += render_profile_plots(run.run_dir, run.run_dir / PLOTS_DIR)
