@@ -926,7 +926,7 @@ def test_legends_never_cover_data_nor_leave_the_figure(wide_sweep: Path) -> None
         legend = layout["legend"]
         assert legend is not None, name
         assert legend[0] >= 0 and legend[0] + legend[2] <= fig.width, name
-        assert legend[1] >= 0 and legend[1] + legend[3] <= fig.height, name
+        assert legend[1] >= 0 and legend[1] + legend[3] <= layout["height"], name
         for box in layout["panels"]:
             assert not _overlap(legend, box), name
             assert box[0] >= 0 and box[0] + box[2] <= fig.width, name

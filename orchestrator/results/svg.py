@@ -30,6 +30,7 @@ DASHES = {"-": None, "--": "6,4", ":": "1.5,3", "-.": "6,3,1.5,3", "none": None}
 """SVG dash arrays for the line styles the figures use (matplotlib's names)."""
 
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+"""The marker shapes drawn (matplotlib's names); another name is drawn as a diamond."""
 
 
 @dataclass
@@ -95,21 +96,9 @@ class Panel:
         alpha: float = 1.0,
         width: float = 1.5,
     ) -> Series:
-        return self._add(
-            Series(
-                "line",
-                _floats(x),
-                _floats(y),
-                colour,
-                label,
-                linestyle,
-                marker,
-                size,
-                hollow,
-                alpha,
-                width,
-            )
-        )
+        xs, ys = _floats(x), _floats(y)
+        return self._add(Series("line", xs, ys, colour, label, linestyle, marker, size, hollow,
+                                alpha, width))  # fmt: skip
 
     def points(
         self,
@@ -336,19 +325,24 @@ class Figure:
 
     # ------------------------------------------------------------- layout
     def layout(self) -> dict[str, Any]:
-        """Where things go, in px: ``panels`` (x, y, w, h) each and the ``legend`` box."""
+        """Where things go, in px: ``panels`` (x, y, w, h) each, the ``legend`` box and the
+        figure's ``height`` (``self.height``, or more when a long legend needs it)."""
         entries = self.legend()
         item_w = [28 + text_width(e.label) for e in entries]
         top = 34.0 if self.title else 12.0
+        height = self.height  # grown when a long legend would not fit: never cut off
         if entries and not self.legend_below:
             legend_w = max(item_w) + 16
-            legend = (self.width - legend_w - 4, top, legend_w, 18.0 * len(entries) + 8)
+            legend_h = 18.0 * len(entries) + 8
+            height = max(height, top + legend_h + 8)
+            legend = (self.width - legend_w - 4, top, legend_w, legend_h)
             right, bottom_extra = legend_w + 12, 0.0
         elif entries:
             per_row = max(1, int((self.width - 20) // (max(item_w) + 12)))
             lines = math.ceil(len(entries) / per_row)
             legend_h = 18.0 * lines + 8
-            legend = (10.0, self.height - legend_h - 4, self.width - 20, legend_h)
+            height = max(height, top + legend_h + 12 + 150.0 * self.rows)
+            legend = (10.0, height - legend_h - 4, self.width - 20, legend_h)
             right, bottom_extra = 12.0, legend_h + 8
         else:
             legend, right, bottom_extra = None, 12.0, 0.0
@@ -357,7 +351,7 @@ class Figure:
         has_titles = any(p.title for p in self.panels)
         xlabel_h = 34.0 if (self.xlabel or any(p.xlabel for p in self.panels)) else 20.0
         grid_w = self.width - right
-        grid_h = self.height - top - bottom_extra
+        grid_h = height - top - bottom_extra
         cell_w, cell_h = grid_w / self.cols, grid_h / self.rows
         boxes = []
         for r in range(self.rows):
@@ -371,16 +365,16 @@ class Figure:
                     - (xlabel_h if r == self.rows - 1 else 22.0)
                 )
                 boxes.append((x, y, max(w, 10.0), max(h, 10.0)))
-        return {"panels": boxes, "legend": legend, "entries": entries}
+        return {"panels": boxes, "legend": legend, "entries": entries, "height": height}
 
     # ------------------------------------------------------------- drawing
     def to_svg(self) -> str:
         """The figure as a standalone SVG document."""
         lay = self.layout()
-        e = html.escape
+        e, height = html.escape, lay["height"]
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width:.0f}" '
-            f'height="{self.height:.0f}" viewBox="0 0 {self.width:.0f} {self.height:.0f}" '
+            f'height="{height:.0f}" viewBox="0 0 {self.width:.0f} {height:.0f}" '
             f'font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="{FONT:g}">',
             '<rect width="100%" height="100%" fill="white"/>',
         ]
