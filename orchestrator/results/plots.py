@@ -280,7 +280,7 @@ def cost_figure(summary: pd.DataFrame, colours: dict[str, str] | None = None) ->
     front = known[known["pareto"]].sort_values("units_per_s")
     if not front.empty:
         ax.line(front["units_per_s"], front["cost_per_million_units"], "#000000",
-                label="Pareto front", marker="D", size=10, hollow=True, width=1.2)  # fmt: skip
+                label="Pareto front", marker="D", size=10, face="none", width=1.2)  # fmt: skip
     estimated = bool(known["estimate"].any()) if not known.empty else False
     ax.xlabel = "units/s (median)"
     ax.xlim = (0, None)

@@ -59,6 +59,7 @@ class Series:
     low: list[float] | None = None
     high: list[float] | None = None
     texts: list[str] | None = None
+    face: str | None = None  # a marker's fill when not its colour: "none" (see-through)
 
 
 def _floats(values: Any) -> list[float]:
@@ -95,10 +96,13 @@ class Panel:
         hollow: bool = False,
         alpha: float = 1.0,
         width: float = 1.5,
+        face: str | None = None,
     ) -> Series:
+        """``hollow``: markers filled white (drawn over a point, they hide it); ``face="none"``:
+        see-through markers that ring a point (the Pareto front)."""
         xs, ys = _floats(x), _floats(y)
         return self._add(Series("line", xs, ys, colour, label, linestyle, marker, size, hollow,
-                                alpha, width))  # fmt: skip
+                                alpha, width, face=face))  # fmt: skip
 
     def points(
         self,
@@ -262,6 +266,7 @@ class LegendEntry:
     patch: bool = False  # a filled square (bars, spans) rather than a line
     alpha: float = 1.0
     hollow: bool = False
+    face: str | None = None
 
 
 @dataclass
@@ -305,6 +310,7 @@ class Figure:
                             s.marker,
                             patch=s.kind == "bar",
                             hollow=s.hollow,
+                            face=s.face,
                         )
                     )
         return entries + self.extra_legend
@@ -412,9 +418,10 @@ def _dash(linestyle: str) -> str:
 
 
 def _marker(
-    kind: str, x: float, y: float, size: float, colour: str, hollow: bool, alpha: float
-) -> str:
-    fill = "white" if hollow else colour
+    kind: str, x: float, y: float, size: float, colour: str, hollow: bool, alpha: float,
+    face: str | None = None,
+) -> str:  # fmt: skip
+    fill = face or ("white" if hollow else colour)
     style = f'fill="{fill}" stroke="{colour}" stroke-width="1.2"' + (
         f' opacity="{alpha:g}"' if alpha < 1 else ""
     )
@@ -576,7 +583,8 @@ def _draw_series(s: Series, X, Y, by: float, bh: float, x0: float, x1: float) ->
             )
         if s.marker:
             out += [
-                _marker(s.marker, X(x), Y(y), s.size, s.colour, s.hollow, s.alpha) for x, y in pts
+                _marker(s.marker, X(x), Y(y), s.size, s.colour, s.hollow, s.alpha, s.face)
+                for x, y in pts
             ]
         return out
     if s.kind == "errorbar":
@@ -656,6 +664,6 @@ def _draw_legend(
                     f'stroke="{en.colour}" stroke-width="1.5"{_dash(en.linestyle)}/>'
                 )
             if en.marker:
-                out.append(_marker(en.marker, x + 10, y, 6, en.colour, en.hollow, 1.0))
+                out.append(_marker(en.marker, x + 10, y, 6, en.colour, en.hollow, 1.0, en.face))
         out.append(f'<text x="{x + 26:.1f}" y="{y + 4:.1f}">{e(en.label)}</text>')
     return out
