@@ -8,7 +8,7 @@ interleaved rounds:
 
 1. the text report (load the store, summarise, render report.md and
    report.html — what ``print_summary`` does before printing);
-2. the whole ``write_report`` (the same plus the matplotlib PNGs).
+2. the whole ``write_report`` (the same plus the SVG figures).
 
 Target: the whole report in a few seconds for ~10 trials. Medians of wall and
 of CPU seconds: on a shared machine the CPU-seconds ratio is the fairer one.
@@ -69,15 +69,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = make_store(Path(tmp))
         trials = len(report.load_run(run_dir).trials)
-        report.write_report(run_dir)  # warm: matplotlib's font cache, pandas, pyarrow
+        report.write_report(run_dir)  # warm: pandas, pyarrow, numpy
         text, full = [], []
         for _ in range(args.rounds):
             text.append(wall_and_cpu(lambda: text_report(run_dir)))
             full.append(wall_and_cpu(lambda: report.write_report(run_dir)))
-        plots = len(list((run_dir / report.PLOTS_DIR).glob("*.png")))
+        plots = len(list((run_dir / report.PLOTS_DIR).glob("*.svg")))
     rows = [
         [label, median([w for w, _ in times]), median([c for _, c in times])]
-        for label, times in (("text (md + html)", text), (f"write_report ({plots} PNGs)", full))
+        for label, times in (("text (md + html)", text), (f"write_report ({plots} SVGs)", full))
     ]
     print(machine_line())
     print_table([f"report of a {trials}-trial store", "wall s", "CPU s"], rows)

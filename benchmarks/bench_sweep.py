@@ -31,6 +31,12 @@ clock (their behaviour is unchanged):
   "local", threads waiting).
 
 "outside trials" is everything but *trial*, as a share of the sweep's wall.
+A second line splits it: the workload's own load phase (its ``prepare()``, which
+the runner times as ``prepare_s`` inside ``load_s``: reading the inputs is the
+workload's work, not cloudprof's) against cloudprof's own overhead (everything
+else outside trials: interpreter start and imports of every process, staging,
+the sampler's start and stop, recording, the report). A checkout whose runner
+does not record ``prepare_s`` shows no second line.
 """
 
 from __future__ import annotations
@@ -110,7 +116,8 @@ def child(args: argparse.Namespace) -> None:
         if "trials" in p.parts
     ]
     print(json.dumps({"spent": spent, "wall_in_process": wall, "summaries": [
-        {"load_s": s.get("load_s"), "seconds": s.get("seconds")} for s in summaries
+        {"load_s": s.get("load_s"), "prepare_s": s.get("prepare_s"), "seconds": s.get("seconds")}
+        for s in summaries
     ], "run_dir": str(run_dir)}))  # fmt: skip
 
 
@@ -132,6 +139,9 @@ def phases_of(result: dict[str, Any], wall: float) -> dict[str, float]:
         "report": spent.get("report", 0.0),
     }
     out["other"] = wall - sum(out.values())
+    prepared = [s.get("prepare_s") for s in summaries]
+    if prepared and all(p is not None for p in prepared):  # measured by every trial's runner
+        out["prepare()"] = sum(float(p) for p in prepared)
     return out
 
 
@@ -230,6 +240,16 @@ def report(
         f"outside trials: {100 * median(outside):.0f}% of the wall "
         f"(min–max {100 * min(outside):.0f}–{100 * max(outside):.0f}%; target <= 15%)"
     )
+    if all("prepare()" in p for p in per_sweep):
+        load = [p["prepare()"] / w for p, w in zip(per_sweep, walls, strict=True)]
+        own = [1 - (p["trial"] + p["prepare()"]) / w for p, w in zip(per_sweep, walls, strict=True)]
+        print(
+            f"  of which the workload's own load phase (prepare(), measured by the runner): "
+            f"{100 * median(load):.0f}% (min–max {100 * min(load):.0f}–{100 * max(load):.0f}%, "
+            f"{median([p['prepare()'] for p in per_sweep]):.2f} s); cloudprof's own overhead "
+            f"(start-up and imports, staging, sampler, recording, report): "
+            f"{100 * median(own):.0f}% (min–max {100 * min(own):.0f}–{100 * max(own):.0f}%)"
+        )
 
 
 if __name__ == "__main__":

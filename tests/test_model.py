@@ -211,3 +211,13 @@ def test_a_machines_confidence_block_is_strict_json_and_says_why_there_is_no_cur
 )
 def test_the_predicted_peak_is_never_below_one_worker(sigma, kappa, n_star):
     assert peak_workers(sigma, kappa) == pytest.approx(n_star)
+
+
+def test_the_knee_ranges_median_is_numpys_to_the_last_bit():
+    from orchestrator.plan.model import _median_of_finite
+
+    rng = np.random.default_rng(3)
+    for size in range(1, 9):
+        for _ in range(200):
+            values = list(rng.lognormal(5, 1, size=size))
+            assert _median_of_finite(values) == float(np.median(values))

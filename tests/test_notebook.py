@@ -87,10 +87,11 @@ def test_notebook_reproduces_the_articles_tables(tmp_path: Path) -> None:
             trials["units_per_s"].max()
         )
 
-    assert (out / "throughput_vs_workers.png").read_bytes()[:4] == b"\x89PNG"
+    figure = (out / "throughput_vs_workers.svg").read_text()
+    assert figure.startswith("<svg") and "article: laptop, threads" in figure
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert any("image/svg+xml" in o.get("data", {}) for o in outputs)
     rendered = json.dumps([o.get("data", {}).get("text/plain", "") for o in outputs])
     assert "fast" in rendered and "naive" in rendered
     # the article's figures beside ours, in their own labelled columns
@@ -143,7 +144,7 @@ def test_the_notebook_runs_as_shipped_and_finds_stores_at_any_depth(
     nb = run_as_shipped(repo, monkeypatch, input_cache)
     outputs, text = _outputs(nb)
     assert "2 stores, 3 trials (3 ok)" in text
-    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert any("image/svg+xml" in o.get("data", {}) for o in outputs)
     assert "article_units_per_s" in text and "355.5" in text
 
 
@@ -155,4 +156,4 @@ def test_the_notebook_without_stores_shows_the_articles_figures(
     outputs, text = _outputs(nb)
     assert "no results store under" in text and "0 stores" in text
     assert "76.26" in text and "2026.62" not in text  # the table has the article's rates
-    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert any("image/svg+xml" in o.get("data", {}) for o in outputs)

@@ -283,7 +283,7 @@ def test_a_profiled_sweep_keeps_profiles_out_of_the_tables_and_reports_them(tmp_
     assert "## Why scaling stops" in report and "Top function" in report
     sentence = next(line for line in report.splitlines() if "n2-highcpu-8: " in line)
     assert "of thread time" in sentence  # the knee (or top count) annotated with its cause
-    assert (run_dir / "plots" / "why-scaling-stops-n2-highcpu-8.png").stat().st_size > 1000
+    assert (run_dir / "plots" / "why-scaling-stops-n2-highcpu-8.svg").stat().st_size > 1000
 
 
 def test_the_report_names_the_dominant_cause_above_the_knee_and_the_peak_sites():

@@ -16,6 +16,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,8 @@ from orchestrator.results.store import (
     trial_row,
 )
 from workloads.protocol import TIMESERIES_COLUMNS
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def write_store(
@@ -382,11 +385,11 @@ def test_report_html_is_self_contained_and_shows_every_plot_alone(
     alone.parent.mkdir()
     alone.write_bytes(html_path.read_bytes())
     checker = parse_html(alone)
-    assert len(checker.images) == len(list((two_machines / "plots").glob("*.png"))) >= 5
+    assert len(checker.images) == len(list((two_machines / "plots").glob("*.svg"))) >= 5
     for src in checker.images:
         head, _, data = src.partition(",")
-        assert head == "data:image/png;base64"
-        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+        assert head == "data:image/svg+xml;base64"
+        assert ElementTree.fromstring(base64.b64decode(data)).tag == SVG + "svg"
     text = alone.read_text()
     assert not re.search(r"""(src|href)=["'](?!data:)""", text)  # nothing fetched from elsewhere
 
@@ -395,21 +398,22 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
     html_path = report.write_report(two_machines)
     assert html_path == two_machines / "report.html"
     md = (two_machines / "report.md").read_text()
-    plots = {p.name for p in (two_machines / "plots").glob("*.png")}
+    plots = {p.name for p in (two_machines / "plots").glob("*.svg")}
     assert {
-        "throughput.png",
-        "efficiency.png",
-        "cost_vs_throughput.png",
-        "peak_memory.png",
-        "timeseries_n2-highcpu-8.png",
-        "timeseries_e2-standard-4.png",
+        "throughput.svg",
+        "efficiency.svg",
+        "cost_vs_throughput.svg",
+        "peak_memory.svg",
+        "timeseries_n2-highcpu-8.svg",
+        "timeseries_e2-standard-4.svg",
     } <= plots
-    for png in (two_machines / "plots").glob("*.png"):
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert f"(plots/{png.name})" in md
+    for svg in (two_machines / "plots").glob("*.svg"):
+        root = ElementTree.fromstring(svg.read_bytes())  # well-formed, standalone SVG
+        assert root.tag == SVG + "svg" and root.find(f".//{SVG}polyline") is not None
+        assert f"(plots/{svg.name})" in md
     checker = parse_html(html_path)
-    pngs = (two_machines / "plots").glob("*.png")
-    inlined = sorted(f"data:image/png;base64,{b64(png)}" for png in pngs)
+    svgs = (two_machines / "plots").glob("*.svg")
+    inlined = sorted(f"data:image/svg+xml;base64,{b64(svg)}" for svg in svgs)
     assert sorted(checker.images) == inlined  # every plot, inlined: the page is self-contained
     text = " ".join(checker.text)
     assert "Results per machine and worker count" in text and "where scaling stops" in text
@@ -445,10 +449,10 @@ def test_a_report_prints_the_summary_and_writes_its_files_from_one_reading_of_th
     md = (two_machines / "report.md").read_text()
     first = report.build_report(real_load_run(two_machines)).headlines[0]
     assert first.startswith("21 trials") and first in printed and first in md
-    pngs = sorted((two_machines / "plots").glob("*.png"))
-    assert pngs and html_path == two_machines / "report.html"
-    for png in pngs:
-        assert f"(plots/{png.name})" in md
+    svgs = sorted((two_machines / "plots").glob("*.svg"))
+    assert svgs and html_path == two_machines / "report.html"
+    for svg in svgs:
+        assert f"(plots/{svg.name})" in md
 
 
 def test_text_is_escaped_in_html_and_markdown(tmp_path: Path) -> None:
@@ -733,7 +737,7 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     assert machine["best units/s"].endswith(f"at {int(fastest['workers'])}")
     assert machine["scaling stops at"] == knee.describe()
     parse_html(run / "report.html")
-    assert (run / "plots" / "timeseries_n2-highcpu-8_on_local.png").is_file()
+    assert (run / "plots" / "timeseries_n2-highcpu-8_on_local.svg").is_file()
 
 
 WIDE = [1, 2, 4, 8, 16, 32, 64, 80, 160]
@@ -782,45 +786,47 @@ def _figures(run_dir: Path) -> dict[str, Any]:
     return {"colours": colours, **figures}
 
 
-def test_every_plot_gives_a_machine_the_same_colour(wide_sweep: Path) -> None:
-    from matplotlib.colors import to_hex
+def _lines(panel: Any) -> list[Any]:
+    return [s for s in panel.series if s.kind == "line"]
 
+
+def test_every_plot_gives_a_machine_the_same_colour(wide_sweep: Path) -> None:
     figures = _figures(wide_sweep)
     colours = figures.pop("colours")
     assert len(set(colours.values())) == len(colours) == 2
     for name in ("throughput", "efficiency", "memory"):
-        (ax,) = figures[name].axes
-        labelled = {line.get_label(): to_hex(line.get_color()) for line in ax.get_lines()}
+        (ax,) = figures[name].panels
+        labelled = {line.label: line.colour for line in _lines(ax)}
         assert {k: labelled[k] for k in colours} == colours, name
-    (ax,) = figures["cost"].axes
-    dots = {c.get_label(): to_hex(c.get_facecolor()[0]) for c in ax.collections}
+    (ax,) = figures["cost"].panels
+    dots = {s.label: s.colour for s in _lines(ax) if s.linestyle == "none"}
     assert {k: dots[k] for k in colours} == colours
     for machine, colour in colours.items():
-        lines = [ln for ax in figures[f"timeseries {machine}"].axes for ln in ax.get_lines()]
-        assert lines and {to_hex(ln.get_color()) for ln in lines} == {colour}
+        fig = figures[f"timeseries {machine}"]
+        lines = [ln for ax in fig.panels for ln in _lines(ax)]
+        assert lines and {ln.colour for ln in lines} == {colour}
+        assert f'stroke="{colour}"' in fig.to_svg()  # and that is the colour drawn
 
 
 def test_time_series_shows_every_worker_count_and_repeat_and_marks_each_peak(
     wide_sweep: Path,
 ) -> None:
     fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
-    rss_axes = fig.axes[0::3]
-    assert [ax.get_ylabel().split("\n")[0] for ax in rss_axes] == [
+    rss_axes = fig.panels[0::3]
+    assert [ax.ylabel.split("\n")[0] for ax in rss_axes] == [
         report.n_workers(w) for w in WIDE
     ]  # 16 and 160 included: no worker count is dropped
     for ax in rss_axes:
-        lines = [ln for ln in ax.get_lines() if ln.get_linestyle() != "None"]
-        peaks = [ln for ln in ax.get_lines() if ln.get_marker() == "v"]
+        lines = [ln for ln in _lines(ax) if ln.linestyle != "none"]
+        peaks = [ln for ln in _lines(ax) if ln.marker == "v"]
         assert len(lines) == 2 and len(peaks) == 2  # both repeats, each with its peak
         for line, peak in zip(lines, peaks, strict=True):
-            assert peak.get_ydata()[0] == max(line.get_ydata())
-    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+            assert peak.y[0] == max(line.y)
+    legend = {entry.label for entry in fig.legend()}
     assert {"repeat 0", "repeat 1", "peak"} <= legend
 
 
 def test_time_series_draws_the_load_phase_before_the_trial(tmp_path: Path) -> None:
-    from matplotlib.colors import to_hex
-
     from orchestrator.results import plots
 
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [10], 2: [19]})
@@ -828,19 +834,19 @@ def test_time_series_draws_the_load_phase_before_the_trial(tmp_path: Path) -> No
         t.update(load_s=1.5, peak_rss_before_trial_bytes=300 * 2**20)
     run = report.load_run(write_store(tmp_path / "load", trials))
     fig = plots.timeseries_figure(run, run.trials, colour="#123456")
-    for rss in fig.axes[0::3]:
-        (span,) = rss.patches  # the load phase, as long as it was
-        assert span.get_x() == pytest.approx(-1.5) and span.get_width() == pytest.approx(1.5)
-        (peak_before,) = rss.collections  # its peak, drawn over it
-        (segment,) = peak_before.get_segments()
-        assert segment.tolist() == [[-1.5, 300.0], [0.0, 300.0]]
-        assert to_hex(peak_before.get_color()[0]) == "#123456"
-    assert rss.get_xlim()[0] < -1.5 < 0 < rss.get_xlim()[1]
+    for rss in fig.panels[0::3]:
+        (span,) = [s for s in rss.series if s.kind == "span"]  # the load phase, as long as it was
+        assert span.x == pytest.approx([-1.5, 0.0])
+        (peak_before,) = [s for s in rss.series if s.kind == "segment"]  # its peak, drawn over it
+        assert list(zip(peak_before.x, peak_before.y, strict=True)) == [(-1.5, 300.0), (0.0, 300.0)]
+        assert peak_before.colour == "#123456"
+        x0, x1, _, _ = rss.limits()
+        assert x0 < -1.5 < 0 < x1
 
 
 def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None:
     fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
-    cpu = [max(ln.get_ydata()) for ax in fig.axes[1::3] for ln in ax.get_lines()]
+    cpu = [max(ln.y) for ax in fig.panels[1::3] for ln in _lines(ax)]
     assert max(cpu) == 100 * 80  # the last sample read 300 × 80, clipped to the host
 
 
@@ -848,19 +854,17 @@ def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep:
     from orchestrator.results import plots
 
     figures = _figures(wide_sweep)
-    assert figures["throughput"].axes[0].get_ylim()[0] == 0
-    assert figures["cost"].axes[0].get_xlim()[0] == 0
-    units_axes = figures["timeseries n2-highcpu-80"].axes[2::3]
-    assert all(ax.get_ylim()[0] == 0 and ax.get_ylabel() == "units/s" for ax in units_axes)
-    last_row = [max(ln.get_ydata()) for ln in units_axes[-1].get_lines()]
+    assert figures["throughput"].panels[0].limits()[2] == 0
+    assert figures["cost"].panels[0].limits()[0] == 0
+    units_axes = figures["timeseries n2-highcpu-80"].panels[2::3]
+    assert all(ax.limits()[2] == 0 and ax.ylabel == "units/s" for ax in units_axes)
+    last_row = [max(ln.y) for ln in _lines(units_axes[-1])]
     assert sorted(last_row) == pytest.approx([600, 630], rel=0.05)  # 160 workers: the stored rates
     t, rate = plots.units_per_s_over_time([0, 1, 2, 3, 4], [0, 5, 10, 15, 20])
     assert list(t) == [1, 2, 3, 4] and list(rate) == pytest.approx([5, 5, 5, 5])
 
 
 def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_path: Path) -> None:
-    from matplotlib.collections import LineCollection, PolyCollection
-
     from orchestrator.plan.model import usl
 
     rng = np.random.default_rng(5)
@@ -869,30 +873,69 @@ def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_pat
         for n in (1, 2, 4, 8, 16, 32)
     }
     run = write_store(tmp_path / "s", scaling_trials("n2-highcpu-8", 0.29, rates))
-    (ax,) = _figures(run)["throughput"].axes
-    bars = [c for c in ax.collections if isinstance(c, LineCollection)]
-    assert bars and len(bars[0].get_segments()) == len(rates)  # one bar per worker count
+    fig = _figures(run)["throughput"]
+    (ax,) = fig.panels
+    (bars,) = [s for s in ax.series if s.kind == "errorbar"]
+    assert len(bars.x) == len(rates)  # one bar per worker count
     summary = report.summarise(report.load_run(run).trials)
-    tops = sorted(max(seg[:, 1]) for seg in bars[0].get_segments())
-    assert tops == pytest.approx(sorted(summary["units_per_s_high"]))
-    (curve,) = [ln for ln in ax.get_lines() if ln.get_label() == "_usl"]
-    assert max(curve.get_xdata()) > 32  # drawn a little past the largest tested count
-    assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the 95 % band
+    assert sorted(bars.high or []) == pytest.approx(sorted(summary["units_per_s_high"]))
+    (curve,) = [ln for ln in _lines(ax) if ln.label == "_usl"]
+    assert max(curve.x) > 32  # drawn a little past the largest tested count
+    assert any(s.kind == "band" for s in ax.series)  # the 95 % band
+    svg = ElementTree.fromstring(fig.to_svg())
+    assert len(svg.findall(f".//{SVG}polygon")) >= 1  # the band is drawn
+    assert "_usl" not in {e.label for e in fig.legend()}
 
 
-def test_legends_never_cover_data(wide_sweep: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+def test_a_report_fits_each_machines_usl_once_for_its_table_and_its_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.plan import model
+    from orchestrator.results import plots
+    from orchestrator.results.report import tables
 
+    rates = {n: [model.usl(n, 100.0, 0.05, 0.002) * f for f in (0.98, 1.0, 1.02)]
+             for n in (1, 2, 4, 8, 16)}  # fmt: skip
+    run = write_store(tmp_path / "s", scaling_trials("n2-highcpu-8", 0.29, rates))
+    fits: list[Any] = []
+    real = model.fit_usl_with_intervals
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        fits.append(real(*args, **kwargs))
+        return fits[-1]
+
+    monkeypatch.setattr(model, "fit_usl_with_intervals", counting)
+    monkeypatch.setattr(tables, "fit_usl_with_intervals", counting)
+    drawn: list[Any] = []
+    real_curve = plots._usl_curve
+
+    def watching(ax: Any, *args: Any) -> None:
+        real_curve(ax, *args)
+        drawn.extend(s for s in ax.series if s.label == "_usl")
+
+    monkeypatch.setattr(plots, "_usl_curve", watching)
+    report.write_report(run)
+    assert len(fits) == 1 and fits[0] is not None and not fits[0].fit.poor  # one bootstrap fit
+    (curve,) = drawn  # and the figure drew it: the table's fit, not a second one
+    assert curve.y[0] == pytest.approx(fits[0].band([curve.x[0]])[0][0])
+
+
+def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
+
+def test_legends_never_cover_data_nor_leave_the_figure(wide_sweep: Path) -> None:
     figures = _figures(wide_sweep)
     del figures["colours"]
     for name, fig in figures.items():
-        renderer = FigureCanvasAgg(fig).get_renderer()
-        fig.draw(renderer)
-        assert not any(ax.get_legend() for ax in fig.axes), name  # none inside an axes
-        for legend in fig.legends:
-            box = legend.get_window_extent(renderer)
-            for ax in fig.axes:
-                assert not box.overlaps(ax.get_window_extent(renderer)), name
+        layout = fig.layout()
+        legend = layout["legend"]
+        assert legend is not None, name
+        assert legend[0] >= 0 and legend[0] + legend[2] <= fig.width, name
+        assert legend[1] >= 0 and legend[1] + legend[3] <= layout["height"], name
+        for box in layout["panels"]:
+            assert not _overlap(legend, box), name
+            assert box[0] >= 0 and box[0] + box[2] <= fig.width, name
 
 
 def test_unknown_host_facts_show_dashes(tmp_path: Path) -> None:

@@ -366,6 +366,18 @@ def test_warmup_is_untimed_and_recorded(tmp_path):
     assert s["load_s"] >= 0.5 and s["peak_rss_before_trial_bytes"] > 0
 
 
+def test_a_trial_times_its_workloads_prepare_apart_from_the_start_up_before_it(tmp_path):
+    proc = run(
+        tmp_path, "--workload", "memory-steady", "--param", "load_mb=300", "--param", "mb=16",
+        "--duration", "0.3", "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = summary(tmp_path)
+    # touching 316 MiB takes measurable time, and it is part of the load phase, not all of it:
+    # the interpreter's start and the imports come before prepare()
+    assert 0 < s["prepare_s"] < s["load_s"]
+
+
 @pytest.mark.skipif(not Path("/usr/bin/time").exists(), reason="GNU time is not installed")
 @pytest.mark.parametrize("hz", ["0", "10"])
 def test_gnu_time_sees_the_load_peak_unless_sampling_is_off(tmp_path, hz):

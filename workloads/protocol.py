@@ -65,6 +65,9 @@ SUMMARY_KEYS = (
     "profiled",  # True when --profile ran a profiler: throughput not comparable with others
     "profile",  # None, or PROFILE_KEYS below
 )
+# Optional keys a trial of a workload adds (absent in a --command trial and in older summaries):
+# "load_s" (seconds from the process's start to the trial's t = 0: interpreter start, imports,
+# prepare(), warm-up) and "prepare_s" (the workload's prepare() alone, within load_s).
 
 # cpu: py-spy without pausing the job (top functions, ~3 % cost); gil: py-spy pausing it to
 # read native frames too, for the Python / native / GIL-wait split (~20 %, BENCHMARKS.md).

@@ -68,6 +68,15 @@ def _median(values: Sequence[float]) -> float:
     return float(_np().median(_np().asarray(values, dtype=float)))
 
 
+def _median_of_finite(values: Sequence[float]) -> float:
+    """The median of a few finite floats without numpy: ``knee_range`` takes 2 × 1000 of them,
+    and ``np.median``'s per-call overhead made that ~0.3 s of every report. Same value as
+    ``np.median`` (the middle one, or the mean of the two middle ones)."""
+    ordered = sorted(values)
+    k = len(ordered) // 2
+    return float(ordered[k]) if len(ordered) % 2 else (ordered[k - 1] + ordered[k]) / 2
+
+
 def _finite(values: Sequence[float]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
@@ -278,12 +287,12 @@ def knee_range(
     np = _np()
     data = _clean(samples)
     ns = list(data)
-    point = knee_point(ns, [_median(data[n]) for n in ns], gain)
+    point = knee_point(ns, [_median_of_finite(data[n]) for n in ns], gain)
     rng = np.random.default_rng(seed)
     found: list[int | None] = []
     for _ in range(n_boot):
         draw = _resample(data, rng)
-        found.append(knee_point(ns, [_median(draw[n]) for n in ns], gain))
+        found.append(knee_point(ns, [_median_of_finite(draw[n]) for n in ns], gain))
     share: dict[int | None, float] = {}
     for k in found:
         share[k] = share.get(k, 0.0) + 1.0 / max(1, len(found))

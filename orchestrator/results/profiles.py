@@ -207,26 +207,26 @@ def shares_figure(records: list[dict[str, Any]], machine: str) -> Any:
             and (r["profile"].get("shares") or None)]  # fmt: skip
     if not mine:
         return None
-    from matplotlib.figure import Figure
+    from orchestrator.results.plots import TAB10
+    from orchestrator.results.svg import Figure
 
-    fig = Figure(figsize=(6.5, 4.0))
-    ax = fig.add_subplot()
-    labels = [str(r["workers"]) for r in mine]
+    fig = Figure(width=585, height=360)
+    ax = fig.panel()
+    ax.xcategories = [str(r["workers"]) for r in mine]
     bottom = [0.0] * len(mine)
-    for key, label in SHARE_LABELS.items():
+    for colour, (key, label) in zip(TAB10, SHARE_LABELS.items(), strict=False):
         values = [100 * float(r["profile"]["shares"][key]) for r in mine]
-        ax.bar(labels, values, bottom=bottom, label=label)
+        ax.bars(values, bottom, colour, label=label)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.set_xlabel("workers")
-    ax.set_ylabel("% of thread samples (py-spy)")
-    ax.set_title(f"Why scaling stops — {machine}")
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+    ax.xlabel = "workers"
+    ax.ylabel = "% of thread samples (py-spy)"
+    ax.ylim = (0, None)
+    ax.title = f"Why scaling stops — {machine}"
     return fig
 
 
 def render_profile_plots(run_dir: Path, out_dir: Path) -> list[tuple[str, str]]:
-    """Write one stacked-bar PNG per profiled machine; (path relative to the store, caption)."""
+    """Write one stacked-bar SVG per profiled machine; (path relative to the store, caption)."""
     import re
 
     records = [r for r in load_profiles(run_dir) if (r.get("profile") or {}).get("kind") == "cpu"]
@@ -236,8 +236,8 @@ def render_profile_plots(run_dir: Path, out_dir: Path) -> list[tuple[str, str]]:
         if fig is None:
             continue
         out_dir.mkdir(parents=True, exist_ok=True)
-        name = f"why-scaling-stops-{re.sub(r'[^A-Za-z0-9._-]+', '-', machine)}.png"
-        fig.savefig(out_dir / name, dpi=90)
+        name = f"why-scaling-stops-{re.sub(r'[^A-Za-z0-9._-]+', '-', machine)}.svg"
+        fig.savefig(out_dir / name)
         caption = f"{machine}: where thread time goes per worker count (profiled trials, py-spy)"
         written.append(((out_dir / name).relative_to(run_dir).as_posix(), caption))
     return written

@@ -2,7 +2,7 @@
 
 Layout: ``sweep.json`` (spec, plan, prices at launch, status, VMs created),
 ``trials.parquet`` (one row per trial, ``TRIAL_COLUMNS``),
-``timeseries/<trial-id>.parquet``, ``report.html``, ``report.md``, ``plots/*.png``.
+``timeseries/<trial-id>.parquet``, ``report.html``, ``report.md``, ``plots/*.svg``.
 Each trial is written atomically the moment it is collected, so a crash never
 loses a finished trial and ``--resume`` knows exactly what is missing.
 

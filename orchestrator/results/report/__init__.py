@@ -118,7 +118,7 @@ def report_run(run_dir: str | Path, console: Console) -> Path:
     What ``cloudprof report`` and the end of a sweep do. The store is read and the
     report built once for both (reading it twice cost ~0.7 s of every sweep), and
     the summary is printed before the plots are drawn, so the user reads the
-    results while matplotlib works.
+    results while the figures are drawn.
     """
     run = load_run(run_dir)
     report = build_report(run)
@@ -127,7 +127,7 @@ def report_run(run_dir: str | Path, console: Console) -> Path:
 
 
 def write_report(run_dir: str | Path) -> Path:
-    """Write plots/*.png, report.md and report.html into the store; returns report.html's path.
+    """Write plots/*.svg, report.md and report.html into the store; returns report.html's path.
 
     Each file is written to a temporary name and renamed, so a reader never sees
     half a report.
@@ -140,7 +140,9 @@ def _write_files(run: RunData, report: Report) -> Path:
     """The plots, then report.md and report.html that reference them (see ``write_report``)."""
     from orchestrator.results import plots
 
-    report.plots = plots.render_plots(run, report.summary, run.run_dir / PLOTS_DIR)
+    report.plots = plots.render_plots(
+        run, report.summary, run.run_dir / PLOTS_DIR, usl_models=report.usl_models
+    )
     from orchestrator.results.profiles import render_profile_plots  # profiled trials (issue 12)
 
     report.plots += render_profile_plots(run.run_dir, run.run_dir / PLOTS_DIR)

@@ -1,8 +1,8 @@
 """The report as one self-contained HTML page (report.html).
 
 The plots are inlined as ``data:`` URIs, so the one file can be mailed or
-attached to a ticket and still shows every figure; the PNGs stay in ``plots/``
-for anything that wants them alone.
+attached to a ticket and still shows every figure; the SVG files stay in
+``plots/`` for anything that wants them alone.
 """
 
 from __future__ import annotations
@@ -29,9 +29,13 @@ figcaption{color:#555;font-size:90%}
 """
 
 
-def data_uri(png: Path) -> str:
-    """A PNG file as a ``data:image/png;base64,...`` URI."""
-    return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+MEDIA_TYPES = {".svg": "image/svg+xml", ".png": "image/png"}
+
+
+def data_uri(image: Path) -> str:
+    """An image file as a ``data:<media type>;base64,...`` URI (SVG; PNG in older stores)."""
+    media = MEDIA_TYPES.get(image.suffix.lower(), "application/octet-stream")
+    return f"data:{media};base64," + base64.b64encode(image.read_bytes()).decode("ascii")
 
 
 def render_html(report: Report, base_dir: Path | None = None) -> str:

@@ -74,6 +74,9 @@ class Report:
     tables: list[Table]
     summary: pd.DataFrame
     plots: list[tuple[str, str]] = field(default_factory=list)  # (relative path, caption)
+    # (machine, ran_on) -> the USL fit the table shows (None: no fit), reused by the throughput
+    # figure: the bootstrap fit is the report's costliest step, computed once
+    usl_models: dict[tuple[str, str], Any] = field(default_factory=dict)
 
 
 def build_report(run: RunData) -> Report:
@@ -83,8 +86,9 @@ def build_report(run: RunData) -> Report:
     knee_of = knees(summary, by_machine)
     headlines = _headlines(run, summary, knee_of)
     tables = [] if summary.empty else [_results_table(summary), _machine_table(summary, knee_of)]
+    models = {} if summary.empty else {k: fit_usl_with_intervals(v) for k, v in by_machine.items()}
     if not summary.empty:
-        tables.append(_usl_table({k: fit_usl_with_intervals(v) for k, v in by_machine.items()}))
+        tables.append(_usl_table(models))
     from orchestrator.results.report.jobs import job_tables
     from orchestrator.results.report.memory import memory_table
 
@@ -107,8 +111,9 @@ def build_report(run: RunData) -> Report:
     tables += [Table(s.title, s.headers, [Row(r) for r in s.rows], s.notes)
                for s in profile_sections(run.run_dir, knee_at)]
     return Report(
-        title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary
-    )
+        title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary,
+        usl_models=models,
+    )  # fmt: skip
 
 
 def _where(row: dict[str, Any]) -> str:
