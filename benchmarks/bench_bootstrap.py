@@ -28,7 +28,7 @@ from pathlib import Path
 
 from _common import machine_line, median, print_table
 
-from orchestrator.engine.remote import SshTarget, open_ssh
+from orchestrator.providers.remote import SshTarget, open_ssh
 from tests.fixtures.sshd import start_sshd
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine.remote import SshKeys, startup_script
 from orchestrator.errors import (
     BucketError,
     CapacityError,
@@ -51,6 +50,7 @@ from orchestrator.providers.base import (
     ProviderOptions,
     VmRequest,
 )
+from orchestrator.providers.remote import SshKeys, startup_script
 from tests.fixtures.moto_server import FAKE_ACCESS_KEY, FAKE_SECRET_KEY
 from tests.test_sweep_local import assert_inputs_labelled
 

@@ -24,7 +24,6 @@ from rich.console import Console
 
 from orchestrator import cli
 from orchestrator.engine import cleanup
-from orchestrator.engine.remote import SshKeys
 from orchestrator.providers import aws, gcp
 from orchestrator.providers.aws import S3Bucket
 from orchestrator.providers.base import (
@@ -35,6 +34,7 @@ from orchestrator.providers.base import (
     marker_key,
 )
 from orchestrator.providers.local import LocalBucket
+from orchestrator.providers.remote import SshKeys
 from tests.fixtures.fake_gce import FakeGce
 from tests.test_aws import (
     REPO,

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator import cli
-from orchestrator.engine.remote import SshKeys
 from orchestrator.errors import CapacityError, PermissionDeniedError, ProviderError
 from orchestrator.providers import aws, gcp
 from orchestrator.providers.base import LABEL_CREATED, LABEL_EXPIRES, LABEL_SWEEP, Instance
 from orchestrator.providers.gcp import cluster_firewall_name, firewall_name, sweep_tag
+from orchestrator.providers.remote import SshKeys
 from tests.fixtures.fake_gce import PERMISSION, STOCKOUT, FakeGce
 from tests.test_aws import ec2, live_instances, make_request, sweep_groups, sweep_keys
 from tests.test_aws import provider as aws_provider

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine.remote import RAY_REQUIREMENT, SshTarget, open_ssh
 from orchestrator.errors import EXIT_USAGE, UsageError
 from orchestrator.providers.local import LocalExecutor
+from orchestrator.providers.remote import RAY_REQUIREMENT, SshTarget, open_ssh
 from orchestrator.ray_support import RAY_INSTALL_HINT, ray_available, require_ray
 
 REPO = Path(__file__).resolve().parent.parent

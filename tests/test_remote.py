@@ -17,15 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine import remote
-from orchestrator.engine.remote import (
-    ENV_RETENTION_DAYS,
-    SshKeys,
-    SshTarget,
-    build_workloads_wheel,
-    connect,
-    open_ssh,
-)
 from orchestrator.errors import (
     ConnectionLostError,
     HostKeyError,
@@ -33,7 +24,16 @@ from orchestrator.errors import (
     UnreachableError,
     UsageError,
 )
+from orchestrator.providers import remote
 from orchestrator.providers.base import Instance
+from orchestrator.providers.remote import (
+    ENV_RETENTION_DAYS,
+    SshKeys,
+    SshTarget,
+    build_workloads_wheel,
+    connect,
+    open_ssh,
+)
 from tests.fixtures.sshd import free_port, sshd_env
 
 HOSTILE = ["$(touch {d}/pwned1)", "; touch {d}/pwned2", "`touch {d}/pwned3`", "a'b\"c", "*", "~"]

@@ -709,7 +709,7 @@ class _Engine:
         labels = {**vm.labels, **sweep_labels(slug(self.plan.sweep_id), now, expires)}
         public_key, script = "", ""
         if self.ssh_keys is not None:
-            from orchestrator.engine import remote
+            from orchestrator.providers import remote
 
             public_key = self.ssh_keys.user_public
             script = remote.startup_script(self.ssh_keys, SSH_USER, int(expires))
@@ -738,7 +738,7 @@ class _Engine:
             with contextlib.suppress(Exception):
                 host.executor.close()
         if host.provider.creates_machines:  # what a wait of up to minutes is waiting for
-            from orchestrator.engine.remote import boot_timeout
+            from orchestrator.providers.remote import boot_timeout
 
             where = host.inst.address or host.inst.name
             self.progress.state(host.vm.name, f"waiting for SSH on {where} "
@@ -1163,7 +1163,7 @@ def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
     names = sorted({_exec_provider_name(spec, vm) for vm in plan.vms})
     keys = None
     if run_dir is not None and any(provider_class(n).creates_machines for n in names):
-        from orchestrator.engine.remote import SshKeys
+        from orchestrator.providers.remote import SshKeys
 
         keys = SshKeys.for_sweep(run_dir, spec.ssh_key)
     out = {}
@@ -1298,7 +1298,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                 for warning in provider.check_nodes(vm.machine.name, vm.nodes):
                     console.print(f"[yellow]warning:[/yellow] {warning}")
         if any(provider.creates_machines for provider in checkers.values()):
-            from orchestrator.engine.remote import boot_timeout
+            from orchestrator.providers.remote import boot_timeout
 
             boot_timeout()  # a bad CLOUDPROF_SSH_BOOT_TIMEOUT fails here, before any VM exists
     bucket = _open_bucket(spec, {_exec_provider_name(spec, vm) for vm in plan.vms})

@@ -660,7 +660,7 @@ class AwsProvider(Provider):
         return ready
 
     def connect(self, inst: Instance) -> Executor:
-        from orchestrator.engine import remote
+        from orchestrator.providers import remote
 
         return remote.connect(inst, self.options.ssh)
 
@@ -709,7 +709,7 @@ class AwsProvider(Provider):
 
         sweep = tags[LABEL_SWEEP]
         name = sweep_resource_name(sweep)
-        from orchestrator.engine.remote import caller_cidr
+        from orchestrator.providers.remote import caller_cidr
 
         cidr = caller_cidr()
         with _translated(f"creating security group {name}"):
@@ -937,7 +937,7 @@ def _to_instance(described: dict[str, Any], region: str) -> Instance:
         machine=described.get("InstanceType", ""),
         zone=(described.get("Placement") or {}).get("AvailabilityZone") or None,
         state=described["State"]["Name"],
-        address=public_ip,  # orchestrator.engine.remote applies CLOUDPROF_SSH_ENDPOINT
+        address=public_ip,  # orchestrator.providers.remote applies CLOUDPROF_SSH_ENDPOINT
         port=22,
         private_address=described.get("PrivateIpAddress") or None,
         labels=tags,

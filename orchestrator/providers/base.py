@@ -390,5 +390,5 @@ class ProviderOptions:
     hosts: list[str] = field(default_factory=list)  # ssh provider: user@addr[:port]
     ssh_key: Path | None = None  # use this private key instead of a per-sweep one
     workdir: Path | None = None  # local provider: where its "hosts" live
-    ssh: Any = None  # the sweep's orchestrator.engine.remote.SshKeys, set by the engine
+    ssh: Any = None  # the sweep's orchestrator.providers.remote.SshKeys, set by the engine
     sweep_id: str | None = None

@@ -403,7 +403,7 @@ class GcpProvider(Provider):
         """The sweep's rule: tcp:22 from the caller only, to the sweep's tagged VMs."""
         from google.cloud import compute_v1
 
-        from orchestrator.engine import remote
+        from orchestrator.providers import remote
 
         self._insert_rule(compute_v1.Firewall(
             name=firewall_name(sweep_id),
@@ -654,7 +654,7 @@ class GcpProvider(Provider):
                 self._maybe_delete_firewall(sweep_id)
 
     def connect(self, inst: Instance) -> Executor:
-        from orchestrator.engine.remote import connect
+        from orchestrator.providers.remote import connect
 
         return connect(inst, self.options.ssh)
 

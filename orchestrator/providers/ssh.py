@@ -50,7 +50,7 @@ from orchestrator.providers.base import Executor, Instance, Provider, ProviderOp
 from orchestrator.spec.catalog import MachineType, check_name
 
 if TYPE_CHECKING:
-    from orchestrator.engine.remote import SshExecutor
+    from orchestrator.providers.remote import SshExecutor
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -134,7 +134,7 @@ def parse_host_spec(text: str) -> SshHost:
 
 def load_hosts_file(path: Path) -> list[SshHost]:
     """Hosts of a TOML hosts file, validated; every problem is one line naming the file."""
-    from orchestrator.engine.remote import PUBLIC_KEY_RE, host_key_from_line
+    from orchestrator.providers.remote import PUBLIC_KEY_RE, host_key_from_line
 
     try:
         data = tomllib.loads(Path(path).read_text())
@@ -361,7 +361,7 @@ class SshProvider(Provider):
         )
 
     def _open(self, inst: Instance, timeout: float) -> SshExecutor:
-        from orchestrator.engine.remote import SshTarget, open_ssh
+        from orchestrator.providers.remote import SshTarget, open_ssh
 
         cached = self._executors.get(inst.id)
         if cached is not None and cached.is_connected():
