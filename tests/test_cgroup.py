@@ -153,7 +153,8 @@ def test_with_cgroups_off_a_node_starts_anyway_and_says_its_peaks_are_sampled(
         line, note = seen.read_text().splitlines()
         assert "cloudprof-node-" not in line
         assert note == "CLOUDPROF_NO_CGROUP is set"  # what the node's actors report
-        assert out.strip().splitlines()[-1] == (
+        # first: a failed start's last line stays Ray's own error, the one the engine shows
+        assert out.strip().splitlines()[0] == (
             "note: node 1 has no memory cgroup (CLOUDPROF_NO_CGROUP is set): its peaks are "
             "sampled")
     finally:
