@@ -319,10 +319,12 @@ def test_a_failing_setup_fails_its_machine_with_the_commands_last_lines(user_pro
 
 @pytest.mark.slow
 def test_a_user_project_on_an_ssh_host_reuses_its_setup_when_nothing_changed(
-        sshd, user_project, tmp_path):
+        sshd, user_project, tmp_path, tmp_path_factory):
+    from tests.fixtures.workloads_env import seed_workloads_env
     from tests.test_ssh_provider import _loopback_hosts
 
     hosts = _loopback_hosts(tmp_path, sshd, python=sys.executable)
+    seed_workloads_env(tmp_path / "host-workdir", tmp_path_factory)  # the job's setup is tested
     env = _env(tmp_path, CLOUDPROF_SSH_WORKDIR=str(tmp_path / "host-workdir"))
     for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
         env.pop(key, None)

@@ -15,6 +15,7 @@ from orchestrator.providers import get_provider
 from orchestrator.providers.base import ProviderOptions, VmRequest
 from orchestrator.providers.ssh import SshProvider, load_hosts_file, parse_host_spec
 from tests.fixtures.sshd import free_port
+from tests.fixtures.workloads_env import seed_workloads_env
 
 
 def _req(machine: str) -> VmRequest:
@@ -257,11 +258,12 @@ def test_sweep_on_a_closed_port_is_one_line_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_survives_a_dropped_ssh_session(private_sshd, tmp_path):
+def test_sweep_survives_a_dropped_ssh_session(private_sshd, tmp_path, tmp_path_factory):
     """The SSH connection drops mid-trial: the engine reconnects and the trial still ends ok
     (collected from the host if the runner finished meanwhile, else run again)."""
     hosts = _loopback_hosts(tmp_path, private_sshd, python=sys.executable)
     workdir = tmp_path / "host-workdir"
+    seed_workloads_env(workdir, tmp_path_factory)  # the build is not what this tests
     env = {**os.environ, "CLOUDPROF_SSH_WORKDIR": str(workdir)}
     for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
         env.pop(key, None)
