@@ -143,33 +143,31 @@ def test_profile_cpu_by_default_never_pauses_the_job_and_names_its_top_function(
     assert top["function"].endswith("Spin.run.<locals>.worker") and top["class"] == "running"
 
 
-def test_memray_names_the_line_that_holds_the_peak_within_ten_percent(tmp_path):
-    out = tmp_path / "hold"
-    proc = run(out, "--workload", f"{WORKLOADS}:Hold", "--param", "mb=48", "--workers", "2",
-               "--duration", "1", "--profile", "memory")  # fmt: skip
+def _memray_top_site(out: Path, workload: str, mb: int, marker: str) -> tuple[dict, dict]:
+    """Profile ``workload`` (``mb`` MiB) with memray; its profile and top site, which must be
+    the fixture's line marked ``marker``."""
+    proc = run(out, "--workload", f"{WORKLOADS}:{workload}", "--param", f"mb={mb}",
+               "--workers", "2", "--duration", "1", "--profile", "memory")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     prof = summary(out)["profile"]
     assert prof["status"] == "ok" and prof["tool"] == "memray", prof
     source = (FIXTURES / "profile_workloads.py").read_text().splitlines()
-    line = next(i for i, text in enumerate(source, 1) if "HOLD-LINE" in text)
+    line = next(i for i, text in enumerate(source, 1) if marker in text)
     top = prof["top_sites"][0]
-    assert top["site"] == f"profile_workloads.py:{line}"
+    assert top["site"] == f"profile_workloads.py:{line}", prof["top_sites"]
+    return prof, top
+
+
+def test_memray_names_the_line_that_holds_the_peak_within_ten_percent(tmp_path):
+    out = tmp_path / "hold"
+    prof, top = _memray_top_site(out, "Hold", 48, "HOLD-LINE")
     assert abs(top["bytes"] - 2 * 48 * MIB) <= 0.1 * 2 * 48 * MIB
     assert top["bytes"] <= prof["peak_bytes"]
     assert (out / "memray.flamegraph.html").stat().st_size > 1000
 
 
 def test_memray_names_a_peak_reached_while_loading_in_prepare_within_ten_percent(tmp_path):
-    out = tmp_path / "load"
-    proc = run(out, "--workload", f"{WORKLOADS}:LoadPeak", "--param", "mb=96", "--workers", "2",
-               "--duration", "1", "--profile", "memory")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    prof = summary(out)["profile"]
-    assert prof["status"] == "ok" and prof["tool"] == "memray", prof
-    source = (FIXTURES / "profile_workloads.py").read_text().splitlines()
-    line = next(i for i, text in enumerate(source, 1) if "LOAD-LINE" in text)
-    top = prof["top_sites"][0]
-    assert top["site"] == f"profile_workloads.py:{line}", prof["top_sites"]
+    prof, top = _memray_top_site(tmp_path / "load", "LoadPeak", 96, "LOAD-LINE")
     assert abs(top["bytes"] - 96 * MIB) <= 0.1 * 96 * MIB
     assert prof["peak_bytes"] >= 96 * MIB
     assert prof["covers"] == "whole process (prepare() included)"

@@ -744,23 +744,21 @@ class SshExecutor(Executor):
         return result.stdout_tail
 
     def put(self, local: Path, remote: str) -> None:
-        """Upload to a temp name then rename, so a half-copied file is never seen as whole."""
-        remote = self._abs(remote)
-        sftp = self._sftp_client()
-        tmp = f"{remote}.part-{os.getpid()}-{random.randrange(1 << 30)}"
-        with self._errors(f"uploading {local.name}"):
-            self._mkdirs(sftp, remote.rsplit("/", 1)[0] if "/" in remote else ".")
-            sftp.put(str(local), tmp)
-            sftp.posix_rename(tmp, remote)
+        self._upload(remote, local.name, lambda sftp, tmp: sftp.put(str(local), tmp))
 
     def put_bytes(self, data: bytes, remote: str) -> None:
         """Like ``put``, from memory: no local disk needed."""
+        self._upload(remote, posixpath.basename(remote),
+                     lambda sftp, tmp: sftp.putfo(io.BytesIO(data), tmp))
+
+    def _upload(self, remote: str, name: str, send: Callable[[Any, str], Any]) -> None:
+        """Send to a temp name then rename, so a half-copied file is never seen as whole."""
         remote = self._abs(remote)
         sftp = self._sftp_client()
         tmp = f"{remote}.part-{os.getpid()}-{random.randrange(1 << 30)}"
-        with self._errors(f"uploading {posixpath.basename(remote)}"):
+        with self._errors(f"uploading {name}"):
             self._mkdirs(sftp, remote.rsplit("/", 1)[0] if "/" in remote else ".")
-            sftp.putfo(io.BytesIO(data), tmp)
+            send(sftp, tmp)
             sftp.posix_rename(tmp, remote)
 
     def get(self, remote: str, local: Path) -> None:

@@ -97,6 +97,18 @@ def _name_from_address(address: str, port: int) -> str:
     return base if port == 22 else f"{base}-{port}"
 
 
+def _check_label(value: object, where: str, key: str, what: str) -> str:
+    """A name the reports and ``--machine`` use (a host's, a group's): a string that
+    ``check_name`` accepts."""
+    if not isinstance(value, str):
+        raise UsageError(f"{where}: {key} must be a string")
+    try:
+        check_name(value, what)
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    return value
+
+
 def _check_address(address: str, where: str) -> str:
     if not _ADDRESS_RE.match(address):
         raise UsageError(f"{where}: invalid address {address!r}")
@@ -164,13 +176,8 @@ def load_hosts_file(path: Path) -> list[SshHost]:
             raise UsageError(f"{where}: address is required")
         address = _check_address(address, where)
         port = _check_port(entry.get("port", 22), where)
-        name = entry.get("name", _name_from_address(address, port))
-        if not isinstance(name, str):
-            raise UsageError(f"{where}: name must be a string")
-        try:
-            check_name(name, "host name")
-        except UsageError as exc:
-            raise UsageError(f"{where}: {exc}") from None
+        name = _check_label(entry.get("name", _name_from_address(address, port)), where,
+                            "name", "host name")
         user = _check_user(entry["user"], where) if "user" in entry else None
         key_file = entry.get("key_file")
         if key_file is not None:
@@ -196,12 +203,7 @@ def load_hosts_file(path: Path) -> list[SshHost]:
             raise UsageError(f"{where}: python must be a path")
         machine = entry.get("machine")
         if machine is not None:
-            if not isinstance(machine, str):
-                raise UsageError(f"{where}: machine must be a string")
-            try:
-                check_name(machine, "machine name")
-            except UsageError as exc:
-                raise UsageError(f"{where}: {exc}") from None
+            machine = _check_label(machine, where, "machine", "machine name")
         hosts.append(
             SshHost(
                 name=name,
