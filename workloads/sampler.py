@@ -183,14 +183,15 @@ class _Series:
 
     Why not a list of row tuples: at 100 Hz the sampler wakes into cold caches
     every 10 ms, where every object it builds or touches costs; here a sample
-    stores nine numbers by index and builds nothing (no 16-field tuple, no
+    stores ten numbers by index and builds nothing (no 16-field tuple, no
     ``round`` calls, no growing list), and CPU %, rounding and the rows are made
     once, in ``rows()``. ``-1`` stands for "not measured" in the integer columns
     (I/O, units).
     """
 
     _KINDS = (("t", "d"), ("rss", "q"), ("user", "d"), ("system", "d"), ("cpu", "d"),
-              ("threads", "q"), ("rd", "q"), ("wr", "q"), ("units", "q"))  # fmt: skip
+              ("tc", "d"), ("threads", "q"), ("rd", "q"), ("wr", "q"),
+              ("units", "q"))  # fmt: skip
 
     def __init__(self, capacity: int = 1024) -> None:
         self.n = 0
@@ -200,9 +201,9 @@ class _Series:
         self.slow: dict[int, tuple] = {}  # row → (uss, pss, children, gpu) from a slow tick
         self.joined: dict[int, float] = {}  # row → CPU of processes first seen just before it
 
-    def add(self, t: float, rss: int, user: float, system: float, cpu: float, threads: int,
-            rd: int, wr: int, units: int) -> int:
-        """Store one sample; returns its row."""
+    def add(self, t: float, rss: int, user: float, system: float, cpu: float, tc: float,
+            threads: int, rd: int, wr: int, units: int) -> int:
+        """Store one sample; returns its row. ``tc`` is when ``cpu`` was read (see ``rows``)."""
         i = self.n
         if i == self.capacity:
             self.grow()
@@ -211,6 +212,7 @@ class _Series:
         self.user[i] = user
         self.system[i] = system
         self.cpu[i] = cpu
+        self.tc[i] = tc
         self.threads[i] = threads
         self.rd[i] = rd
         self.wr[i] = wr
@@ -224,13 +226,19 @@ class _Series:
         self.capacity *= 2
 
     def rows(self, t0: float) -> list[tuple]:
-        """Rows in protocol.TIMESERIES_COLUMNS order (CPU % over the interval before each)."""
+        """Rows in protocol.TIMESERIES_COLUMNS order (CPU % over the interval before each).
+
+        CPU % divides by the time between the CPU clock's reads (``tc``), not
+        between wake-ups (``t``): a sampler preempted between the two would
+        otherwise count the delay's CPU against the shorter interval (150 %+ for
+        one busy thread on a loaded host).
+        """
         out = []
-        t, cpu = self.t, self.cpu
+        t, cpu, tc = self.t, self.cpu, self.tc
         for i in range(self.n):
             pct = 0.0
             if i:
-                dt = t[i] - t[i - 1]
+                dt = tc[i] - tc[i - 1]
                 used = cpu[i] - cpu[i - 1] - self.joined.get(i, 0.0)
                 pct = 100.0 * used / dt if dt > 0 else 0.0
             uss, pss, children, gpu = self.slow.get(i, (None, None, None, None))
@@ -443,8 +451,8 @@ class Sampler:
             units = self._units_cell.value
         else:
             units = self.units() if self.units is not None else -1
-        i = ser.add(now, rss, user - base[0], system - base[1],
-                    self._cpu_now(tree) - self._cpu_base, threads,
+        cpu = self._cpu_now(tree) - self._cpu_base
+        i = ser.add(now, rss, user - base[0], system - base[1], cpu, time.perf_counter(), threads,
                     rd - base[2] if rd >= 0 else -1, wr - base[3] if wr >= 0 else -1, units)
         self._after(i, now, rss)
 
@@ -589,8 +597,8 @@ def _one_process_until(sampler: Sampler, control: int, next_t: float,
     wait, clock, cpu_clock = select.select, time.perf_counter, time.clock_gettime
     lags, series, res = sampler.lags, sampler._series, sampler.result
     col_t, col_rss, col_user, col_sys = series.t, series.rss, series.user, series.system
-    col_cpu, col_thr, col_rd, col_wr, col_units = (series.cpu, series.threads, series.rd,
-                                                   series.wr, series.units)  # fmt: skip
+    col_cpu, col_tc, col_thr, col_rd, col_wr, col_units = (
+        series.cpu, series.tc, series.threads, series.rd, series.wr, series.units)
     read = next(iter(sampler._readers.values())).read_tuple
     clk, cpu_base = sampler._cpu_clock, sampler._cpu_base
     units_cell, units, rss_cell = sampler._units_cell, sampler.units, sampler._rss_cell
@@ -607,6 +615,7 @@ def _one_process_until(sampler: Sampler, control: int, next_t: float,
             try:
                 rss, user, system, threads, rd, wr = read()
                 cpu = cpu_clock(clk) - cpu_base
+                tc = clock()
             except (procfs.ProcGone, OSError):
                 return next_t
             lags.append(now - next_t)
@@ -618,6 +627,7 @@ def _one_process_until(sampler: Sampler, control: int, next_t: float,
             col_user[i] = user - b_user
             col_sys[i] = system - b_sys
             col_cpu[i] = cpu
+            col_tc[i] = tc
             col_thr[i] = threads
             col_rd[i] = -1 if rd is None else rd - b_rd
             col_wr[i] = -1 if wr is None else wr - b_wr
