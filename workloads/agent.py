@@ -47,6 +47,9 @@ from workloads.sampler import SCHED_POLICIES, Sampler, SamplerConfig, SamplerRes
 from workloads.shared import SharedInt
 
 SAMPLER_START_TIMEOUT_S = 60.0
+# A trial forked from a warm runner (workloads.warm): the server's own high-water mark after
+# the imports it did for the trial, which a fresh process's VmHWM would hold.
+IMPORTS_PEAK_BYTES = 0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -253,6 +256,8 @@ class Agent:
             # the kernel folds the parent's high-water mark when a vforked child execs
             # (how Python starts the runner): a big sweep process would be its "load peak".
             hwm = procfs.read_hwm("self")
+            if hwm is not None:
+                hwm = max(hwm, IMPORTS_PEAK_BYTES)
             self._report.peak_rss_before_bytes, self._report.peak_rss_before_source = (
                 (hwm, "vmhwm") if hwm is not None
                 else (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "ru_maxrss"))

@@ -56,6 +56,10 @@ class UnitCounter:
 class Workload(abc.ABC):
     name: ClassVar[str] = "workload"
     unit: ClassVar[str] = "unit"
+    # Modules prepare() imports whatever its parameters: a warm runner (workloads.warm)
+    # imports them once per host, so that its forked trials hold what a fresh runner would
+    # hold by the end of prepare(), and no more.
+    preload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any) -> None:
         """``params`` arrive as strings from the command line; convert and validate them."""

@@ -167,6 +167,7 @@ class CubeWorkload(Workload):
     """
 
     name = "cube"
+    preload = ("numpy", "pyarrow", "pyarrow.parquet")
     unit = "cube"
 
     def __init__(self, **params: Any) -> None:

@@ -40,6 +40,8 @@ from workloads.profilers import torch_gpu
 
 DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
+# How this trial's process began; workloads.warm sets it in the trials it forks.
+STARTED_AS = "fresh interpreter"
 TREE_GAP = 1.10  # a sampled tree peak this far below the sum of per-process peaks is flagged
 
 
@@ -296,6 +298,8 @@ def base_summary(params: dict[str, Any]) -> dict[str, Any]:
         "job_kind": None,
         "phases": [],
         "profiled": params.get("profile") is not None,
+        # load_s counts from this process's start: a forked trial's excludes the imports
+        "runner_start": STARTED_AS,
         "profile": None,
     }  # fmt: skip
 

@@ -271,6 +271,7 @@ class _Host:
     # one) and the Ray cluster over all of them (orchestrator.engine.ray_cluster)
     peers: list[_Host] = field(default_factory=list)
     cluster: Any = None
+    warm: Any = None  # orchestrator.engine.warm_runner.WarmRunner while its trials run
     node: int = 0  # which node of its machine (peers: 1..N-1; ssh: the group's i-th host)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
@@ -533,23 +534,48 @@ class _Engine:
             self._form_cluster(host)
             if self.stop.is_set():
                 return
-        if self.spec.adaptive:
-            self._run_adaptive(host)
-            return
-        for i, trial in enumerate(trials):
-            if self.stop.is_set():
+        self._start_warm(host, trials)
+        try:
+            if self.spec.adaptive:
+                self._run_adaptive(host)
                 return
-            try:
-                self._run_trial(host, trial)
-            except UnreachableError as exc:
-                # Its reconnect budget is spent: waiting again for each trial left would
-                # cost that budget again and again. They fail now, with the reason.
-                reason = f"machine unreachable: {one_line(exc)}"
-                self.progress.log(f"[red]{vm.machine.name}: unreachable; "
-                                  f"{len(trials) - i} trial(s) left recorded as failed")
-                for left in trials[i:]:
-                    self._record(host, left, None, None, status="failed", error=reason)
-                raise
+            for i, trial in enumerate(trials):
+                if self.stop.is_set():
+                    return
+                try:
+                    self._run_trial(host, trial)
+                except UnreachableError as exc:
+                    # Its reconnect budget is spent: waiting again for each trial left would
+                    # cost that budget again and again. They fail now, with the reason.
+                    reason = f"machine unreachable: {one_line(exc)}"
+                    self.progress.log(f"[red]{vm.machine.name}: unreachable; "
+                                      f"{len(trials) - i} trial(s) left recorded as failed")
+                    for left in trials[i:]:
+                        self._record(host, left, None, None, status="failed", error=reason)
+                    raise
+        finally:
+            if host.warm is not None:
+                host.warm.stop()
+                host.warm = None
+
+    def _start_warm(self, host: _Host, trials: list[TrialPlan]) -> None:
+        """A warm runner for the host's trials that can use one (see engine/warm_runner.py)."""
+        from orchestrator.engine import warm_runner
+
+        wanted = self.spec.adaptive or any(self._warm_eligible(host, t) for t in trials)
+        if not (warm_runner.enabled() and host.executor is not None and wanted):
+            return
+        preload = None if self.spec.command is not None else self.spec.workload
+        warm = warm_runner.WarmRunner(host.executor, preload,
+                                      lambda line: self.progress.log(f"{host.vm.name}: {line}"))
+        if warm.start():
+            host.warm = warm
+        else:
+            warm.stop()
+
+    def _warm_eligible(self, host: _Host, trial: TrialPlan) -> bool:
+        """Profilers attach from the runner's start; a Ray trial's driver joins a cluster."""
+        return not trial.profiled and not (trial.nodes > 1 and host.cluster is not None)
 
     def _form_cluster(self, host: _Host) -> None:
         """Nodes 1..N-1 made ready like node 0 (in parallel), then a Ray cluster over all."""
@@ -846,12 +872,17 @@ class _Engine:
             args, command = list(trial.runner_args), []
             if "--" in args:  # a --command job: the runner's own options go before "--"
                 args, command = args[:args.index("--")], args[args.index("--"):]
-            argv = [ex.python, "-m", "workloads.run", *args]
+            argv = list(args)
             if host.inputs_dir:
                 argv += ["--param", f"inputs={host.inputs_dir}"]
             if host.job_dir:
                 argv += ["--chdir", host.job_dir]
             argv += [*self._ray_args(host, trial), "--out", out_dir, *command]
+            warm = host.warm
+            if warm is not None and warm.ready.is_set() and self._warm_eligible(host, trial):
+                argv = warm.argv(argv)
+            else:
+                argv = [ex.python, "-m", "workloads.run", *argv]
             self.progress.trial_started(key, trial, self.spec.duration_s)
             try:
                 result = ex.run(argv, on_line=lambda line: self.progress.line(key, line),

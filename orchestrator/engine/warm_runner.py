@@ -1,0 +1,87 @@
+"""The engine's side of a host's warm runner (``workloads.warm``): start it, route trials
+through it, stop it.
+
+Why: each trial's runner otherwise starts a fresh interpreter and imports
+numpy, pyarrow and the runner before its clock (``benchmarks/bench_sweep.py``,
+"runner before its clock"); the warm runner pays that once per host and forks
+each trial. The server runs as one long command of the host's executor, so it
+works wherever ``Executor.run`` does (a local subprocess, an SSH channel) and
+ends with the executor when nothing else stops it. Anything that goes wrong
+costs only speed: a trial whose client finds no server starts a fresh runner.
+
+Not routed through it: profiled trials (py-spy and memray attach to the runner
+from its start) and Ray trials (their driver joins a cluster). Set
+``CLOUDPROF_WARM_RUNNER=0`` to start every trial as a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import threading
+from collections.abc import Callable
+
+from orchestrator.providers.base import Executor
+
+READY_TIMEOUT_S = 60.0
+ENV_SWITCH = "CLOUDPROF_WARM_RUNNER"
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "no", "false", "off")
+
+
+class WarmRunner:
+    """One host's server: a thread holds its command; ``ready`` once it has imported."""
+
+    def __init__(self, ex: Executor, preload: str | None,
+                 log: Callable[[str], None]) -> None:  # fmt: skip
+        self.ex = ex
+        self.name = secrets.token_hex(8)  # the abstract socket's name, unique per host
+        self.preload = preload
+        self.log = log
+        self.ready = threading.Event()
+        self.ended = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> bool:
+        """Start the server and wait until it is ready; False (and trials start fresh) if not."""
+        argv = [self.ex.python, "-m", "workloads.warm", "serve", self.name]
+        if self.preload:
+            argv += ["--preload", self.preload]
+
+        def on_line(line: str) -> None:
+            if line.strip() == "ready":
+                self.ready.set()
+            elif line.strip():
+                self.log(f"warm runner: {line.strip()}")
+
+        def hold() -> None:
+            try:
+                self.ex.run(argv, on_line=on_line)
+            except Exception as exc:
+                self.log(f"warm runner: {exc}")
+            finally:
+                self.ended.set()
+
+        self._thread = threading.Thread(target=hold, name="cloudprof-warm-runner", daemon=True)
+        self._thread.start()
+        for _ in range(int(timeout * 10)):
+            if self.ready.wait(0.1) or self.ended.is_set():
+                break
+        return self.ready.is_set() and not self.ended.is_set()
+
+    def argv(self, runner_args: list[str]) -> list[str]:
+        """The trial's command: the client, which runs the trial in the server's fork."""
+        return [self.ex.python, "-m", "workloads.warm", "run", self.name, "--", *runner_args]
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Ask the server to exit (after any trial still running), then let its thread end."""
+        if self._thread is None:
+            return
+        if not self.ended.is_set():
+            with contextlib.suppress(Exception):
+                self.ex.run([self.ex.python, "-m", "workloads.warm", "stop", self.name],
+                            timeout=timeout)  # fmt: skip
+        self.ended.wait(timeout)

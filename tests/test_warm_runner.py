@@ -1,0 +1,204 @@
+"""The warm runner (workloads.warm): trials forked from one server per host must measure,
+signal and exit exactly as trials started as fresh interpreters."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from workloads import procfs, protocol, warm
+
+MIB = 1024 * 1024
+
+
+class Server(str):
+    """A warm runner's name (what a client is given), with its process."""
+
+    proc: subprocess.Popen
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    """A warm runner on an abstract socket of its own; stopped (and checked gone) after."""
+    name = Server(secrets.token_hex(6))
+    name.proc = subprocess.Popen([sys.executable, "-m", "workloads.warm", "serve", name],
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert name.proc.stdout is not None and name.proc.stdout.readline().strip() == "ready"
+    try:
+        yield name
+    finally:
+        assert warm.stop(name) == 0
+        assert name.proc.wait(timeout=30) == 0
+
+
+def trial(out: Path, *args: str, via: str | None, **popen) -> subprocess.Popen:
+    """The runner's command line, as a fresh interpreter or through the warm runner."""
+    own = ["--out", str(out), *args]
+    argv = ([sys.executable, "-m", "workloads.warm", "run", via, "--", *own] if via
+            else [sys.executable, "-m", "workloads.run", *own])  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen)  # fmt: skip
+
+
+def finished(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / protocol.SUMMARY_FILE).read_text())
+
+
+def test_a_forked_child_holds_exactly_the_servers_resident_pages():
+    """The kernel does not copy a library's page-table entries into a forked child; the child
+    maps them again, so its RSS (where a fresh process's peak starts) is the server's."""
+    runs = warm.resident_file_pages()
+    assert runs and all(length > 0 and addr % os.sysconf("SC_PAGE_SIZE") == 0
+                        for addr, length in runs)  # fmt: skip
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        untouched = _status_kb("VmRSS")
+        warm.touch_pages(runs)
+        os.write(w, json.dumps([untouched, _status_kb("VmRSS")]).encode())
+        os._exit(0)
+    os.close(w)
+    untouched, touched = json.loads(os.read(r, 4096))
+    os.waitpid(pid, 0)
+    parent = _status_kb("VmRSS")
+    assert untouched < parent - 1024  # without touching: megabytes short of the parent
+    assert abs(touched - parent) <= 512, (untouched, touched, parent)
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(field)
+
+
+def test_a_forked_trial_reports_the_peaks_and_the_units_of_a_fresh_one(tmp_path, server):
+    """A load peak (300 MiB in prepare) and a trial peak (100 MiB held) measured both ways."""
+    args = ("--workload", "memory-steady", "--param", "load_mb=300", "--param", "mb=100",
+            "--workers", "2", "--duration", "0.6", "--sample-hz", "20", "--quiet")
+    got = {}
+    for via in (None, server, None, server):  # alternating: the page cache is warm for both
+        out = tmp_path / f"{via or 'fresh'}-{len(got)}"
+        code, _, err = finished(trial(out, *args, via=via))
+        assert code == protocol.EXIT_OK, err
+        got[out.name] = (via, summary(out))
+    fresh = [s for via, s in got.values() if via is None]
+    forked = [s for via, s in got.values() if via is not None]
+    assert {s["runner_start"] for s in fresh} == {"fresh interpreter"}
+    assert {s["runner_start"] for s in forked} == {"forked from a warm runner"}
+    for key in ("peak_rss_bytes", "peak_rss_before_trial_bytes", "peak_rss_trial_bytes"):
+        lo = min(s[key] for s in fresh) - 2 * MIB
+        hi = max(s[key] for s in fresh) + 2 * MIB
+        assert all(lo <= s[key] <= hi for s in forked), (key, [s[key] for s in fresh + forked])
+    assert all(s["peak_phase"] == "load" and s["peak_rss_bytes"] >= 300 * MIB
+               for s in forked)  # fmt: skip
+    assert all(s["status"] == "ok" and s["units"] > 0 and s["agent"]["samples"] > 5
+               for s in forked)  # fmt: skip
+
+
+def test_a_forked_trial_gets_the_clients_arguments_directory_environment_and_streams(
+    tmp_path, server,
+):
+    job = tmp_path / "job"
+    job.mkdir()
+    out = tmp_path / "out"
+    script = 'echo "out $PWD $CLOUDPROF_TEST_VAR"; echo "err line" >&2; exit 3'
+    proc = trial(out, "--duration", "5", "--command", "--", "sh", "-c", script, via=server,
+                 cwd=job, env={**os.environ, "CLOUDPROF_TEST_VAR": "from-the-client"})
+    code, stdout, stderr = finished(proc)
+    fresh_out = tmp_path / "fresh"
+    fresh_code, fresh_stdout, _ = finished(trial(
+        fresh_out, "--duration", "5", "--command", "--", "sh", "-c", script, via=None, cwd=job,
+        env={**os.environ, "CLOUDPROF_TEST_VAR": "from-the-client"}))  # fmt: skip
+    assert code == fresh_code != 0
+    assert f"out {job} from-the-client" in stdout and stdout == fresh_stdout
+    assert "err line" in stderr
+    assert summary(out)["runner_start"] == "forked from a warm runner"
+    assert summary(out)["status"] == summary(fresh_out)["status"]
+
+
+def test_ctrl_c_to_the_client_stops_the_forked_trial_with_an_interrupted_summary(
+    tmp_path, server,
+):
+    proc = trial(tmp_path, "--workload", "sleep", "--duration", "60", "--sample-hz", "50",
+                 via=server, start_new_session=True)  # a group of its own, as in a terminal
+    _wait_for(server, proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    code, _, err = finished(proc, timeout=20)
+    assert code == protocol.EXIT_INTERRUPTED, err
+    s = summary(tmp_path)
+    assert s["status"] == "interrupted" and s["runner_start"] == "forked from a warm runner"
+    assert s["agent"]["samples"] >= 0.8 * 50 * s["seconds"], s["agent"]
+
+
+def test_a_killed_client_takes_its_forked_trial_and_the_trials_sampler_with_it(
+    tmp_path, server,
+):
+    proc = trial(tmp_path, "--workload", "sleep", "--duration", "60", "--sample-hz", "50",
+                 via=server)
+    _wait_for(server, proc)
+    assert len(procfs.descendants(server.proc.pid)) >= 2  # the forked runner and its sampler
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while procfs.descendants(server.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not procfs.descendants(server.proc.pid)
+    assert server.proc.poll() is None  # the server itself serves on
+
+
+def test_without_a_server_the_client_starts_a_fresh_runner(tmp_path):
+    code, _, err = finished(trial(tmp_path, "--workload", "sleep", "--duration", "0.2",
+                                  "--quiet", via="no-such-server-" + secrets.token_hex(4)))
+    assert code == protocol.EXIT_OK, err
+    assert summary(tmp_path)["runner_start"] == "fresh interpreter"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another user")
+def test_a_server_runs_nothing_for_another_user(tmp_path, server):
+    """Its abstract socket is reachable by every user of the host: the peer's uid decides."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - reports through the pipe
+        answer = b"no connection"
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            sock = warm._connect(server)
+            if sock is not None:
+                warm._send(sock, {"op": "run", "argv": ["--out", str(tmp_path / "x")],
+                                  "cwd": "/", "env": {}}, [0, 1, 2])  # fmt: skip
+                answer = sock.recv(64) or b"closed"
+        except (BrokenPipeError, ConnectionResetError):  # closed before it read the request
+            answer = b"closed"
+        finally:
+            os.write(w, answer)
+            os._exit(0)
+    os.close(w)
+    answer = os.read(r, 64)
+    os.waitpid(pid, 0)
+    assert answer == b"closed"  # connected, refused: no pid, nothing forked
+    assert not (tmp_path / "x").exists() and not procfs.descendants(server.proc.pid)
+
+
+def _wait_for(server: Server, proc: subprocess.Popen) -> None:
+    """Until the forked trial runs its sampler, then a little longer (its clock has started)."""
+    deadline = time.monotonic() + 30
+    while len(procfs.descendants(server.proc.pid)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "the trial never started"
+        time.sleep(0.1)
+    time.sleep(0.5)

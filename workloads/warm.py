@@ -1,0 +1,417 @@
+"""A warm runner: one process per host that has done the runner's imports and forks each trial.
+
+    python -m workloads.warm serve NAME [--preload WORKLOAD]  # once per host, in the background
+    python -m workloads.warm run NAME -- RUNNER-ARGS...   # per trial: as `-m workloads.run ARGS`
+    python -m workloads.warm stop NAME                    # when the host's trials are done
+
+Why: a trial's runner is a fresh interpreter that imports numpy, pyarrow and the
+runner before its clock starts — ~0.25 s a trial that is neither the workload's
+work nor a measurement. Here a server pays that once; each trial is a child
+forked from it, which runs ``workloads.run.main`` exactly as a fresh process would.
+
+What keeps the measurements those of a fresh process:
+
+- *Peaks.* A forked child's high-water mark (VmHWM, ``ru_maxrss``) starts at its
+  own RSS, and the kernel does not copy the page-table entries of read-only file
+  mappings (the libraries' code) into it: they are mapped again only when
+  touched. So the child first maps every file page that was resident in the
+  server (listed once from ``/proc/self/pagemap``), making its RSS the server's,
+  which is what a fresh runner's RSS is after the same imports; and the server's
+  own import-time peak is the floor of the child's load-phase peak
+  (``workloads.agent.IMPORTS_PEAK_BYTES``), because a fresh process's VmHWM
+  would hold it. The server imports only what the runner imports for this
+  workload (``--preload``: a built-in workload's module, never the user's code).
+- *Everything else is per trial*: the client's argv, working directory,
+  environment and stdin/stdout/stderr (passed as file descriptors), fresh
+  random seeds, default signal handlers, its own process group.
+- *Signals and exit.* The client forwards SIGINT/SIGTERM/SIGHUP to the child's
+  process group (as they reached a fresh runner's group), and exits with the
+  child's exit code, or dies of the child's signal. A client killed outright
+  (SIGKILL) closes its connection and the server kills the child's group.
+
+The client falls back to ``python -m workloads.run`` (``os.execv``) when no
+server answers, so a server that did not start costs nothing but its speed.
+The server listens on an abstract Unix socket (no file to clean up, no path
+length limit) and serves only its own user (``SO_PEERCRED``); it exits on
+``stop``, on SIGINT/SIGTERM once its running trials end, when its parent goes
+away, or after ``IDLE_EXIT_S`` without a trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+IDLE_EXIT_S = 900.0  # a server nobody uses (its sweep died without `stop`) goes away
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_HEADER = struct.Struct("!I")
+_TOUCH_CHUNK = 64 * 1024
+
+
+def _address(name: str) -> str:
+    return "\0cloudprof-warm-" + name
+
+
+# -- the server ---------------------------------------------------------------------------
+
+
+def resident_file_pages() -> list[tuple[int, int]]:
+    """(address, length) runs of this process's file-backed pages that are mapped now.
+
+    The present bit of ``/proc/self/pagemap`` is readable by the process itself
+    without privileges (only the frame numbers are hidden).
+    """
+    page = os.sysconf("SC_PAGE_SIZE")
+    runs: list[tuple[int, int]] = []
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps, \
+            open("/proc/self/pagemap", "rb", buffering=0) as pagemap:  # fmt: skip
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or not fields[5].startswith("/") or fields[1][0] != "r":
+                continue  # anonymous, special ([heap], [vdso]...) or unreadable
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            pagemap.seek(start // page * 8)
+            data = pagemap.read((end - start) // page * 8)
+            run_start = None
+            for i, (entry,) in enumerate(struct.iter_unpack("<Q", data)):
+                addr = start + i * page
+                if entry >> 63:  # present
+                    if run_start is None:
+                        run_start = addr
+                elif run_start is not None:
+                    runs.append((run_start, addr - run_start))
+                    run_start = None
+            if run_start is not None:
+                runs.append((run_start, start + len(data) // 8 * page - run_start))
+    return runs
+
+
+def touch_pages(runs: list[tuple[int, int]]) -> None:
+    """Map these pages into this process: its RSS then counts them, as the server's does.
+
+    A read through ``/proc/self/mem`` faults the pages it covers into this
+    process's page tables (the kernel's get_user_pages), one call per run, and
+    imports nothing a fresh runner would not hold (ctypes would).
+    """
+    buf = memoryview(bytearray(_TOUCH_CHUNK))  # reused: no transient allocation in the peak
+    fd = os.open("/proc/self/mem", os.O_RDONLY)
+    try:
+        for addr, length in runs:
+            for offset in range(addr, addr + length, _TOUCH_CHUNK):
+                try:
+                    os.preadv(fd, [buf[: min(_TOUCH_CHUNK, addr + length - offset)]], offset)
+                except OSError:  # a mapping gone since the list was made
+                    break
+    finally:
+        os.close(fd)
+
+
+class _Trial:
+    """One forked trial: the client's connection and the child's pidfd."""
+
+    def __init__(self, conn: socket.socket, pid: int, pidfd: int) -> None:
+        self.conn, self.pid, self.pidfd = conn, pid, pidfd
+
+
+class Server:
+    def __init__(self, name: str, preload: str | None) -> None:
+        self.name = name
+        self.preload = preload
+        self.trials: dict[int, _Trial] = {}  # by pidfd
+        self.stopping = False
+        self.parent = os.getppid()
+        self.pages: list[tuple[int, int]] = []
+        self.imports_peak = 0
+
+    def warm_up(self) -> None:
+        """The runner's imports (and the workload's module), then what children inherit."""
+        import importlib
+
+        import workloads.run  # noqa: F401
+        from workloads import procfs
+        from workloads.base import REGISTRY, load_workload
+
+        if self.preload in REGISTRY:  # a built-in: never the user's code
+            for module in load_workload(self.preload).preload:
+                importlib.import_module(module)
+        self.pages = resident_file_pages()
+        self.imports_peak = procfs.read_hwm("self") or 0
+
+    def serve(self) -> int:
+        try:
+            os.pidfd_open  # noqa: B018 - Linux >= 5.3, Python >= 3.9
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(_address(self.name))
+        except (AttributeError, OSError) as exc:
+            print(f"warm runner unavailable: {exc}", flush=True)
+            return 0
+        listener.listen(8)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self.warm_up()
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ, "accept")
+        sel.register(wake_r, selectors.EVENT_READ, "wake")
+        print("ready", flush=True)
+        idle_since = time.monotonic()
+        try:
+            while not (self.stopping and not self.trials):
+                for key, _ in sel.select(timeout=5.0):
+                    if key.data == "accept":
+                        self._accept(listener, sel)
+                    elif key.data == "wake":
+                        os.read(wake_r, 512)
+                    elif isinstance(key.data, _Trial):
+                        self._trial_event(key, sel)
+                if self.trials:
+                    idle_since = time.monotonic()
+                elif os.getppid() != self.parent or time.monotonic() - idle_since > IDLE_EXIT_S:
+                    self.stopping = True
+                if self.stopping and "accept" in {k.data for k in sel.get_map().values()}:
+                    sel.unregister(listener)
+                    listener.close()
+        finally:
+            for trial in list(self.trials.values()):  # never leave a trial running
+                _kill_group(trial.pid, signal.SIGKILL)
+        return 0
+
+    def _on_signal(self, _signum: int, _frame: Any) -> None:
+        self.stopping = True  # the clients forward signals to their trials; not here too
+
+    def _accept(self, listener: socket.socket, sel: selectors.BaseSelector) -> None:
+        conn, _ = listener.accept()
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                    struct.calcsize("3i"))  # fmt: skip
+            _pid, uid, _gid = struct.unpack("3i", creds)
+            if uid != os.getuid():
+                conn.close()
+                return
+            request, fds = _receive_request(conn)
+        except (OSError, ValueError):
+            conn.close()
+            return
+        if request.get("op") == "stop":
+            self.stopping = True
+            conn.sendall(b"stopping\n")
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns here (os._exit)
+            _child(request, fds, conn, self)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        trial = _Trial(conn, pid, pidfd)
+        self.trials[pidfd] = trial
+        conn.sendall(f"pid {pid}\n".encode())
+        sel.register(pidfd, selectors.EVENT_READ, trial)
+        sel.register(conn, selectors.EVENT_READ, trial)
+
+    def _trial_event(self, key: selectors.SelectorKey, sel: selectors.BaseSelector) -> None:
+        trial: _Trial = key.data
+        if key.fileobj is trial.conn:  # the client went away (killed): so does its trial
+            try:
+                if trial.conn.recv(64):
+                    return  # nothing else is expected from a client; ignore it
+            except OSError:
+                pass
+            _kill_group(trial.pid, signal.SIGKILL)
+        _, status = os.waitpid(trial.pid, 0)
+        sel.unregister(trial.conn)
+        sel.unregister(trial.pidfd)
+        os.close(trial.pidfd)
+        del self.trials[trial.pidfd]
+        if os.WIFSIGNALED(status):
+            line = f"signal {os.WTERMSIG(status)}\n"
+        else:
+            line = f"exit {os.waitstatus_to_exitcode(status)}\n"
+        with contextlib.suppress(OSError):
+            trial.conn.sendall(line.encode())
+        trial.conn.close()
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, sig)
+            return
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            return
+
+
+def _child(request: dict[str, Any], fds: list[int], conn: socket.socket, server: Server) -> None:
+    """In the forked child: become the trial's process, run the runner, exit with its code."""
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        os.closerange(3, 256)  # the listener, the selector, other trials' connections
+        touch_pages(server.pages)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        _fresh_seeds()
+        from workloads import agent, run
+
+        agent.IMPORTS_PEAK_BYTES = server.imports_peak
+        run.STARTED_AS = "forked from a warm runner"
+        sys.argv = [run.__file__, *request["argv"]]
+        code = run.main(request["argv"])
+        _exit_functions()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _fresh_seeds() -> None:
+    """What a fresh process would get: ``random`` reseeds itself at fork; numpy's does not."""
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+
+
+def _exit_functions() -> None:
+    """A fresh process's exit: wait for its non-daemon threads, run its atexit hooks."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+
+
+def _receive_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+    if len(data) < _HEADER.size:
+        raise ValueError("short request")
+    (size,) = _HEADER.unpack_from(data)
+    body = bytearray(data[_HEADER.size:])
+    while len(body) < size:
+        more = conn.recv(size - len(body))
+        if not more:
+            raise ValueError("truncated request")
+        body += more
+    return json.loads(body), list(fds)
+
+
+# -- the client ---------------------------------------------------------------------------
+
+
+def _connect(name: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(_address(name))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _send(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    body = json.dumps(request).encode()
+    socket.send_fds(sock, [_HEADER.pack(len(body)) + body], fds)
+
+
+def _fresh_runner(argv: list[str]) -> None:
+    os.execv(sys.executable, [sys.executable, "-m", "workloads.run", *argv])
+
+
+def client(name: str, argv: list[str]) -> int:
+    """Run one trial in the server's fork, as if this process were the runner."""
+    sock = _connect(name)
+    if sock is None:
+        _fresh_runner(argv)
+    assert sock is not None
+    try:
+        _send(sock, {"op": "run", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)},
+              [0, 1, 2])  # fmt: skip
+        reader = sock.makefile("r", encoding="utf-8")
+        first = reader.readline().split()
+    except OSError:
+        first = []
+    if len(first) != 2 or first[0] != "pid":  # the server is stopping: start fresh instead
+        sock.close()
+        _fresh_runner(argv)
+    pid = int(first[1])
+
+    def forward(signum: int, _frame: Any) -> None:
+        _kill_group(pid, signum)
+
+    for sig in _FORWARDED:
+        signal.signal(sig, forward)
+    while True:
+        try:
+            last = reader.readline().split()
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+            continue
+    if len(last) == 2 and last[0] == "exit":
+        return int(last[1])
+    if len(last) == 2 and last[0] == "signal":
+        sig = int(last[1])
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    # the server died under its trial: do not leave the trial running unwatched
+    _kill_group(pid, signal.SIGKILL)
+    print("error: the warm runner stopped during the trial", file=sys.stderr, flush=True)
+    return 1
+
+
+def stop(name: str) -> int:
+    sock = _connect(name)
+    if sock is None:
+        return 0
+    with sock:
+        _send(sock, {"op": "stop"}, [])
+        sock.recv(64)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) >= 2 and args[0] == "serve":
+        preload = None
+        if len(args) == 4 and args[2] == "--preload":
+            preload = args[3]
+        return Server(args[1], preload).serve()
+    if len(args) >= 3 and args[0] == "run" and args[2] == "--":
+        return client(args[1], args[3:])
+    if len(args) == 2 and args[0] == "stop":
+        return stop(args[1])
+    print("usage: python -m workloads.warm serve NAME [--preload WORKLOAD] | run NAME -- ARGS"
+          " | stop NAME", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
