@@ -133,7 +133,7 @@ class VanishingExecutor(LocalExecutor):
     runs = 0
 
     def run(self, argv, **kw):  # type: ignore[no-untyped-def,override]
-        if "workloads.run" in argv:
+        if "workloads.run" in argv or argv[2:4] == ["workloads.warm", "run"]:  # a trial
             VanishingExecutor.runs += 1
             if VanishingExecutor.runs == 2:
                 VanishingProvider.gone = True
@@ -311,10 +311,13 @@ def test_bad_parameter_fails_its_trials_with_the_reason(cache: Path, tmp_path: P
 
 
 def _runner_processes(marker: str) -> list[psutil.Process]:
+    """Trial runners under ``marker``: fresh ones, warm runners' clients, servers and forks
+    (the last two by their working directory, a host's under the sweep's)."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if "workloads.run" in cmd and marker in cmd:
+        if ("workloads.run" in cmd or "workloads.warm" in cmd) and (
+                marker in cmd or marker in (proc.info["cwd"] or "")):
             found.append(proc)
     return found
 
