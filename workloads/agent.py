@@ -50,6 +50,9 @@ SAMPLER_START_TIMEOUT_S = 60.0
 # A trial forked from a warm runner (workloads.warm): the server's own high-water mark after
 # the imports it did for the trial, which a fresh process's VmHWM would hold.
 IMPORTS_PEAK_BYTES = 0
+# ...and how it starts its sampler: forked by that server (config JSON, fds to keep) →
+# a Popen-like process, or None to start one as usual.
+SPAWN_SAMPLER: Callable[[str, list[int]], Any] | None = None
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -321,7 +324,13 @@ class Agent:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH"))
                                             if p)  # fmt: skip
         fds = [fd for fd in (self.cfg.units_fd, self.cfg.rss_fd) if fd is not None]
-        cmd = [sys.executable, "-m", "workloads.sampler", json.dumps(asdict(self.cfg))]
+        config = json.dumps(asdict(self.cfg))
+        forked = SPAWN_SAMPLER(config, fds) if SPAWN_SAMPLER is not None else None
+        if forked is not None:
+            self._proc = forked
+            self._expect(b"ready")
+            return
+        cmd = [sys.executable, "-m", "workloads.sampler", config]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       pass_fds=fds, env=env)  # fmt: skip
         self._expect(b"ready")

@@ -21,6 +21,10 @@ What keeps the measurements those of a fresh process:
   (``workloads.agent.IMPORTS_PEAK_BYTES``), because a fresh process's VmHWM
   would hold it. The server imports only what the runner imports for this
   workload (``--preload``: a built-in workload's module, never the user's code).
+- *The sampler.* The trial's agent asks the server for its sampler process
+  (``spawn_sampler``): forked, in the trial's process group, on the trial's
+  pipes and shared-memory counters — the same code, without its own
+  interpreter start (~0.1 s a trial).
 - *Everything else is per trial*: the client's argv, working directory,
   environment and stdin/stdout/stderr (passed as file descriptors), fresh
   random seeds, default signal handlers, its own process group.
@@ -40,6 +44,7 @@ away, or after ``IDLE_EXIT_S`` without a trial.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import selectors
@@ -211,6 +216,8 @@ class Server:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns here (os._exit)
+            if request.get("op") == "sampler":
+                _sampler_child(request, fds)
             _child(request, fds, conn, self)
         for fd in fds:
             os.close(fd)
@@ -223,6 +230,8 @@ class Server:
 
     def _trial_event(self, key: selectors.SelectorKey, sel: selectors.BaseSelector) -> None:
         trial: _Trial = key.data
+        if self.trials.get(trial.pidfd) is not trial:
+            return  # both its events came in one batch: already reaped
         if key.fileobj is trial.conn:  # the client went away (killed): so does its trial
             try:
                 if trial.conn.recv(64):
@@ -278,6 +287,7 @@ def _child(request: dict[str, Any], fds: list[int], conn: socket.socket, server:
         from workloads import agent, run
 
         agent.IMPORTS_PEAK_BYTES = server.imports_peak
+        agent.SPAWN_SAMPLER = lambda config, fds: spawn_sampler(server.name, config, fds)
         run.STARTED_AS = "forked from a warm runner"
         sys.argv = [run.__file__, *request["argv"]]
         code = run.main(request["argv"])
@@ -310,7 +320,7 @@ def _exit_functions() -> None:
 
 
 def _receive_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 8)
     if len(data) < _HEADER.size:
         raise ValueError("short request")
     (size,) = _HEADER.unpack_from(data)
@@ -321,6 +331,35 @@ def _receive_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
             raise ValueError("truncated request")
         body += more
     return json.loads(body), list(fds)
+
+
+def _sampler_child(request: dict[str, Any], fds: list[int]) -> None:
+    """In a forked child: the trial's sampler (``python -m workloads.sampler``, less the
+    interpreter's start and imports), in the trial's process group, on the trial's pipes."""
+    code = 1
+    try:
+        os.setpgid(0, int(request["pgid"]))
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        # stdin, stdout, stderr, then the shared-memory fds at the numbers its config names
+        targets = [0, 1, 2, *(int(n) for n in request["fd_numbers"])]
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1024) for fd in fds]
+        os.closerange(0, 1024)
+        for fd, target in zip(high, targets, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+        from workloads import sampler
+
+        code = sampler.main(request["argv"])
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os._exit(code)
 
 
 # -- the client ---------------------------------------------------------------------------
@@ -385,6 +424,73 @@ def client(name: str, argv: list[str]) -> int:
     _kill_group(pid, signal.SIGKILL)
     print("error: the warm runner stopped during the trial", file=sys.stderr, flush=True)
     return 1
+
+
+class ForkedProcess:
+    """What ``subprocess.Popen`` gives the agent, for a sampler the server forked.
+
+    It is not this process's child: its exit status comes from the server on the
+    request's connection (which, closed, also tells the server to kill it).
+    """
+
+    def __init__(self, pid: int, stdin: int, stdout: int, conn: socket.socket) -> None:
+        self.pid = pid
+        self.stdin = os.fdopen(stdin, "wb")
+        self.stdout = os.fdopen(stdout, "rb")
+        self.returncode: int | None = None
+        self._conn = conn
+        self._status = conn.makefile("r", encoding="utf-8")
+
+    def wait(self, timeout: float | None = None) -> int:
+        import select
+        import subprocess
+
+        if self.returncode is None:
+            if not select.select([self._conn], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(["workloads.sampler"], timeout or 0)
+            words = self._status.readline().split()
+            if len(words) == 2 and words[0] == "exit":
+                self.returncode = int(words[1])
+            elif len(words) == 2 and words[0] == "signal":
+                self.returncode = -int(words[1])
+            else:  # the server went away: its children went with it
+                self.returncode = -signal.SIGKILL
+            self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except Exception:
+            return None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def spawn_sampler(name: str, config: str, fds: list[int]) -> ForkedProcess | None:
+    """The trial's sampler, forked by the server (None: start one the usual way)."""
+    sock = _connect(name)
+    if sock is None:
+        return None
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        _send(sock, {"op": "sampler", "argv": [config], "pgid": os.getpgrp(),
+                     "fd_numbers": fds}, [in_r, out_w, 2, *fds])  # fmt: skip
+        first = sock.makefile("r", encoding="utf-8").readline().split()
+    except OSError:
+        first = []
+    finally:
+        os.close(in_r)
+        os.close(out_w)
+    if len(first) != 2 or first[0] != "pid":
+        sock.close()
+        os.close(in_w)
+        os.close(out_r)
+        return None
+    return ForkedProcess(int(first[1]), in_w, out_r, sock)
 
 
 def stop(name: str) -> int:
