@@ -205,3 +205,15 @@ def _wait_for(server: Server, proc: subprocess.Popen) -> None:
         assert proc.poll() is None and time.monotonic() < deadline, "the trial never started"
         time.sleep(0.1)
     time.sleep(0.5)
+
+
+def test_a_server_whose_sweep_stopped_reading_its_output_exits():
+    """An SSH session that died leaves the server's parent alive (its shell) but closes the
+    session's end of the server's stdout: that is how the server knows it is on its own."""
+    name = secrets.token_hex(6)
+    proc = subprocess.Popen([sys.executable, "-m", "workloads.warm", "serve", name],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.stdout.close()
+    assert proc.wait(timeout=20) == 0
+    assert warm._connect(name) is None

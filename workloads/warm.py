@@ -38,7 +38,8 @@ server answers, so a server that did not start costs nothing but its speed.
 The server listens on an abstract Unix socket (no file to clean up, no path
 length limit) and serves only its own user (``SO_PEERCRED``); it exits on
 ``stop``, on SIGINT/SIGTERM once its running trials end, when its parent goes
-away, or after ``IDLE_EXIT_S`` without a trial.
+away or stops reading its output (an SSH session that died), or after
+``IDLE_EXIT_S`` without a trial.
 """
 
 from __future__ import annotations
@@ -181,8 +182,9 @@ class Server:
                         self._trial_event(key, sel)
                 if self.trials:
                     idle_since = time.monotonic()
-                elif os.getppid() != self.parent or time.monotonic() - idle_since > IDLE_EXIT_S:
-                    self.stopping = True
+                elif (os.getppid() != self.parent or _output_closed()
+                      or time.monotonic() - idle_since > IDLE_EXIT_S):
+                    self.stopping = True  # the sweep is gone (or its SSH session): so are we
                 if self.stopping and "accept" in {k.data for k in sel.get_map().values()}:
                     sel.unregister(listener)
                     listener.close()
@@ -251,6 +253,16 @@ class Server:
         with contextlib.suppress(OSError):
             trial.conn.sendall(line.encode())
         trial.conn.close()
+
+
+def _output_closed() -> bool:
+    """Whether nobody reads our stdout any more: the sweep's end of it (a pipe in the
+    sweep's process, an SSH session's channel) is gone, even if our parent is not."""
+    import select
+
+    poll = select.poll()
+    poll.register(sys.stdout.fileno(), 0)  # errors and hang-ups are always reported
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
 
 
 def _kill_group(pid: int, sig: int) -> None:

@@ -555,7 +555,7 @@ class _Engine:
                     raise
         finally:
             if host.warm is not None:
-                host.warm.stop()
+                host.warm.stop(host.executor)
                 host.warm = None
 
     def _start_warm(self, host: _Host, trials: list[TrialPlan]) -> None:

@@ -76,12 +76,14 @@ class WarmRunner:
         """The trial's command: the client, which runs the trial in the server's fork."""
         return [self.ex.python, "-m", "workloads.warm", "run", self.name, "--", *runner_args]
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Ask the server to exit (after any trial still running), then let its thread end."""
+    def stop(self, ex: Executor | None = None, timeout: float = 30.0) -> None:
+        """Ask the server to exit (after any trial still running), then let its thread end.
+
+        ``ex``: the host's executor now, which after a dropped connection is a new one
+        (the server outlives the old one's session, until it notices it is gone)."""
         if self._thread is None:
             return
-        if not self.ended.is_set():
-            with contextlib.suppress(Exception):
-                self.ex.run([self.ex.python, "-m", "workloads.warm", "stop", self.name],
-                            timeout=timeout)  # fmt: skip
-        self.ended.wait(timeout)
+        ex = ex or self.ex
+        with contextlib.suppress(Exception):
+            ex.run([ex.python, "-m", "workloads.warm", "stop", self.name], timeout=timeout)
+        self.ended.wait(timeout if ex is self.ex else 1.0)
