@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop the trial above this RSS (2G = 2 GiB, 2GB = 2e9 bytes)")
     p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
     p.add_argument("--out", required=True, type=Path, help="directory for the result files")
+    p.add_argument(
+        "--put", metavar="MANIFEST",
+        help="then put the result files in the bucket: a workloads.transfer put manifest "
+        f"(one '{protocol.PUT_PREFIX}' line on stderr says how it went)",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument(
         "--profile", choices=protocol.PROFILE_KINDS,
@@ -804,12 +809,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     wake = threading.Event()
     summary: dict[str, Any] | None = None
     out: Path | None = _guess_out(own)
+    put: tuple[str, Path] | None = None  # --put as given (named in the line), and its file
     code = protocol.EXIT_FAILED
     error: str | None = None
     with _Signals(wake) as sig:
         try:
             args = build_parser().parse_args(own)
             out = args.out
+            if args.put is not None:  # before --chdir moves the working directory
+                put = (args.put, Path(os.path.abspath(args.put)))
             if args.command and not command:
                 raise UsageError("--command needs the command after --, e.g. --command -- sleep 1")
             if command is not None and not args.command:
@@ -872,7 +880,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {out / protocol.SUMMARY_FILE}: {exc}", file=sys.stderr)
             return code or protocol.EXIT_FAILED
+        if put is not None:  # every result file is on disk: now into the bucket
+            _put_results(*put, interrupted=sig.received is not None)
     return code
+
+
+def _put_results(manifest: str, path: Path, interrupted: bool) -> None:
+    """``--put``: upload the result files from this process, with ``workloads.transfer``'s
+    own code (a process start saved per trial), and say how it went in one line.
+
+    Whatever the outcome, the trial's exit code stays what the trial decided: the
+    orchestrator puts the files itself unless it reads "ok" for its manifest. An
+    interrupted trial puts nothing: the orchestrator knows whether the sweep is stopping.
+    """
+    if interrupted:
+        print(protocol.format_put("skipped", manifest, "the trial was interrupted"),
+              file=sys.stderr, flush=True)
+        return
+    from workloads import transfer
+
+    with _Signals(threading.Event()):  # a first Ctrl-C lets the upload finish; a second exits
+        try:
+            entries = transfer.load_manifest(path)
+            # summary.json last, as on disk: a summary in the bucket says the rest is there
+            last = [e for e in entries if Path(e["path"]).name == protocol.SUMMARY_FILE]
+            errors = transfer.put_all([e for e in entries if e not in last])
+            errors = errors or transfer.put_all(last)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            errors = [f"cannot read the manifest: {_one_line(exc)}"]
+    line = (protocol.format_put("failed", manifest, "; ".join(errors)) if errors
+            else protocol.format_put("ok", manifest))
+    print(line, file=sys.stderr, flush=True)
 
 
 def _report_error(summary: dict[str, Any] | None, exc: BaseException) -> str:
