@@ -134,7 +134,7 @@ def parse_configs(spec: str) -> list[tuple[float, str]]:
     out = []
     for item in spec.split(","):
         hz, _, policy = item.partition("/")
-        policy = policy or SamplerConfig.sched
+        policy = policy or SamplerConfig._field_defaults["sched"]
         if policy not in SCHED_POLICIES:
             raise SystemExit(f"error: unknown policy {policy!r} (one of {SCHED_POLICIES})")
         out.append((float(hz), policy))

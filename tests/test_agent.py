@@ -356,3 +356,31 @@ def test_the_lean_and_the_general_sampling_loops_record_the_same_columns():
     shape = {lean: [tuple(v is None for v in row) for row in got[1:-1]]
              for lean, got in rows.items()}  # fmt: skip
     assert shape[True][0] == shape[False][0]  # the same columns measured (I/O where readable)
+
+
+def test_the_sampler_process_imports_no_dataclasses_inspect_or_tempfile(monkeypatch, capfd):
+    """Its start is paid before every trial's t = 0: ~15 ms for dataclasses (and inspect)."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the sampler's stderr is ours
+    report = Agent(sample_hz=20).start().stop()
+    assert report.samples >= 2
+    err = capfd.readouterr().err
+    modules = {line.rsplit("|", 1)[1].strip() for line in err.splitlines()
+               if line.startswith("import time:") and line.count("|") == 2}
+    assert "workloads.procfs" in modules  # its imports were seen (it runs as __main__)
+    assert not modules & {"dataclasses", "inspect", "tempfile", "psutil", "urllib.request"}
+
+
+def test_process_start_time_and_host_facts_from_proc_agree_with_psutil():
+    from workloads.hostinfo import host_facts
+
+    assert procfs.start_time() == pytest.approx(psutil.Process().create_time(), abs=0.02)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        assert procfs.start_time(child.pid) == pytest.approx(
+            psutil.Process(child.pid).create_time(), abs=0.02)
+    finally:
+        child.kill()
+        child.wait()
+    facts = host_facts()
+    assert facts["cores_physical"] == psutil.cpu_count(logical=False)
+    assert facts["memory_bytes"] == psutil.virtual_memory().total

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -616,3 +617,37 @@ def test_an_interrupted_trial_puts_nothing_and_says_so(tmp_path):
     assert proc.stderr is not None
     assert put_line(proc.stderr.read()).startswith(f"{protocol.PUT_PREFIX} skipped {manifest}")
     assert summary(out)["status"] == "interrupted" and not bucket.exists()
+
+
+def imported_modules(importtime_stderr: str) -> set[str]:
+    """The modules named by ``-X importtime`` lines (PYTHONPROFILEIMPORTTIME=1), any process."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2}
+
+
+# What a plain trial never needs: --command --job, --profile, psutil (its figures come from
+# /proc), an HTTP client (a file:// put copies); each costs a fresh process 10-60 ms.
+NOT_IN_A_PLAIN_TRIAL = ("workloads.job", "workloads.profilers.base", "psutil",
+                        "urllib.request", "http.client")
+
+
+def test_a_plain_trials_runner_and_sampler_import_only_what_a_plain_trial_needs(tmp_path):
+    out = tmp_path / "out"
+    manifest = put_manifest(tmp_path, out, {protocol.SUMMARY_FILE:
+                                            (tmp_path / "bucket" / "s.json").as_uri()})
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--out", str(out), "--workload", "sleep",
+         "--units", "2", "--sample-hz", "20", "--quiet", "--put", str(manifest)],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},  # the sampler inherits it
+    )  # fmt: skip
+    assert proc.returncode == protocol.EXIT_OK, proc.stderr[-3000:]
+    assert put_line(proc.stderr).startswith(f"{protocol.PUT_PREFIX} ok")
+    modules = imported_modules(proc.stderr)
+    assert {"workloads.agent", "workloads.transfer"} <= modules  # the runner's were seen
+    # the sampler's too (``-m`` runs each one's own module as __main__: not listed)
+    assert len(re.findall(r"\| +workloads\.procfs$", proc.stderr, re.MULTILINE)) == 2
+    assert not modules & set(NOT_IN_A_PLAIN_TRIAL)
+    host = summary(out)["host"]  # what psutil gave before, from /proc
+    assert host["cores_physical"] >= 1 and host["memory_bytes"] > 0
+    assert summary(out)["load_s"] > 0

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -316,7 +316,7 @@ class Agent:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH"))
                                             if p)  # fmt: skip
         fds = [fd for fd in (self.cfg.units_fd, self.cfg.rss_fd) if fd is not None]
-        cmd = [sys.executable, "-m", "workloads.sampler", json.dumps(asdict(self.cfg))]
+        cmd = [sys.executable, "-m", "workloads.sampler", json.dumps(self.cfg._asdict())]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       pass_fds=fds, env=env)  # fmt: skip
         self._expect(b"ready")

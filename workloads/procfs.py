@@ -22,7 +22,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 # Field positions in /proc/PID/stat counted after the ")" that closes comm
 # (comm may contain spaces and parentheses, so we split after the last ")").
-_UTIME, _STIME, _THREADS, _RSS = 11, 12, 17, 21
+_UTIME, _STIME, _THREADS, _STARTTIME, _RSS = 11, 12, 17, 19, 21
 
 
 class ProcSample(NamedTuple):
@@ -108,6 +108,21 @@ def _status_kb(pid: int | str, key: bytes) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def start_time(pid: int | str = "self") -> float | None:
+    """When ``pid`` started, in seconds since the epoch, as psutil's ``create_time()`` computes
+    it on Linux (without importing psutil, ~25 ms of a runner's start): its start in clock
+    ticks after boot (/proc/PID/stat) plus the boot time (``btime`` in /proc/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        ticks = int(raw[raw.rfind(b")") + 2 :].split()[_STARTTIME])
+        with open("/proc/stat", "rb") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / CLOCK_TICKS
 
 
 def read_hwm(pid: int | str = "self") -> int | None:

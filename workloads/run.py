@@ -24,19 +24,22 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+# What every trial needs; --command --job, --profile and --put load theirs when asked
+# (a plain trial's runner never imports workloads.job, the profilers' base, urllib.request).
 from workloads import arrow, limits, procfs, profilers, protocol
 from workloads import cgroup as cgroups
-from workloads import job as jobs
 from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
 from workloads.memory import find_spikes, leak_test
 from workloads.profilers import torch_gpu
+
+if TYPE_CHECKING:
+    from workloads import job as jobs
 
 DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
@@ -418,12 +421,9 @@ class _Progress:
 def _seconds_since_process_start() -> float | None:
     """How long this process ran before its trial: interpreter start, imports, input loading,
     warm-up. The agent samples only the trial; reports draw this span before t = 0."""
-    try:
-        import psutil
-
-        return round(max(0.0, time.time() - psutil.Process().create_time()), 3)
-    except Exception:  # psutil missing or /proc unreadable: the report shows no load phase
-        return None
+    started = procfs.start_time()
+    # None where /proc cannot say: the report shows no load phase
+    return None if started is None else round(max(0.0, time.time() - started), 3)
 
 
 def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
@@ -462,10 +462,12 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         on_breach=on_breach,
         units=counter,
     )
-    profile = early or profilers.start_profile(args.profile, args.out, profilers.Target(
-        os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
-        exclude_thread_names={"workload"},
-    ))  # fmt: skip
+    profile = early
+    if profile is None and args.profile is not None:  # a kind that watches the timed part
+        profile = profilers.start_profile(args.profile, args.out, profilers.Target(
+            os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
+            exclude_thread_names={"workload"},
+        ))  # fmt: skip
     profilers.steady_state_begins(profile)
     summary["started_at"] = _now()
     summary["load_s"] = _seconds_since_process_start()  # the load phase, drawn before t = 0
@@ -587,6 +589,8 @@ def _run_command(
     spawn_rss = floor.read().rss_bytes
     floor.close()
     env = None
+    if args.job or args.chdir is not None:
+        from workloads import job as jobs
     if args.job:
         values = {**_parse_params(args.var), "workers": str(args.workers),
                   "vcpus": str(os.cpu_count() or 1)}
@@ -633,6 +637,8 @@ def _run_command_in(
     env: Any, spawn_rss: int, group: cgroups.TrialCgroup | None,
 ) -> int:
     wake = sig.wake
+    if args.job:
+        from workloads import job as jobs
     steps = [f for f in (group.join_in_child if group is not None else None,
                          profilers.allow_tracing_by(os.getpid()) if args.profile else None) if f]
 
@@ -688,7 +694,7 @@ def _run_command_in(
         reader = jobs.OutputReader(proc.stdout, args.out / jobs.LOG_FILE, counter,
                                    lambda: time.perf_counter() - t0, proc.pid, on_error).start()
     threading.Thread(target=waiter, name="wait4", daemon=True).start()
-    profile = profilers.start_profile(
+    profile = None if args.profile is None else profilers.start_profile(
         args.profile, args.out, profilers.Target(proc.pid, in_process=False, subprocesses=True)
     )
     progress = _Progress(args.quiet)
@@ -829,6 +835,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (args.job or args.shell or args.var) and not args.command:
                 raise UsageError("--job, --shell and --var go with --command")
             if args.chdir is not None:
+                from workloads import job as jobs
+
                 out = args.out = args.out.resolve()  # before the working directory moves
                 try:
                     args.job_paths = jobs.enter_copy(args.chdir)
@@ -862,6 +870,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:
             code = protocol.EXIT_FAILED
             error = _report_error(summary, exc)
+            import traceback  # only here: the details of a failure nobody expected
+
             _save_traceback(out, traceback.format_exc())
         if sig.received and code not in (protocol.EXIT_MEMORY_BUDGET, protocol.EXIT_USAGE):
             code = protocol.EXIT_INTERRUPTED

@@ -49,8 +49,7 @@ import sys
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from workloads import procfs
 from workloads.shared import SharedInt
@@ -64,9 +63,11 @@ NO_PYNVML = "no GPU metrics: nvidia-ml-py is not installed (pip install 'cloudpr
 SMAPS_DUTY = 0.002  # USS/PSS reads may use at most 0.2% of one core
 
 
-@dataclass
-class SamplerConfig:
-    """What to sample and how; crosses to the sampler process as JSON."""
+# SamplerConfig and SamplerResult are a NamedTuple and a plain class, not dataclasses: this
+# module is all the sampler process imports, and ``dataclasses`` brings ``inspect`` (with ast,
+# dis, tokenize...): ~15 ms of every trial's sampler start.
+class SamplerConfig(NamedTuple):
+    """What to sample and how; crosses to the sampler process as JSON (``_asdict()``)."""
 
     pid: int
     tree: bool = False  # include the target's descendants (a command's process tree)
@@ -81,23 +82,31 @@ class SamplerConfig:
     sched: str = "batch"  # the sampler process's CPU policy: one of SCHED_POLICIES
 
 
-@dataclass
 class SamplerResult:
-    """What the sampler hands back at the end (rows in protocol.TIMESERIES_COLUMNS order)."""
+    """What the sampler hands back at the end (rows in protocol.TIMESERIES_COLUMNS order);
+    it crosses to the agent pickled as ``vars()``, and comes back as ``SamplerResult(**that)``."""
 
-    rows: list[tuple] = field(default_factory=list)
-    scheduled: int = 0  # samples taken on the clock, not the ones at start and stop
-    missed: int = 0  # samples due on the clock but skipped: the sampler woke too late for them
-    lag_ms: dict[str, float] | None = None  # how late the scheduled samples came: p50, p99, max
-    sched_policy: str | None = None  # what the sampler process got (see ``lower_priority``)
-    cpu_seconds: float = 0.0  # the sampling loop's own CPU
-    startup_cpu_seconds: float = 0.0  # the sampler process's start, before the trial
-    proc_peaks: dict[int, int] = field(default_factory=dict)  # per-process RSS peaks (tree)
-    gpu_names: list[str] | None = None
-    gpu_note: str | None = None  # why there are no GPU metrics, in one line
-    budget_breach_t: float | None = None
-    budget_breach_rss_bytes: int | None = None
-    error: str | None = None
+    def __init__(
+        self, rows: list[tuple] | None = None, scheduled: int = 0, missed: int = 0,
+        lag_ms: dict[str, float] | None = None, sched_policy: str | None = None,
+        cpu_seconds: float = 0.0, startup_cpu_seconds: float = 0.0,
+        proc_peaks: dict[int, int] | None = None, gpu_names: list[str] | None = None,
+        gpu_note: str | None = None, budget_breach_t: float | None = None,
+        budget_breach_rss_bytes: int | None = None, error: str | None = None,
+    ) -> None:  # fmt: skip
+        self.rows: list[tuple] = [] if rows is None else rows
+        self.scheduled = scheduled  # samples taken on the clock, not the ones at start and stop
+        self.missed = missed  # samples due on the clock but skipped: the sampler woke too late
+        self.lag_ms = lag_ms  # how late the scheduled samples came: p50, p99, max
+        self.sched_policy = sched_policy  # what the sampler process got (``lower_priority``)
+        self.cpu_seconds = cpu_seconds  # the sampling loop's own CPU
+        self.startup_cpu_seconds = startup_cpu_seconds  # the sampler process's start
+        self.proc_peaks: dict[int, int] = {} if proc_peaks is None else proc_peaks  # per process
+        self.gpu_names = gpu_names
+        self.gpu_note = gpu_note  # why there are no GPU metrics, in one line
+        self.budget_breach_t = budget_breach_t
+        self.budget_breach_rss_bytes = budget_breach_rss_bytes
+        self.error = error
 
 
 class _Gpu:
@@ -690,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         sampler.result.error = f"sampler stopped: {type(exc).__name__}: {exc}"
     result = sampler.end()
     result.cpu_seconds = time.thread_time() - cpu0
-    payload = pickle.dumps(asdict(result))
+    payload = pickle.dumps(vars(result))
     with contextlib.suppress(BrokenPipeError):
         _send(out, f"result {len(payload)}", payload)
     return 0

@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import mmap
 import os
-import tempfile
 import weakref
 
 
@@ -28,6 +27,8 @@ class SharedInt:
             try:
                 fd = os.memfd_create("cloudprof-shared-int", os.MFD_CLOEXEC)
             except (AttributeError, OSError):
+                import tempfile  # only here: the sampler process imports this module
+
                 with tempfile.TemporaryFile() as f:
                     fd = os.dup(f.fileno())
             os.ftruncate(fd, 8)
