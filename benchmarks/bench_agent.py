@@ -129,12 +129,12 @@ def bootstrap_ci(pairs: list[tuple[_Window, _Window]], per: str, resamples: int 
 def parse_configs(spec: str) -> list[tuple[float, str]]:
     """``10,100,100/normal`` → [(10, "batch"), (100, "batch"), (100, "normal")]: a rate and the
     sampler's CPU policy (``workloads.sampler.SCHED_POLICIES``; the agent's default without one)."""
-    from workloads.sampler import SCHED_POLICIES, SamplerConfig
+    from workloads.sampler import DEFAULT_SCHED, SCHED_POLICIES
 
     out = []
     for item in spec.split(","):
         hz, _, policy = item.partition("/")
-        policy = policy or SamplerConfig.sched
+        policy = policy or DEFAULT_SCHED
         if policy not in SCHED_POLICIES:
             raise SystemExit(f"error: unknown policy {policy!r} (one of {SCHED_POLICIES})")
         out.append((float(hz), policy))

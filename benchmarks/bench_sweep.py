@@ -23,9 +23,11 @@ clock (their behaviour is unchanged):
   start, imports, ``prepare()``), as the runner itself measured it;
 - *trial*: the runner's ``seconds`` (its own clock: the measured part);
 - *runner after its clock*: the runner's process wall minus the two above
-  (stopping the sampler, writing the result files, exiting);
-- *upload/record*: ``transfer put`` of the results, fetching them and writing
-  the store's row;
+  (stopping the sampler, writing the result files, putting them in the bucket
+  where the runner has ``--put``, exiting);
+- *upload/record*: ``transfer put`` of the results (a checkout whose runner
+  does not put them itself, or a runner that said it failed), fetching them and
+  writing the store's row;
 - *report*: the report files and the printed summary;
 - *other*: the rest of the process wall (imports, planning, provisioning
   "local", threads waiting).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -539,3 +540,114 @@ def test_a_trial_whose_sampler_got_no_core_says_so_on_stderr_and_in_the_summary(
     assert agent["rate_hz_achieved"] < 40 and agent["lag_ms"]["max"] >= 500
     assert agent["rate_note"].startswith(f"sampled at {agent['rate_hz_achieved']:.1f} Hz")
     assert f"note: {agent['rate_note']}" in stderr
+
+
+# -- --put: the runner puts its own result files in the bucket ------------------------------
+
+
+def put_manifest(tmp_path: Path, out: Path, urls: dict[str, str]) -> Path:
+    """A ``workloads.transfer put`` manifest for the result files in ``out``, as the sweep
+    writes it: every file optional (output.log exists only for a job)."""
+    manifest = tmp_path / "put.json"
+    manifest.write_text(json.dumps([{"path": str(out / name), "url": url, "optional": True}
+                                    for name, url in urls.items()]))
+    return manifest
+
+
+def put_line(stderr: str) -> str:
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith(protocol.PUT_PREFIX)]
+    return line
+
+
+@pytest.fixture(params=["s3", "gcs"])
+def real_bucket(request: pytest.FixtureRequest) -> object:
+    """An empty bucket on moto's S3 server or on the GCS emulator."""
+    import uuid
+
+    from orchestrator.providers import open_bucket
+
+    name = f"cp-put-{uuid.uuid4().hex[:12]}"
+    if request.param == "s3":
+        request.getfixturevalue("moto_env")
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket=name)
+        return open_bucket(f"s3://{name}")
+    request.getfixturevalue("gcs_emulator")
+    from google.cloud import storage
+
+    storage.Client().create_bucket(name)
+    return open_bucket(f"gs://{name}")
+
+
+def test_put_uploads_the_result_files_through_a_real_buckets_signed_urls(tmp_path, real_bucket):
+    out = tmp_path / "out"
+    names = (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE, "output.log")
+    urls = {n: real_bucket.signed_url(f"results/t1/{n}", "PUT", expires_s=600) for n in names}
+    manifest = put_manifest(tmp_path, out, urls)
+    proc = run(out, "--workload", "sleep", "--units", "2", "--sample-hz", "20", "--quiet",
+               "--put", str(manifest))
+    assert proc.returncode == protocol.EXIT_OK, proc.stderr
+    assert put_line(proc.stderr) == f"{protocol.PUT_PREFIX} ok {manifest}"
+    assert protocol.put_succeeded(put_line(proc.stderr), str(manifest))
+    for name in names[:2]:  # byte for byte what the runner wrote
+        assert real_bucket.get_bytes(f"results/t1/{name}") == (out / name).read_bytes()
+    assert sorted(real_bucket.list("results/t1/")) == [f"results/t1/{n}" for n in names[:2]]
+
+
+def test_a_failing_put_says_why_in_one_line_and_keeps_the_trials_exit_code(tmp_path):
+    out, blocker = tmp_path / "out", tmp_path / "not-a-directory"
+    blocker.write_text("a file where the bucket's directory should be")
+    manifest = put_manifest(tmp_path, out, {protocol.SUMMARY_FILE: (blocker / "s.json").as_uri()})
+    proc = run(out, "--workload", "sleep", "--units", "1", "--sample-hz", "0", "--quiet",
+               "--put", str(manifest))
+    assert proc.returncode == protocol.EXIT_OK, proc.stderr  # the trial itself went well
+    line = put_line(proc.stderr)
+    assert line.startswith(f"{protocol.PUT_PREFIX} failed {manifest}: put summary.json")
+    assert not protocol.put_succeeded(line, str(manifest))
+    assert summary(out)["status"] == "ok" and "Traceback" not in proc.stderr
+
+
+def test_an_interrupted_trial_puts_nothing_and_says_so(tmp_path):
+    out, bucket = tmp_path / "out", tmp_path / "bucket"
+    manifest = put_manifest(tmp_path, out, {protocol.SUMMARY_FILE: (bucket / "s.json").as_uri()})
+    proc = _running_trial(out, "--workload", "sleep", "--duration", "60", "--put", str(manifest))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == protocol.EXIT_INTERRUPTED
+    assert proc.stderr is not None
+    assert put_line(proc.stderr.read()).startswith(f"{protocol.PUT_PREFIX} skipped {manifest}")
+    assert summary(out)["status"] == "interrupted" and not bucket.exists()
+
+
+def imported_modules(importtime_stderr: str) -> set[str]:
+    """The modules named by ``-X importtime`` lines (PYTHONPROFILEIMPORTTIME=1), any process."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2}
+
+
+# What a plain trial never needs: --command --job, --profile, psutil (its figures come from
+# /proc), an HTTP client (a file:// put copies); each costs a fresh process 10-60 ms.
+NOT_IN_A_PLAIN_TRIAL = ("workloads.job", "workloads.profilers.base", "psutil",
+                        "urllib.request", "http.client")
+
+
+def test_a_plain_trials_runner_and_sampler_import_only_what_a_plain_trial_needs(tmp_path):
+    out = tmp_path / "out"
+    manifest = put_manifest(tmp_path, out, {protocol.SUMMARY_FILE:
+                                            (tmp_path / "bucket" / "s.json").as_uri()})
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--out", str(out), "--workload", "sleep",
+         "--units", "2", "--sample-hz", "20", "--quiet", "--put", str(manifest)],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},  # the sampler inherits it
+    )  # fmt: skip
+    assert proc.returncode == protocol.EXIT_OK, proc.stderr[-3000:]
+    assert put_line(proc.stderr).startswith(f"{protocol.PUT_PREFIX} ok")
+    modules = imported_modules(proc.stderr)
+    assert {"workloads.agent", "workloads.transfer"} <= modules  # the runner's were seen
+    # the sampler's too (``-m`` runs each one's own module as __main__: not listed)
+    assert len(re.findall(r"\| +workloads\.procfs$", proc.stderr, re.MULTILINE)) == 2
+    assert not modules & set(NOT_IN_A_PLAIN_TRIAL)
+    host = summary(out)["host"]  # what psutil gave before, from /proc
+    assert host["cores_physical"] >= 1 and host["memory_bytes"] > 0
+    assert summary(out)["load_s"] > 0

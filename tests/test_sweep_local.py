@@ -49,6 +49,7 @@ from orchestrator.providers.base import (
 from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
 from orchestrator.results.store import RunStore
 from orchestrator.spec.spec import SweepSpec
+from workloads import protocol
 from workloads.base import UnitCounter, Workload
 
 SMALL = {"frames": "4", "rows": "40", "cols": "40", "dim": "8"}
@@ -157,6 +158,48 @@ class VanishingProvider(LocalProvider):
 
     def delete(self, inst: Instance) -> None:
         VanishingProvider.deleted.append(inst.id)
+
+
+class WatchingExecutor(LocalExecutor):
+    """A local host that notes every command it runs, the runners' put lines, and whether the
+    bucket already held a trial's summary when the engine fetched it from the host.
+    ``old_runner``: the runners run without ``--put``, as a runner that ignored it would."""
+
+    old_runner = False
+    bucket: Path
+    commands: list[list[str]] = []  # noqa: RUF012 - shared on purpose: the test reads it
+    put_lines: list[str] = []  # noqa: RUF012
+    in_bucket: dict[str, bool] = {}  # noqa: RUF012 - trial id: its summary in the bucket
+
+    def run(self, argv, **kw):  # type: ignore[no-untyped-def,override]
+        argv = list(argv)
+        if WatchingExecutor.old_runner and "workloads.run" in argv and "--put" in argv:
+            i = argv.index("--put")
+            del argv[i:i + 2]
+        WatchingExecutor.commands.append(argv)
+        on_line = kw.pop("on_line", None)
+
+        def watched(line: str) -> None:
+            if line.startswith(protocol.PUT_PREFIX):
+                WatchingExecutor.put_lines.append(line)
+            if on_line is not None:
+                on_line(line)
+
+        return super().run(argv, on_line=watched, **kw)
+
+    def get(self, remote: str, local: Path) -> None:
+        if remote.endswith(protocol.SUMMARY_FILE):  # trials/<trial id>-<nonce>-<attempt>/
+            trial_id = Path(remote).parent.name.rsplit("-", 2)[0]
+            WatchingExecutor.in_bucket[trial_id] = any(
+                WatchingExecutor.bucket.glob(f"results/**/{trial_id}/{protocol.SUMMARY_FILE}"))
+        super().get(remote, local)
+
+
+class WatchingProvider(LocalProvider):
+    name = "watching"
+
+    def connect(self, inst: Instance) -> Executor:
+        return WatchingExecutor(Path(str(inst.address)))
 
 
 def spec_for(out: Path, **kw: object) -> SweepSpec:
@@ -389,6 +432,42 @@ def test_dropped_session_fetches_the_result_from_the_bucket(
         assert len(trial_dirs(run_dir, trial_id)) == 1  # fetched, never run again
     assert "result fetched from the bucket" in console.file.getvalue()  # type: ignore[attr-defined]
     assert not list((tmp_path / "bucket").glob("results/*/*/*"))  # the prefix is cleaned up
+
+
+def watched_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                  old_runner: bool) -> tuple[pd.DataFrame, list[list[str]]]:
+    """A sweep on WatchingProvider with a bucket; its trials and the put commands it ran."""
+    monkeypatch.setitem(providers.PROVIDERS, "watching", f"{__name__}:WatchingProvider")
+    WatchingExecutor.old_runner, WatchingExecutor.bucket = old_runner, tmp_path / "bucket"
+    WatchingExecutor.commands, WatchingExecutor.put_lines = [], []
+    WatchingExecutor.in_bucket = {}
+    spec = spec_for(tmp_path / "runs", provider="watching", dry_run=False,
+                    bucket=str(tmp_path / "bucket"))
+    trials = pd.read_parquet(run_sweep(spec, console=quiet()) / "trials.parquet")
+    assert set(trials["status"]) == {"ok"}
+    # every result was in the bucket before the engine fetched it from the host
+    assert WatchingExecutor.in_bucket == {t: True for t in trials["trial_id"]}
+    puts = [c for c in WatchingExecutor.commands if c[1:4] == ["-m", "workloads.transfer", "put"]]
+    return trials, puts
+
+
+@pytest.mark.slow
+def test_the_runner_puts_its_results_in_the_bucket_without_a_put_process(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trials, puts = watched_sweep(tmp_path, monkeypatch, old_runner=False)
+    assert puts == []  # no `transfer put` process: each runner said it put its files
+    assert len(WatchingExecutor.put_lines) == len(trials) == 2
+    assert all(line.startswith(f"{protocol.PUT_PREFIX} ok ") for line in WatchingExecutor.put_lines)
+
+
+@pytest.mark.slow
+def test_a_runner_that_did_not_put_its_results_is_followed_by_a_put_process(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trials, puts = watched_sweep(tmp_path, monkeypatch, old_runner=True)
+    assert WatchingExecutor.put_lines == []  # runners without --put say nothing
+    assert len(puts) == len(trials) == 2  # and the engine put their files itself
 
 
 def test_preempted_machine_is_recorded_and_torn_down(

@@ -26,9 +26,7 @@ Why it looks the way it does:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import pickle
 import resource
 import select
 import subprocess
@@ -36,14 +34,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workloads import limits, procfs
 from workloads.base import UnitCounter
 from workloads.protocol import TIMESERIES_COLUMNS
-from workloads.sampler import SCHED_POLICIES, Sampler, SamplerConfig, SamplerResult
+from workloads.sampler import DEFAULT_SCHED, SCHED_POLICIES, Sampler, SamplerConfig, SamplerResult
 from workloads.shared import SharedInt
 
 SAMPLER_START_TIMEOUT_S = 60.0
@@ -54,6 +52,19 @@ IMPORTS_PEAK_BYTES = 0
 # a Popen-like process, or None to start one as usual.
 SPAWN_SAMPLER: Callable[[str, list[int]], Any] | None = None
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+# The sampler process's program (``python -S -c``): workloads.sampler's main(sys.argv[1:]).
+SAMPLER_MAIN = "import sys; from workloads.sampler import main; sys.exit(main())"
+
+
+def sampler_path(pythonpath: str | None) -> str:
+    """PYTHONPATH for the sampler process, which starts without ``site`` (``python -S``): this
+    package's root, the caller's PYTHONPATH, then this process's whole sys.path, which holds
+    the site directories ``site`` found here (pynvml for the GPU path; the wheel in a VM's venv).
+    """
+    paths = [_PACKAGE_ROOT, *(pythonpath or "").split(os.pathsep), *sys.path]
+    return os.pathsep.join(dict.fromkeys(p for p in paths if p))  # in order, each once
 
 
 @dataclass
@@ -181,7 +192,7 @@ class Agent:
         slow_interval_s: float = 1.0,
         children_interval_s: float | None = None,
         gpu: bool = True,
-        sched: str = "batch",
+        sched: str = DEFAULT_SCHED,
     ) -> None:
         limits.check_sample_hz(sample_hz)
         if sched not in SCHED_POLICIES:
@@ -321,16 +332,18 @@ class Agent:
 
     def _spawn(self) -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH"))
-                                            if p)  # fmt: skip
+        env["PYTHONPATH"] = sampler_path(env.get("PYTHONPATH"))
         fds = [fd for fd in (self.cfg.units_fd, self.cfg.rss_fd) if fd is not None]
-        config = json.dumps(asdict(self.cfg))
+        config = self.cfg.encode()
         forked = SPAWN_SAMPLER(config, fds) if SPAWN_SAMPLER is not None else None
-        if forked is not None:
+        if forked is not None:  # a trial forked from a warm runner: so is its sampler
             self._proc = forked
             self._expect(b"ready")
             return
-        cmd = [sys.executable, "-m", "workloads.sampler", config]
+        # -S: no ``site``, whose .pth files (an editable install's import finder among them)
+        # cost a third of the sampler's start; its sys.path comes from this process instead.
+        # -c, not -m: runpy would import importlib.util and contextlib, which it never uses.
+        cmd = [sys.executable, "-S", "-c", SAMPLER_MAIN, config]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       pass_fds=fds, env=env)  # fmt: skip
         self._expect(b"ready")
@@ -355,7 +368,7 @@ class Agent:
             self._proc = None
             raise RuntimeError(
                 "the profiling agent's sampler process did not start "
-                f"(python -m workloads.sampler; it said {line.strip()[:200]!r})"
+                f"(python -S -c {SAMPLER_MAIN!r}; it said {line.strip()[:200]!r})"
             )
 
     def _command(self, line: str) -> None:
@@ -373,7 +386,7 @@ class Agent:
             if word == b"breach":
                 self._breached(int(arg))
             elif word == b"result":
-                self._result = SamplerResult(**pickle.loads(out.read(int(arg))))
+                self._result = SamplerResult.from_bytes(out.read(int(arg)))
                 return
 
     def _breached(self, rss: int) -> None:

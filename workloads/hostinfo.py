@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,52 @@ def _cpu_model() -> str | None:
     except OSError:
         pass
     return platform.processor() or None
+
+
+def _physical_cores() -> int | None:
+    """Physical cores, counted as ``psutil.cpu_count(logical=False)`` counts them on Linux
+    (without importing psutil, ~25 ms of every trial runner's start): the distinct sibling
+    lists in sysfs, else /proc/cpuinfo's cores per physical package."""
+    import glob
+
+    cpus = "/sys/devices/system/cpu/cpu[0-9]*/topology/"
+    siblings = set()
+    for path in glob.glob(cpus + "core_cpus_list") or glob.glob(cpus + "thread_siblings_list"):
+        try:
+            with open(path, "rb") as f:
+                siblings.add(f.read().strip())
+        except OSError:
+            continue
+    if siblings:
+        return len(siblings)
+    packages: dict[bytes, int] = {}
+    current: dict[bytes, bytes] = {}
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            for line in [*f, b""]:  # a blank line ends each processor's section
+                line = line.strip().lower()
+                if not line:
+                    if b"physical id" in current and b"cpu cores" in current:
+                        packages[current[b"physical id"]] = int(current[b"cpu cores"])
+                    current = {}
+                elif line.startswith((b"physical id", b"cpu cores")):
+                    key, _, value = line.partition(b":")
+                    current[key.strip()] = value.strip()
+    except (OSError, ValueError):
+        return None
+    return sum(packages.values()) or None
+
+
+def _memory_total() -> int | None:
+    """The host's memory in bytes (MemTotal, what ``psutil.virtual_memory().total`` reads)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _cgroup_memory_limit() -> int | None:
@@ -78,8 +123,6 @@ def _version(name: str) -> str | None:
 
 
 def host_facts() -> dict[str, Any]:
-    import psutil
-
     try:
         available = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -89,12 +132,12 @@ def host_facts() -> dict[str, Any]:
     except ImportError:  # pragma: no cover - the package always has it
         workloads_version = None
     return {
-        "hostname": socket.gethostname(),
+        "hostname": platform.node(),  # gethostname(), without importing socket
         "cpu_model": _cpu_model(),
         "cores_logical": os.cpu_count(),
-        "cores_physical": psutil.cpu_count(logical=False),
+        "cores_physical": _physical_cores(),
         "cores_available": available,  # affinity mask: what this process may use
-        "memory_bytes": psutil.virtual_memory().total,
+        "memory_bytes": _memory_total(),
         "cgroup_memory_limit_bytes": _cgroup_memory_limit(),
         "platform": platform.platform(),
         "kernel": platform.release(),

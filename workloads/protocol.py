@@ -127,6 +127,26 @@ TIMESERIES_COLUMNS = (
 
 PROGRESS_PREFIX = "progress"
 
+# ``python -m workloads.run --put MANIFEST`` puts its result files in the bucket itself, after
+# writing them (summary.json last), and says so in one line on stderr: "results-put ok
+# MANIFEST" when every file made it, "results-put failed MANIFEST: <why>" otherwise (or
+# "skipped", when it was interrupted: the orchestrator decides then). Anything but "ok" for
+# its own manifest, or no line at all (a runner killed, crashed, or without --put), and the
+# orchestrator runs ``python -m workloads.transfer put MANIFEST`` itself.
+PUT_PREFIX = "results-put"
+PUT_OUTCOMES = ("ok", "failed", "skipped")
+
+
+def format_put(outcome: str, manifest: str, reason: str | None = None) -> str:
+    """The runner's line after ``--put``: ``outcome`` is one of PUT_OUTCOMES."""
+    assert outcome in PUT_OUTCOMES
+    return f"{PUT_PREFIX} {outcome} {manifest}" + (f": {reason}" if reason else "")
+
+
+def put_succeeded(line: str, manifest: str) -> bool:
+    """Whether ``line`` is the runner saying it put every file of ``manifest``."""
+    return line.strip() == format_put("ok", manifest)
+
 
 def format_progress(t: float, units: int, units_per_s: float, rss_bytes: int) -> str:
     """One progress line, printed once a second to stderr by the runner."""

@@ -24,19 +24,22 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+# What every trial needs; --command --job, --profile and --put load theirs when asked
+# (a plain trial's runner never imports workloads.job, the profilers' base, urllib.request).
 from workloads import arrow, limits, procfs, profilers, protocol
 from workloads import cgroup as cgroups
-from workloads import job as jobs
 from workloads.agent import Agent, AgentReport
 from workloads.atomic import atomic_path
 from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
 from workloads.memory import find_spikes, leak_test
 from workloads.profilers import torch_gpu
+
+if TYPE_CHECKING:
+    from workloads import job as jobs
 
 DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
@@ -112,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop the trial above this RSS (2G = 2 GiB, 2GB = 2e9 bytes)")
     p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
     p.add_argument("--out", required=True, type=Path, help="directory for the result files")
+    p.add_argument(
+        "--put", metavar="MANIFEST",
+        help="then put the result files in the bucket: a workloads.transfer put manifest "
+        f"(one '{protocol.PUT_PREFIX}' line on stderr says how it went)",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument(
         "--profile", choices=protocol.PROFILE_KINDS,
@@ -417,12 +425,9 @@ class _Progress:
 def _seconds_since_process_start() -> float | None:
     """How long this process ran before its trial: interpreter start, imports, input loading,
     warm-up. The agent samples only the trial; reports draw this span before t = 0."""
-    try:
-        import psutil
-
-        return round(max(0.0, time.time() - psutil.Process().create_time()), 3)
-    except Exception:  # psutil missing or /proc unreadable: the report shows no load phase
-        return None
+    started = procfs.start_time()
+    # None where /proc cannot say: the report shows no load phase
+    return None if started is None else round(max(0.0, time.time() - started), 3)
 
 
 def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
@@ -461,10 +466,12 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         on_breach=on_breach,
         units=counter,
     )
-    profile = early or profilers.start_profile(args.profile, args.out, profilers.Target(
-        os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
-        exclude_thread_names={"workload"},
-    ))  # fmt: skip
+    profile = early
+    if profile is None and args.profile is not None:  # a kind that watches the timed part
+        profile = profilers.start_profile(args.profile, args.out, profilers.Target(
+            os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
+            exclude_thread_names={"workload"},
+        ))  # fmt: skip
     profilers.steady_state_begins(profile)
     summary["started_at"] = _now()
     summary["load_s"] = _seconds_since_process_start()  # the load phase, drawn before t = 0
@@ -586,6 +593,8 @@ def _run_command(
     spawn_rss = floor.read().rss_bytes
     floor.close()
     env = None
+    if args.job or args.chdir is not None:
+        from workloads import job as jobs
     if args.job:
         values = {**_parse_params(args.var), "workers": str(args.workers),
                   "vcpus": str(os.cpu_count() or 1)}
@@ -632,6 +641,8 @@ def _run_command_in(
     env: Any, spawn_rss: int, group: cgroups.TrialCgroup | None,
 ) -> int:
     wake = sig.wake
+    if args.job:
+        from workloads import job as jobs
     steps = [f for f in (group.join_in_child if group is not None else None,
                          profilers.allow_tracing_by(os.getpid()) if args.profile else None) if f]
 
@@ -687,7 +698,7 @@ def _run_command_in(
         reader = jobs.OutputReader(proc.stdout, args.out / jobs.LOG_FILE, counter,
                                    lambda: time.perf_counter() - t0, proc.pid, on_error).start()
     threading.Thread(target=waiter, name="wait4", daemon=True).start()
-    profile = profilers.start_profile(
+    profile = None if args.profile is None else profilers.start_profile(
         args.profile, args.out, profilers.Target(proc.pid, in_process=False, subprocesses=True)
     )
     progress = _Progress(args.quiet)
@@ -808,12 +819,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     wake = threading.Event()
     summary: dict[str, Any] | None = None
     out: Path | None = _guess_out(own)
+    put: tuple[str, Path] | None = None  # --put as given (named in the line), and its file
     code = protocol.EXIT_FAILED
     error: str | None = None
     with _Signals(wake) as sig:
         try:
             args = build_parser().parse_args(own)
             out = args.out
+            if args.put is not None:  # before --chdir moves the working directory
+                put = (args.put, Path(os.path.abspath(args.put)))
             if args.command and not command:
                 raise UsageError("--command needs the command after --, e.g. --command -- sleep 1")
             if command is not None and not args.command:
@@ -825,6 +839,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (args.job or args.shell or args.var) and not args.command:
                 raise UsageError("--job, --shell and --var go with --command")
             if args.chdir is not None:
+                from workloads import job as jobs
+
                 out = args.out = args.out.resolve()  # before the working directory moves
                 try:
                     args.job_paths = jobs.enter_copy(args.chdir)
@@ -858,6 +874,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:
             code = protocol.EXIT_FAILED
             error = _report_error(summary, exc)
+            import traceback  # only here: the details of a failure nobody expected
+
             _save_traceback(out, traceback.format_exc())
         if sig.received and code not in (protocol.EXIT_MEMORY_BUDGET, protocol.EXIT_USAGE):
             code = protocol.EXIT_INTERRUPTED
@@ -876,7 +894,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {out / protocol.SUMMARY_FILE}: {exc}", file=sys.stderr)
             return code or protocol.EXIT_FAILED
+        if put is not None:  # every result file is on disk: now into the bucket
+            _put_results(*put, interrupted=sig.received is not None)
     return code
+
+
+def _put_results(manifest: str, path: Path, interrupted: bool) -> None:
+    """``--put``: upload the result files from this process, with ``workloads.transfer``'s
+    own code (a process start saved per trial), and say how it went in one line.
+
+    Whatever the outcome, the trial's exit code stays what the trial decided: the
+    orchestrator puts the files itself unless it reads "ok" for its manifest. An
+    interrupted trial puts nothing: the orchestrator knows whether the sweep is stopping.
+    """
+    if interrupted:
+        print(protocol.format_put("skipped", manifest, "the trial was interrupted"),
+              file=sys.stderr, flush=True)
+        return
+    from workloads import transfer
+
+    with _Signals(threading.Event()):  # a first Ctrl-C lets the upload finish; a second exits
+        try:
+            entries = transfer.load_manifest(path)
+            # summary.json last, as on disk: a summary in the bucket says the rest is there
+            last = [e for e in entries if Path(e["path"]).name == protocol.SUMMARY_FILE]
+            errors = transfer.put_all([e for e in entries if e not in last])
+            errors = errors or transfer.put_all(last)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            errors = [f"cannot read the manifest: {_one_line(exc)}"]
+    line = (protocol.format_put("failed", manifest, "; ".join(errors)) if errors
+            else protocol.format_put("ok", manifest))
+    print(line, file=sys.stderr, flush=True)
 
 
 def _report_error(summary: dict[str, Any] | None, exc: BaseException) -> str:

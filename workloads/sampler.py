@@ -21,8 +21,9 @@ slots it missed, and says so in its result: a low-priority sampler on a busy
 host samples less often than asked, and the report must not claim the rate.
 
 ``Sampler`` is the sampling logic; ``Agent`` (agent.py) drives it, in this
-process for the zero-rate baseline and through ``python -m workloads.sampler``
-otherwise. The two talk over the child's stdin/stdout in lines:
+process for the zero-rate baseline and otherwise in a process of its own, which runs
+this module's ``main`` (``python -S -c``: agent.py's ``SAMPLER_MAIN``, started without
+``site``). The two talk over the child's stdin/stdout in lines:
 
     parent → child   go <t0>              start sampling; t0 on the shared monotonic clock
                      stop                 take a last sample, send the result, exit
@@ -30,7 +31,7 @@ otherwise. The two talk over the child's stdin/stdout in lines:
                      begun                the first sample is taken (latest RSS is set)
                      breach <rss>         the memory budget was crossed (first time only;
                                           can precede "begun", whose first sample may cross it)
-                     result <n>           then n bytes: the pickled ``SamplerResult``
+                     result <n>           then n bytes: the ``SamplerResult`` (``marshal``)
 
 The unit counter and the latest RSS cross through ``shared.SharedInt``, so
 neither side wakes the other to exchange them.
@@ -38,22 +39,27 @@ neither side wakes the other to exchange them.
 
 from __future__ import annotations
 
-import contextlib
-import json
+import marshal
 import os
-import pickle
 import resource
 import select
 import signal
 import sys
 import time
 from array import array
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from workloads import procfs
 from workloads.shared import SharedInt
+
+# This module is all the sampler process imports, and its start is paid before every trial's
+# t = 0: it runs without ``site`` (``python -S``, see agent.py) and imports no more than it
+# uses. So no dataclasses (inspect, ast, dis: ~15 ms), json or pickle (re, ...), typing or
+# contextlib: its config and result are plain classes that cross the pipe with ``marshal``
+# (builtin; the same interpreter on both sides), and its type names are for checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 # The sampler's CPU policy. "batch" (SCHED_BATCH) and "idle" (SCHED_IDLE) never preempt
 # a running worker when the sampler wakes: on a saturated host it waits for the next
@@ -64,40 +70,71 @@ NO_PYNVML = "no GPU metrics: nvidia-ml-py is not installed (pip install 'cloudpr
 SMAPS_DUTY = 0.002  # USS/PSS reads may use at most 0.2% of one core
 
 
-@dataclass
+DEFAULT_SCHED = "batch"
+
+
 class SamplerConfig:
-    """What to sample and how; crosses to the sampler process as JSON."""
+    """What to sample and how; crosses to the sampler process as ``encode()``'s one word."""
 
-    pid: int
-    tree: bool = False  # include the target's descendants (a command's process tree)
-    relative: bool = False  # counters from the first sample on (a long-lived target)
-    sample_hz: float = 10.0
-    memory_budget: int | None = None
-    slow_interval_s: float = 1.0
-    children_interval_s: float = 1.0
-    gpu: bool = True
-    units_fd: int | None = None  # a SharedInt with the units done so far
-    rss_fd: int | None = None  # a SharedInt the sampler keeps at the latest RSS
-    sched: str = "batch"  # the sampler process's CPU policy: one of SCHED_POLICIES
+    def __init__(
+        self, pid: int, tree: bool = False, relative: bool = False, sample_hz: float = 10.0,
+        memory_budget: int | None = None, slow_interval_s: float = 1.0,
+        children_interval_s: float = 1.0, gpu: bool = True, units_fd: int | None = None,
+        rss_fd: int | None = None, sched: str = DEFAULT_SCHED,
+    ) -> None:  # fmt: skip
+        self.pid = pid
+        self.tree = tree  # include the target's descendants (a command's process tree)
+        self.relative = relative  # counters from the first sample on (a long-lived target)
+        self.sample_hz = sample_hz
+        self.memory_budget = memory_budget
+        self.slow_interval_s = slow_interval_s
+        self.children_interval_s = children_interval_s
+        self.gpu = gpu
+        self.units_fd = units_fd  # a SharedInt with the units done so far
+        self.rss_fd = rss_fd  # a SharedInt the sampler keeps at the latest RSS
+        self.sched = sched  # the sampler process's CPU policy: one of SCHED_POLICIES
+
+    def encode(self) -> str:
+        """The config as one command-line word (marshal's bytes, in hex)."""
+        return marshal.dumps(vars(self)).hex()
+
+    @classmethod
+    def decode(cls, word: str) -> SamplerConfig:
+        return cls(**marshal.loads(bytes.fromhex(word)))
 
 
-@dataclass
 class SamplerResult:
-    """What the sampler hands back at the end (rows in protocol.TIMESERIES_COLUMNS order)."""
+    """What the sampler hands back at the end (rows in protocol.TIMESERIES_COLUMNS order);
+    it crosses to the agent as ``to_bytes()`` and comes back by ``from_bytes()``."""
 
-    rows: list[tuple] = field(default_factory=list)
-    scheduled: int = 0  # samples taken on the clock, not the ones at start and stop
-    missed: int = 0  # samples due on the clock but skipped: the sampler woke too late for them
-    lag_ms: dict[str, float] | None = None  # how late the scheduled samples came: p50, p99, max
-    sched_policy: str | None = None  # what the sampler process got (see ``lower_priority``)
-    cpu_seconds: float = 0.0  # the sampling loop's own CPU
-    startup_cpu_seconds: float = 0.0  # the sampler process's start, before the trial
-    proc_peaks: dict[int, int] = field(default_factory=dict)  # per-process RSS peaks (tree)
-    gpu_names: list[str] | None = None
-    gpu_note: str | None = None  # why there are no GPU metrics, in one line
-    budget_breach_t: float | None = None
-    budget_breach_rss_bytes: int | None = None
-    error: str | None = None
+    def __init__(
+        self, rows: list[tuple] | None = None, scheduled: int = 0, missed: int = 0,
+        lag_ms: dict[str, float] | None = None, sched_policy: str | None = None,
+        cpu_seconds: float = 0.0, startup_cpu_seconds: float = 0.0,
+        proc_peaks: dict[int, int] | None = None, gpu_names: list[str] | None = None,
+        gpu_note: str | None = None, budget_breach_t: float | None = None,
+        budget_breach_rss_bytes: int | None = None, error: str | None = None,
+    ) -> None:  # fmt: skip
+        self.rows: list[tuple] = [] if rows is None else rows
+        self.scheduled = scheduled  # samples taken on the clock, not the ones at start and stop
+        self.missed = missed  # samples due on the clock but skipped: the sampler woke too late
+        self.lag_ms = lag_ms  # how late the scheduled samples came: p50, p99, max
+        self.sched_policy = sched_policy  # what the sampler process got (``lower_priority``)
+        self.cpu_seconds = cpu_seconds  # the sampling loop's own CPU
+        self.startup_cpu_seconds = startup_cpu_seconds  # the sampler process's start
+        self.proc_peaks: dict[int, int] = {} if proc_peaks is None else proc_peaks  # per process
+        self.gpu_names = gpu_names
+        self.gpu_note = gpu_note  # why there are no GPU metrics, in one line
+        self.budget_breach_t = budget_breach_t
+        self.budget_breach_rss_bytes = budget_breach_rss_bytes
+        self.error = error
+
+    def to_bytes(self) -> bytes:
+        return marshal.dumps(vars(self))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SamplerResult:
+        return cls(**marshal.loads(data))
 
 
 class _Gpu:
@@ -174,8 +211,10 @@ class _Gpu:
         return best
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - no contextlib in the sampler process (see the imports)
             self.nvml.nvmlShutdown()
+        except Exception:  # the device went away: nothing left to shut down
+            pass
 
 
 class _Series:
@@ -671,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     # the trial and then asks us for the result, so we must still be here to give it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    cfg = SamplerConfig(**json.loads((argv or sys.argv[1:])[0]))
+    cfg = SamplerConfig.decode((argv or sys.argv[1:])[0])
     out, control = sys.stdout.buffer, sys.stdin.fileno()
     sampler = Sampler(cfg, on_breach=lambda rss: _send(out, f"breach {rss}"))
     _send(out, "ready")
@@ -690,9 +729,11 @@ def main(argv: list[str] | None = None) -> int:
         sampler.result.error = f"sampler stopped: {type(exc).__name__}: {exc}"
     result = sampler.end()
     result.cpu_seconds = time.thread_time() - cpu0
-    payload = pickle.dumps(asdict(result))
-    with contextlib.suppress(BrokenPipeError):
+    payload = result.to_bytes()
+    try:  # noqa: SIM105 - no contextlib in the sampler process (see the imports)
         _send(out, f"result {len(payload)}", payload)
+    except BrokenPipeError:  # the parent went away: nobody to give the result to
+        pass
     return 0
 
 

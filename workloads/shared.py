@@ -10,11 +10,9 @@ load or store is atomic on the CPUs we run on.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import mmap
 import os
-import tempfile
 import weakref
 
 
@@ -28,6 +26,8 @@ class SharedInt:
             try:
                 fd = os.memfd_create("cloudprof-shared-int", os.MFD_CLOEXEC)
             except (AttributeError, OSError):
+                import tempfile  # only here: the sampler process imports this module
+
                 with tempfile.TemporaryFile() as f:
                     fd = os.dup(f.fileno())
             os.ftruncate(fd, 8)
@@ -50,5 +50,7 @@ class SharedInt:
 
 
 def _close(fd: int) -> None:
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105 - no contextlib in the sampler process (sampler.py)
         os.close(fd)
+    except OSError:
+        pass

@@ -18,20 +18,22 @@ orchestrator signs one URL per object and ships a manifest.
 URLs may be http(s):// or file://; a file:// GET hardlinks when it can (the
 local provider shares one inode between its bucket and each host). Exit code 0
 when every file made it, 1 otherwise with one ``error:`` line per failure.
+
+The trial runner puts its own results with ``put_all`` (``python -m workloads.run
+--put MANIFEST``), in the process that wrote them: a process start saved per trial.
+So this module imports only what a file:// put needs; the HTTP client (urllib.request
+pulls in http.client, email and ssl: ~60 ms), hashlib and the thread pool load when
+an entry needs them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
@@ -51,7 +53,13 @@ class TransferError(Exception):
     """One file could not be moved; the message is one line."""
 
 
+class _ClientError(TransferError):
+    """The server refused the request (a 4xx other than 408/429): retrying cannot help."""
+
+
 def md5_of(path: Path) -> str:
+    import hashlib
+
     digest = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as fh:
         while block := fh.read(CHUNK):
@@ -70,18 +78,30 @@ def _file_path(url: str) -> Path:
     return Path(unquote(urlparse(url).path))
 
 
+def _urlopen(request: Any) -> Any:
+    """``urllib.request.urlopen`` (imported on the first HTTP transfer), with a client
+    error (4xx but 408 and 429) raised as ``_ClientError``, which is never retried."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        return urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as exc:
+        if 400 <= exc.code < 500 and exc.code not in (408, 429):
+            raise _ClientError(f"HTTP {exc.code} {exc.reason}") from exc
+        raise
+
+
 def _retry(action: Callable[[], T], what: str, attempts: int = ATTEMPTS) -> T:
     """Retry transient failures with exponential backoff; client errors (4xx) fail at once."""
     delay = BACKOFF_S
     for attempt in range(1, attempts + 1):
         try:
             return action()
-        except urllib.error.HTTPError as exc:
-            if 400 <= exc.code < 500 and exc.code not in (408, 429):
-                raise TransferError(f"{what}: HTTP {exc.code} {exc.reason}") from exc
+        except _ClientError as exc:
+            raise TransferError(f"{what}: {exc}") from exc
+        except (OSError, TransferError) as exc:  # HTTP 5xx, URLError, timeouts, md5 mismatch
             last: Exception = exc
-        except (OSError, TransferError) as exc:  # URLError, timeouts, md5 mismatch
-            last = exc
         if attempt < attempts:
             time.sleep(delay)
             delay *= 2
@@ -116,8 +136,7 @@ def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
                 except OSError:
                     shutil.copyfile(src, tmp)
             else:
-                with urllib.request.urlopen(url, timeout=TIMEOUT_S) as resp, \
-                        open(tmp, "wb") as out:
+                with _urlopen(url) as resp, open(tmp, "wb") as out:
                     shutil.copyfileobj(resp, out, CHUNK)
             if expected and (got := md5_of(tmp)) != expected:
                 raise TransferError(f"md5 mismatch (expected {expected}, got {got})")
@@ -141,30 +160,57 @@ def put_one(entry: dict[str, Any]) -> str:
             return url
         headers = {"Content-Type": "application/octet-stream", **entry.get("headers", {})}
         headers["Content-Length"] = str(src.stat().st_size)
+        import urllib.request
+
         with open(src, "rb") as body:
             req = urllib.request.Request(url, data=body, method="PUT", headers=headers)
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+            with _urlopen(req) as resp:
                 resp.read()
         return url
 
     return _retry(attempt, f"put {src.name}")
 
 
-def _run_all(func: Callable[[dict[str, Any]], object], entries: list[dict[str, Any]]) -> int:
-    def guarded(entry: dict[str, Any]) -> bool:
+def run_all(func: Callable[[dict[str, Any]], object], entries: list[dict[str, Any]],
+            parallel: bool = True) -> list[str]:
+    """``func`` over every entry (in a thread pool when ``parallel`` and there is more than
+    one); the one-line error of each entry that failed."""
+
+    def guarded(entry: dict[str, Any]) -> str | None:
         try:
             func(entry)
         except (TransferError, OSError, KeyError) as exc:
-            print(f"error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
-            return False
-        return True
+            return " ".join(str(exc).split()) or type(exc).__name__
+        return None
 
-    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        ok = list(pool.map(guarded, entries))
-    return 0 if all(ok) else 1
+    if parallel and len(entries) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            errors = list(pool.map(guarded, entries))
+    else:
+        errors = [guarded(entry) for entry in entries]
+    return [e for e in errors if e is not None]
 
 
-def _load_manifest(path: str) -> list[dict[str, Any]]:
+def put_all(entries: list[dict[str, Any]]) -> list[str]:
+    """Upload every entry of a put manifest (see ``put_one``); the one-line errors.
+
+    HTTP uploads run in parallel; file:// ones (a trial's few result files copied on
+    this disk) one by one, without starting a thread pool for them.
+    """
+    remote = [e for e in entries if not str(e.get("url", "")).startswith("file://")]
+    return run_all(put_one, entries, parallel=bool(remote))
+
+
+def _report(errors: list[str]) -> int:
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+    return 1 if errors else 0
+
+
+def load_manifest(path: str | Path) -> list[dict[str, Any]]:
+    """A manifest's entries (a JSON list, or an object with them under "files")."""
     data = json.loads(Path(path).read_text())
     entries = data["files"] if isinstance(data, dict) else data
     if not isinstance(entries, list):
@@ -179,15 +225,15 @@ def main(argv: list[str] | None = None) -> int:
         print(usage, file=sys.stderr)
         return 2
     try:
-        entries = _load_manifest(args[1])
+        entries = load_manifest(args[1])
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: cannot read manifest {args[1]}: {exc}", file=sys.stderr)
         return 2
     if args[0] == "get":
         dest_dir = Path(args[2])
         dest_dir.mkdir(parents=True, exist_ok=True)
-        return _run_all(lambda e: get_one(e, dest_dir), entries)
-    return _run_all(put_one, entries)
+        return _report(run_all(lambda e: get_one(e, dest_dir), entries))
+    return _report(put_all(entries))
 
 
 if __name__ == "__main__":

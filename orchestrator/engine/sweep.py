@@ -280,6 +280,31 @@ class _Host:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass
+class _ResultsPut:
+    """A trial's put manifest on the host (None: none written yet) and its entries, and
+    whether the runner said it put them all (``protocol.format_put``)."""
+
+    manifest: str | None = None
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def args(self) -> list[str]:
+        """The runner's ``--put`` option: none without a manifest on the host."""
+        return ["--put", self.manifest] if self.manifest else []
+
+    def watch(self, on_line: Callable[[str], None]) -> Callable[[str], None]:
+        """``on_line`` for the runner's output, noting its "put ok" line on the way."""
+
+        def watched(line: str) -> None:
+            if self.manifest and protocol.put_succeeded(line, self.manifest):
+                self.done = True
+            on_line(line)
+
+        return watched
+
+
 class _Engine:
     def __init__(self, spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
                  inputs: StagedInputs | None, progress: SweepProgress,
@@ -877,7 +902,8 @@ class _Engine:
                 argv += ["--param", f"inputs={host.inputs_dir}"]
             if host.job_dir:
                 argv += ["--chdir", host.job_dir]
-            argv += [*self._ray_args(host, trial), "--out", out_dir, *command]
+            put = self._results_put(host, trial, out_dir)  # the runner puts its own results
+            argv += [*self._ray_args(host, trial), *put.args, "--out", out_dir, *command]
             warm = host.warm
             if warm is not None and warm.ready.is_set() and self._warm_eligible(host, trial):
                 argv = warm.argv(argv)
@@ -885,12 +911,12 @@ class _Engine:
                 argv = [ex.python, "-m", "workloads.run", *argv]
             self.progress.trial_started(key, trial, self.spec.duration_s)
             try:
-                result = ex.run(argv, on_line=lambda line: self.progress.line(key, line),
+                result = ex.run(argv, on_line=put.watch(lambda line: self.progress.line(key, line)),
                                 timeout=_trial_timeout(self.spec))
                 if self.stop.is_set() and result.exit_code != protocol.EXIT_OK:
                     self._collect(host, trial, out_dir, result, interrupted=True)
                     return
-                self._upload_results(host, trial, out_dir)
+                self._upload_results(host, trial, put)
                 self._collect(host, trial, out_dir, result)
                 return
             except ProviderError as exc:
@@ -921,18 +947,31 @@ class _Engine:
         return {name: f"{prefix}/{name}"
                 for name in names + (JOB_LOG,) + (protocol.PROFILE_FILES if trial.profiled else ())}
 
-    def _upload_results(self, host: _Host, trial: TrialPlan, out_dir: str) -> None:
-        """The host puts its result files in the bucket, where a dropped session cannot lose
-        them."""
+    def _results_put(self, host: _Host, trial: TrialPlan, out_dir: str) -> _ResultsPut:
+        """The trial's put manifest (a signed PUT URL per result file), on the host before the
+        trial: its runner puts the files itself (``--put``), in the process that wrote them."""
         if self.bucket is None:
-            return
-        ex = host.executor
-        assert ex is not None
+            return _ResultsPut()
         entries = [{"path": posixpath.join(out_dir, name), "optional": True,
                     "url": self.bucket.signed_url(key, "PUT", expires_s=self.url_lifetime_s)}
                    for name, key in self._result_keys(trial).items()]
         try:
-            manifest = self._put_manifest(host, entries, f"put-{trial.trial_id}.json")
+            return _ResultsPut(self._put_manifest(host, entries, f"put-{trial.trial_id}.json"),
+                               entries)
+        except ProviderError:  # the trial still runs; the put after it writes the manifest
+            return _ResultsPut(None, entries)
+
+    def _upload_results(self, host: _Host, trial: TrialPlan, put: _ResultsPut) -> None:
+        """The host puts its result files in the bucket, where a dropped session cannot lose
+        them: the runner did (``put.done``), else a ``transfer put`` process does it now (a
+        runner killed, crashed or without ``--put``, or one that says its put failed)."""
+        if self.bucket is None or put.done:
+            return
+        ex = host.executor
+        assert ex is not None
+        try:
+            manifest = put.manifest or self._put_manifest(host, put.entries,
+                                                          f"put-{trial.trial_id}.json")
             result = ex.run([ex.python, "-m", "workloads.transfer", "put", manifest],
                             timeout=600)
             reason = None if result.exit_code == 0 else _last_line(result)

@@ -1,8 +1,9 @@
 """Profiler drivers: why a trial scales as it does (py-spy) and where its peak comes from (memray).
 
 ``get_profiler(kind)`` imports the driver only when asked, so a trial without
-``--profile`` never loads memray or looks for py-spy. Every driver follows
-``base.Profiler``: ``start`` before the timed part of the trial, ``stop`` after,
+``--profile`` never loads memray or looks for py-spy, nor ``base`` (dataclasses,
+ctypes), whose names this package re-exports on first use (PEP 562). Every driver
+follows ``base.Profiler``: ``start`` before the timed part of the trial, ``stop`` after,
 and ``stop`` returns the ``profile`` section of summary.json. A driver that
 cannot run raises ``ProfilerUnavailable`` with one line saying why; the trial
 runs anyway and the summary carries that line.
@@ -14,9 +15,22 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, allow_tracing_by
+if TYPE_CHECKING:
+    from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, allow_tracing_by
+
+_FROM_BASE = frozenset({"Profiler", "ProfilerUnavailable", "Target", "allow_tracing_by"})
+
+
+def __getattr__(name: str) -> Any:
+    """``Profiler``, ``Target``... from ``base``, imported when first asked for."""
+    if name in _FROM_BASE:
+        from workloads.profilers import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 KINDS = {
     "cpu": "workloads.profilers.pyspy:PySpyProfiler",
@@ -67,6 +81,8 @@ def start_profile(kind: str | None, out: Path, target: Target) -> Profiler | dic
     """
     if kind is None:
         return None
+    from workloads.profilers.base import ProfilerUnavailable
+
     profiler = get_profiler(kind)
     try:
         profiler.start(out, target)
@@ -87,6 +103,8 @@ def start_lifetime_profile(kind: str | None, out: Path) -> Profiler | dict[str, 
     """
     if kind not in LIFETIME:
         return None
+    from workloads.profilers.base import ProfilerUnavailable, Target
+
     # Not through start_profile: memray's Python stacks lose one outer frame for every
     # frame that returns between its activation and the caller (seen with memray 1.20),
     # so the tracker is entered here, one call below the runner that then calls prepare().
@@ -104,7 +122,7 @@ def start_lifetime_profile(kind: str | None, out: Path) -> Profiler | dict[str, 
 
 def steady_state_begins(started: Profiler | dict[str, Any] | None) -> None:
     """Tell a running profiler the timed part starts now (what grew is counted from here)."""
-    if isinstance(started, Profiler):
+    if started is not None and not isinstance(started, dict):  # a running Profiler
         started.steady_state_begins()
 
 
@@ -112,6 +130,8 @@ def finish_profile(started: Profiler | dict[str, Any] | None) -> dict[str, Any] 
     """Stop a profiler from ``start_profile``; its summary section (or why there is none)."""
     if started is None or isinstance(started, dict):
         return started
+    from workloads.profilers.base import ProfilerUnavailable
+
     try:
         section = started.stop()
     except ProfilerUnavailable as exc:
