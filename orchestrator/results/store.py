@@ -466,10 +466,10 @@ def _group_mean(out: pd.DataFrame, keys: list[str], values: pd.Series,
     ``where``; NaN for a group without one. Missing keys form a group of their own, as
     ``groupby(keys, dropna=False)`` has it.
 
-    A record runs this after every trial: a multi-key ``groupby`` and a ``join`` cost
-    ~15 ms each on a few rows, a dict of key tuples and a one-key ``groupby`` well under
-    one, with the same mean kernel over the same rows in the same order (so the same
-    figures, to the last bit).
+    A record runs this after every trial, between two trials: a multi-key ``groupby`` and
+    a ``join`` were most of ``derive``'s time on a few rows; a dict of key tuples and a
+    one-key ``groupby`` run the same mean kernel over the same rows in the same order (so
+    the same figures, to the last bit: tests/test_store.py checks it) in a fraction of it.
     """
     import numpy as np
     import pandas as pd
