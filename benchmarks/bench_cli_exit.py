@@ -1,15 +1,17 @@
 """What a ``cloudprof`` process pays after its work is done: the interpreter's shutdown.
 
-    python benchmarks/bench_cli_exit.py                          # this checkout
+    python benchmarks/bench_cli_exit.py                               # this checkout
     python benchmarks/bench_cli_exit.py --code /tmp/before --code .   # side by side
 
 A command that has loaded pandas, pyarrow and the report (the end of every sweep,
 ``cloudprof report``) leaves ~10^5 objects for the interpreter's collections at
-shutdown to walk. Each round runs ``python -m orchestrator.cli report RUN`` once per
-checkout, interleaved (a neighbour's load hits every checkout alike), on the same
-small store (made first by a real ``--dry-run`` sweep: 2 trials). The work each
-process does is the same in every checkout; what differs between two checkouts' walls
-is how they end. Medians with min–max of ``--rounds`` rounds.
+shutdown to walk. Each round runs ``cloudprof report RUN`` once per checkout,
+interleaved, on the same small store (made first by a real ``--dry-run`` sweep: 2
+trials), through the console script's own entry point (``orchestrator.cli.main()``
+with ``sys.argv``), and times two things: the process's whole wall, and its *exit*:
+from the moment ``main()`` returned (the command's work done, its exit code known) to
+the moment the parent saw the process end. The exit is measured within each process,
+so a neighbour's load blurs it far less than the wall. Medians with min–max.
 """
 
 from __future__ import annotations
@@ -40,17 +42,31 @@ def make_store(out: Path) -> Path:
     return run_dir
 
 
-def one_report(code: str, run_dir: Path) -> float:
-    """Wall seconds of ``cloudprof report RUN`` run from ``code``, as a fresh process."""
+_WRAPPER = """
+import sys, time
+from orchestrator import cli
+sys.argv = ["cloudprof", "report", sys.argv[1]]
+code = cli.main()
+sys.stderr.write(f"\\nreturned-at {time.time()!r}\\n")
+sys.exit(code)
+"""
+
+
+def one_report(code: str, run_dir: Path) -> tuple[float, float]:
+    """(wall, exit) seconds of ``cloudprof report RUN`` run from ``code`` as a fresh process."""
     env = {**os.environ, "PYTHONPATH": code}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "report", str(run_dir)],
+    # ``-c`` puts the working directory first on sys.path: run in the store, where no
+    # checkout's orchestrator/ can shadow the one PYTHONPATH names.
+    proc = subprocess.run([sys.executable, "-c", _WRAPPER, str(run_dir)], cwd=run_dir,
                           capture_output=True, text=True, env=env, check=False)
+    ended = time.time()
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"cloudprof report failed with {code} (exit {proc.returncode}): "
                  f"{proc.stderr[-2000:]}")
-    return wall
+    returned = float(proc.stderr.rsplit("returned-at ", 1)[1].split()[0])
+    return wall, ended - returned
 
 
 def main() -> None:
@@ -67,15 +83,16 @@ def main() -> None:
         for code in codes:
             one_report(code, run_dir)  # bytecode compiled, page cache warm
         walls: dict[str, list[float]] = {c: [] for c in codes}
+        exits: dict[str, list[float]] = {c: [] for c in codes}
         for _ in range(args.rounds):
             for code in codes:
-                walls[code].append(one_report(code, run_dir))
-    rows = [[code, median(w), f"{min(w):.3f}–{max(w):.3f}"] for code, w in walls.items()]
-    if len(codes) > 1:
-        base = median(walls[codes[0]])
-        for row, code in zip(rows, codes, strict=True):
-            row.append(f"{median(walls[code]) - base:+.3f}")
-    print_table(["checkout", "s (median)", "min–max"] + (["vs first"] if len(codes) > 1 else []),
+                wall, exit_s = one_report(code, run_dir)
+                walls[code].append(wall)
+                exits[code].append(exit_s)
+    rows = [[code, median(exits[code]), f"{min(exits[code]):.3f}–{max(exits[code]):.3f}",
+             median(walls[code]), f"{min(walls[code]):.3f}–{max(walls[code]):.3f}"]
+            for code in codes]
+    print_table(["checkout", "exit s (median)", "min–max", "wall s (median)", "min–max"],
                 rows, title=f"cloudprof report RUN (2 trials), {args.rounds} interleaved rounds")
 
 
