@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from orchestrator.errors import UsageError
 from orchestrator.plan.planner import TrialPlan
-from orchestrator.results.store import TRIAL_COLUMNS, RunStore, trial_row
+from orchestrator.results.store import ALL_COLUMNS, TRIAL_COLUMNS, RunStore, derive, trial_row
 from orchestrator.spec.catalog import MachineType
 
 MACHINE = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,
@@ -143,3 +147,69 @@ def test_the_leak_probability_and_ramp_are_stored_with_each_trial(store: RunStor
     frame = pd.read_parquet(store.trials_path).set_index("workers")
     assert frame.loc[1, "leak_probability"] == pytest.approx(0.01) and frame.loc[1, "leak_ramp"]
     assert math.isnan(frame.loc[2, "leak_probability"]) and not frame.loc[2, "leak_ramp"]
+
+
+def test_creating_a_store_does_not_import_pandas_and_its_empty_table_reads_as_before(
+        tmp_path: Path) -> None:
+    """A sweep imports pandas while its machines stage (the engine's warm-up), so the store
+    it creates before them must not; the empty table it writes reads back as the pandas one."""
+    code = ("import sys; from orchestrator.results.store import RunStore; "
+            f"RunStore.create({str(tmp_path / 'run')!r}, {{'sweep_id': 's'}}); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=tmp_path)
+    assert out.stdout.strip() == "[]", out.stdout
+    written = pd.read_parquet(tmp_path / "run" / "trials.parquet")
+    pd.testing.assert_frame_equal(written, RunStore._empty_frame())
+    assert list(written.columns) == list(ALL_COLUMNS)
+    store = RunStore.open(tmp_path / "run")  # and the first record on it is an ordinary one
+    record(store, 1, 100.0)
+    assert store.trials_frame()["efficiency"].tolist() == [1.0]
+
+
+def _reference_derived(frame: pd.DataFrame) -> pd.DataFrame:
+    """Efficiency and scale-out efficiency the plain pandas way (a multi-key groupby of the
+    baselines and a join), as ``derive`` computed them before it was made cheap per trial."""
+    out = frame.copy()
+    ups = pd.to_numeric(out["units_per_s"], errors="coerce")
+    workers = pd.to_numeric(out["workers"], errors="coerce")
+    ok = out["status"] == "ok"
+    out["grid"] = out["grid"].fillna("")
+    out["nodes"] = pd.to_numeric(out["nodes"], errors="coerce").fillna(1).astype(int)
+    for name, keys, base_rows, scale in (
+            ("efficiency", ["sweep_id", "machine", "ran_on", "grid", "nodes"], workers == 1,
+             workers),
+            ("scaleout_efficiency", ["sweep_id", "machine", "ran_on", "grid", "workers"],
+             out["nodes"] == 1, out["nodes"])):
+        base = (out[keys].assign(_ups=ups)[ok & base_rows].groupby(keys, dropna=False)["_ups"]
+                .mean().rename("_base"))
+        baseline = pd.to_numeric(out[keys].join(base, on=keys)["_base"]).to_numpy()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            eff = ups.to_numpy(dtype=float) / (scale.to_numpy(dtype=float) * baseline)
+        out[name] = np.where(ok.to_numpy() & (baseline > 0), eff, np.nan)
+    return out
+
+
+def test_the_derived_efficiencies_equal_a_multi_key_groupby_to_the_last_bit() -> None:
+    """``derive`` runs after every trial, so its baselines come from a dict of keys and a
+    one-key groupby; they must be the multi-key groupby's exactly, group for group (sweeps,
+    machines, hosts, grid points, node counts, failures, missing rates)."""
+    rng = random.Random(7)
+    for _ in range(150):
+        rows = []
+        for i in range(rng.randint(1, 30)):
+            row = {c: None for c in ALL_COLUMNS}
+            row.update(sweep_id=rng.choice(["s1", "s2"]), trial_id=f"t{i}",
+                       machine=rng.choice(["m1", "m2"]), ran_on=rng.choice(["local", "m1"]),
+                       vcpus=rng.choice([2, 4, None]), workers=rng.choice([1, 1, 2, 4]),
+                       units_per_s=rng.choice([rng.random() * 1e3, 1 / 3, 0.0, None,
+                                               float("nan")]),
+                       price_per_hour=rng.choice([2.87, None]),
+                       status=rng.choice(["ok", "ok", "ok", "failed", None]),
+                       grid=rng.choice(["", None, '{"a": 1}']), nodes=rng.choice([1, 1, 2, None]))
+            rows.append(row)
+        frame = pd.DataFrame(rows, columns=list(ALL_COLUMNS))
+        got, want = derive(frame), _reference_derived(frame)
+        for column in ("efficiency", "scaleout_efficiency"):
+            np.testing.assert_array_equal(got[column].to_numpy(dtype=float),
+                                          want[column].to_numpy(dtype=float))

@@ -657,3 +657,59 @@ def test_a_local_bucket_hashes_a_large_file_once_across_sweeps(
         "inputs/h/frame.parquet": hashlib.md5(b"y" * (2 << 20 + 1)).hexdigest()
     }
     assert len(hashed) == 2
+
+
+_WARM_UP_PROBE = """
+import json, subprocess, sys, threading
+from pathlib import Path
+
+events = []
+
+
+class FirstImport:
+    '''Notes which thread imports pandas first, and which threads were alive then.'''
+
+    def find_spec(self, name, path, target=None):
+        if name == "pandas":
+            events.append(("pandas", threading.current_thread().name,
+                           [t.name for t in threading.enumerate()]))
+        return None
+
+
+sys.meta_path.insert(0, FirstImport())
+launch = subprocess.Popen.__init__
+
+
+def noting(self, args, *rest, **kw):
+    if "workloads.run" in args:
+        events.append(("trial", "pandas" in sys.modules))
+    launch(self, args, *rest, **kw)
+
+
+subprocess.Popen.__init__ = noting
+from rich.console import Console
+from orchestrator.engine.sweep import run_sweep
+from orchestrator.spec.spec import SweepSpec
+
+spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 2], duration_s=0.5, repeats=1,
+                 workload_params=%r, out=Path(sys.argv[1]), dry_run=True, provider="gcp")
+run_sweep(spec, console=Console(file=open("/dev/null", "w")))
+print(json.dumps(events))
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_imports_pandas_while_its_machine_stages_and_before_its_first_trial(
+        cache: Path, tmp_path: Path) -> None:
+    """Recording needs pandas (~0.3-1 s to import): the main thread imports it while the
+    machine threads provision and stage, not as a pause of its own before them, and no
+    trial's runner starts before it is imported (it would compete with the trial)."""
+    out = subprocess.run([sys.executable, "-c", _WARM_UP_PROBE % (SMALL,), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    events = json.loads(out.stdout.strip().splitlines()[-1])
+    imports = [e for e in events if e[0] == "pandas"]
+    assert imports and imports[0][1] == "MainThread"
+    assert any(name.startswith("machine-") for name in imports[0][2]), imports[0]
+    trials = [e for e in events if e[0] == "trial"]
+    assert len(trials) == 2 and all(seen for _, seen in trials), events

@@ -324,6 +324,11 @@ class _Engine:
         self.write_error: OSError | None = None  # the first local write that failed
         self.resuming = False  # look in the bucket for a trial's result before running it
         self.lock = threading.Lock()
+        # Set by a machine thread as it ends: wakes the main thread at once (see execute).
+        self.wake = threading.Event()
+        # Set once the main thread has imported what recording a trial needs (pandas), which
+        # it does while the machines provision and stage; no trial starts before it.
+        self.pandas_ready = threading.Event()
 
     # -- the whole run ---------------------------------------------------------
 
@@ -350,8 +355,12 @@ class _Engine:
         try:
             for thread in threads:
                 thread.start()
+            self._import_pandas()
             while self._running():
-                time.sleep(0.1)
+                # A machine thread's end sets ``wake``, so the sweep goes on the moment the
+                # last one ends, not at the next tick; the timeout keeps Ctrl-C prompt.
+                self.wake.wait(0.1)
+                self.wake.clear()
         except KeyboardInterrupt:
             self.stop.set()
             self.progress.tearing_down()
@@ -359,6 +368,25 @@ class _Engine:
             self._wait_teardown()
             return False
         return True
+
+    def _import_pandas(self) -> None:
+        """Import pandas (what ``RunStore.record_trial`` needs, ~0.3-1 s) on the main thread
+        while the machine threads provision, connect and stage the inputs, which wait on
+        other processes or the network; paid there, it is no longer a pause of its own
+        before the sweep starts. ``pandas_ready`` is set whatever happens: the machine threads
+        wait for it before their first trial, so the import never runs beside a trial."""
+        try:
+            import pandas  # noqa: F401
+        finally:
+            self.pandas_ready.set()
+
+    def _wait_pandas(self) -> bool:
+        """Wait for :meth:`_import_pandas` (normally over by the time staging is); False when the
+        sweep is stopping meanwhile."""
+        while not self.pandas_ready.wait(0.1):
+            if self.stop.is_set():
+                return False
+        return not self.stop.is_set()
 
     def _shielded(self, work: Callable[[], None]) -> None:
         """Run a teardown in a thread of its own, so that a further Ctrl-C (which only the
@@ -464,6 +492,7 @@ class _Engine:
                 gate.release()
         finally:
             host.done.set()
+            self.wake.set()
 
     def _run_machine_guarded(self, host: _Host, trials: list[TrialPlan]) -> None:
         """Run one machine, record how it ended, and always tear it down."""
@@ -561,6 +590,8 @@ class _Engine:
                 return
         self._start_warm(host, trials)
         try:
+            if not self._wait_pandas():
+                return
             if self.spec.adaptive:
                 self._run_adaptive(host)
                 return

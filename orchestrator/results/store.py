@@ -183,7 +183,7 @@ class RunStore:
         data = {"schema": SWEEP_SCHEMA, "status": "planned", "created_at": now_iso(),
                 "vms": {}, "machines": {}, **sweep}
         store._write_sweep(data)
-        store._write_trials(store._empty_frame())
+        store._write_empty_trials()
         return store
 
     @classmethod
@@ -197,7 +197,7 @@ class RunStore:
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {run_dir / SWEEP_FILE}: {exc}") from exc
         if not (run_dir / TRIALS_FILE).exists():
-            store._write_trials(store._empty_frame())
+            store._write_empty_trials()
         store._read_trials()  # a truncated table is one line now, before anything is paid for
         return store
 
@@ -314,6 +314,18 @@ class RunStore:
     def _write_trials(self, frame: pd.DataFrame) -> None:
         with self._lock, _atomic_path(self.trials_path) as tmp:
             frame.to_parquet(tmp, index=False)
+
+    def _write_empty_trials(self) -> None:
+        """An empty trials table, written with pyarrow alone: creating a store must not import
+        pandas (~0.3-1 s), which a sweep imports while its machines provision and stage
+        (``_Engine.execute``) instead of before them. It reads back exactly as
+        ``_empty_frame()`` (one untyped, all-null column per name of ``ALL_COLUMNS``)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table({c: pa.nulls(0) for c in ALL_COLUMNS})
+        with self._lock, _atomic_path(self.trials_path) as tmp:
+            pq.write_table(table, tmp)
 
     @staticmethod
     def _empty_frame() -> pd.DataFrame:
@@ -448,16 +460,42 @@ def _per_node(summary: dict[str, Any], key: str) -> str | None:
     return json.dumps([n.get(key) if isinstance(n, dict) else None for n in nodes])
 
 
+def _group_mean(out: pd.DataFrame, keys: list[str], values: pd.Series,
+                where: pd.Series) -> Any:
+    """Per row, the mean of ``values`` over the rows of its group (same ``keys``) that are
+    ``where``; NaN for a group without one. Missing keys form a group of their own, as
+    ``groupby(keys, dropna=False)`` has it.
+
+    A record runs this after every trial, between two trials: a multi-key ``groupby`` and
+    a ``join`` were most of ``derive``'s time on a few rows; a dict of key tuples and a
+    one-key ``groupby`` run the same mean kernel over the same rows in the same order (so
+    the same figures, to the last bit: tests/test_store.py checks it) in a fraction of it.
+    """
+    import numpy as np
+    import pandas as pd
+
+    columns = [[None if missing else v for v, missing in zip(out[k].tolist(),
+                                                             out[k].isna().tolist(),
+                                                             strict=True)]
+               for k in keys]
+    groups: dict[tuple[Any, ...], int] = {}
+    codes = np.array([groups.setdefault(key, len(groups)) for key in zip(*columns, strict=True)],
+                     dtype=np.int64)
+    chosen = where.to_numpy(dtype=bool)
+    means = np.full(len(groups), np.nan)
+    if chosen.any():
+        found = pd.Series(values.to_numpy(dtype=float)[chosen]).groupby(codes[chosen]).mean()
+        means[found.index.to_numpy()] = found.to_numpy()
+    return means[codes]
+
+
 def _scaleout_efficiency(out: pd.DataFrame, ups: pd.Series, ok: pd.Series) -> Any:
     """X(n) / (n · X(1)) at the same workers per node: 1.0 is perfect scale-out."""
     import numpy as np
 
     keys = ["sweep_id", "machine", "ran_on", "grid", "workers"]
     nodes = out["nodes"].to_numpy(dtype=float)
-    rated = out[keys].assign(_ups=ups)
-    base = (rated[ok & (out["nodes"] == 1)].groupby(keys, dropna=False)["_ups"]
-            .mean().rename("_base"))
-    baseline = out[keys].join(base, on=keys)["_base"].to_numpy(dtype=float)
+    baseline = _group_mean(out, keys, ups, ok & (out["nodes"] == 1))
     with np.errstate(divide="ignore", invalid="ignore"):
         eff = ups.to_numpy(dtype=float) / (nodes * baseline)
     return np.where(ok.to_numpy() & (baseline > 0), eff, np.nan)
@@ -490,11 +528,7 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
         if "nodes" in out else 1
     # Each node count is its own scaling curve over workers too.
     keys = ["sweep_id", "machine", "ran_on", "grid", "nodes"]
-    rated = out[keys].assign(_ups=ups)
-    base = (rated[ok & (workers == 1)].groupby(keys, dropna=False)["_ups"]
-            .mean().rename("_base"))
-    joined = out[keys].join(base, on=keys)
-    baseline = pd.to_numeric(joined["_base"], errors="coerce").to_numpy()
+    baseline = _group_mean(out, keys, ups, ok & (workers == 1))
     with np.errstate(divide="ignore", invalid="ignore"):
         eff = ups.to_numpy(dtype=float) / (workers.to_numpy(dtype=float) * baseline)
     out["efficiency"] = np.where(ok.to_numpy() & (baseline > 0), eff, np.nan)
