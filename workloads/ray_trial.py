@@ -402,6 +402,10 @@ def stop_cluster_processes(temp_dir: str, grace_s: float = 5.0) -> int:
 # own head ("InvalidAuthToken"). Off is what `ray start --head` gives on a host without a
 # token; the cluster's ports are open only between the sweep's own VMs (README).
 RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
+# A node's raylet starts no idle Python workers ahead of need (by default one per CPU when
+# the driver connects): the trial's actors (num_cpus=0) start their own, and idle workers
+# only cost start-up CPU and memory inside the node's cgroup, i.e. in its measured peak.
+NODE_ENV = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
 CGROUP_MARK = "cloudprof-node-{}.cgroup"  # in the cluster's temp dir: where node i's cgroup is
 CGROUP_NOTE_ENV = "CLOUDPROF_NODE_CGROUP_NOTE"  # why a node has no cgroup (its actors read it)
 
@@ -423,7 +427,7 @@ def start_node(temp_dir: str, index: int, argv: list[str]) -> int:
 
     from workloads.cgroup import CgroupUnavailable, TrialCgroup, node_cgroup_name
 
-    env = {**os.environ, **RAY_ENV}
+    env = {**os.environ, **RAY_ENV, **NODE_ENV}
     cgroup: TrialCgroup | None = None
     note = None
     try:
