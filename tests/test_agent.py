@@ -203,6 +203,30 @@ def test_gpu_through_an_nvml_stand_in(monkeypatch, tmp_path, where):
     assert gpu["peak_mem_bytes"] == max(mem) == (3 + 4) * MIB  # summed over both devices
 
 
+def test_a_process_inside_exit_is_gone_not_a_sample_of_zero_rss(tmp_path):
+    """The kernel's PF_EXITING flag: the job's memory is being torn down (its RSS reads 0
+    until it is a zombie), so the sample would be a fall to 0 that never happened."""
+    live = (b"4242 (python3 (job)) S 1 4242 4242 0 -1 4194560 900 0 0 0 150 20 0 0 20 0 "
+            b"3 0 12345 300000000 51200 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 "
+            b"1 0 0 0 0 0\n")
+    exiting = live.replace(b" 4194560 ", b" %d " % (4194560 | procfs.PF_EXITING))
+    zombie = live.replace(b") S ", b") Z ")
+    results = {}
+    for name, line in (("live", live), ("exiting", exiting), ("zombie", zombie)):
+        (tmp_path / name).write_bytes(line)
+        reader = procfs.ProcReader(os.getpid())
+        os.close(reader._stat_fd)
+        reader._stat_fd = os.open(tmp_path / name, os.O_RDONLY)  # that process's stat
+        try:
+            results[name] = reader.read()
+        except procfs.ProcGone:
+            results[name] = "gone"
+        reader.close()
+    assert results["live"].rss_bytes == 51200 * procfs.PAGE_SIZE
+    assert results["live"].threads == 3 and results["live"].cpu_user_s == 150 / procfs.CLOCK_TICKS
+    assert results["exiting"] == "gone" and results["zombie"] == "gone"
+
+
 def test_procreader_agrees_with_psutil_and_hwm_resets():
     reader = procfs.ProcReader(os.getpid())
     before = psutil.Process().num_threads()

@@ -58,7 +58,9 @@ def test_without_nvml_the_summary_says_why_in_one_line_and_has_no_gpu_figures(tm
     blocker.mkdir()
     (blocker / "pynvml.py").write_text("raise ImportError('NVML blocked for this test')\n")
     out = tmp_path / "t"
-    proc = run(out, "--workload", "cube", "--duration", "0.5",
+    # a small cube: the default one's 763 MiB of inputs took ~25 s to generate, for a note
+    proc = run(out, "--workload", "cube", "--duration", "0.5", "--param", "frames=4",
+               "--param", "rows=40", "--param", "cols=50", "--param", "dim=10",
                env={"PYTHONPATH": f"{blocker}{os.pathsep}{ROOT}"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     s = summary(out)

@@ -104,6 +104,7 @@ def test_cluster_commands_pin_each_node_and_keep_nodes_on_one_host_apart(
     assert f"--min-worker-port={WORKER_PORTS_BASE}" in head
     assert f"--min-worker-port={WORKER_PORTS_BASE + 400}" in worker
     assert all(f"--temp-dir={shared.temp_dir}" in argv for argv in (head, worker))
+    assert all("--include-log-monitor=false" in argv for argv in (head, worker))
     assert len(shared.temp_dir) < 30  # Ray's socket paths below it must stay under 108 bytes
     assert stop_command("/venv/bin/python", shared)[-2:] == ["stop", shared.temp_dir]
     inst = Instance(provider="aws", id="i-1", name="n", machine="m", address="3.3.3.3",

@@ -21,7 +21,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 # Field positions in /proc/PID/stat counted after the ")" that closes comm
 # (comm may contain spaces and parentheses, so we split after the last ")").
-_UTIME, _STIME, _THREADS, _STARTTIME, _RSS = 11, 12, 17, 19, 21
+_FLAGS, _UTIME, _STIME, _THREADS, _STARTTIME, _RSS = 6, 11, 12, 17, 19, 21
+# The kernel's per-task flag of a process inside exit(): set before its memory is torn
+# down, so from then on its RSS falls to 0 while it is not yet a zombie.
+PF_EXITING = 0x4
 
 
 # rss_bytes: int, cpu_user_s: float, cpu_system_s: float, threads: int, read_bytes: int | None,
@@ -69,7 +72,10 @@ class ProcReader:
             raise ProcGone(self.pid)
         # maxsplit: the fields after RSS (about thirty) are never turned into objects
         fields = raw[raw.rfind(b")") + 2 :].split(None, _RSS + 1)
-        if fields[0] in (b"Z", b"X"):  # exited, not yet reaped: nothing resident any more
+        # Exited (not yet reaped), or exiting: nothing of the job resident any more. An
+        # exiting process read as a sample showed as RSS 0 at the end of a trial whose job
+        # the runner had just stopped, and turned a leak's last slope into a fall ("ok").
+        if fields[0] in (b"Z", b"X") or int(fields[_FLAGS]) & PF_EXITING:
             raise ProcGone(self.pid)
         read_bytes = write_bytes = None
         if self._io_fd is not None:

@@ -85,9 +85,11 @@ class _NodeRun:
 
         import ray
 
+        # Inside the actor Ray is connected. Outside one (a test running the node's logic
+        # alone) asking for the runtime context would start a local Ray instance, ~15 s.
+        node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         return {"unit": self.workload.unit, "describe": self.workload.describe(),
-                "hostname": platform.node(), "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id()}
+                "hostname": platform.node(), "pid": os.getpid(), "node_id": node_id}
 
     def _agent(self) -> tuple[Any, UnitCounter]:
         """A new agent over the node's Ray tree, its sampler process started (the run that
@@ -339,10 +341,19 @@ def _get(ray: Any, refs: list[Any]) -> list[Any]:
         raise RuntimeError(f"on a Ray node: {type(cause).__name__}: {cause}") from None
 
 
+# The head's GCS server and its autoscaler monitor go last, and are killed: signalled with
+# the rest (Ray 2.60, measured), the GCS and its monitor were still running 8 s later, and
+# the raylets, whose shutdown waits on a GCS that is itself shutting down, 5 s later, so
+# every stop waited out the whole grace period. The GCS holds only this cluster's state,
+# in memory; the raylets and agents, signalled alone, shut down cleanly in about a second.
+_KILLED_LAST = ("gcs_server", "autoscaler/_private/monitor.py")
+
+
 def stop_cluster_processes(temp_dir: str, grace_s: float = 5.0) -> int:
     """Stop this user's processes of the Ray cluster under ``temp_dir`` (``ray start`` was
-    given it on every node): SIGTERM, then SIGKILL after ``grace_s``. Unlike ``ray stop``,
-    the user's other Ray clusters on a shared host live on. Returns how many were found."""
+    given it on every node): SIGTERM, then SIGKILL after ``grace_s`` (the GCS and its
+    monitor as soon as the rest has gone, see ``_KILLED_LAST``). Unlike ``ray stop``, the
+    user's other Ray clusters on a shared host live on. Returns how many were found."""
     import psutil
 
     me, uid = os.getpid(), os.getuid()
@@ -362,13 +373,21 @@ def stop_cluster_processes(temp_dir: str, grace_s: float = 5.0) -> int:
             victims += [proc, *proc.children(recursive=True)]
         except psutil.Error:
             continue
+    last, rest = [], []
     for proc in victims:
+        try:
+            cmdline = " ".join(proc.cmdline())
+        except psutil.Error:
+            continue
+        (last if any(name in cmdline for name in _KILLED_LAST) else rest).append(proc)
+    for proc in rest:
         try:
             proc.terminate()
         except psutil.Error:
             continue
-    _gone, alive = psutil.wait_procs(victims, timeout=grace_s)
-    for proc in alive:
+    _gone, alive = psutil.wait_procs(rest, timeout=grace_s)
+    killed = [*alive, *last]
+    for proc in killed:
         try:
             proc.kill()
         except psutil.Error:
@@ -383,6 +402,10 @@ def stop_cluster_processes(temp_dir: str, grace_s: float = 5.0) -> int:
 # own head ("InvalidAuthToken"). Off is what `ray start --head` gives on a host without a
 # token; the cluster's ports are open only between the sweep's own VMs (README).
 RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
+# A node's raylet starts no idle Python workers ahead of need (by default one per CPU when
+# the driver connects): the trial's actors (num_cpus=0) start their own, and idle workers
+# only cost start-up CPU and memory inside the node's cgroup, i.e. in its measured peak.
+NODE_ENV = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
 CGROUP_MARK = "cloudprof-node-{}.cgroup"  # in the cluster's temp dir: where node i's cgroup is
 CGROUP_NOTE_ENV = "CLOUDPROF_NODE_CGROUP_NOTE"  # why a node has no cgroup (its actors read it)
 
@@ -404,7 +427,7 @@ def start_node(temp_dir: str, index: int, argv: list[str]) -> int:
 
     from workloads.cgroup import CgroupUnavailable, TrialCgroup, node_cgroup_name
 
-    env = {**os.environ, **RAY_ENV}
+    env = {**os.environ, **RAY_ENV, **NODE_ENV}
     cgroup: TrialCgroup | None = None
     note = None
     try:
