@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, machine_line, median, print_table
+from _common import ROOT, add_input_args, input_spec, machine_line, median, print_table
 
 PHASES = (
     "hash/stage inputs",
@@ -153,10 +153,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=2.0, help="seconds per trial")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--trial-repeats", type=int, default=3, help="repeats per worker count")
-    ap.add_argument("--frames", type=int, default=100)
-    ap.add_argument("--rows", type=int, default=1000)
-    ap.add_argument("--cols", type=int, default=1000)
-    ap.add_argument("--dim", type=int, default=100)
+    add_input_args(ap)
     ap.add_argument(
         "--code", action="append", default=None,
         help="a checkout whose orchestrator/ and workloads/ run the sweeps (repeatable: the "
@@ -169,10 +166,10 @@ def main() -> None:
         child(args)
         return
 
-    from workloads.inputs import InputSpec, ensure_inputs
+    from workloads.inputs import ensure_inputs
 
     print(f"machine: {machine_line()}")
-    spec = InputSpec(frames=args.frames, rows=args.rows, cols=args.cols, seed=0)
+    spec = input_spec(args)
     started = time.perf_counter()
     directory = ensure_inputs(spec, None)
     size = sum(p.stat().st_size for p in directory.iterdir() if p.is_file())

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, machine_line, median, print_table
+from _common import ROOT, add_input_args, input_spec, machine_line, median, print_table
 
 COLUMNS = ("before the first trial", "between trials (sum)", "after the last trial")
 
@@ -123,10 +123,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=1.0, help="seconds per trial")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--trial-repeats", type=int, default=3)
-    ap.add_argument("--frames", type=int, default=100)
-    ap.add_argument("--rows", type=int, default=1000)
-    ap.add_argument("--cols", type=int, default=1000)
-    ap.add_argument("--dim", type=int, default=100)
+    add_input_args(ap)
     ap.add_argument("--code", action="append", default=None,
                     help="a checkout to run the sweeps (repeatable; default: this one)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -136,10 +133,10 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    from workloads.inputs import InputSpec, ensure_inputs
+    from workloads.inputs import ensure_inputs
 
     print(f"machine: {machine_line()}")
-    ensure_inputs(InputSpec(frames=args.frames, rows=args.rows, cols=args.cols, seed=0), None)
+    ensure_inputs(input_spec(args), None)
     codes = [str(Path(c).resolve()) for c in (args.code or [str(ROOT)])]
     results: dict[str, list[dict[str, float]]] = {c: [] for c in codes}
     for i in range(args.repeats):
