@@ -131,7 +131,8 @@ class AgentReport:
         if self.rate_hz_target <= 0 or due == 0 or self.samples_missed <= 0.1 * due:
             return None
         late = f", the median one {self.lag_ms['p50']:g} ms late" if self.lag_ms else ""
-        return (f"sampled at {self.rate_hz_achieved:.1f} Hz of the {self.rate_hz_target:g} Hz "
+        achieved = round(self.rate_hz_achieved, 3)  # the summary's figure, rounded as there
+        return (f"sampled at {achieved:.1f} Hz of the {self.rate_hz_target:g} Hz "
                 f"asked: {self.samples_missed} of {due} scheduled samples skipped{late} "
                 f"(the sampler runs at {self.sched_policy} priority and got no core in time)")
 
