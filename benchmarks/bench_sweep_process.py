@@ -58,7 +58,9 @@ def child(args: argparse.Namespace) -> None:
         try:
             return real_run(self, argv, **kw)
         finally:
-            kind = "trial" if "workloads.run" in argv else "other"
+            # a fresh runner, or a warm runner's client (which lives as long as its trial)
+            trial = "workloads.run" in argv or list(argv[2:4]) == ["workloads.warm", "run"]
+            kind = "trial" if trial else "other"
             with lock:
                 calls.append({"kind": kind, "start": start, "end": time.time()})
 

@@ -576,20 +576,27 @@ class _Engine:
         self._connect(host)
         if self.stop.is_set():
             return
-        self.progress.state(key, "staging inputs")
-        self._stage_inputs(host)
-        # With ready_at and created_at: the measured phases next to the plan's estimates.
-        self.store.record_vm(vm.name, inputs_staged_at=now_iso())
-        self._stage_job(host)
-        if self.stop.is_set():
-            return
-        # A resumed sweep whose multi-node trials are all done creates no extra VM.
-        if host.vm.nodes > 1 and any(t.nodes > 1 for t in trials):
-            self._form_cluster(host)
+        # The warm runner imports while the inputs and the job are staged; after a --setup,
+        # which may install into the interpreter it imports from, it starts after it.
+        early = not self.spec.setup
+        if early:
+            self._start_warm(host, trials)
+        try:
+            self.progress.state(key, "staging inputs")
+            self._stage_inputs(host)
+            # With ready_at and created_at: the measured phases next to the plan's estimates.
+            self.store.record_vm(vm.name, inputs_staged_at=now_iso())
+            self._stage_job(host)
             if self.stop.is_set():
                 return
-        self._start_warm(host, trials)
-        try:
+            # A resumed sweep whose multi-node trials are all done creates no extra VM.
+            if host.vm.nodes > 1 and any(t.nodes > 1 for t in trials):
+                self._form_cluster(host)
+                if self.stop.is_set():
+                    return
+            if not early:
+                self._start_warm(host, trials)
+            self._warm_ready(host)
             if not self._wait_pandas():
                 return
             if self.spec.adaptive:
@@ -622,16 +629,19 @@ class _Engine:
         if not (warm_runner.enabled() and host.executor is not None and wanted):
             return
         preload = None if self.spec.command is not None else self.spec.workload
-        warm = warm_runner.WarmRunner(host.executor, preload,
-                                      lambda line: self.progress.log(f"{host.vm.name}: {line}"))
-        if warm.start():
-            host.warm = warm
-        else:
-            warm.stop()
+        host.warm = warm_runner.WarmRunner(
+            host.executor, preload, lambda line: self.progress.log(f"{host.vm.name}: {line}"))
+        host.warm.launch()
+
+    def _warm_ready(self, host: _Host) -> None:
+        """Before the first trial: the warm runner ready, or given up (trials start fresh)."""
+        if host.warm is not None and not host.warm.wait_ready():
+            host.warm.stop(host.executor)
+            host.warm = None
 
     def _warm_eligible(self, host: _Host, trial: TrialPlan) -> bool:
         """Profilers attach from the runner's start; a Ray trial's driver joins a cluster."""
-        return not trial.profiled and not (trial.nodes > 1 and host.cluster is not None)
+        return not trial.profiled and trial.nodes <= 1
 
     def _form_cluster(self, host: _Host) -> None:
         """Nodes 1..N-1 made ready like node 0 (in parallel), then a Ray cluster over all."""

@@ -45,8 +45,8 @@ class WarmRunner:
         self.ended = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, timeout: float = READY_TIMEOUT_S) -> bool:
-        """Start the server and wait until it is ready; False (and trials start fresh) if not."""
+    def launch(self) -> None:
+        """Start the server; it imports while the engine stages (see ``wait_ready``)."""
         argv = [self.ex.python, "-m", "workloads.warm", "serve", self.name]
         if self.preload:
             argv += ["--preload", self.preload]
@@ -60,13 +60,16 @@ class WarmRunner:
         def hold() -> None:
             try:
                 self.ex.run(argv, on_line=on_line)
-            except Exception as exc:
+            except Exception as exc:  # trials fall back to fresh runners
                 self.log(f"warm runner: {exc}")
             finally:
                 self.ended.set()
 
         self._thread = threading.Thread(target=hold, name="cloudprof-warm-runner", daemon=True)
         self._thread.start()
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
+        """Whether the server is ready (False: trials start fresh)."""
         for _ in range(int(timeout * 10)):
             if self.ready.wait(0.1) or self.ended.is_set():
                 break
