@@ -47,6 +47,7 @@ def child(args: argparse.Namespace) -> None:
 
     sys.path.insert(0, args.code[0])
     from orchestrator.engine import sweep
+    from orchestrator.engine.warm_runner import is_trial_command
     from orchestrator.providers import local
 
     calls: list[dict[str, Any]] = []
@@ -59,8 +60,7 @@ def child(args: argparse.Namespace) -> None:
             return real_run(self, argv, **kw)
         finally:
             # a fresh runner, or a warm runner's client (which lives as long as its trial)
-            trial = "workloads.run" in argv or list(argv[2:4]) == ["workloads.warm", "run"]
-            kind = "trial" if trial else "other"
+            kind = "trial" if is_trial_command(list(argv)) else "other"
             with lock:
                 calls.append({"kind": kind, "start": start, "end": time.time()})
 

@@ -277,7 +277,7 @@ def test_sweep_survives_a_dropped_ssh_session(private_sshd, tmp_path, tmp_path_f
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # until the trial runner runs on the "host"
             ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
-            if any(("workloads.run" in line or "workloads.warm run" in line)
+            if any(("workloads.run" in line or ("workloads.warm" in line and " run " in line))
                    and str(workdir) in line for line in ps.splitlines()):
                 break
             assert proc.poll() is None, proc.communicate()

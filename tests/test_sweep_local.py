@@ -23,6 +23,7 @@ from rich.console import Console
 
 from orchestrator import providers
 from orchestrator.engine.sweep import INPUTS_RETENTION_S, run_sweep
+from orchestrator.engine.warm_runner import is_trial_command
 from orchestrator.errors import (
     EXIT_INTERRUPTED,
     EXIT_MEMORY_GATE,
@@ -128,18 +129,13 @@ class DroppingProvider(LocalProvider):
         return DroppingExecutor(Path(str(inst.address)))
 
 
-def is_trial(argv: list[str]) -> bool:
-    """A trial's command: a fresh runner, or a warm runner's client."""
-    return "workloads.run" in argv or argv[2:4] == ["workloads.warm", "run"]
-
-
 class VanishingExecutor(LocalExecutor):
     """The second trial finds the machine gone, the way a spot preemption looks over SSH."""
 
     runs = 0
 
     def run(self, argv, **kw):  # type: ignore[no-untyped-def,override]
-        if is_trial(argv):
+        if is_trial_command(argv):
             VanishingExecutor.runs += 1
             if VanishingExecutor.runs == 2:
                 VanishingProvider.gone = True
@@ -178,7 +174,7 @@ class WatchingExecutor(LocalExecutor):
 
     def run(self, argv, **kw):  # type: ignore[no-untyped-def,override]
         argv = list(argv)
-        if WatchingExecutor.old_runner and is_trial(argv) and "--put" in argv:
+        if WatchingExecutor.old_runner and is_trial_command(argv) and "--put" in argv:
             i = argv.index("--put")
             del argv[i:i + 2]
         WatchingExecutor.commands.append(argv)
@@ -682,11 +678,12 @@ class FirstImport:
 
 
 sys.meta_path.insert(0, FirstImport())
+from orchestrator.engine.warm_runner import is_trial_command
 launch = subprocess.Popen.__init__
 
 
 def noting(self, args, *rest, **kw):
-    if "workloads.run" in args or args[2:4] == ["workloads.warm", "run"]:  # a trial
+    if is_trial_command(args):
         events.append(("trial", "pandas" in sys.modules))
     launch(self, args, *rest, **kw)
 

@@ -32,7 +32,7 @@ def server() -> Iterator[Server]:
     name = Server(secrets.token_hex(6))
     name.proc = subprocess.Popen([sys.executable, "-m", "workloads.warm", "serve", name],
                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert name.proc.stdout is not None and name.proc.stdout.readline().strip() == "ready"
+    assert name.proc.stdout is not None and name.proc.stdout.readline().split()[0] == "ready"
     try:
         yield name
     finally:
@@ -213,7 +213,33 @@ def test_a_server_whose_sweep_stopped_reading_its_output_exits():
     name = secrets.token_hex(6)
     proc = subprocess.Popen([sys.executable, "-m", "workloads.warm", "serve", name],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    assert proc.stdout is not None and proc.stdout.readline().split()[0] == "ready"
     proc.stdout.close()
     assert proc.wait(timeout=20) == 0
     assert warm._connect(name) is None
+
+
+def test_the_engines_client_starts_without_site_and_runs_the_trial_in_the_servers_fork(tmp_path):
+    """The sweep's trial command (``python -S -c CLIENT ROOT run ...``), through a host's
+    executor, from the server the engine launched; then stopped through the executor."""
+    from orchestrator.engine.warm_runner import WarmRunner, is_trial_command
+    from orchestrator.providers.local import LocalExecutor
+
+    ex = LocalExecutor(tmp_path)
+    lines: list[str] = []
+    warm_runner = WarmRunner(ex, "sleep", lines.append)
+    warm_runner.launch()
+    try:
+        assert warm_runner.wait_ready(timeout=60), lines
+        assert warm_runner.root and (Path(warm_runner.root) / "workloads" / "warm.py").is_file()
+        out = tmp_path / "out"
+        argv = warm_runner.argv(["--workload", "sleep", "--duration", "0.2", "--quiet",
+                                 "--out", str(out)])  # fmt: skip
+        assert argv[1:3] == ["-S", "-c"] and is_trial_command(argv)
+        result = ex.run(argv, timeout=60)
+        assert result.exit_code == protocol.EXIT_OK, result.stdout_tail
+        assert summary(out)["runner_start"] == "forked from a warm runner"
+    finally:
+        warm_runner.stop(ex)
+    assert warm_runner.ended.is_set() and lines == []
+    assert not is_trial_command([sys.executable, "-m", "workloads.warm", "serve", "x"])

@@ -2,6 +2,7 @@
 
     python -m workloads.warm serve NAME [--preload WORKLOAD]  # once per host, in the background
     python -m workloads.warm run NAME -- RUNNER-ARGS...   # per trial: as `-m workloads.run ARGS`
+                                                          # (the engine's: CLIENT, below)
     python -m workloads.warm stop NAME                    # when the host's trials are done
 
 Why: a trial's runner is a fresh interpreter that imports numpy, pyarrow and the
@@ -169,7 +170,8 @@ class Server:
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, "accept")
         sel.register(wake_r, selectors.EVENT_READ, "wake")
-        print("ready", flush=True)
+        # where this package lives: the engine's clients import it from there without `site`
+        print(f"ready {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}", flush=True)
         idle_since = time.monotonic()
         try:
             while not (self.stopping and not self.trials):
@@ -394,6 +396,13 @@ def _send(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
 
 def _fresh_runner(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "workloads.run", *argv])
+
+
+# A client's command line, ``python -S -c CLIENT ROOT run NAME -- ARGS``: without ``site``
+# (a third of an interpreter's start, with an editable install's finder) and runpy, since
+# a client imports only the standard library; ROOT is where the server found this package.
+CLIENT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from workloads.warm import main; "
+          "sys.exit(main(sys.argv[1:]))")
 
 
 def client(name: str, argv: list[str]) -> int:

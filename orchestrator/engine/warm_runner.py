@@ -42,6 +42,7 @@ class WarmRunner:
         self.preload = preload
         self.log = log
         self.ready = threading.Event()
+        self.root: str | None = None
         self.ended = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -52,7 +53,8 @@ class WarmRunner:
             argv += ["--preload", self.preload]
 
         def on_line(line: str) -> None:
-            if line.strip() == "ready":
+            if line.split()[:1] == ["ready"]:  # "ready ROOT": where the host has workloads/
+                self.root = line.strip()[len("ready "):] or None
                 self.ready.set()
             elif line.strip():
                 self.log(f"warm runner: {line.strip()}")
@@ -77,7 +79,13 @@ class WarmRunner:
 
     def argv(self, runner_args: list[str]) -> list[str]:
         """The trial's command: the client, which runs the trial in the server's fork."""
-        return [self.ex.python, "-m", "workloads.warm", "run", self.name, "--", *runner_args]
+        return [*self._client(self.ex), "run", self.name, "--", *runner_args]
+
+    def _client(self, ex: Executor) -> list[str]:
+        from workloads.warm import CLIENT
+
+        return ([ex.python, "-S", "-c", CLIENT, self.root] if self.root
+                else [ex.python, "-m", "workloads.warm"])  # fmt: skip
 
     def stop(self, ex: Executor | None = None, timeout: float = 30.0) -> None:
         """Ask the server to exit (after any trial still running), then let its thread end.
@@ -88,5 +96,11 @@ class WarmRunner:
             return
         ex = ex or self.ex
         with contextlib.suppress(Exception):
-            ex.run([ex.python, "-m", "workloads.warm", "stop", self.name], timeout=timeout)
+            ex.run([*self._client(ex), "stop", self.name], timeout=timeout)
         self.ended.wait(timeout if ex is self.ex else 1.0)
+
+
+def is_trial_command(argv: list[str]) -> bool:
+    """Whether a host's command runs a trial: a fresh runner, or a warm runner's client."""
+    return "workloads.run" in argv or ("run" in argv[:7] and any(
+        "workloads.warm" in word for word in argv[:6]))
