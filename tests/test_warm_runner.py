@@ -58,32 +58,47 @@ def summary(out: Path) -> dict:
     return json.loads((out / protocol.SUMMARY_FILE).read_text())
 
 
+_FORK_PROBE = """
+import json, os, sys
+import numpy, pyarrow.parquet  # what a cube server holds
+import workloads.run
+from workloads import warm
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+
+runs = warm.resident_file_pages()
+page = os.sysconf("SC_PAGE_SIZE")
+assert runs and all(length > 0 and addr % page == 0 for addr, length in runs)
+r, w = os.pipe()
+parent = rss()
+pid = os.fork()
+if pid == 0:
+    untouched = rss()
+    warm.touch_pages(runs)
+    os.write(w, json.dumps([untouched, rss()]).encode())
+    os._exit(0)
+os.close(w)
+untouched, touched = json.loads(os.read(r, 4096))
+os.waitpid(pid, 0)
+print(json.dumps([parent, untouched, touched]))
+"""
+
+
 def test_a_forked_child_holds_exactly_the_servers_resident_pages():
     """The kernel does not copy a library's page-table entries into a forked child; the child
-    maps them again, so its RSS (where a fresh process's peak starts) is the server's."""
-    runs = warm.resident_file_pages()
-    assert runs and all(length > 0 and addr % os.sysconf("SC_PAGE_SIZE") == 0
-                        for addr, length in runs)  # fmt: skip
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        untouched = _status_kb("VmRSS")
-        warm.touch_pages(runs)
-        os.write(w, json.dumps([untouched, _status_kb("VmRSS")]).encode())
-        os._exit(0)
-    os.close(w)
-    untouched, touched = json.loads(os.read(r, 4096))
-    os.waitpid(pid, 0)
-    parent = _status_kb("VmRSS")
-    assert untouched < parent - 1024  # without touching: megabytes short of the parent
-    assert abs(touched - parent) <= 512, (untouched, touched, parent)
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(field)
+    maps them again, so its RSS (where a fresh process's peak starts) is the server's.
+    In a process of its own, single-threaded like a server: a test worker's other threads
+    move its RSS while the child measures."""
+    proc = subprocess.run([sys.executable, "-c", _FORK_PROBE], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    parent, untouched, touched = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert untouched < parent - 1024, (parent, untouched, touched)  # kB: megabytes short
+    # touched: the parent's, give or take what the child itself allocated to measure (~0.1 MB)
+    assert abs(touched - parent) <= max(512, parent // 100), (parent, untouched, touched)
 
 
 def test_a_forked_trial_reports_the_peaks_and_the_units_of_a_fresh_one(tmp_path, server):

@@ -105,8 +105,8 @@ def touch_pages(runs: list[tuple[int, int]]) -> None:
     """Map these pages into this process: its RSS then counts them, as the server's does.
 
     A read through ``/proc/self/mem`` faults the pages it covers into this
-    process's page tables (the kernel's get_user_pages), one call per run, and
-    imports nothing a fresh runner would not hold (ctypes would).
+    process's page tables (the kernel's get_user_pages), 64 KiB a call into one
+    reused buffer, and imports nothing a fresh runner would not hold (ctypes would).
     """
     buf = memoryview(bytearray(_TOUCH_CHUNK))  # reused: no transient allocation in the peak
     fd = os.open("/proc/self/mem", os.O_RDONLY)
