@@ -96,9 +96,10 @@ def test_a_forked_child_holds_exactly_the_servers_resident_pages():
                           timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     parent, untouched, touched = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert untouched < parent - 1024, (parent, untouched, touched)  # kB: megabytes short
-    # touched: the parent's, give or take what the child itself allocated to measure (~0.1 MB)
-    assert abs(touched - parent) <= max(512, parent // 100), (parent, untouched, touched)
+    assert untouched < parent - 4096, (parent, untouched, touched)  # kB: megabytes short
+    # touched: all of the parent's, plus what the child itself allocated to measure (0.1-0.7 MB
+    # seen: its buffer and reads; more where the heap grows by a huge page), never much less
+    assert parent - 256 <= touched <= parent + 4096, (parent, untouched, touched)
 
 
 def test_a_forked_trial_reports_the_peaks_and_the_units_of_a_fresh_one(tmp_path, server):
