@@ -186,3 +186,18 @@ def test_a_hard_linked_get_reads_no_byte_to_verify(tmp_path: Path,
     assert transfer.main(["get", manifest, str(dest)]) == 0
     assert transfer.main(["get", manifest, str(dest)]) == 0
     assert (dest / "f.parquet").stat().st_ino == src.stat().st_ino and hashed == []
+
+
+def test_a_file_get_replaces_a_stale_copy_by_the_buckets_file_and_leaves_no_temporary(
+        tmp_path: Path) -> None:
+    src = tmp_path / "bucket" / "f.parquet"
+    src.parent.mkdir()
+    src.write_bytes(b"new frame")
+    dest = tmp_path / "host"
+    dest.mkdir()
+    (dest / "f.parquet").write_bytes(b"old frame")  # an earlier sweep's, other bytes
+    manifest = write_manifest(tmp_path / "m.json", [
+        {"url": src.as_uri(), "path": "f.parquet", "md5": md5(b"new frame")}])
+    assert transfer.main(["get", manifest, str(dest)]) == 0
+    assert (dest / "f.parquet").stat().st_ino == src.stat().st_ino
+    assert sorted(p.name for p in dest.iterdir()) == ["f.parquet"]

@@ -126,15 +126,13 @@ def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
     if expected and dest.is_file() and md5_of(dest) == expected:
         return dest
 
+    if src is not None and _link(src, dest):
+        return dest  # nothing was transferred: the bucket's own file, not a copy
+
     def attempt() -> Path:
-        with atomic_path(dest, mode=None) as tmp:  # a link keeps the source's mode
-            if src is not None:
-                tmp.unlink()
-                try:
-                    os.link(src, tmp)
-                    return dest  # nothing was transferred: the bucket's own file, not a copy
-                except OSError:
-                    shutil.copyfile(src, tmp)
+        with atomic_path(dest, mode=None) as tmp:
+            if src is not None:  # on another filesystem than the bucket
+                shutil.copyfile(src, tmp)
             else:
                 with _urlopen(url) as resp, open(tmp, "wb") as out:
                     shutil.copyfileobj(resp, out, CHUNK)
@@ -143,6 +141,22 @@ def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
         return dest
 
     return _retry(attempt, f"get {entry['path']}")
+
+
+def _link(src: Path, dest: Path) -> bool:
+    """Hard-link ``src`` at ``dest`` (replacing what is there), False where it cannot be
+    linked (another filesystem). Linked under a temporary name and renamed, so ``dest`` is
+    never missing or partial; no fsync: no byte was written, the bucket's file is the data."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.link")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.link(src, tmp)
+        os.replace(tmp, dest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def put_one(entry: dict[str, Any]) -> str:
@@ -203,6 +217,27 @@ def put_all(entries: list[dict[str, Any]]) -> list[str]:
     return run_all(put_one, entries, parallel=bool(remote))
 
 
+def get_all(entries: list[dict[str, Any]], dest_dir: Path) -> list[str]:
+    """Download every entry of a get manifest into ``dest_dir`` (see ``get_one``); the
+    one-line errors.
+
+    In parallel, unless every entry is a file:// URL on ``dest_dir``'s filesystem: those
+    are hard links (microseconds each), which a thread pool only slows down (~0.09 s of
+    locks and thread start-ups for a dry run's 100 input files)."""
+    return run_all(lambda e: get_one(e, dest_dir), entries,
+                   parallel=not all(_linkable(e, dest_dir) for e in entries))
+
+
+def _linkable(entry: dict[str, Any], dest_dir: Path) -> bool:
+    url = str(entry.get("url", ""))
+    if not url.startswith("file://"):
+        return False
+    try:
+        return _file_path(url).stat().st_dev == dest_dir.stat().st_dev
+    except OSError:
+        return False
+
+
 def _report(errors: list[str]) -> int:
     for error in errors:
         print(f"error: {error}", file=sys.stderr, flush=True)
@@ -232,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[0] == "get":
         dest_dir = Path(args[2])
         dest_dir.mkdir(parents=True, exist_ok=True)
-        return _report(run_all(lambda e: get_one(e, dest_dir), entries))
+        return _report(get_all(entries, dest_dir))
     return _report(put_all(entries))
 
 
