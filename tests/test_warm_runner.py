@@ -199,8 +199,8 @@ def test_a_server_runs_nothing_for_another_user(tmp_path, server):
             os.setuid(65534)
             sock = warm._connect(server)
             if sock is not None:
-                warm._send(sock, {"op": "run", "argv": ["--out", str(tmp_path / "x")],
-                                  "cwd": "/", "env": {}}, [0, 1, 2])  # fmt: skip
+                warm.send(sock, {"op": "run", "argv": ["--out", str(tmp_path / "x")],
+                                 "cwd": "/", "env": {}}, [0, 1, 2])  # fmt: skip
                 answer = sock.recv(64) or b"closed"
         except (BrokenPipeError, ConnectionResetError):  # closed before it read the request
             answer = b"closed"

@@ -2,8 +2,10 @@
 
     python -m workloads.warm serve NAME [--preload WORKLOAD]  # once per host, in the background
     python -m workloads.warm run NAME -- RUNNER-ARGS...   # per trial: as `-m workloads.run ARGS`
-                                                          # (the engine's: CLIENT, below)
     python -m workloads.warm stop NAME                    # when the host's trials are done
+
+(The engine runs the last two through ``workloads.warm_client.CLIENT``, which starts
+in a third of the time: see that module.)
 
 Why: a trial's runner is a fresh interpreter that imports numpy, pyarrow and the
 runner before its clock starts — ~0.25 s a trial that is neither the workload's
@@ -47,7 +49,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import selectors
 import signal
@@ -57,14 +58,10 @@ import sys
 import time
 from typing import Any
 
+from workloads.warm_client import address, client, connect, kill_group, receive, send, stop
+
 IDLE_EXIT_S = 900.0  # a server nobody uses (its sweep died without `stop`) goes away
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_HEADER = struct.Struct("!I")
 _TOUCH_CHUNK = 64 * 1024
-
-
-def _address(name: str) -> str:
-    return "\0cloudprof-warm-" + name
 
 
 # -- the server ---------------------------------------------------------------------------
@@ -156,7 +153,7 @@ class Server:
         try:
             os.pidfd_open  # noqa: B018 - Linux >= 5.3, Python >= 3.9
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(_address(self.name))
+            listener.bind(address(self.name))
         except (AttributeError, OSError) as exc:
             print(f"warm runner unavailable: {exc}", flush=True)
             return 0
@@ -192,7 +189,7 @@ class Server:
                     listener.close()
         finally:
             for trial in list(self.trials.values()):  # never leave a trial running
-                _kill_group(trial.pid, signal.SIGKILL)
+                kill_group(trial.pid, signal.SIGKILL)
         return 0
 
     def _on_signal(self, _signum: int, _frame: Any) -> None:
@@ -207,7 +204,7 @@ class Server:
             if uid != os.getuid():
                 conn.close()
                 return
-            request, fds = _receive_request(conn)
+            request, fds = receive(conn)
         except (OSError, ValueError):
             conn.close()
             return
@@ -242,7 +239,7 @@ class Server:
                     return  # nothing else is expected from a client; ignore it
             except OSError:
                 pass
-            _kill_group(trial.pid, signal.SIGKILL)
+            kill_group(trial.pid, signal.SIGKILL)
         _, status = os.waitpid(trial.pid, 0)
         sel.unregister(trial.conn)
         sel.unregister(trial.pidfd)
@@ -265,17 +262,6 @@ def _output_closed() -> bool:
     poll = select.poll()
     poll.register(sys.stdout.fileno(), 0)  # errors and hang-ups are always reported
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
-
-
-def _kill_group(pid: int, sig: int) -> None:
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, sig)
-            return
-        except ProcessLookupError:
-            continue
-        except PermissionError:
-            return
 
 
 def _child(request: dict[str, Any], fds: list[int], conn: socket.socket, server: Server) -> None:
@@ -334,20 +320,6 @@ def _exit_functions() -> None:
     atexit._run_exitfuncs()
 
 
-def _receive_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 8)
-    if len(data) < _HEADER.size:
-        raise ValueError("short request")
-    (size,) = _HEADER.unpack_from(data)
-    body = bytearray(data[_HEADER.size:])
-    while len(body) < size:
-        more = conn.recv(size - len(body))
-        if not more:
-            raise ValueError("truncated request")
-        body += more
-    return json.loads(body), list(fds)
-
-
 def _sampler_child(request: dict[str, Any], fds: list[int]) -> None:
     """In a forked child: the trial's sampler (``python -m workloads.sampler``, less the
     interpreter's start and imports), in the trial's process group, on the trial's pipes."""
@@ -381,66 +353,10 @@ def _sampler_child(request: dict[str, Any], fds: list[int]) -> None:
 
 
 def _connect(name: str) -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(_address(name))
-    except OSError:
-        sock.close()
-        return None
-    return sock
-
-
-def _send(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-    body = json.dumps(request).encode()
-    socket.send_fds(sock, [_HEADER.pack(len(body)) + body], fds)
-
-
-def _fresh_runner(argv: list[str]) -> None:
-    os.execv(sys.executable, [sys.executable, "-m", "workloads.run", *argv])
-
-
-# A client's command line, ``python -S -c CLIENT ROOT run NAME -- ARGS``: without ``site``
-# (a third of an interpreter's start, with an editable install's finder) and runpy, since
-# a client imports only the standard library; ROOT is where the server found this package.
-CLIENT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from workloads.warm import main; "
-          "sys.exit(main(sys.argv[1:]))")
-
-
-def client(name: str, argv: list[str]) -> int:
-    """Run one trial in the server's fork, as if this process were the runner."""
-    sock = _connect(name)
-    if sock is None:
-        _fresh_runner(argv)
-    assert sock is not None
-    try:
-        _send(sock, {"op": "run", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)},
-              [0, 1, 2])  # fmt: skip
-        reader = sock.makefile("r", encoding="utf-8")
-        first = reader.readline().split()
-    except OSError:
-        first = []
-    if len(first) != 2 or first[0] != "pid":  # the server is stopping: start fresh instead
-        sock.close()
-        _fresh_runner(argv)
-    pid = int(first[1])
-
-    def forward(signum: int, _frame: Any) -> None:
-        _kill_group(pid, signum)
-
-    for sig in _FORWARDED:
-        signal.signal(sig, forward)
-    last = reader.readline().split()  # a forwarded signal interrupts it: PEP 475 retries
-    if len(last) == 2 and last[0] == "exit":
-        return int(last[1])
-    if len(last) == 2 and last[0] == "signal":
-        sig = int(last[1])
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        return 128 + sig
-    # the server died under its trial: do not leave the trial running unwatched
-    _kill_group(pid, signal.SIGKILL)
-    print("error: the warm runner stopped during the trial", file=sys.stderr, flush=True)
-    return 1
+    """A connection to the server as a full ``socket.socket`` (the trial's side: makefile,
+    select), from the client's lean one."""
+    raw = connect(name)
+    return None if raw is None else socket.socket(fileno=raw.detach())
 
 
 class ForkedProcess:
@@ -494,7 +410,7 @@ def spawn_sampler(name: str, config: str, fds: list[int]) -> ForkedProcess | Non
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     try:
-        _send(sock, {"op": "sampler", "argv": [config], "pgid": os.getpgrp(),
+        send(sock, {"op": "sampler", "argv": [config], "pgid": os.getpgrp(),
                      "fd_numbers": fds}, [in_r, out_w, 2, *fds])  # fmt: skip
         first = sock.makefile("r", encoding="utf-8").readline().split()
     except OSError:
@@ -510,23 +426,18 @@ def spawn_sampler(name: str, config: str, fds: list[int]) -> ForkedProcess | Non
     return ForkedProcess(int(first[1]), in_w, out_r, sock)
 
 
-def stop(name: str) -> int:
-    sock = _connect(name)
-    if sock is None:
-        return 0
-    with sock:
-        _send(sock, {"op": "stop"}, [])
-        sock.recv(64)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) >= 2 and args[0] == "serve":
         preload = None
         if len(args) == 4 and args[2] == "--preload":
             preload = args[3]
-        return Server(args[1], preload).serve()
+        code = Server(args[1], preload).serve()
+        # No trial runs any more and nothing is left to write: skip the interpreter's
+        # teardown of numpy and pyarrow (~50 ms on the engine's wait for the stop)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if len(args) >= 3 and args[0] == "run" and args[2] == "--":
         return client(args[1], args[3:])
     if len(args) == 2 and args[0] == "stop":

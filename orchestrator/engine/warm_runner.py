@@ -82,7 +82,7 @@ class WarmRunner:
         return [*self._client(self.ex), "run", self.name, "--", *runner_args]
 
     def _client(self, ex: Executor) -> list[str]:
-        from workloads.warm import CLIENT
+        from workloads.warm_client import CLIENT
 
         return ([ex.python, "-S", "-c", CLIENT, self.root] if self.root
                 else [ex.python, "-m", "workloads.warm"])  # fmt: skip
