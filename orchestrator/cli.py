@@ -9,6 +9,7 @@ error into one ``error: ...`` line on stderr and the documented exit code.
 
 from __future__ import annotations
 
+import copy
 import enum
 import importlib
 import os
@@ -79,6 +80,8 @@ class _ClickConventions:
         for param in params:
             if isinstance(param, typer.core.TyperArgument):
                 param.display_type_rich = _no_type  # type: ignore[method-assign]
+                if getattr(param, "type", None) is not None:  # Typer < 0.29
+                    param.type = _unlabelled(param.type)
                 param.get_usage_pieces = _usage_of(param)  # type: ignore[method-assign]
             elif getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
@@ -89,9 +92,17 @@ def _no_type(ctx: Any) -> None:
     return None
 
 
+def _unlabelled(kind: Any) -> Any:
+    """The argument's type without a label in help (Typer < 0.29 labels an argument with its
+    type's metavar, else ``<type>``): a copy, since a type may be shared by parameters."""
+    kind = copy.copy(kind)
+    kind.get_metavar = lambda *_a, **_k: ""
+    return kind
+
+
 def _usage_of(param: Any) -> Any:
     def pieces(ctx: Any) -> list[str]:
-        name = param.display_name_raw.upper()
+        name = (param.metavar or param.name or "").upper()
         if param.nargs != 1 and not name.endswith("..."):
             name += "..."
         return [name if param.required else f"[{name}]"]
