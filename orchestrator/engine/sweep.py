@@ -329,20 +329,16 @@ class _Engine:
         # Set once the main thread has imported what recording a trial needs (pandas), which
         # it does while the machines provision and stage; no trial starts before it.
         self.pandas_ready = threading.Event()
+        # What the main thread uploads while the machines provision (the job, the inputs:
+        # see ``_stage_once``); set once it has, or failed. No host fetches them before.
+        self.stage: Callable[[], None] = lambda: None
+        self.staged = threading.Event()
 
     # -- the whole run ---------------------------------------------------------
 
     def execute(self, todo: dict[str, list[TrialPlan]]) -> bool:
         """Run every machine with trials left; False when interrupted."""
         vms = [vm for vm in self.plan.vms if todo.get(vm.name)]
-        if self.bucket is not None and self.inputs is not None:
-            keys = self.bucket.list(self.inputs.prefix + "/")
-            self.input_manifest = [
-                {"url": self.bucket.signed_url(f"{self.inputs.prefix}/{rel}",
-                                               expires_s=self.url_lifetime_s), "path": rel,
-                 "md5": keys.get(f"{self.inputs.prefix}/{rel}")}
-                for rel, _ in self.inputs.files
-            ]
         concurrent = all(getattr(self._provider(vm), "concurrent_machines", True) for vm in vms)
         gate = threading.Semaphore(len(vms) if concurrent else 1)
         threads = []
@@ -355,6 +351,7 @@ class _Engine:
         try:
             for thread in threads:
                 thread.start()
+            self._stage_once()
             self._import_pandas()
             while self._running():
                 # A machine thread's end sets ``wake``, so the sweep goes on the moment the
@@ -368,6 +365,35 @@ class _Engine:
             self._wait_teardown()
             return False
         return True
+
+    def _stage_once(self) -> None:
+        """Upload what the hosts fetch (``stage``) and sign its URLs, on the main thread while
+        the machine threads create, boot and bootstrap their hosts: a VM's boot no longer
+        waits for the upload. A failure stops the machines (torn down as for any failure)."""
+        if self.staged.is_set():
+            return  # an earlier execute of this sweep (--search) staged them
+        try:
+            self.stage()
+            if self.bucket is not None and self.inputs is not None:
+                keys = self.bucket.list(self.inputs.prefix + "/")
+                self.input_manifest = [
+                    {"url": self.bucket.signed_url(f"{self.inputs.prefix}/{rel}",
+                                                   expires_s=self.url_lifetime_s),
+                     "path": rel, "md5": keys.get(f"{self.inputs.prefix}/{rel}")}
+                    for rel, _ in self.inputs.files
+                ]
+        except BaseException:
+            self.stop.set()
+            raise
+        finally:
+            self.staged.set()
+
+    def _wait_staged(self) -> bool:
+        """Wait for ``_stage_once``; False when the sweep is stopping (or staging failed)."""
+        while not self.staged.wait(0.1):
+            if self.stop.is_set():
+                return False
+        return not self.stop.is_set()
 
     def _import_pandas(self) -> None:
         """Import pandas (what ``RunStore.record_trial`` needs, ~0.3-1 s) on the main thread
@@ -582,6 +608,8 @@ class _Engine:
         if early:
             self._start_warm(host, trials)
         try:
+            if not self._wait_staged():
+                return
             self.progress.state(key, "staging inputs")
             self._stage_inputs(host)
             # With ready_at and created_at: the measured phases next to the plan's estimates.
@@ -1478,19 +1506,22 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
         engine.resuming = resuming
         if _SIGNALS is not None:
             _SIGNALS.warn = engine._still_tearing_down
-        try:
-            if bucket is not None:
-                _label_prefixes(bucket, plan, inputs)
-                if job is not None:  # a cache like the inputs: labelled, kept for later sweeps
-                    bucket.label_prefix(job.prefix, slug(plan.sweep_id),
-                                        max(_expiry(time.time(), vm) for vm in plan.vms),
-                                        INPUTS_RETENTION_S)
-            if job is not None and bucket is not None:
+        def stage() -> None:
+            if bucket is None:
+                return
+            _label_prefixes(bucket, plan, inputs)
+            if job is not None:  # a cache like the inputs: labelled, kept for later sweeps
+                bucket.label_prefix(job.prefix, slug(plan.sweep_id),
+                                    max(_expiry(time.time(), vm) for vm in plan.vms),
+                                    INPUTS_RETENTION_S)
                 progress.log(f"Shipping the job ({job.files} files) to "
                              f"{bucket.url}/{job.prefix}/ ...")
                 bucket.upload_dir(job.path.parent, job.prefix)
-            if inputs is not None and bucket is not None:
+            if inputs is not None:
                 _stage(bucket, inputs, progress)
+
+        engine.stage = stage
+        try:
             finished = (_run_search(engine, plan, store, todo) if plan.search
                         else engine.execute(todo))
         except BaseException as exc:
