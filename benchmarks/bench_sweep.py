@@ -21,7 +21,9 @@ clock (their behaviour is unchanged):
 - *hash/stage inputs*: upload to the (local) bucket with its MD5s, the
   engine's listing of the staged inputs, and ``transfer get`` on the host;
 - *runner before its clock*: the trial runner's ``load_s`` (interpreter
-  start, imports, ``prepare()``), as the runner itself measured it;
+  start, imports, ``prepare()``), as the runner itself measured it (from its
+  process's start on ``CLOCK_BOOTTIME``, to a 10 ms tick; a forked trial from
+  its fork, exactly);
 - *trial*: the runner's ``seconds`` (its own clock: the measured part);
 - *runner after its clock*: the runner's process wall minus the two above
   (stopping the sampler, writing the result files, putting them in the bucket

@@ -405,17 +405,29 @@ def test_the_sampler_process_starts_without_site_and_imports_only_what_it_uses(
                           "urllib.request", "json", "pickle", "typing", "contextlib", "re"}
 
 
-def test_process_start_time_and_host_facts_from_proc_agree_with_psutil():
-    from workloads.hostinfo import host_facts
-
-    assert procfs.start_time() == pytest.approx(psutil.Process().create_time(), abs=0.02)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+def test_a_processs_age_is_the_span_since_its_spawn_to_one_tick_not_the_boot_times_second():
+    """Not the wall clock less (btime + start), as psutil's create_time(): btime is whole
+    seconds, which put a trial's load_s 48 ms long on the machine where it was found."""
+    before = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    spawned = time.monotonic()  # Popen returns after the child's fork (and its exec)
     try:
-        assert procfs.start_time(child.pid) == pytest.approx(
-            psutil.Process(child.pid).create_time(), abs=0.02)
+        time.sleep(0.25)
+        at_least = time.monotonic() - spawned
+        age = procfs.age(child.pid)
+        at_most = time.monotonic() - before
     finally:
         child.kill()
         child.wait()
+    assert age is not None
+    # the kernel truncates the start to a tick: the age is at most one tick (10 ms) long
+    assert at_least <= age <= at_most + 1 / procfs.CLOCK_TICKS + 1e-6, (at_least, age, at_most)
+    assert procfs.age(child.pid) is None  # reaped: nothing to ask
+
+
+def test_host_facts_from_proc_agree_with_psutil():
+    from workloads.hostinfo import host_facts
+
     facts = host_facts()
     assert facts["cores_physical"] == psutil.cpu_count(logical=False)
     assert facts["memory_bytes"] == psutil.virtual_memory().total

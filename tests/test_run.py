@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -365,6 +366,22 @@ def test_warmup_is_untimed_and_recorded(tmp_path):
     assert table[0]["units"] == 0  # nor are its units
     # the load phase (interpreter start, imports, warm-up) is timed for the report's plot
     assert s["load_s"] >= 0.5 and s["peak_rss_before_trial_bytes"] > 0
+
+
+def test_a_fresh_trials_load_phase_is_what_its_parent_saw_before_the_clock_to_one_tick(tmp_path):
+    """load_s from the process's start on the kernel's own clock, not the wall clock less the
+    boot time (whole seconds: 48 ms too long on the machine where it was found)."""
+    spawned = time.time()
+    proc = run(tmp_path, "--workload", "sleep", "--warmup", "0.3", "--duration", "0.2",
+               "--sample-hz", "0", "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = summary(tmp_path)
+    # started_at is read after load_s, to the millisecond below; the process started after
+    # `spawned`; load_s is rounded to the millisecond and its start truncated to a 10 ms tick
+    clock_started = datetime.fromisoformat(s["started_at"]).timestamp() + 0.001
+    assert s["runner_start"] == "fresh interpreter"
+    assert 0.3 <= s["load_s"] <= clock_started - spawned + 0.01 + 0.0005, (
+        s["load_s"], clock_started - spawned)
 
 
 def test_a_trial_times_its_workloads_prepare_apart_from_the_start_up_before_it(tmp_path):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,29 @@ def test_a_forked_trial_reports_the_peaks_and_the_units_of_a_fresh_one(tmp_path,
                for s in forked)  # fmt: skip
     assert all(s["status"] == "ok" and s["units"] > 0 and s["agent"]["samples"] > 5
                for s in forked)  # fmt: skip
+
+
+def test_a_forked_trials_load_phase_starts_at_its_fork_exactly(tmp_path, server):
+    """The server reads the monotonic clock just before the fork: load_s has no 10 ms tick
+    of /proc in it, nor the wall clock less the boot time's whole second."""
+    out = tmp_path / "out"
+    argv = ["--out", str(out), "--workload", "sleep", "--warmup", "0.3", "--duration", "0.2",
+            "--sample-hz", "0", "--quiet"]  # fmt: skip
+    sock = warm._connect(server)
+    assert sock is not None
+    with sock, open(os.devnull, "rb") as stdin, open(tmp_path / "streams", "wb") as streams:
+        asked = time.time()  # the server forks after this, once it has read the request
+        warm.send(sock, {"op": "run", "argv": argv, "cwd": str(tmp_path),
+                         "env": dict(os.environ)}, [stdin.fileno(), streams.fileno(),
+                                                    streams.fileno()])  # fmt: skip
+        lines = sock.makefile("r", encoding="utf-8").read().split("\n")
+    assert lines[0].startswith("pid ") and lines[1] == "exit 0", lines
+    s = summary(out)
+    # started_at is read after load_s, to the millisecond below; load_s is rounded to it
+    clock_started = datetime.fromisoformat(s["started_at"]).timestamp() + 0.001
+    assert s["runner_start"] == "forked from a warm runner"
+    assert 0.3 <= s["load_s"] <= clock_started - asked + 0.0005, (
+        s["load_s"], clock_started - asked)
 
 
 def test_a_forked_trial_gets_the_clients_arguments_directory_environment_and_streams(

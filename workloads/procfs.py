@@ -115,19 +115,27 @@ def _status_kb(pid: int | str, key: bytes) -> int | None:
     return None
 
 
-def start_time(pid: int | str = "self") -> float | None:
-    """When ``pid`` started, in seconds since the epoch, as psutil's ``create_time()`` computes
-    it on Linux (without importing psutil, ~25 ms of a runner's start): its start in clock
-    ticks after boot (/proc/PID/stat) plus the boot time (``btime`` in /proc/stat)."""
+def age(pid: int | str = "self") -> float | None:
+    """Seconds since ``pid`` started, read on the clock its start is counted on.
+
+    The kernel records a process's start (``starttime`` in /proc/PID/stat) in clock ticks
+    of ``CLOCK_BOOTTIME``, so its age is that clock now minus the start. Not ``time.time()``
+    minus (boot time + start), as psutil's ``create_time()`` has it: ``btime`` in /proc/stat
+    is whole seconds of the realtime clock at boot, which puts the start off by a constant of
+    up to 1 s plus any step of the clock since boot (48 ms on the machine it was found on).
+    Resolution one tick (1/CLK_TCK, 10 ms): the kernel truncates the start to a tick, so the
+    age it gives is at most one tick longer than the true one, never shorter. None where
+    /proc or the clock cannot say. A trial forked from a warm runner knows its start exactly
+    and does not ask (``workloads.run.FORKED_AT``).
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
         ticks = int(raw[raw.rfind(b")") + 2 :].split()[_STARTTIME])
-        with open("/proc/stat", "rb") as f:
-            boot = next(float(line.split()[1]) for line in f if line.startswith(b"btime "))
-    except (OSError, ValueError, IndexError, StopIteration):
+        now = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
-    return boot + ticks / CLOCK_TICKS
+    return max(0.0, now - ticks / CLOCK_TICKS)
 
 
 def read_hwm(pid: int | str = "self") -> int | None:

@@ -45,6 +45,9 @@ DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
 # How this trial's process began; workloads.warm sets it in the trials it forks.
 STARTED_AS = "fresh interpreter"
+# time.monotonic() just before the fork that began this trial's process, where that is known
+# exactly: workloads.warm sets it in the trials it forks. None: ask /proc (to a 10 ms tick).
+FORKED_AT: float | None = None
 TREE_GAP = 1.10  # a sampled tree peak this far below the sum of per-process peaks is flagged
 
 
@@ -424,10 +427,16 @@ class _Progress:
 
 def _seconds_since_process_start() -> float | None:
     """How long this process ran before its trial: interpreter start, imports, input loading,
-    warm-up. The agent samples only the trial; reports draw this span before t = 0."""
-    started = procfs.start_time()
+    warm-up. The agent samples only the trial; reports draw this span before t = 0.
+
+    A forked trial counts from its fork on the monotonic clock (no rounding); a fresh one
+    from its start as the kernel records it, on ``CLOCK_BOOTTIME`` (``procfs.age``: at most
+    one 10 ms tick long), never from the wall clock and the boot time."""
+    if FORKED_AT is not None:
+        return round(max(0.0, time.monotonic() - FORKED_AT), 3)
+    age = procfs.age()
     # None where /proc cannot say: the report shows no load phase
-    return None if started is None else round(max(0.0, time.time() - started), 3)
+    return None if age is None else round(age, 3)
 
 
 def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
@@ -473,8 +482,10 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
             exclude_thread_names={"workload"},
         ))  # fmt: skip
     profilers.steady_state_begins(profile)
+    # the load phase, drawn before t = 0; read before started_at, so that started_at less the
+    # moment the process was started bounds it from above (the tests check load_s by that)
+    summary["load_s"] = _seconds_since_process_start()
     summary["started_at"] = _now()
-    summary["load_s"] = _seconds_since_process_start()  # the load phase, drawn before t = 0
     agent.start()
     progress = _Progress(args.quiet)
     failure: BaseException | None = None

@@ -215,11 +215,12 @@ class Server:
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        forked_at = time.monotonic()  # the trial's load phase starts here (run.FORKED_AT)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns here (os._exit)
             if request.get("op") == "sampler":
                 _sampler_child(request, fds)
-            _child(request, fds, conn, self)
+            _child(request, fds, conn, self, forked_at)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -264,8 +265,12 @@ def _output_closed() -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
 
 
-def _child(request: dict[str, Any], fds: list[int], conn: socket.socket, server: Server) -> None:
-    """In the forked child: become the trial's process, run the runner, exit with its code."""
+def _child(request: dict[str, Any], fds: list[int], conn: socket.socket, server: Server,
+           forked_at: float) -> None:
+    """In the forked child: become the trial's process, run the runner, exit with its code.
+
+    ``forked_at``: the server's ``time.monotonic()`` just before the fork, where the trial's
+    load phase (``load_s``) starts, exactly; /proc would give it only to a 10 ms tick."""
     code = 1
     try:
         os.setpgid(0, 0)
@@ -290,6 +295,7 @@ def _child(request: dict[str, Any], fds: list[int], conn: socket.socket, server:
         agent.IMPORTS_PEAK_BYTES = server.imports_peak
         agent.SPAWN_SAMPLER = lambda config, fds: spawn_sampler(server.name, config, fds)
         run.STARTED_AS = "forked from a warm runner"
+        run.FORKED_AT = forked_at
         sys.argv = [run.__file__, *request["argv"]]
         code = run.main(request["argv"])
         _exit_functions()
