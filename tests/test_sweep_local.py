@@ -203,6 +203,18 @@ class WatchingProvider(LocalProvider):
         return WatchingExecutor(Path(str(inst.address)))
 
 
+class BootingProvider(LocalProvider):
+    """A host whose creation the test sees (``created``), while the inputs upload."""
+
+    name = "booting"
+    created = threading.Event()
+
+    def create(self, req):  # type: ignore[no-untyped-def,override]
+        inst = super().create(req)
+        BootingProvider.created.set()
+        return inst
+
+
 def spec_for(out: Path, **kw: object) -> SweepSpec:
     values: dict = {"machines": ["n2-highcpu-8"], "workers": [1, 2], "duration_s": 1.0,
                     "repeats": 1, "workload_params": dict(SMALL), "out": out, "dry_run": True,
@@ -715,3 +727,49 @@ def test_a_sweep_imports_pandas_while_its_machine_stages_and_before_its_first_tr
     assert any(name.startswith("machine-") for name in imports[0][2]), imports[0]
     trials = [e for e in events if e[0] == "trial"]
     assert len(trials) == 2 and all(seen for _, seen in trials), events
+
+
+@pytest.mark.slow
+def test_the_machines_are_created_while_the_inputs_upload_and_fetch_them_once_staged(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upload waits until a machine exists: an engine that still created its machines
+    only after the upload would stop here (BucketError after 30 s) instead of finishing."""
+    monkeypatch.setitem(providers.PROVIDERS, "booting", f"{__name__}:BootingProvider")
+    BootingProvider.created.clear()
+    upload = LocalBucket.upload_dir
+    uploaded_at: list[str] = []
+
+    def upload_once_a_machine_exists(self, *a, **kw):  # type: ignore[no-untyped-def]
+        if not BootingProvider.created.wait(30):
+            raise BucketError("the upload waited 30 s for a machine that was never created")
+        keys = upload(self, *a, **kw)
+        uploaded_at.append(time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
+        return keys
+
+    monkeypatch.setattr(LocalBucket, "upload_dir", upload_once_a_machine_exists)
+    spec = spec_for(tmp_path / "runs", provider="booting", dry_run=False, workers=[1],
+                    bucket=str(tmp_path / "bucket"))
+    run_dir = run_sweep(spec, console=quiet())
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    assert list(trials["status"]) == ["ok"]
+    (vm,) = json.loads((run_dir / "sweep.json").read_text())["vms"].values()
+    assert uploaded_at and vm["inputs_staged_at"][:19] >= uploaded_at[0]  # fetched once staged
+
+
+@pytest.mark.slow
+def test_an_upload_that_fails_is_one_line_and_the_machine_started_meanwhile_is_released(
+    cache: Path, tmp_path: Path
+) -> None:
+    bucket = tmp_path / "bucket"
+    spec = spec_for(tmp_path / "runs", workers=[1], bucket=str(bucket))
+    run_sweep(spec, console=quiet())  # the inputs are in the bucket: now one is in the way
+    victim = sorted(bucket.glob("inputs/*/*.parquet"))[0]
+    victim.unlink()
+    (victim / "in-the-way").mkdir(parents=True)
+    with pytest.raises(BucketError, match=f"cannot upload to .*{victim.name}"):
+        run_sweep(spec_for(tmp_path / "runs2", workers=[1], bucket=str(bucket)),
+                  console=quiet())
+    data = json.loads((only_run(tmp_path / "runs2") / "sweep.json").read_text())
+    assert data["status"] == "failed"
+    assert [vm["state"] for vm in data["vms"].values()] == ["released"]

@@ -308,8 +308,14 @@ class LocalBucket(Bucket):
                 progress(path.stat().st_size)
             return key
 
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            uploaded = [k for k in pool.map(one, files) if k]
+        try:
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                uploaded = [k for k in pool.map(one, files) if k]
+        except OSError as exc:  # a full disk, a read-only directory, a directory in the way
+            culprit = getattr(exc, "filename2", None) or exc.filename
+            where = f" ({culprit})" if culprit else ""
+            raise BucketError(f"cannot upload to {self.url}/{prefix}: "
+                              f"{exc.strerror or exc}{where}") from None
         self._save_md5()
         return uploaded
 
