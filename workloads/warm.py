@@ -146,6 +146,11 @@ class Server:
         if self.preload in REGISTRY:  # a built-in: never the user's code
             for module in load_workload(self.preload).preload:
                 importlib.import_module(module)
+        # What every runner reads before prepare(), whose first read fills platform's caches
+        # (uname, the interpreter's libc): ~8 ms a trial, paid here once for all of them
+        from workloads.hostinfo import host_facts
+
+        host_facts()
         self.pages = resident_file_pages()
         self.imports_peak = procfs.read_hwm("self") or 0
 
