@@ -1129,3 +1129,15 @@ def test_a_trial_row_keeps_the_summarys_gpu_peak() -> None:
     assert row["gpu_peak_source"].startswith("PyTorch allocator")
     assert trial_row(None, machine(), trial=trial, sweep_id="s", ran_on="m",
                      provider="gcp")["peak_gpu_mem_bytes"] is None  # fmt: skip
+
+
+def test_a_sweep_whose_ok_trials_all_ran_on_two_nodes_points_to_scale_out_not_to_failure(
+    tmp_path: Path,
+) -> None:
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100, 104]}, nodes=2,
+                            scaleout_efficiency=float("nan"))  # no 1-node trial to compare
+    text = console_text(write_store(tmp_path / "s", trials))
+    assert "2 trials: 2 ok, 0 not ok" in text
+    assert "No trial finished ok" not in text
+    assert "every ok trial is in \"Scale out\" below" in text
+    assert "Scale out: throughput, cost and memory per node count" in text

@@ -151,7 +151,11 @@ def _headlines(
     if workload:
         lines.append(f"Workload: {workload}")
     if summary.empty:
-        lines.append("No trial finished ok: there is no throughput, cost or knee to report.")
+        if n_ok:  # every ok trial is a --nodes trial: one_node() kept none of them
+            lines.append("No ok trial ran on one machine, so there is no scale-up to report: "
+                         "every ok trial is in \"Scale out\" below (--nodes).")
+        else:
+            lines.append("No trial finished ok: there is no throughput, cost or knee to report.")
         return lines
     cheapest, fastest = best_rows(summary)
     if cheapest is not None:
