@@ -377,14 +377,18 @@ def knees(
     return out
 
 
-def repeat_groups(trials: pd.DataFrame, metric: str) -> dict[tuple[str, str, int], list[float]]:
+def repeat_groups(
+    trials: pd.DataFrame, metric: str,
+    by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None,
+) -> dict[tuple[str, str, int], list[float]]:
     """(machine, ran_on, workers) → ``metric`` of each ok repeat: what :func:`rank` compares.
 
     ``metric`` is ``units_per_s`` or ``cost_per_million_units`` (computed per
-    repeat from its own throughput, the formula of the summary).
+    repeat from its own throughput, the formula of the summary). ``by_machine``:
+    ``samples(trials)`` when the caller has it already.
     """
     out: dict[tuple[str, str, int], list[float]] = {}
-    for key, by_workers in samples(trials).items():
+    for key, by_workers in (samples(trials) if by_machine is None else by_machine).items():
         prices = trials[(trials["machine"].astype(str) == key[0]) & (trials["status"] == OK)]
         price = prices["price_per_hour"].dropna()
         for workers, rates in by_workers.items():
