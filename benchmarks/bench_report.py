@@ -14,16 +14,17 @@ The store is a real one: ``cloudprof sweep -m n2-highcpu-80 --dry-run --workers 
 anything is timed (or ``--store``, an existing run). Then, in rounds, each
 checkout in a fresh process of its own (the checkouts alternate round by round,
 so a neighbour's load hits each alike), which imports what it needs and warms up
-with one untimed report and record, then times:
+with one untimed report and record, then times ``--inner`` times, alternating:
 
 - *report_run*: on a fresh copy of the store (without its report files), the
   summary printed to a 160-column console in memory;
 - *record_trial x N*: the store's N trial rows recorded one by one, each with its
-  time series, into a new store, through one ``RunStore`` (as the engine does).
+  time series, into a new store (created before the clock starts), through one
+  ``RunStore`` (as the engine does).
 
-Figures: per checkout, the median over rounds of wall seconds and of CPU
-seconds (this process, all threads: on a shared machine the fairer one), with
-the min–max over rounds.
+A round's figure is the median of its ``--inner`` calls. Figures: per checkout,
+the median over rounds of wall seconds and of CPU seconds (this process, all
+threads: on a shared machine the fairer one), with the min–max over rounds.
 """
 
 from __future__ import annotations
@@ -80,9 +81,11 @@ def child(args: argparse.Namespace) -> None:
         shutil.rmtree(run_dir / "plots", ignore_errors=True)
         return run_dir
 
-    def record_all(name: str) -> None:
-        target = RunStore.create(Path(args.tmp) / name, {"sweep_id": "bench", "spec": {},
-                                                          "plan": {}})
+    def new_store(name: str) -> RunStore:
+        return RunStore.create(Path(args.tmp) / name, {"sweep_id": "bench", "spec": {},
+                                                       "plan": {}})
+
+    def record_all(target: RunStore) -> None:
         for row in rows:
             target.record_trial(dict(row), store / "timeseries" / f"{row['trial_id']}.parquet")
 
@@ -90,18 +93,21 @@ def child(args: argparse.Namespace) -> None:
         report_run(run_dir, Console(file=io.StringIO(), width=160))
 
     report(fresh_copy("warm-report"))  # imports: pandas, pyarrow, rich, the report modules
-    record_all("warm-record")
-    copy = fresh_copy("timed-report")
-    out = {"report_run": wall_and_cpu(lambda: report(copy)),
-           "record_trial x N": wall_and_cpu(lambda: record_all("timed-record")),
-           "records": len(rows)}
-    print(json.dumps(out))
+    record_all(new_store("warm-record"))
+    timed: dict[str, list[tuple[float, float]]] = {m: [] for m in METRICS}
+    for i in range(args.inner):  # alternating; each on its own fresh copy or new store
+        copy, target = fresh_copy(f"report-{i}"), new_store(f"record-{i}")
+        timed["report_run"].append(wall_and_cpu(lambda copy=copy: report(copy)))
+        timed["record_trial x N"].append(wall_and_cpu(lambda target=target: record_all(target)))
+    out: dict[str, Any] = {m: [median([w for w, _ in v]), median([c for _, c in v])]
+                           for m, v in timed.items()}
+    print(json.dumps({**out, "records": len(rows)}))
 
 
 def one_round(args: argparse.Namespace, code: str, store: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         argv = [sys.executable, __file__, "--child", "--code", code, "--store", str(store),
-                "--tmp", tmp]
+                "--tmp", tmp, "--inner", str(args.inner)]
         env = {**os.environ, "PYTHONPATH": code}
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:
@@ -112,6 +118,8 @@ def one_round(args: argparse.Namespace, code: str, store: Path) -> dict[str, Any
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5, help="rounds per checkout (median, min-max)")
+    ap.add_argument("--inner", type=int, default=5,
+                    help="timed calls per round, in the round's process (their median)")
     ap.add_argument("--store", help="an existing run directory (default: make a 6-trial dry run)")
     ap.add_argument(
         "--code", action="append", default=None,
