@@ -75,7 +75,8 @@ def child(args: argparse.Namespace) -> None:
 
     def fresh_copy(name: str) -> Path:
         run_dir = Path(args.tmp) / name
-        shutil.copytree(store, run_dir)
+        # hosts/ holds the local "VM"'s staged inputs (~800 MiB), which no report reads
+        shutil.copytree(store, run_dir, ignore=lambda d, _: ["hosts"] if Path(d) == store else [])
         for stale in (REPORT_MD, REPORT_HTML):
             (run_dir / stale).unlink(missing_ok=True)
         shutil.rmtree(run_dir / "plots", ignore_errors=True)
