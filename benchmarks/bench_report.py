@@ -1,93 +1,174 @@
-"""Writing a report: the text alone vs text and plots, on a real ~10-trial results store.
+"""The sweep process's own work at the end and per trial: the report, and recording trials.
 
-    python benchmarks/bench_report.py [--rounds 3]
+    python benchmarks/bench_report.py                                 # this checkout
+    python benchmarks/bench_report.py --code /tmp/before --code .     # two checkouts, interleaved
+    python benchmarks/bench_report.py --store runs/<sweep-id> --rounds 7
 
-The store comes from a real ``--dry-run`` sweep run first (one machine, worker
-counts 1..16, two repeats: 10 trials with their time series). Then, in
-interleaved rounds:
+Both run in the sweep's own process, on the critical path: ``report_run`` once at
+the end of a sweep (``_finish``: the printed summary, report.md, report.html and
+plots/*.svg), ``RunStore.record_trial`` once per trial (its time series copied in,
+trials.parquet rewritten with the derived columns).
 
-1. the text report (load the store, summarise, render report.md and
-   report.html — what ``print_summary`` does before printing);
-2. the whole ``write_report`` (the same plus the SVG figures).
+The store is a real one: ``cloudprof sweep -m n2-highcpu-80 --dry-run --workers 1,2
+--repeats 3 --duration 1`` (6 trials with their time series), run once before
+anything is timed (or ``--store``, an existing run). Then, in rounds, each
+checkout in a fresh process of its own (the checkouts alternate round by round,
+so a neighbour's load hits each alike), which imports what it needs and warms up
+with one untimed report and record, then times ``--inner`` times, alternating:
 
-Target: the whole report in a few seconds for ~10 trials. Medians of wall and
-of CPU seconds: on a shared machine the CPU-seconds ratio is the fairer one.
-Also the import cost of ``orchestrator.results.report`` against pandas', each in a fresh
-interpreter, because the CLI imports the report module on every ``report``.
+- *report_run*: on a fresh copy of the store (without its report files), the
+  summary printed to a 160-column console in memory;
+- *record_trial x N*: the store's N trial rows recorded one by one, each with its
+  time series, into a new store (created before the clock starts), through one
+  ``RunStore`` (as the engine does).
+
+A round's figure is the median of its ``--inner`` calls. Figures: per checkout,
+the median over rounds of wall seconds and of CPU seconds (this process, all
+threads: on a shared machine the fairer one), with the min–max over rounds.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
+import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-from _common import machine_line, median, print_table, wall_and_cpu
+from _common import ROOT, machine_line, median, print_table, wall_and_cpu
 
-from orchestrator.engine.sweep import run_sweep
-from orchestrator.results import report
-from orchestrator.spec.spec import SweepSpec
+METRICS = ("report_run", "record_trial x N")
 
 
 def make_store(out: Path) -> Path:
+    """A 6-trial dry-run store, made by this checkout's CLI before anything is timed."""
+    argv = [sys.executable, "-m", "orchestrator", "sweep", "-m", "n2-highcpu-80", "--dry-run",
+            "--workers", "1,2", "--repeats", "3", "--duration", "1", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL)
+    (run_dir,) = [p for p in out.iterdir() if (p / "sweep.json").is_file()]
+    return run_dir
+
+
+def child(args: argparse.Namespace) -> None:
+    """One round of one checkout, in this process: JSON of wall and CPU seconds on stdout."""
+    import io
+    import math
+    import shutil
+
+    sys.path.insert(0, args.code[0])  # the checkout under test, ahead of this script's own
     from rich.console import Console
 
-    spec = SweepSpec(
-        machines=["n2-highcpu-16"],
-        workers=[1, 2, 4, 8, 16],
-        repeats=2,
-        duration_s=0.5,
-        workload_params={"frames": 8, "rows": 100, "cols": 200, "dim": 50},
-        out=out,
-        dry_run=True,
-    )
-    return run_sweep(spec, console=Console(file=io.StringIO()))
+    from orchestrator.results.report import REPORT_HTML, REPORT_MD, report_run
+    from orchestrator.results.store import ALL_COLUMNS, RunStore, read_trials_file
 
-
-def text_report(run_dir: Path) -> None:
-    built = report.build_report(report.load_run(run_dir))
-    report.render_markdown(built)
-    report.render_html(built)
-
-
-def import_seconds(module: str, rounds: int) -> float:
-    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
-    runs = [
-        float(subprocess.check_output([sys.executable, "-c", code], text=True))
-        for _ in range(rounds)
+    store = Path(args.store)
+    rows = [
+        {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+        for r in read_trials_file(store / "trials.parquet").to_dict("records")
     ]
-    return median(runs)
+    rows = [{c: r.get(c) for c in ALL_COLUMNS} for r in rows]
+
+    def fresh_copy(name: str) -> Path:
+        run_dir = Path(args.tmp) / name
+        # hosts/ holds the local "VM"'s staged inputs (~800 MiB), which no report reads
+        shutil.copytree(store, run_dir, ignore=lambda d, _: ["hosts"] if Path(d) == store else [])
+        for stale in (REPORT_MD, REPORT_HTML):
+            (run_dir / stale).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "plots", ignore_errors=True)
+        return run_dir
+
+    def new_store(name: str) -> RunStore:
+        return RunStore.create(Path(args.tmp) / name, {"sweep_id": "bench", "spec": {},
+                                                       "plan": {}})
+
+    def record_all(target: RunStore) -> None:
+        for row in rows:
+            target.record_trial(dict(row), store / "timeseries" / f"{row['trial_id']}.parquet")
+
+    def report(run_dir: Path) -> None:
+        report_run(run_dir, Console(file=io.StringIO(), width=160))
+
+    report(fresh_copy("warm-report"))  # imports: pandas, pyarrow, rich, the report modules
+    record_all(new_store("warm-record"))
+    timed: dict[str, list[tuple[float, float]]] = {m: [] for m in METRICS}
+    for i in range(args.inner):  # alternating; each on its own fresh copy or new store
+        copy, target = fresh_copy(f"report-{i}"), new_store(f"record-{i}")
+        timed["report_run"].append(wall_and_cpu(lambda copy=copy: report(copy)))
+        timed["record_trial x N"].append(wall_and_cpu(lambda target=target: record_all(target)))
+    out: dict[str, Any] = {m: [median([w for w, _ in v]), median([c for _, c in v])]
+                           for m, v in timed.items()}
+    print(json.dumps({**out, "records": len(rows)}))
+
+
+def one_round(args: argparse.Namespace, code: str, store: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
+        argv = [sys.executable, __file__, "--child", "--code", code, "--store", str(store),
+                "--tmp", tmp, "--inner", str(args.inner)]
+        env = {**os.environ, "PYTHONPATH": code}
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            sys.exit(f"a round of {code} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        run_dir = make_store(Path(tmp))
-        trials = len(report.load_run(run_dir).trials)
-        report.write_report(run_dir)  # warm: pandas, pyarrow, numpy
-        text, full = [], []
-        for _ in range(args.rounds):
-            text.append(wall_and_cpu(lambda: text_report(run_dir)))
-            full.append(wall_and_cpu(lambda: report.write_report(run_dir)))
-        plots = len(list((run_dir / report.PLOTS_DIR).glob("*.svg")))
-    rows = [
-        [label, median([w for w, _ in times]), median([c for _, c in times])]
-        for label, times in (("text (md + html)", text), (f"write_report ({plots} SVGs)", full))
-    ]
-    print(machine_line())
-    print_table([f"report of a {trials}-trial store", "wall s", "CPU s"], rows)
-    print(f"plots cost {rows[1][2] / rows[0][2]:.1f}x the text alone (CPU seconds)")
-    ours, pandas = import_seconds("orchestrator.results.report", 3), import_seconds("pandas", 3)
-    print_table(
-        ["import (fresh interpreter)", "seconds"],
-        [["orchestrator.results.report", ours], ["pandas", pandas]],
-    )
-    print(f"importing orchestrator.results.report costs {ours / pandas:.2f}x importing pandas")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per checkout (median, min-max)")
+    ap.add_argument("--inner", type=int, default=5,
+                    help="timed calls per round, in the round's process (their median)")
+    ap.add_argument("--store", help="an existing run directory (default: make a 6-trial dry run)")
+    ap.add_argument(
+        "--code", action="append", default=None,
+        help="a checkout whose orchestrator/ is timed (repeatable: the checkouts alternate "
+        "round by round; default: this one)",
+    )  # fmt: skip
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    print(f"machine: {machine_line()}")
+    codes = [str(Path(c).resolve()) for c in (args.code or [str(ROOT)])]
+    with tempfile.TemporaryDirectory(prefix="bench-report-store-") as tmp:
+        if args.store:
+            store = Path(args.store).resolve()
+        else:
+            started = time.perf_counter()
+            store = make_store(Path(tmp))
+            print(f"store: a 6-trial dry run, made in {time.perf_counter() - started:.1f} s "
+                  "before anything is timed")
+        results: dict[str, list[dict[str, Any]]] = {c: [] for c in codes}
+        for i in range(args.rounds):
+            for code in codes:  # interleaved: a neighbour's load hits every checkout alike
+                got = one_round(args, code, store)
+                results[code].append(got)
+                print(f"  round {i + 1} ({code}): report_run {got['report_run'][0]:.3f} s, "
+                      f"{got['records']} record_trial {got['record_trial x N'][0]:.3f} s")
+    for code in codes:
+        rows = []
+        n = results[code][0]["records"]
+        for metric in METRICS:
+            wall = [r[metric][0] for r in results[code]]
+            cpu = [r[metric][1] for r in results[code]]
+            rows.append([metric.replace("N", str(n)), median(wall),
+                         f"{min(wall):.3f}–{max(wall):.3f}", median(cpu),
+                         f"{min(cpu):.3f}–{max(cpu):.3f}"])
+        print_table(["in the sweep process", "wall s (median)", "min–max", "CPU s (median)",
+                     "min–max"], rows,
+                    title=f"{code}: medians of {args.rounds} rounds, each in a fresh process")
+    if len(codes) == 2:
+        a, b = codes
+        for metric in METRICS:
+            ratio = [x[metric][1] / y[metric][1]
+                     for x, y in zip(results[b], results[a], strict=True)]
+            print(f"{metric}: {b} takes {median(ratio):.2f}x the CPU seconds of {a} "
+                  f"(round by round, min–max {min(ratio):.2f}–{max(ratio):.2f}x)")
 
 
 if __name__ == "__main__":

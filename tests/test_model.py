@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.plan.model import (
     MIN_REPEATS_FOR_CI,
+    SEED,
     compare_groups,
     fit_usl,
     fit_usl_with_intervals,
@@ -221,3 +222,62 @@ def test_the_knee_ranges_median_is_numpys_to_the_last_bit():
         for _ in range(200):
             values = list(rng.lognormal(5, 1, size=size))
             assert _median_of_finite(values) == float(np.median(values))
+
+
+def _knee_range_one_resample_at_a_time(samples, gain=0.10, n_boot=1000, seed=SEED):
+    """The bootstrap as a plain loop (how knee_range drew it before numpy did): for each
+    resample, each worker count's finite repeats drawn with replacement by its own
+    ``rng.integers`` call, the knee found on the medians; then the share and the 2.5/97.5 %
+    ranks. ``knee_range`` must return exactly this."""
+    from orchestrator.plan.model import KneeRange
+
+    data = {}
+    for n, values in sorted((int(n), v) for n, v in samples.items()):
+        finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+        if finite:
+            data[n] = finite
+    ns = list(data)
+    point = knee_point(ns, [float(np.median(data[n])) for n in ns], gain)
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(n_boot):
+        medians = []
+        for n in ns:
+            idx = rng.integers(0, len(data[n]), size=len(data[n]))
+            medians.append(float(np.median([data[n][i] for i in idx])))
+        found.append(knee_point(ns, medians, gain))
+    if not found:
+        return KneeRange(point, None, None, {})
+    share = {}
+    for k in found:
+        share[k] = share.get(k, 0.0) + 1.0 / len(found)
+    big = (max(ns) + 1) if ns else 1
+    ranked = sorted(big if k is None else k for k in found)
+    lo = ranked[int(0.025 * (len(ranked) - 1))]
+    hi = ranked[math.ceil(0.975 * (len(ranked) - 1))]
+    return KneeRange(point, None if lo == big else lo, None if hi == big else hi,
+                     {k: round(v, 4) for k, v in sorted(share.items(), key=lambda kv: -kv[1])})
+
+
+@pytest.mark.parametrize(
+    "samples",
+    [
+        {1: [100, 101, 99], 2: [200, 199, 201], 4: [390, 392, 391], 8: [380, 470, 420]},
+        # uneven repeats, NaN, None and inf dropped, a count with one repeat, one with none left
+        {1: [100.0, math.nan, 98.0, 103.0], 2: [190.0, 230.0],
+         4: [None, 400.0, 310.0, 455.0, 390.0], 8: [420.0], 16: [math.nan, None],
+         32: [math.inf, 380.0, 470.0, 440.0, 300.0, 500.0]},
+        # still scaling at the largest count: the knee is mostly "not reached" (None)
+        {1: [10.0, 11.0, 9.5], 2: [20.0, 19.0, 23.0], 4: [41.0, 35.0, 44.0]},
+        {4: [5.0, 6.0]},  # one count: no knee can be found
+        {},
+        surface(1000.0, 0.05, 0.0005, noise=0.08, repeats=3, seed=5),
+    ],
+)
+@pytest.mark.parametrize("seed", [SEED, 7])
+def test_the_knee_range_is_what_one_resample_at_a_time_finds_to_the_last_bit(samples, seed):
+    for n_boot in (1000, 17, 1, 0):
+        got = knee_range(samples, n_boot=n_boot, seed=seed)
+        want = _knee_range_one_resample_at_a_time(samples, n_boot=n_boot, seed=seed)
+        assert got == want
+        assert list(got.share.items()) == list(want.share.items())  # the order shown, too

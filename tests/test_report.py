@@ -844,6 +844,30 @@ def test_time_series_draws_the_load_phase_before_the_trial(tmp_path: Path) -> No
         assert x0 < -1.5 < 0 < x1
 
 
+def test_time_series_rates_come_from_the_samples_with_units_and_a_bad_series_is_skipped(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.results import plots
+
+    trials = scaling_trials("n2-highcpu-8", 0.29, {1: [10], 2: [19], 4: [30]})
+    run = report.load_run(write_store(tmp_path / "gaps", trials))
+    t = np.arange(0.0, 3.0, 0.1)
+    units = pd.array([None] * 5 + list(range(10, 260, 10)), dtype="Int64")  # none before 0.5 s
+    pd.DataFrame({"t": t, "rss_bytes": (100 + t) * 2**20, "cpu_percent": 50.0,
+                  "units": units}).to_parquet(run.timeseries_path("n2-highcpu-8-w1-r0"))
+    pd.DataFrame({"t": t, "rss_bytes": 2**27, "cpu_percent": 80.0}).to_parquet(
+        run.timeseries_path("n2-highcpu-8-w2-r0"))  # a job without units
+    run.timeseries_path("n2-highcpu-8-w4-r0").write_bytes(b"PAR1 not parquet")
+    fig = plots.timeseries_figure(run, run.trials, colour="#123456")
+    assert [ax.ylabel.split("\n")[0] for ax in fig.panels[0::3]] == [
+        report.n_workers(1), report.n_workers(2)]  # the unreadable series is left out
+    (rate,) = _lines(fig.panels[2])
+    want_t, want_rate = plots.units_per_s_over_time(t[5:], np.arange(10, 260, 10))
+    assert list(rate.x) == list(want_t) and list(rate.y) == list(want_rate)
+    assert _lines(fig.panels[5]) == []  # no units, no rate line
+    assert max(_lines(fig.panels[3])[0].y) == 128.0  # but its RSS
+
+
 def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None:
     fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
     cpu = [max(ln.y) for ax in fig.panels[1::3] for ln in _lines(ax)]

@@ -213,3 +213,71 @@ def test_the_derived_efficiencies_equal_a_multi_key_groupby_to_the_last_bit() ->
         for column in ("efficiency", "scaleout_efficiency"):
             np.testing.assert_array_equal(got[column].to_numpy(dtype=float),
                                           want[column].to_numpy(dtype=float))
+
+
+def _mixed_rows() -> list[dict]:
+    """Rows whose columns a Parquet round trip retypes: a failed trial first (units, peaks,
+    rates all None), then ok ones, a re-run replacing the failure, a memory-gated one, a
+    profiled one with phases and a grid, another sweep's row."""
+    def row(summ, workers, repeat=0, status=None, sweep_id="s", error=None, grid=None):
+        plan = TrialPlan(f"n2-highcpu-8-w{workers}-r{repeat}", "n2-highcpu-8", workers, repeat,
+                         [], grid=grid or {})
+        return trial_row(summ, MACHINE, trial=plan, sweep_id=sweep_id, ran_on="local",
+                         provider="local", status=status, error=error, exit_code=1 if error
+                         else 0)
+
+    phased = {**summary(90.0), "phases": [{"name": "load", "wall_s": 0.5}], "load_s": 0.4,
+              "peak_rss_trial_bytes": 90 << 20, "peak_rss_before_trial_bytes": 120 << 20,
+              "peak_phase": "load", "peak_rss_source": "vmhwm", "cpu_seconds": 1.5}
+    return [
+        row(None, 1, status="failed", error="runner died"),
+        row(summary(120.0), 2),
+        row(summary(100.0), 1),  # replaces the failure
+        row(summary(0.0, status="memory_budget_exceeded", peak=900 << 20), 4),
+        row(phased, 2, repeat=1, grid={"dim": 50}),
+        row(summary(150.0), 1, repeat=2, sweep_id="other"),
+        row(None, 8, status="interrupted"),
+    ]
+
+
+def test_one_store_writes_the_trials_table_a_fresh_store_per_record_writes(tmp_path: Path) -> None:
+    # Three ways to the same rows: one store (its in-memory table), a fresh store per record
+    # (always reads the file back), and the frame-level steps record_trial made before the
+    # table was kept in memory (read_parquet, concat, derive, to_parquet). All must read back
+    # as the same frame, dtypes included, after every record.
+    spec = {"sweep_id": "s", "spec": {}, "plan": {}}
+    one = RunStore.create(tmp_path / "one", spec)
+    RunStore.create(tmp_path / "fresh", spec)
+    reference = tmp_path / "reference.parquet"
+    pd.read_parquet(one.trials_path).to_parquet(reference, index=False)
+    for row in _mixed_rows():
+        one.record_trial(dict(row), None)
+        RunStore.open(tmp_path / "fresh").record_trial(dict(row), None)
+        old = pd.read_parquet(reference)
+        for col in ALL_COLUMNS:
+            if col not in old.columns:
+                old[col] = None
+        old = old[old["trial_id"] != row["trial_id"]]
+        new = pd.DataFrame([row], columns=list(ALL_COLUMNS))
+        derive(new if old.empty else pd.concat([old, new], ignore_index=True)).to_parquet(
+            reference, index=False)
+        want = pd.read_parquet(reference)
+        for got in (one.trials_path, tmp_path / "fresh" / "trials.parquet"):
+            pd.testing.assert_frame_equal(pd.read_parquet(got), want, check_exact=True)
+        pd.testing.assert_frame_equal(one.trials_frame(), derive(want), check_exact=True)
+    assert len(want) == 6 and set(want["status"]) == {"ok", "memory_budget_exceeded",
+                                                      "interrupted"}
+
+
+def test_a_store_notices_when_another_writer_changed_the_trials_table(store: RunStore) -> None:
+    record(store, 1, 100.0)
+    record(store, 2, 150.0)
+    other = RunStore.open(store.run_dir)  # e.g. a --resume, or a test, writing the same run
+    record(other, 4, 160.0)
+    record(store, 8, 170.0)  # must keep the other writer's row
+    assert sorted(pd.read_parquet(store.trials_path)["workers"]) == [1, 2, 4, 8]
+    # a user removes a row so that --resume runs it again: the store reads the new file
+    frame = pd.read_parquet(store.trials_path)
+    frame[frame["workers"] != 2].to_parquet(store.trials_path, index=False)
+    assert sorted(store.trials_frame()["workers"]) == [1, 4, 8]
+    assert "n2-highcpu-8-w2-r0" not in store.done_trial_ids()

@@ -162,6 +162,9 @@ class RunStore:
         # it, so that a Ctrl-C never lands between the read and the write.
         self.guard: Callable[[], contextlib.AbstractContextManager[None]] = (
             contextlib.nullcontext)
+        # The trials table this store last wrote, as reading it back gives it, keyed by the
+        # file's (st_ino, st_size, st_mtime_ns) then: see ``_read_trials``.
+        self._trials_cache: tuple[tuple[int, int, int], pd.DataFrame] | None = None
 
     # -- creation -------------------------------------------------------------
 
@@ -302,9 +305,23 @@ class RunStore:
         return derive(self._read_trials())
 
     def _read_trials(self) -> pd.DataFrame:
+        """trials.parquet as a frame with every column of ``ALL_COLUMNS``.
+
+        The table this store wrote last is kept in memory and returned (a copy) while
+        the file is still that one: same inode, size and modification time. Reading it
+        back was a quarter of each ``record_trial``, between two trials. Any other
+        writer (another process on the run, a test, a user removing a row for
+        ``--resume``) replaces or rewrites the file, which changes the key, so the file
+        is read again.
+        """
         with self._lock:
-            if not self.trials_path.exists():
+            try:
+                st = self.trials_path.stat()
+            except FileNotFoundError:
                 return self._empty_frame()
+            cached = self._trials_cache
+            if cached is not None and cached[0] == (st.st_ino, st.st_size, st.st_mtime_ns):
+                return cached[1].copy()
             frame = read_trials_file(self.trials_path)
         for col in ALL_COLUMNS:
             if col not in frame.columns:
@@ -312,8 +329,23 @@ class RunStore:
         return frame
 
     def _write_trials(self, frame: pd.DataFrame) -> None:
-        with self._lock, _atomic_path(self.trials_path) as tmp:
-            frame.to_parquet(tmp, index=False)
+        """Write ``frame`` (what ``DataFrame.to_parquet`` writes) and keep it in memory as
+        reading the file back gives it (the Arrow table converted back, the same
+        conversion ``read_parquet`` makes: the dtypes a round trip changes change here too,
+        so the next record concatenates exactly what a fresh store would read)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        with self._lock:
+            with _atomic_path(self.trials_path) as tmp:
+                pq.write_table(table, tmp)
+            st = self.trials_path.stat()
+            back = table.to_pandas()
+            for col in ALL_COLUMNS:
+                if col not in back.columns:
+                    back[col] = None
+            self._trials_cache = ((st.st_ino, st.st_size, st.st_mtime_ns), back)
 
     def _write_empty_trials(self) -> None:
         """An empty trials table, written with pyarrow alone: creating a store must not import

@@ -84,7 +84,7 @@ def build_report(run: RunData) -> Report:
     summary = summarise(run.trials)
     by_machine = samples(run.trials)
     knee_of = knees(summary, by_machine)
-    headlines = _headlines(run, summary, knee_of)
+    headlines = _headlines(run, summary, knee_of, by_machine)
     tables = [] if summary.empty else [_results_table(summary), _machine_table(summary, knee_of)]
     models = {} if summary.empty else {k: fit_usl_with_intervals(v) for k, v in by_machine.items()}
     if not summary.empty:
@@ -139,8 +139,10 @@ def _gpu_headline(trials: pd.DataFrame) -> str | None:
 
 
 def _headlines(
-    run: RunData, summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]
+    run: RunData, summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee],
+    by_machine: dict[tuple[str, str], dict[int, list[float]]],
 ) -> list[str]:
+    """The lines above the tables; ``by_machine`` is ``samples(run.trials)``, found once."""
     trials = run.trials
     n_ok = int((trials["status"] == OK).sum())
     lines = [
@@ -163,14 +165,14 @@ def _headlines(
         lines.append(
             f"Best by cost: {_where(cheapest)}, "
             f"{fmt_usd(cheapest['cost_per_million_units'])} per million units{estimate}"
-            + _runner_up(run.trials, "cost_per_million_units")
+            + _runner_up(run.trials, "cost_per_million_units", by_machine)
         )
     else:
         lines.append("Best by cost: – (no price known for these machines)")
     if fastest is not None:
         lines.append(
             f"Best by throughput: {_where(fastest)}, {fmt_rate(fastest['units_per_s'])} units/s"
-            + _runner_up(run.trials, "units_per_s")
+            + _runner_up(run.trials, "units_per_s", by_machine)
         )
     for (machine, ran_on), knee in knee_of.items():
         lines.append(f"Scaling stops for {machine_label(machine, ran_on)}: {knee.describe()}")
@@ -224,13 +226,16 @@ def _headlines(
     return lines
 
 
-def _runner_up(trials: pd.DataFrame, metric: str) -> str:
+def _runner_up(
+    trials: pd.DataFrame, metric: str, by_machine: dict[tuple[str, str], dict[int, list[float]]]
+) -> str:
     """ "; runner-up n2 × 4 is within noise of it": what one more repeat could overturn.
 
     :func:`orchestrator.plan.model.rank` compares the best and the runner-up by a
     bootstrap of their repeats; a single repeat on either side is never a clear win.
     """
-    ranking = rank(repeat_groups(trials, metric), higher_is_better=metric == "units_per_s")
+    ranking = rank(repeat_groups(trials, metric, by_machine),
+                   higher_is_better=metric == "units_per_s")
     if ranking is None or ranking.runner_up is None:
         return ""
     machine, _, workers = ranking.runner_up
