@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workloads import procfs, protocol, warm
+from workloads import procfs, protocol, warm, warm_client
 
 MIB = 1024 * 1024
 
@@ -37,7 +37,7 @@ def server() -> Iterator[Server]:
     try:
         yield name
     finally:
-        assert warm.stop(name) == 0
+        assert warm_client.stop(name) == 0
         assert name.proc.wait(timeout=30) == 0
 
 

@@ -58,7 +58,8 @@ import sys
 import time
 from typing import Any
 
-from workloads.warm_client import address, client, connect, kill_group, receive, send, stop
+from workloads.warm_client import address, connect, kill_group, receive, send
+from workloads.warm_client import main as client_main
 
 IDLE_EXIT_S = 900.0  # a server nobody uses (its sweep died without `stop`) goes away
 _TOUCH_CHUNK = 64 * 1024
@@ -449,13 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-    if len(args) >= 3 and args[0] == "run" and args[2] == "--":
-        return client(args[1], args[3:])
-    if len(args) == 2 and args[0] == "stop":
-        return stop(args[1])
-    print("usage: python -m workloads.warm serve NAME [--preload WORKLOAD] | run NAME -- ARGS"
-          " | stop NAME", file=sys.stderr)
-    return 2
+    return client_main(args)  # run, stop, or the usage line
 
 
 if __name__ == "__main__":
