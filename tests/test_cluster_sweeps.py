@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,13 @@ from tests.fixtures.fake_gce import PERMISSION
 from tests.fixtures.sweeps import MACHINE, TINY, CloudSweep, wait_for
 
 cloud_sweep = sweeps.cloud_sweep
-bootstrapped_workdir = sweeps.bootstrapped_workdir
+
+
+@pytest.fixture(scope="session")
+def bootstrapped_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's "VM" workdir: its trial env has Ray already (test_ray_support tests
+    that install)."""
+    return sweeps.ray_bootstrapped_workdir(tmp_path_factory)
 
 NODES = "2"
 

@@ -516,6 +516,10 @@ def test_sweep_end_to_end_after_a_stockout_in_the_first_zone(
     # one refused insert in the first zone, one VM in the next, and nothing is left
     inserts = fake_gce.sent("POST", r"/instances$")
     assert [r.path.split("/")[6] for r in inserts] == [ZONE, "us-central1-b"]
+    # a new sweep's id is new: it looks for no VM of its own to reattach before creating
+    first_insert = fake_gce.requests.index(inserts[0])
+    assert not [r for r in fake_gce.requests[:first_insert]
+                if r.method == "GET" and r.path.endswith("/aggregated/instances")]
     sweep_label = inserts[-1].body["labels"][LABEL_SWEEP]
     assert fake_gce.instances == {} and fake_gce.firewalls == {}
     assert fake_gce.sent("DELETE", rf"/zones/us-central1-b/instances/{inserts[-1].body['name']}$")
@@ -643,6 +647,7 @@ def test_resume_after_sigkill_reattaches_to_the_same_vm(
                         str(run_dir)], tmp_path)
     assert resumed.returncode == 0, (resumed.stdout[-3000:], resumed.stderr[-3000:])
     assert len(fake_gce.sent("POST", r"/instances$")) == 1  # reattached, not created again
+    assert fake_gce.sent("GET", r"/aggregated/instances$")  # --resume looked for its VM
     assert fake_gce.instances == {} and fake_gce.firewalls == {}
     trials = pd.read_parquet(run_dir / "trials.parquet")
     assert sorted(trials["workers"]) == [1, 2] and set(trials["status"]) == {"ok"}

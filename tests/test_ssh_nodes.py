@@ -49,10 +49,10 @@ def _loopback(sshd: Sshd, name: str, address: str, **extra: object) -> dict[str,
             "python": sys.executable, **extra}
 
 
-def _env(sshd: Sshd) -> dict[str, str]:
-    """The sweep's environment: the session's bootstrapped workdir on the "hosts" (their
-    venv is reused), and none of the settings that redirect a cloud's SSH."""
-    env = {**os.environ, "CLOUDPROF_SSH_WORKDIR": str(sshd.directory / "remote-workdir")}
+def _env(workdir: Path) -> dict[str, str]:
+    """The sweep's environment: a bootstrapped workdir on the "hosts" (their venv is
+    reused), and none of the settings that redirect a cloud's SSH."""
+    env = {**os.environ, "CLOUDPROF_SSH_WORKDIR": str(workdir)}
     for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY",
                 "CLOUDPROF_SSH_USER"):
         env.pop(key, None)
@@ -211,7 +211,7 @@ def test_hosts_with_other_cores_are_refused_after_one_login_each_before_anything
     proc = subprocess.run(_sweep("--hosts", str(hosts), "--machine", "pair", "--nodes", "1,2",
                                  *SLEEP, "--duration", "1", "--out", str(out)),
                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env=_env(sshd))
+                          env=_env(sshd.directory / "remote-workdir"))
     assert proc.returncode == EXIT_USAGE, proc.stderr
     nproc = os.cpu_count()
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
@@ -223,8 +223,18 @@ def test_hosts_with_other_cores_are_refused_after_one_login_each_before_anything
 # ------------------------------------------------------------------ a real two-host cluster
 
 
+@pytest.fixture(scope="session")
+def ray_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The "hosts"' workdir for a cluster: its trial env has Ray already, once for all the
+    workers (test_ray_support tests that install into a fresh env)."""
+    from tests.fixtures.sweeps import ray_bootstrapped_workdir
+
+    return ray_bootstrapped_workdir(tmp_path_factory)
+
+
 @pytest.fixture(scope="module")
-def ssh_two_node_sweep(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ssh_two_node_sweep(sshd: Sshd, ray_workdir: Path,
+                       tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One sweep at 1 and 2 nodes of a sleep-bound workload on two loopback "hosts"."""
     tmp = tmp_path_factory.mktemp("ssh-nodes")
     hosts = _hosts_file(tmp / "hosts.toml", [
@@ -234,7 +244,8 @@ def ssh_two_node_sweep(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> 
     out = tmp / "runs"
     proc = subprocess.run(_sweep("--hosts", str(hosts), "--machine", "pair", "--nodes", "1,2",
                                  *SLEEP, "--duration", "3", "--out", str(out)),
-                          capture_output=True, text=True, timeout=600, cwd=tmp, env=_env(sshd))
+                          capture_output=True, text=True, timeout=600, cwd=tmp,
+                          env=_env(ray_workdir))
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     assert "Traceback" not in proc.stderr
     (run_dir,) = out.iterdir()
@@ -300,7 +311,7 @@ def _wait_for(out: Path, proc: subprocess.Popen[str], ready: Callable[[dict], bo
 
 @pytest.mark.slow
 def test_sigint_while_ray_starts_on_two_hosts_stops_it_on_both(
-        sshd: Sshd, tmp_path: Path) -> None:
+        sshd: Sshd, ray_workdir: Path, tmp_path: Path) -> None:
     """The harder moment: ``ray start`` runs on the hosts when the signal lands, so the
     teardown waits for it and then stops what it left on each host."""
     hosts = _hosts_file(tmp_path / "hosts.toml", [
@@ -311,7 +322,7 @@ def test_sigint_while_ray_starts_on_two_hosts_stops_it_on_both(
     proc = subprocess.Popen(_sweep("--hosts", str(hosts), "--machine", "pair", "--nodes", "2",
                                    *SLEEP, "--duration", "60", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path, env=_env(sshd))
+                            cwd=tmp_path, env=_env(ray_workdir))
     try:
         run_dir = _wait_for(out, proc, lambda vms: any(
             v.get("node_of") and v.get("state") == "ready" for v in vms.values()))
@@ -335,7 +346,7 @@ def test_sigint_while_ray_starts_on_two_hosts_stops_it_on_both(
 
 @pytest.mark.slow
 def test_a_workload_failing_on_the_cluster_fails_the_sweep_and_stops_ray_on_both_hosts(
-        sshd: Sshd, tmp_path: Path) -> None:
+        sshd: Sshd, ray_workdir: Path, tmp_path: Path) -> None:
     job = tmp_path / "job"
     job.mkdir()
     (job / "boom.py").write_text(
@@ -357,7 +368,7 @@ def test_a_workload_failing_on_the_cluster_fails_the_sweep_and_stops_ray_on_both
                                  "--workers", "1", "--repeats", "1", "--duration", "1",
                                  "--out", str(out)),
                           capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env=_env(sshd))
+                          env=_env(ray_workdir))
     assert proc.returncode not in (0, EXIT_INTERRUPTED), proc.stderr[-3000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     (run_dir,) = out.iterdir()

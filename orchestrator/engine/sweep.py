@@ -818,7 +818,9 @@ class _Engine:
 
     def _create_or_reattach(self, host: _Host, zone: str | None) -> Instance:
         vm, provider = host.vm, host.provider
-        if provider.creates_machines:
+        # Only a --resume can find a VM of its sweep: a new sweep's id is new, so the search
+        # (a listing in each region or zone the sweep may use) would only delay the create.
+        if provider.creates_machines and self.resuming:
             for inst in provider.list({LABEL_SWEEP: slug(self.plan.sweep_id)}):
                 if inst.name == vm.name and inst.state.lower() not in GONE_STATES:
                     self.store.record_vm(vm.name, id=inst.id, state="reattached",
