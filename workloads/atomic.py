@@ -6,7 +6,8 @@ ships to a VM never imports ``orchestrator``) every file the control plane write
 The same three rules hold everywhere:
 the temporary file lives beside the target (same file system, so the rename is
 atomic), it is flushed to disk before the rename (a power cut leaves the old
-file, not an empty one), and it is removed when anything goes wrong.
+file, not an empty one; a hard link, which writes no byte, needs no flush), and it
+is removed when anything goes wrong.
 """
 
 from __future__ import annotations
@@ -42,6 +43,23 @@ def atomic_path(path: Path | str, *, mode: int | None = 0o644) -> Iterator[Path]
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def link_into_place(src: Path | str, path: Path | str) -> bool:
+    """Hard-link ``src`` at ``path``, replacing what is there; False where it cannot be linked
+    (another filesystem). Linked under a temporary name and renamed, so ``path`` is never
+    missing or partial; no fsync: no byte was written, ``src`` is the data."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.link")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.link(src, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int | None = 0o644) -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
-from workloads.atomic import atomic_path
+from workloads.atomic import atomic_path, link_into_place
 
 ATTEMPTS = 4
 BACKOFF_S = 0.5  # doubled after each failed attempt
@@ -126,7 +126,7 @@ def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
     if expected and dest.is_file() and md5_of(dest) == expected:
         return dest
 
-    if src is not None and _link(src, dest):
+    if src is not None and link_into_place(src, dest):
         return dest  # nothing was transferred: the bucket's own file, not a copy
 
     def attempt() -> Path:
@@ -141,22 +141,6 @@ def get_one(entry: dict[str, Any], dest_dir: Path) -> Path:
         return dest
 
     return _retry(attempt, f"get {entry['path']}")
-
-
-def _link(src: Path, dest: Path) -> bool:
-    """Hard-link ``src`` at ``dest`` (replacing what is there), False where it cannot be
-    linked (another filesystem). Linked under a temporary name and renamed, so ``dest`` is
-    never missing or partial; no fsync: no byte was written, the bucket's file is the data."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.link")
-    try:
-        tmp.unlink(missing_ok=True)
-        os.link(src, tmp)
-        os.replace(tmp, dest)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        return False
-    return True
 
 
 def put_one(entry: dict[str, Any]) -> str:
