@@ -35,6 +35,36 @@ def nullable(values: Sequence[Any], typ: Any) -> Any:
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(data)], null_count=nulls)
 
 
+def booleans(values: Sequence[Any]) -> Any:
+    """An Arrow boolean array from Python truth values, ``None`` as null."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(values)
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    bits = np.fromiter((bool(v) for v in values), dtype=bool, count=n)
+    nulls = n - int(valid.sum())
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.bool_(), n, [validity, pa.py_buffer(
+        np.packbits(bits, bitorder="little"))], null_count=nulls)
+
+
+def strings(values: Sequence[str | None], typ: Any) -> Any:
+    """An Arrow ``string`` or ``large_string`` array from Python strings, ``None`` as null."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(values)
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    offsets = np.zeros(n + 1, dtype=np.int64 if typ == pa.large_string() else np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    nulls = n - int(valid.sum())
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets),
+                                          pa.py_buffer(b"".join(encoded))], null_count=nulls)
+
+
 def _dtype(typ: Any) -> Any:
     import numpy as np
     import pyarrow as pa

@@ -30,7 +30,9 @@ from orchestrator.atomic import atomic_write_bytes
 from orchestrator.errors import UsageError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
     from orchestrator.plan.planner import TrialPlan
     from orchestrator.spec.catalog import MachineType
@@ -141,9 +143,13 @@ def read_trials_file(path: Path) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
-        raise UsageError(
-            f"cannot read {path}: {' '.join(str(exc).split())} — restore it from a backup, or "
-            "move it aside to make --resume run every trial again") from exc
+        raise _unreadable(path, exc) from exc
+
+
+def _unreadable(path: Path, exc: Exception) -> UsageError:
+    return UsageError(
+        f"cannot read {path}: {' '.join(str(exc).split())} — restore it from a backup, or "
+        "move it aside to make --resume run every trial again")
 
 
 def now_iso() -> str:
@@ -162,9 +168,9 @@ class RunStore:
         # it, so that a Ctrl-C never lands between the read and the write.
         self.guard: Callable[[], contextlib.AbstractContextManager[None]] = (
             contextlib.nullcontext)
-        # The trials table this store last wrote, as reading it back gives it, keyed by the
-        # file's (st_ino, st_size, st_mtime_ns) then: see ``_read_trials``.
-        self._trials_cache: tuple[tuple[int, int, int], pd.DataFrame] | None = None
+        # The trials table this store last wrote, keyed by the file's (st_ino, st_size,
+        # st_mtime_ns) then: see ``_read_table``.
+        self._trials_cache: tuple[tuple[int, int, int], pa.Table] | None = None
 
     # -- creation -------------------------------------------------------------
 
@@ -201,7 +207,7 @@ class RunStore:
             raise UsageError(f"cannot read {run_dir / SWEEP_FILE}: {exc}") from exc
         if not (run_dir / TRIALS_FILE).exists():
             store._write_empty_trials()
-        store._read_trials()  # a truncated table is one line now, before anything is paid for
+        store._read_table()  # a truncated table is one line now, before anything is paid for
         return store
 
     @contextlib.contextmanager
@@ -279,73 +285,79 @@ class RunStore:
     def record_trial(self, row: dict[str, Any], timeseries_path: Path | None) -> dict[str, Any]:
         """Store one trial's row (from ``trial_row``), its time series first, and return it.
 
-        A row with the same trial id is replaced: a re-run supersedes a failure.
+        A row with the same trial id is replaced: a re-run supersedes a failure. Runs
+        between two trials, so it needs pyarrow alone (no pandas): the row is appended to
+        the Arrow table this store last wrote (``_appended``) with the columns' types the
+        pandas round trip gave them before (``concat`` + ``from_pandas``), so what a
+        reader gets from the file is what it got then.
         """
         trial_id = row["trial_id"]
         with self._lock:
             if timeseries_path is not None and Path(timeseries_path).is_file():
                 with _atomic_path(self.timeseries_path(trial_id)) as tmp:
                     shutil.copyfile(timeseries_path, tmp)
-            frame = self._read_trials()
-            frame = frame[frame["trial_id"] != trial_id]
-            import pandas as pd
-
-            new = pd.DataFrame([row], columns=list(ALL_COLUMNS))
-            frame = new if frame.empty else pd.concat([frame, new], ignore_index=True)
-            self._write_trials(derive(frame))
+            self._write_table(_appended(self._read_table(), row))
         return row
 
     def done_trial_ids(self) -> set[str]:
         """Trials whose result stands (``DONE_STATUSES``): what ``--resume`` skips."""
-        frame = self._read_trials()
-        return set(frame.loc[frame["status"].isin(list(DONE_STATUSES)), "trial_id"])
+        table = self._read_table()
+        if "trial_id" not in table.column_names or "status" not in table.column_names:
+            return set()
+        return {t for t, s in zip(table["trial_id"].to_pylist(), table["status"].to_pylist(),
+                                  strict=True) if s in DONE_STATUSES and t is not None}
 
     def trials_frame(self) -> pd.DataFrame:
-        """All trials with the derived columns (efficiency, cost per million...) up to date."""
+        """All trials with the derived columns (efficiency, cost per million...) up to date:
+        the file as ``pandas.read_parquet`` reads it, every column of ``ALL_COLUMNS``."""
         return derive(self._read_trials())
 
     def _read_trials(self) -> pd.DataFrame:
-        """trials.parquet as a frame with every column of ``ALL_COLUMNS``.
-
-        The table this store wrote last is kept in memory and returned (a copy) while
-        the file is still that one: same inode, size and modification time. Reading it
-        back was a quarter of each ``record_trial``, between two trials. Any other
-        writer (another process on the run, a test, a user removing a row for
-        ``--resume``) replaces or rewrites the file, which changes the key, so the file
-        is read again.
-        """
+        """trials.parquet as a frame with every column of ``ALL_COLUMNS``."""
         with self._lock:
-            try:
-                st = self.trials_path.stat()
-            except FileNotFoundError:
+            if not self.trials_path.exists():
                 return self._empty_frame()
-            cached = self._trials_cache
-            if cached is not None and cached[0] == (st.st_ino, st.st_size, st.st_mtime_ns):
-                return cached[1].copy()
             frame = read_trials_file(self.trials_path)
         for col in ALL_COLUMNS:
             if col not in frame.columns:
                 frame[col] = None
         return frame
 
-    def _write_trials(self, frame: pd.DataFrame) -> None:
-        """Write ``frame`` (what ``DataFrame.to_parquet`` writes) and keep it in memory as
-        reading the file back gives it (the Arrow table converted back, the same
-        conversion ``read_parquet`` makes: the dtypes a round trip changes change here too,
-        so the next record concatenates exactly what a fresh store would read)."""
+    def _read_table(self) -> pa.Table:
+        """trials.parquet as the Arrow table in the file (an empty one without the file).
+
+        The table this store wrote last is kept in memory and returned while the file is
+        still that one: same inode, size and modification time. Reading it back was a
+        quarter of each ``record_trial``, between two trials. Any other writer (another
+        process on the run, a test, a user removing a row for ``--resume``) replaces or
+        rewrites the file, which changes the key, so the file is read again.
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pandas(frame, preserve_index=False)
+        with self._lock:
+            try:
+                st = self.trials_path.stat()
+            except FileNotFoundError:
+                return pa.table({})
+            cached = self._trials_cache
+            if cached is not None and cached[0] == (st.st_ino, st.st_size, st.st_mtime_ns):
+                return cached[1]
+            try:  # not pq.read_table, which imports pandas
+                with pq.ParquetFile(self.trials_path) as file:
+                    return file.read()
+            except Exception as exc:  # pyarrow raises several types for a corrupt file
+                raise _unreadable(self.trials_path, exc) from exc
+
+    def _write_table(self, table: pa.Table) -> None:
+        """Write ``table`` atomically and keep it in memory (see ``_read_table``)."""
+        import pyarrow.parquet as pq
+
         with self._lock:
             with _atomic_path(self.trials_path) as tmp:
                 pq.write_table(table, tmp)
             st = self.trials_path.stat()
-            back = table.to_pandas()
-            for col in ALL_COLUMNS:
-                if col not in back.columns:
-                    back[col] = None
-            self._trials_cache = ((st.st_ino, st.st_size, st.st_mtime_ns), back)
+            self._trials_cache = ((st.st_ino, st.st_size, st.st_mtime_ns), table)
 
     def _write_empty_trials(self) -> None:
         """An empty trials table, written with pyarrow alone: creating a store must not import
@@ -492,45 +504,68 @@ def _per_node(summary: dict[str, Any], key: str) -> str | None:
     return json.dumps([n.get(key) if isinstance(n, dict) else None for n in nodes])
 
 
-def _group_mean(out: pd.DataFrame, keys: list[str], values: pd.Series,
-                where: pd.Series) -> Any:
-    """Per row, the mean of ``values`` over the rows of its group (same ``keys``) that are
-    ``where``; NaN for a group without one. Missing keys form a group of their own, as
-    ``groupby(keys, dropna=False)`` has it.
+def _missing(value: Any) -> bool:
+    """None, or a float NaN: what pandas' ``isna`` calls missing in these columns."""
+    return value is None or (isinstance(value, float) and value != value)
 
-    A record runs this after every trial, between two trials: a multi-key ``groupby`` and
-    a ``join`` were most of ``derive``'s time on a few rows; a dict of key tuples and a
-    one-key ``groupby`` run the same mean kernel over the same rows in the same order (so
-    the same figures, to the last bit: tests/test_store.py checks it) in a fraction of it.
+
+def _key_rows(columns: list[list[Any]]) -> list[tuple[Any, ...]]:
+    """Per row, the tuple of its key values with every missing one as None (one group)."""
+    return list(zip(*[[None if _missing(v) else v for v in col] for col in columns],
+                    strict=True))
+
+
+def _group_mean(keys: list[tuple[Any, ...]], values: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """Per row, the mean of ``values`` over the rows of its group (same key tuple) that are
+    ``where``; NaN for a group without one (missing values are skipped, as by pandas).
+
+    A record runs this after every trial, between two trials, without pandas: the sum is
+    pandas' own ``groupby().mean()`` kernel (a Kahan-compensated sum in row order, then one
+    division), so the figures are the ones a multi-key ``groupby`` gives, to the last bit
+    (tests/test_store.py checks it).
     """
     import numpy as np
-    import pandas as pd
 
-    columns = [[None if missing else v for v, missing in zip(out[k].tolist(),
-                                                             out[k].isna().tolist(),
-                                                             strict=True)]
-               for k in keys]
     groups: dict[tuple[Any, ...], int] = {}
-    codes = np.array([groups.setdefault(key, len(groups)) for key in zip(*columns, strict=True)],
-                     dtype=np.int64)
-    chosen = where.to_numpy(dtype=bool)
-    means = np.full(len(groups), np.nan)
-    if chosen.any():
-        found = pd.Series(values.to_numpy(dtype=float)[chosen]).groupby(codes[chosen]).mean()
-        means[found.index.to_numpy()] = found.to_numpy()
-    return means[codes]
+    codes = [groups.setdefault(key, len(groups)) for key in keys]
+    sums, comps, counts = [0.0] * len(groups), [0.0] * len(groups), [0] * len(groups)
+    for code, value, chosen in zip(codes, values.tolist(), where.tolist(), strict=True):
+        if not chosen or value != value:
+            continue
+        y = value - comps[code]
+        t = sums[code] + y
+        comp = t - sums[code] - y
+        comps[code] = 0.0 if comp != comp else comp  # an inf in the sum: as pandas resets it
+        sums[code] = t
+        counts[code] += 1
+    means = np.array([s / n if n else np.nan for s, n in zip(sums, counts, strict=True)]
+                     + [np.nan])
+    return means[np.array(codes, dtype=np.int64)] if codes else np.array([], dtype=float)
 
 
-def _scaleout_efficiency(out: pd.DataFrame, ups: pd.Series, ok: pd.Series) -> Any:
-    """X(n) / (n · X(1)) at the same workers per node: 1.0 is perfect scale-out."""
+def _derived(ups: np.ndarray, workers: np.ndarray, vcpus: np.ndarray, price: np.ndarray,
+             nodes: np.ndarray, ok: np.ndarray, key: Callable[[str], list[Any]]
+             ) -> dict[str, np.ndarray]:
+    """The columns ``derive`` recomputes, from the others as float arrays (NaN: missing),
+    ``ok`` (status is "ok") and ``key(name)``, a key column's values (grid filled, nodes
+    integers). One computation for the pandas frame and the Arrow table of a record."""
     import numpy as np
 
-    keys = ["sweep_id", "machine", "ran_on", "grid", "workers"]
-    nodes = out["nodes"].to_numpy(dtype=float)
-    baseline = _group_mean(out, keys, ups, ok & (out["nodes"] == 1))
+    def baseline(names: list[str], where: np.ndarray) -> np.ndarray:
+        return _group_mean(_key_rows([key(n) for n in names]), ups, where)
+
     with np.errstate(divide="ignore", invalid="ignore"):
-        eff = ups.to_numpy(dtype=float) / (nodes * baseline)
-    return np.where(ok.to_numpy() & (baseline > 0), eff, np.nan)
+        per_vcpu = ups / np.where(vcpus > 0, vcpus, np.nan)
+        # Each --grid point and each node count is its own scaling curve over workers.
+        base = baseline(["sweep_id", "machine", "ran_on", "grid", "nodes"], ok & (workers == 1))
+        eff = np.where(ok & (base > 0), ups / (workers * base), np.nan)
+        cost = np.where(ok, price / 3600.0 / np.where(ups > 0, ups, np.nan) * 1e6, np.nan)
+        # X(n) / (n · X(1)) at the same workers per node: 1.0 is perfect scale-out.
+        base = baseline(["sweep_id", "machine", "ran_on", "grid", "workers"], ok & (nodes == 1))
+        scaleout = np.where(ok & (base > 0), ups / (nodes * base), np.nan)
+    return {"units_per_s_per_vcpu": per_vcpu, "efficiency": eff,
+            "cost_per_million_units": cost, "scaleout_efficiency": scaleout,
+            "oversubscribed": workers > vcpus}
 
 
 def derive(frame: pd.DataFrame) -> pd.DataFrame:
@@ -542,29 +577,164 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
     measured throughput at the planned machine's hourly price — an estimate when
     the trial ran elsewhere (``cost_is_estimate``).
     """
-    import numpy as np
     import pandas as pd
 
     out = frame.copy()
     if out.empty:
         return out
-    ups = pd.to_numeric(out["units_per_s"], errors="coerce")
-    workers = pd.to_numeric(out["workers"], errors="coerce")
-    vcpus = pd.to_numeric(out["vcpus"], errors="coerce")
-    price = pd.to_numeric(out["price_per_hour"], errors="coerce")
-    ok = out["status"] == "ok"
-    out["units_per_s_per_vcpu"] = ups / vcpus.where(vcpus > 0)
-    # Each --grid point is its own scaling curve: its 1-worker trial is its baseline.
+
+    def num(name: str) -> np.ndarray:
+        return pd.to_numeric(out[name], errors="coerce").to_numpy(dtype=float)
+
     out["grid"] = out["grid"].fillna("") if "grid" in out else ""
     out["nodes"] = pd.to_numeric(out["nodes"], errors="coerce").fillna(1).astype(int) \
         if "nodes" in out else 1
-    # Each node count is its own scaling curve over workers too.
-    keys = ["sweep_id", "machine", "ran_on", "grid", "nodes"]
-    baseline = _group_mean(out, keys, ups, ok & (workers == 1))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        eff = ups.to_numpy(dtype=float) / (workers.to_numpy(dtype=float) * baseline)
-    out["efficiency"] = np.where(ok.to_numpy() & (baseline > 0), eff, np.nan)
-    out["cost_per_million_units"] = (price / 3600.0 / ups.where(ups > 0) * 1e6).where(ok)
-    out["scaleout_efficiency"] = _scaleout_efficiency(out, ups, ok)
-    out["oversubscribed"] = (workers > vcpus).fillna(False).astype(bool)
+    derived = _derived(num("units_per_s"), num("workers"), num("vcpus"), num("price_per_hour"),
+                       num("nodes"), (out["status"] == "ok").to_numpy(dtype=bool),
+                       lambda name: out[name].tolist())
+    for name, values in derived.items():
+        out[name] = values
     return out
+
+
+# -- recording without pandas -------------------------------------------------------
+# ``record_trial`` used to append a row with pandas (read, concat, derive, from_pandas,
+# write), so each column's type in the file came from pandas' rules: the dtype a column
+# read back as, the common dtype of a concat, the Arrow type ``from_pandas`` infers. Those
+# rules are followed here on Arrow tables, so the file reads back as it did.
+
+# A column's kind: the pandas dtype a reader gets for it ("object" holds Python values).
+_Kind = str
+
+
+def _kind_of_value(value: Any) -> _Kind:
+    """The dtype ``DataFrame([row])`` gives a column holding ``value``."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "str"
+    return "object"
+
+
+def _kind_of_column(column: pa.ChunkedArray) -> _Kind:
+    """The dtype ``read_parquet`` gives a column of this Arrow type (nulls make an integer
+    column float64 and a boolean one object)."""
+    import pyarrow as pa
+
+    kind = column.type
+    if pa.types.is_int64(kind):
+        return "float64" if column.null_count else "int64"
+    if pa.types.is_floating(kind):
+        return "float64"
+    if pa.types.is_boolean(kind):
+        return "object" if column.null_count else "bool"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "str"
+    return "object"
+
+
+def _common_kind(old: _Kind, new: _Kind | None) -> _Kind:
+    """The dtype ``concat([old, new])`` gives a column; ``new`` None: a column the new row
+    lacks (an unknown column of an older file), which pandas fills with missing values."""
+    if new is None:
+        return {"int64": "float64", "bool": "object"}.get(old, old)
+    if old == new:
+        return old
+    pair = {old, new}
+    if "object" in pair or "str" in pair:
+        return "object"
+    if pair == {"int64", "float64"} or (old, new) == ("float64", "bool"):
+        return "float64"
+    if pair == {"int64", "bool"}:
+        return "int64"
+    return "object"  # (bool, float64): as pandas has it
+
+
+def _as_kind(values: list[Any], kind: _Kind) -> list[Any]:
+    """``values`` as a column of ``kind`` holds them (float64: missing is NaN)."""
+    if kind == "float64":
+        return [math.nan if v is None else float(v) for v in values]
+    if kind == "int64":
+        return [int(v) for v in values]
+    return values
+
+
+def _arrow_column(values: list[Any], kind: _Kind) -> pa.Array:
+    """The Arrow array ``Table.from_pandas`` makes of a column of ``kind`` (NaN is null;
+    an object column's type is inferred from its values, as from_pandas does), built from
+    its buffers: ``pa.array`` would import pandas (see workloads/arrow.py)."""
+    import pyarrow as pa
+
+    from workloads import arrow
+
+    present = [v for v in values if not _missing(v)]
+    if kind == "object":  # from_pandas infers the type of a column of Python objects
+        if not present:
+            return pa.nulls(len(values))
+        if all(isinstance(v, bool) for v in present):
+            kind = "bool"
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            kind = "int64"
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+            kind = "float64"
+        elif all(isinstance(v, str) for v in present):
+            return arrow.strings([None if _missing(v) else v for v in values], pa.string())
+        else:  # no row holds such a mix: pyarrow's own inference (which imports pandas)
+            import numpy as np
+
+            return pa.array(np.array(values, dtype=object), from_pandas=True)
+    nullable = [None if _missing(v) else v for v in values]
+    if kind == "str":
+        return arrow.strings(nullable, pa.large_string())
+    if kind == "bool":
+        return arrow.booleans(nullable)
+    return arrow.nullable(nullable, pa.float64() if kind == "float64" else pa.int64())
+
+
+def _appended(old: pa.Table, row: dict[str, Any]) -> pa.Table:
+    """``old`` (the file's table) without ``row``'s trial, then ``row``, derived columns
+    recomputed: the table that read, concat, ``derive`` and ``from_pandas`` made."""
+    import numpy as np
+    import pyarrow as pa
+
+    trial_ids = old["trial_id"].to_pylist() if "trial_id" in old.column_names else []
+    keep = [i for i, t in enumerate(trial_ids) if t != row["trial_id"]]
+    columns: dict[str, tuple[_Kind, list[Any]]] = {}
+    if not keep:  # the new row alone: its own dtypes
+        for name in ALL_COLUMNS:
+            columns[name] = (_kind_of_value(row.get(name)), [row.get(name)])
+    else:
+        names = [*old.column_names, *(c for c in ALL_COLUMNS if c not in old.column_names)]
+        for name in names:
+            if name in old.column_names:
+                kind = _kind_of_column(old[name])
+                every = old[name].to_pylist()
+                values = _as_kind([every[i] for i in keep], kind)
+            else:  # a column the file lacks: added as None (object) when it was read
+                kind, values = "object", [None] * len(keep)
+            new_kind = _kind_of_value(row[name]) if name in row else None
+            kind = _common_kind(kind, new_kind)
+            columns[name] = (kind, _as_kind([*values, row.get(name)], kind))
+
+    def num(name: str) -> np.ndarray:
+        return np.array([float(v) if isinstance(v, (int, float)) else np.nan
+                         for v in columns[name][1]], dtype=float)
+
+    grid_kind, grid = columns["grid"]
+    columns["grid"] = (grid_kind if grid_kind == "str" else "object",
+                       ["" if _missing(v) else v for v in grid])
+    nodes = [1 if _missing(v) else int(v) for v in columns["nodes"][1]]
+    columns["nodes"] = ("int64", nodes)
+    derived = _derived(num("units_per_s"), num("workers"), num("vcpus"), num("price_per_hour"),
+                       np.array(nodes, dtype=float),
+                       np.array([v == "ok" for v in columns["status"][1]], dtype=bool),
+                       lambda name: columns[name][1])
+    arrays = {name: _arrow_column(values, kind) for name, (kind, values) in columns.items()}
+    for name, values in derived.items():
+        arrays[name] = _arrow_column(values.tolist(),
+                                     "bool" if values.dtype == bool else "float64")
+    return pa.table(arrays)
