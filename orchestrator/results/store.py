@@ -701,19 +701,21 @@ def _appended(old: pa.Table, row: dict[str, Any]) -> pa.Table:
     import numpy as np
     import pyarrow as pa
 
-    trial_ids = old["trial_id"].to_pylist() if "trial_id" in old.column_names else []
+    in_old = {name: i for i, name in enumerate(old.column_names)}
+    trial_ids = old.column(in_old["trial_id"]).to_pylist() if "trial_id" in in_old else []
     keep = [i for i, t in enumerate(trial_ids) if t != row["trial_id"]]
+    everything = len(keep) == len(trial_ids)
     columns: dict[str, tuple[_Kind, list[Any]]] = {}
     if not keep:  # the new row alone: its own dtypes
         for name in ALL_COLUMNS:
             columns[name] = (_kind_of_value(row.get(name)), [row.get(name)])
     else:
-        names = [*old.column_names, *(c for c in ALL_COLUMNS if c not in old.column_names)]
-        for name in names:
-            if name in old.column_names:
-                kind = _kind_of_column(old[name])
-                every = old[name].to_pylist()
-                values = _as_kind([every[i] for i in keep], kind)
+        for name in [*in_old, *(c for c in ALL_COLUMNS if c not in in_old)]:
+            if name in in_old:
+                column = old.column(in_old[name])
+                kind = _kind_of_column(column)
+                every = column.to_pylist()
+                values = _as_kind(every if everything else [every[i] for i in keep], kind)
             else:  # a column the file lacks: added as None (object) when it was read
                 kind, values = "object", [None] * len(keep)
             new_kind = _kind_of_value(row[name]) if name in row else None
