@@ -9,6 +9,13 @@ before the rename, and it is removed when anything goes wrong. ``mode=0o600`` wr
 secret that is never readable by others, not even for an instant.
 """
 
-from workloads.atomic import atomic_directory, atomic_path, atomic_write_bytes, atomic_write_text
+from workloads.atomic import (
+    atomic_directory,
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_text,
+    link_or_copy,
+)
 
-__all__ = ["atomic_directory", "atomic_path", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_directory", "atomic_path", "atomic_write_bytes", "atomic_write_text",
+           "link_or_copy"]

@@ -72,3 +72,23 @@ def test_only_the_helpers_rename_files_into_place() -> None:
             if path not in allowed and (lines := _renames(path)):
                 found[str(path.relative_to(REPO))] = lines
     assert found == {}
+
+
+def test_link_or_copy_links_on_one_filesystem_and_copies_across(tmp_path: Path) -> None:
+    src = tmp_path / "timeseries.parquet"
+    src.write_bytes(b"rows")
+    with data.atomic_path(tmp_path / "bucket" / "ts.parquet", mode=None) as tmp:
+        assert data.link_or_copy(src, tmp)
+    assert (tmp_path / "bucket" / "ts.parquet").stat().st_ino == src.stat().st_ino
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second filesystem to copy across")
+    elsewhere = other / f"cloudprof-test-{tmp_path.name}"
+    try:
+        elsewhere.write_bytes(b"more rows")
+        with data.atomic_path(tmp_path / "copied.parquet") as tmp:
+            assert not data.link_or_copy(elsewhere, tmp)
+        assert (tmp_path / "copied.parquet").read_bytes() == b"more rows"
+        assert not list(tmp_path.glob(".*.tmp"))
+    finally:
+        elsewhere.unlink(missing_ok=True)

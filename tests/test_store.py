@@ -91,6 +91,18 @@ def test_record_trial_and_derived_columns(store: RunStore, tmp_path: Path) -> No
     assert not list(store.run_dir.glob(".*.tmp"))  # no temp file left behind
 
 
+def test_a_recorded_time_series_is_the_fetched_file_linked_not_copied(store: RunStore,
+                                                                      tmp_path: Path) -> None:
+    fetched = tmp_path / "incoming" / "timeseries.parquet"
+    fetched.parent.mkdir()
+    pd.DataFrame({"t": [0.0, 0.1], "rss_bytes": [1, 2]}).to_parquet(fetched)
+    record(store, 1, 100.0, ts=fetched)
+    kept = store.timeseries_path("n2-highcpu-8-w1-r0")
+    assert kept.stat().st_ino == fetched.stat().st_ino
+    fetched.unlink()  # the engine removes its fetched copy: the store's stays
+    assert pd.read_parquet(kept)["rss_bytes"].tolist() == [1, 2]
+
+
 def test_efficiency_nan_without_one_worker_baseline(store: RunStore) -> None:
     record(store, 2, 150.0)
     assert math.isnan(store.trials_frame()["efficiency"].iloc[0])

@@ -154,6 +154,22 @@ def test_put_http_and_file(tmp_path: Path, server: tuple[str, type[_Handler]]) -
     assert "/x" not in handler.puts
 
 
+def test_a_file_put_links_the_result_into_the_bucket(tmp_path: Path) -> None:
+    """A result is written once (by rename): the bucket's object can be the same inode,
+    with no byte copied, and a second put of the same file is just as complete."""
+    summary = tmp_path / "trial" / "summary.json"
+    summary.parent.mkdir()
+    summary.write_text('{"status": "ok"}')
+    target = tmp_path / "bucket" / "results" / "summary.json"
+    manifest = write_manifest(tmp_path / "m.json", [{"path": str(summary),
+                                                      "url": target.as_uri()}])
+    for _ in range(2):
+        assert transfer.main(["put", manifest]) == 0
+        assert target.stat().st_ino == summary.stat().st_ino
+        assert target.read_text() == '{"status": "ok"}'
+    assert not list(target.parent.glob(".*"))
+
+
 def test_put_missing_required_file_fails(tmp_path: Path) -> None:
     manifest = write_manifest(tmp_path / "m.json",
                               [{"path": str(tmp_path / "nope"), "url": (tmp_path / "o").as_uri()}])

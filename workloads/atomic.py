@@ -62,6 +62,25 @@ def link_into_place(src: Path | str, path: Path | str) -> bool:
     return True
 
 
+def link_or_copy(src: Path | str, tmp: Path | str) -> bool:
+    """Fill ``tmp`` (an :func:`atomic_path` temporary) with ``src``'s bytes: a hard link
+    where the filesystem allows (no byte is written; True), a copy elsewhere (False).
+
+    Only for a ``src`` nobody rewrites in place afterwards (the link shares its inode):
+    a result file written through :func:`atomic_path`, a fetched copy about to be
+    removed. ``atomic_path`` still syncs ``tmp`` before its rename, which for a linked
+    file flushes ``src``'s own data if its writer had not (nothing, when it had).
+    """
+    tmp = Path(tmp)
+    try:
+        tmp.unlink(missing_ok=True)
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+        return False
+    return True
+
+
 def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int | None = 0o644) -> None:
     """Write ``data`` so that ``path`` holds either the old or the new content, never half."""
     with atomic_path(path, mode=mode) as tmp:

@@ -12,8 +12,10 @@ orchestrator signs one URL per object and ships a manifest.
     python -m workloads.transfer put MANIFEST.json
         MANIFEST: [{"path": "/local/file", "url": ..., "headers": {...}?,
                     "optional": true?}, ...]  (optional: skip the file when absent)
-        Uploads each file with HTTP PUT, or copies it for file:// URLs — how a
-        VM puts its results in the bucket, where a dropped session cannot lose them.
+        Uploads each file with HTTP PUT, or hard-links it for file:// URLs (a copy
+        across filesystems) — how a VM puts its results in the bucket, where a
+        dropped session cannot lose them. A put file is never rewritten in place
+        afterwards (results are written once, by rename), so a link can stand for a copy.
 
 URLs may be http(s):// or file://; a file:// GET hardlinks when it can (the
 local provider shares one inode between its bucket and each host). Exit code 0
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
-from workloads.atomic import atomic_path, link_into_place
+from workloads.atomic import atomic_path, link_into_place, link_or_copy
 
 ATTEMPTS = 4
 BACKOFF_S = 0.5  # doubled after each failed attempt
@@ -152,9 +154,9 @@ def put_one(entry: dict[str, Any]) -> str:
         raise TransferError(f"put {src}: no such file")
 
     def attempt() -> str:
-        if url.startswith("file://"):
+        if url.startswith("file://"):  # a result file, written once: linked, not copied
             with atomic_path(_file_path(url), mode=None) as tmp:
-                shutil.copyfile(src, tmp)
+                link_or_copy(src, tmp)
             return url
         headers = {"Content-Type": "application/octet-stream", **entry.get("headers", {})}
         headers["Content-Length"] = str(src.stat().st_size)

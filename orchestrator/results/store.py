@@ -18,7 +18,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.atomic import atomic_path as _atomic_path
-from orchestrator.atomic import atomic_write_bytes
+from orchestrator.atomic import atomic_write_bytes, link_or_copy
 from orchestrator.errors import UsageError
 
 if TYPE_CHECKING:
@@ -285,7 +284,9 @@ class RunStore:
     def record_trial(self, row: dict[str, Any], timeseries_path: Path | None) -> dict[str, Any]:
         """Store one trial's row (from ``trial_row``), its time series first, and return it.
 
-        A row with the same trial id is replaced: a re-run supersedes a failure. Runs
+        A row with the same trial id is replaced: a re-run supersedes a failure. The time
+        series is hard-linked where it can be (the engine's fetched copy, removed next;
+        the caller never rewrites it in place), synced either way. Runs
         between two trials, so it needs pyarrow alone (no pandas): the row is appended to
         the Arrow table this store last wrote (``_appended``) with the columns' types the
         pandas round trip gave them before (``concat`` + ``from_pandas``), so what a
@@ -294,8 +295,9 @@ class RunStore:
         trial_id = row["trial_id"]
         with self._lock:
             if timeseries_path is not None and Path(timeseries_path).is_file():
-                with _atomic_path(self.timeseries_path(trial_id)) as tmp:
-                    shutil.copyfile(timeseries_path, tmp)
+                with _atomic_path(self.timeseries_path(trial_id), mode=None) as tmp:
+                    if not link_or_copy(timeseries_path, tmp):
+                        tmp.chmod(0o644)  # a copy: readable as every result (a link keeps its mode)
             self._write_table(_appended(self._read_table(), row))
         return row
 
