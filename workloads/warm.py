@@ -140,7 +140,10 @@ class Server:
         """The runner's imports (and the workload's module), then what children inherit."""
         import importlib
 
-        import workloads.run  # noqa: F401
+        # workloads.transfer: what a trial's --put imports after its clock (8-20 ms a trial
+        # in a fork), paid here once
+        import workloads.run
+        import workloads.transfer  # noqa: F401
         from workloads import procfs
         from workloads.base import REGISTRY, load_workload
 
