@@ -36,6 +36,12 @@ STEPS = (
     ("orchestrator.engine.sweep", None, "render_plan"),
     ("orchestrator.engine.sweep", None, "generate_inputs"),
     ("orchestrator.results.store", "RunStore", "create"),
+    ("orchestrator.results.store", "RunStore", "ensure_trials_table"),
+    ("orchestrator.engine.sweep", None, "_execute"),
+    ("orchestrator.engine.sweep", "_Engine", "_stage_once"),
+    ("orchestrator.engine.sweep", "_Engine", "_provision"),
+    ("orchestrator.engine.sweep", "_Engine", "_connect"),
+    ("orchestrator.engine.warm_runner", "WarmRunner", "launch"),
     ("orchestrator.engine.sweep", None, "_stage"),
     ("orchestrator.engine.sweep", "_Engine", "_stage_inputs"),
     ("orchestrator.engine.sweep", "_Engine", "_import_pandas"),
@@ -44,6 +50,7 @@ STEPS = (
     ("orchestrator.engine.sweep", "_Engine", "_record"),
     ("orchestrator.engine.warm_runner", "WarmRunner", "stop"),
     ("orchestrator.engine.sweep", None, "_finish"),
+    ("orchestrator.results.report", None, "report_run"),
 )
 
 

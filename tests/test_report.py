@@ -455,6 +455,26 @@ def test_a_report_prints_the_summary_and_writes_its_files_from_one_reading_of_th
         assert f"(plots/{svg.name})" in md
 
 
+def test_a_run_is_read_as_the_frame_pandas_read_parquet_gives(
+    two_machines: Path, tmp_path: Path
+) -> None:
+    """load_run's single-file read (no dataset layer) against pandas' own reader, for a table
+    pandas wrote (with its index metadata) and one written as the store writes it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.results.report.model import read_table
+
+    pandas_written = two_machines / TRIALS_FILE
+    frame = pd.read_parquet(pandas_written)
+    frame.loc[0, "error"] = "boom"  # a string among nulls
+    store_written = tmp_path / "store.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), store_written)
+    for path in (pandas_written, store_written):
+        pd.testing.assert_frame_equal(read_table(path), pd.read_parquet(path), check_exact=True)
+    assert read_table(store_written).loc[0, "error"] == "boom"
+
+
 def test_text_is_escaped_in_html_and_markdown(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script> | *x*"
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [100], 2: [150]})

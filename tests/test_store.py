@@ -161,6 +161,24 @@ def test_the_leak_probability_and_ramp_are_stored_with_each_trial(store: RunStor
     assert math.isnan(frame.loc[2, "leak_probability"]) and not frame.loc[2, "leak_ramp"]
 
 
+def test_a_store_created_without_its_table_gets_the_empty_one_once_and_never_over_a_record(
+        tmp_path: Path) -> None:
+    """A sweep creates its store before its machines start and writes the empty table while
+    they do (``trials_table=False``, then ``ensure_trials_table``): the same table as a
+    store created whole, and a table a record wrote first is left as it is."""
+    late = RunStore.create(tmp_path / "late", {"sweep_id": "s"}, trials_table=False)
+    assert (late.run_dir / "sweep.json").is_file() and not late.trials_path.exists()
+    late.ensure_trials_table()
+    whole = RunStore.create(tmp_path / "whole", {"sweep_id": "s"})
+    pd.testing.assert_frame_equal(pd.read_parquet(late.trials_path),
+                                  pd.read_parquet(whole.trials_path))
+
+    recorded = RunStore.create(tmp_path / "recorded", {"sweep_id": "s"}, trials_table=False)
+    record(recorded, 1, 100.0)  # the first record came before it
+    recorded.ensure_trials_table()
+    assert pd.read_parquet(recorded.trials_path)["units_per_s"].tolist() == [100.0]
+
+
 def test_creating_a_store_does_not_import_pandas_and_its_empty_table_reads_as_before(
         tmp_path: Path) -> None:
     """A sweep imports pandas while its machines stage (the engine's warm-up), so the store

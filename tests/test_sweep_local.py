@@ -773,3 +773,26 @@ def test_an_upload_that_fails_is_one_line_and_the_machine_started_meanwhile_is_r
     data = json.loads((only_run(tmp_path / "runs2") / "sweep.json").read_text())
     assert data["status"] == "failed"
     assert [vm["state"] for vm in data["vms"].values()] == ["released"]
+
+
+@pytest.mark.slow
+def test_the_machines_start_before_the_store_writes_its_empty_trials_table(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writing the empty trials table imports pyarrow (~0.15-0.35 s of CPU): a sweep starts its
+    machine threads first (their provisioning needs sweep.json only) and writes it while
+    they provision, on the main thread, before any trial is recorded into it."""
+    events: list[tuple[str, str, list[str]]] = []
+    ensure = RunStore.ensure_trials_table
+
+    def noting_ensure(self):  # type: ignore[no-untyped-def]
+        machines = [t.name for t in threading.enumerate() if t.name.startswith("machine-")]
+        events.append(("table" if not self.trials_path.exists() else "table again",
+                       threading.current_thread().name, machines))
+        return ensure(self)
+
+    monkeypatch.setattr(RunStore, "ensure_trials_table", noting_ensure)
+    run_dir = run_sweep(spec_for(tmp_path / "runs", workers=[1]), console=quiet())
+    first = events[0]  # the machine thread waits for the main thread's pandas, imported after
+    assert first[:2] == ("table", "MainThread") and first[2], events
+    assert list(pd.read_parquet(run_dir / "trials.parquet")["status"]) == ["ok"]

@@ -352,6 +352,8 @@ class _Engine:
             for thread in threads:
                 thread.start()
             self._stage_once()
+            # Not needed before the first record: written while the machines start (see _run)
+            self.store.ensure_trials_table()
             self._import_pandas()
             while self._running():
                 # A machine thread's end sets ``wake``, so the sweep goes on the moment the
@@ -1454,6 +1456,9 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         if job is not None:
             plan.uploads.append(Upload(job.key, job.path.stat().st_size))
     if store is None:
+        # Its empty trials table is written by the engine once the machine threads have
+        # started (their provisioning and warm runners need sweep.json only), or at the
+        # latest below, however the sweep ends.
         store = RunStore.create(Path(spec.out) / plan.sweep_id, {
             "sweep_id": plan.sweep_id, "spec": spec.to_dict(), "plan": plan.to_dict(),
             "prices": _prices(plan), "dry_run": spec.dry_run,
@@ -1462,7 +1467,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                        "local_dir": str(inputs.local_dir)} if inputs else None,
             "job": {"hash": job.hash, "prefix": job.prefix, "source": str(job.source),
                     "files": job.files, "bytes": job.size} if job else None,
-        })
+        }, trials_table=False)
     run_dir = store.run_dir
     store.guard = _signals_deferred  # a signal never cuts a sweep.json write short
     started.append(run_dir)
@@ -1472,8 +1477,14 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             done = store.done_trial_ids() | profile_ids(store.run_dir, done_only=True)
             store.update_sweep(machines={})  # this run's outcome per machine replaces the last
             console.print(f"Resuming sweep {plan.sweep_id}: {len(done)} trial(s) already done.")
-        return _execute(spec, plan, store, bucket, inputs, done, console, job,
-                        resuming=resume is not None)
+        try:
+            return _execute(spec, plan, store, bucket, inputs, done, console, job,
+                            resuming=resume is not None)
+        finally:
+            # A sweep that stopped before its engine wrote it still leaves a whole store
+            # (its status says why); a disk that refuses it was reported already.
+            with contextlib.suppress(OSError):
+                store.ensure_trials_table()
 
 
 def _pack_job(spec: SweepSpec) -> Any:
@@ -1490,12 +1501,14 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
              job: Any = None, resuming: bool = False) -> Path:
     run_dir = store.run_dir
     providers, keys = _build_providers(spec, plan, run_dir, plan.sweep_id)
+    facts: dict[str, Any] = {}
     if spec.dry_run:
         from orchestrator.providers.local import host_facts
 
-        store.update_sweep(local_host=host_facts())
+        facts["local_host"] = host_facts()
+    # One rewrite of sweep.json (each is a flushed write) before the machines start
     store.set_status("running", started_at=now_iso(),
-                     bucket=bucket.url if bucket is not None else None)
+                     bucket=bucket.url if bucket is not None else None, **facts)
 
     todo = {vm.name: [t for t in vm.trials if t.trial_id not in done] for vm in plan.vms}
     if spec.adaptive:  # --resume: a machine whose adaptive loop finished needs no VM again
