@@ -318,6 +318,28 @@ def test_list_resources_and_delete_resources_for_cleanup(moto_env, keys: SshKeys
     assert len(list_resources({LABEL_SWEEP: "s-keep"})) == 3
 
 
+def test_sessions_share_the_service_models_but_read_credentials_and_region_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cleanup and resume make a session per region: each parsed EC2's model again (~0.5 s)."""
+    from orchestrator.providers.aws import _session
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "first-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    east = _session("us-east-1")
+    assert east.get_credentials().access_key == "first-key"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "second-key")
+    west = _session("eu-west-1")
+
+    loader = east._session.get_component("data_loader")
+    assert west._session.get_component("data_loader") is loader
+    assert west.get_credentials().access_key == "second-key"
+    assert west.client("ec2").meta.region_name == "eu-west-1"
+    paths = list(loader.search_paths)
+    _session()
+    assert loader.search_paths == paths and len(set(paths)) == len(paths)  # no growth
+
+
 # ---------------------------------------------------------------- credentials and permissions
 
 
