@@ -247,6 +247,38 @@ def test_machines_go_to_the_requested_region_and_are_listed_there(moto_env, keys
     assert list_resources({LABEL_SWEEP: "s-test1"}, region="us-west-2") == []
 
 
+def test_regions_are_listed_at_once_and_found_in_their_order(moto_env, keys: SshKeys) -> None:
+    """Each region is a few round trips to a distant endpoint: cleanup, resume and teardown
+    search the catalog's regions at once. botocore's own event hook holds each region's
+    first call until another region's is in flight (one by one, each would wait 10 s)."""
+    import threading
+
+    import boto3
+
+    west = provider().create(make_request(keys, sweep="s-west", region="us-west-2", zone=None))
+    east = provider().create(make_request(keys, sweep="s-east"))
+    session = boto3.session.Session()
+    lock, together = threading.Lock(), threading.Event()
+    in_flight = [0, 0]  # now, most
+
+    def hold(**_: object) -> None:
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+            if in_flight[0] >= 2:
+                together.set()
+        together.wait(10)
+        with lock:
+            in_flight[0] -= 1
+
+    session.events.register("before-send.ec2.DescribeInstances", hold)
+    found = list_resources(session=session)
+
+    assert in_flight[1] >= 2
+    assert [(r.region, r.id) for r in found if r.kind == "instance"] == [
+        ("us-east-1", east.id), ("us-west-2", west.id)]  # the shell's region, then the catalog's
+
+
 def test_unknown_instance_type_is_one_line_and_leaves_nothing(moto_env, keys: SshKeys) -> None:
     prov = provider()
     with pytest.raises(ProviderError) as info:
@@ -316,6 +348,28 @@ def test_list_resources_and_delete_resources_for_cleanup(moto_env, keys: SshKeys
     delete_resources(found)
     assert list_resources({LABEL_SWEEP: "s-old"}) == []
     assert len(list_resources({LABEL_SWEEP: "s-keep"})) == 3
+
+
+def test_sessions_share_the_service_models_but_read_credentials_and_region_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cleanup and resume make a session per region: each parsed EC2's model again (~0.5 s)."""
+    from orchestrator.providers.aws import _session
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "first-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    east = _session("us-east-1")
+    assert east.get_credentials().access_key == "first-key"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "second-key")
+    west = _session("eu-west-1")
+
+    loader = east._session.get_component("data_loader")
+    assert west._session.get_component("data_loader") is loader
+    assert west.get_credentials().access_key == "second-key"
+    assert west.client("ec2").meta.region_name == "eu-west-1"
+    paths = list(loader.search_paths)
+    _session()
+    assert loader.search_paths == paths and len(set(paths)) == len(paths)  # no growth
 
 
 # ---------------------------------------------------------------- credentials and permissions
