@@ -70,6 +70,8 @@ def rss():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
 
+populate = warm.page_populator() if sys.argv[1] == "madvise" else None
+assert (populate is not None) == (sys.argv[1] == "madvise")  # Linux >= 5.14 here
 runs = warm.resident_file_pages()
 page = os.sysconf("SC_PAGE_SIZE")
 assert runs and all(length > 0 and addr % page == 0 for addr, length in runs)
@@ -78,7 +80,7 @@ parent = rss()
 pid = os.fork()
 if pid == 0:
     untouched = rss()
-    warm.touch_pages(runs)
+    warm.touch_pages(runs, populate)
     os.write(w, json.dumps([untouched, rss()]).encode())
     os._exit(0)
 os.close(w)
@@ -88,13 +90,15 @@ print(json.dumps([parent, untouched, touched]))
 """
 
 
-def test_a_forked_child_holds_exactly_the_servers_resident_pages():
+@pytest.mark.parametrize("how", ["madvise", "proc-mem"])
+def test_a_forked_child_holds_exactly_the_servers_resident_pages(how):
     """The kernel does not copy a library's page-table entries into a forked child; the child
-    maps them again, so its RSS (where a fresh process's peak starts) is the server's.
+    maps them again (``MADV_POPULATE_READ``, or reads through /proc/self/mem where the kernel
+    has no such advice), so its RSS (where a fresh process's peak starts) is the server's.
     In a process of its own, single-threaded like a server: a test worker's other threads
     move its RSS while the child measures."""
-    proc = subprocess.run([sys.executable, "-c", _FORK_PROBE], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", _FORK_PROBE, how], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     parent, untouched, touched = json.loads(proc.stdout.strip().splitlines()[-1])
     assert untouched < parent - 4096, (parent, untouched, touched)  # kB: megabytes short
