@@ -691,16 +691,17 @@ class FirstImport:
 
 sys.meta_path.insert(0, FirstImport())
 from orchestrator.engine.warm_runner import is_trial_command
-launch = subprocess.Popen.__init__
+from orchestrator.providers.local import LocalExecutor
+launch = LocalExecutor.run  # every trial's way onto its host (a process, or a warm fork)
 
 
-def noting(self, args, *rest, **kw):
-    if is_trial_command(args):
+def noting(self, argv, **kw):
+    if is_trial_command(list(argv)):
         events.append(("trial", "pandas" in sys.modules))
-    launch(self, args, *rest, **kw)
+    return launch(self, argv, **kw)
 
 
-subprocess.Popen.__init__ = noting
+LocalExecutor.run = noting
 from rich.console import Console
 from orchestrator.engine.sweep import run_sweep
 from orchestrator.spec.spec import SweepSpec

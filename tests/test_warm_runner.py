@@ -9,6 +9,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -264,8 +265,9 @@ def test_a_server_whose_sweep_stopped_reading_its_output_exits():
 
 
 def test_the_engines_client_starts_without_site_and_runs_the_trial_in_the_servers_fork(tmp_path):
-    """The sweep's trial command (``python -S -c CLIENT ROOT run ...``), through a host's
-    executor, from the server the engine launched; then stopped through the executor."""
+    """The sweep's trial command (``python -S -c CLIENT ROOT run ...``), as a host runs it
+    (here by hand: a local host serves it without a process), from the server the engine
+    launched; then stopped through the executor."""
     from orchestrator.engine.warm_runner import WarmRunner, is_trial_command
     from orchestrator.providers.local import LocalExecutor
 
@@ -280,10 +282,173 @@ def test_the_engines_client_starts_without_site_and_runs_the_trial_in_the_server
         argv = warm_runner.argv(["--workload", "sleep", "--duration", "0.2", "--quiet",
                                  "--out", str(out)])  # fmt: skip
         assert argv[1:3] == ["-S", "-c"] and is_trial_command(argv)
-        result = ex.run(argv, timeout=60)
-        assert result.exit_code == protocol.EXIT_OK, result.stdout_tail
+        env = {**os.environ, "PYTHONPATH": str(Path(warm_runner.root))}
+        proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert proc.returncode == protocol.EXIT_OK, proc.stderr
         assert summary(out)["runner_start"] == "forked from a warm runner"
     finally:
         warm_runner.stop(ex)
     assert warm_runner.ended.is_set() and lines == []
     assert not is_trial_command([sys.executable, "-m", "workloads.warm", "serve", "x"])
+
+
+# -- a local host: the engine is the client ------------------------------------------------
+
+
+def _client_argv(name: str, *runner_args: str) -> list[str]:
+    """What ``WarmRunner.argv`` gives the engine for a trial (the client's command line)."""
+    root = str(Path(warm_client.__file__).resolve().parent.parent)
+    return [sys.executable, "-S", "-c", warm_client.CLIENT, root, "run", name, "--",
+            *runner_args]  # fmt: skip
+
+
+def _running(ex, argv: list[str], **kw) -> tuple[threading.Thread, dict]:  # type: ignore[no-untyped-def]
+    """``ex.run(argv)`` in a thread (as a machine thread runs it); its result lands in the dict."""
+    got: dict = {"lines": []}
+
+    def run() -> None:
+        got["result"] = ex.run(argv, on_line=got["lines"].append, **kw)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, got
+
+
+def _trial_started(server: Server, thread: threading.Thread) -> list[int]:
+    """The forked trial and its sampler's pids, once both run and the clock has started."""
+    deadline = time.monotonic() + 30
+    while len(procfs.descendants(server.proc.pid)) < 2:
+        assert thread.is_alive() and time.monotonic() < deadline, "the trial never started"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    return procfs.descendants(server.proc.pid)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _gone(pids: list[int], timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(pid) for pid in pids)
+
+
+def test_a_local_host_runs_a_warm_trial_in_the_servers_fork_without_a_client_process(
+    tmp_path, server, monkeypatch,
+):
+    """Same directory, environment, streams, output lines and exit code as a fresh runner's
+    through the same executor; the only process is the server's fork."""
+    from orchestrator.providers.local import LocalExecutor
+
+    monkeypatch.setenv("CLOUDPROF_TEST_VAR", "from-the-engine")
+    script = 'echo "out $PWD $CLOUDPROF_TEST_VAR"; echo "err line" >&2; exit 3'
+    args = ["--duration", "5", "--quiet", "--command", "--", "sh", "-c", script]
+    ex = LocalExecutor(tmp_path)
+    fresh_lines: list[str] = []
+    fresh = ex.run([sys.executable, "-m", "workloads.run", "--out", str(tmp_path / "fresh"),
+                    *args], on_line=fresh_lines.append, timeout=60)  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(subprocess, "Popen", _refuse_processes)
+        lines: list[str] = []
+        forked = ex.run(_client_argv(server, "--out", str(tmp_path / "forked"), *args),
+                        on_line=lines.append, timeout=60)  # fmt: skip
+    assert forked.exit_code == fresh.exit_code != protocol.EXIT_OK
+    assert f"out {tmp_path} from-the-engine" in lines and "err line" in lines
+    assert sorted(lines) == sorted(fresh_lines), (lines, fresh_lines)
+    assert forked.stdout_tail.splitlines()[-1] == lines[-1]
+    assert summary(tmp_path / "forked")["runner_start"] == "forked from a warm runner"
+    assert summary(tmp_path / "forked")["status"] == summary(tmp_path / "fresh")["status"]
+
+
+def _refuse_processes(*_a, **_kw):  # type: ignore[no-untyped-def]
+    raise AssertionError("a process was started for a warm trial")
+
+
+@pytest.mark.parametrize("how", ["close", "timeout"])
+def test_a_local_hosts_forked_trial_stops_as_interrupted_on_close_or_timeout_leaving_nothing(
+    tmp_path, server, how,
+):
+    """The sweep's teardown (``close``) and the trial's timeout SIGINT the trial's group, as
+    they did the client's: an interrupted summary, exit 130, no process left."""
+    from orchestrator.providers.local import LocalExecutor
+
+    ex = LocalExecutor(tmp_path)
+    argv = _client_argv(server, "--out", str(tmp_path / "out"), "--workload", "sleep",
+                        "--duration", "60", "--sample-hz", "50")  # fmt: skip
+    thread, got = _running(ex, argv, timeout=60 if how == "close" else 3)
+    pids = _trial_started(server, thread)
+    if how == "close":
+        ex.close()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert got["result"].exit_code == protocol.EXIT_INTERRUPTED, got["lines"]
+    s = summary(tmp_path / "out")
+    assert s["status"] == "interrupted" and s["runner_start"] == "forked from a warm runner"
+    assert _gone(pids) and not procfs.descendants(server.proc.pid)
+    assert server.proc.poll() is None  # the server itself serves on
+
+
+def test_a_warm_runner_that_dies_under_a_local_trial_is_reported_and_the_trial_killed(tmp_path):
+    from orchestrator.providers.local import LocalExecutor
+
+    name = Server(secrets.token_hex(6))
+    name.proc = subprocess.Popen([sys.executable, "-m", "workloads.warm", "serve", name],
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert name.proc.stdout is not None and name.proc.stdout.readline().startswith("ready")
+        ex = LocalExecutor(tmp_path)
+        thread, got = _running(ex, _client_argv(name, "--out", str(tmp_path / "out"),
+                                                "--workload", "sleep", "--duration", "60"))
+        pids = _trial_started(name, thread)
+        name.proc.kill()
+        thread.join(30)
+        assert not thread.is_alive()
+        assert got["result"].exit_code == 1
+        assert got["lines"][-1] == warm_client.LOST == got["result"].stdout_tail.splitlines()[-1]
+        assert _gone(pids)  # the trial and its sampler: never left running unwatched
+    finally:
+        name.proc.kill()
+        name.proc.wait(10)
+
+
+def test_a_local_forked_trial_killed_by_a_signal_ends_as_that_signal(tmp_path, server):
+    """As ``Popen`` reports a process killed by a signal (the client died of the same)."""
+    from orchestrator.providers.local import LocalExecutor
+
+    ex = LocalExecutor(tmp_path)
+    thread, got = _running(ex, _client_argv(server, "--out", str(tmp_path / "out"),
+                                            "--workload", "sleep", "--duration", "60"))
+    pids = _trial_started(server, thread)
+    runner = min(pids)  # forked before its sampler
+    os.kill(runner, signal.SIGKILL)
+    thread.join(30)
+    assert got["result"].exit_code == -signal.SIGKILL
+    assert _gone(pids)
+
+
+def test_a_local_host_without_its_warm_runner_starts_a_fresh_runner(tmp_path):
+    from orchestrator.providers.local import LocalExecutor
+
+    result = LocalExecutor(tmp_path).run(_client_argv(
+        "no-such-server-" + secrets.token_hex(4), "--out", str(tmp_path / "out"),
+        "--workload", "sleep", "--duration", "0.2", "--quiet"), timeout=60)  # fmt: skip
+    assert result.exit_code == protocol.EXIT_OK, result.stdout_tail
+    assert summary(tmp_path / "out")["runner_start"] == "fresh interpreter"
+
+
+def test_a_client_command_line_is_recognised_only_as_the_client_starts_it():
+    argv = _client_argv("abc", "--workload", "sleep")
+    assert warm_client.client_args(argv) == ["run", "abc", "--", "--workload", "sleep"]
+    assert warm_client.client_args([sys.executable, "-m", "workloads.warm", "stop", "abc"]) == [
+        "stop", "abc"]
+    assert warm_client.client_args([sys.executable, "-m", "workloads.warm", "serve", "a"]) is None
+    assert warm_client.client_args([sys.executable, "-m", "workloads.run", "--out", "x"]) is None
+    assert warm_client.client_args(["sh", "-c", warm_client.CLIENT]) is None

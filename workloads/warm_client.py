@@ -108,48 +108,110 @@ def kill_group(pid: int, sig: int) -> None:
             return
 
 
+LOST = "error: the warm runner stopped during the trial"
+"""The line a trial's caller writes when the server died under the trial (which it kills)."""
+
+
+class Trial:
+    """One trial that a warm runner forks: the request on its way, the server's replies.
+
+    The one implementation of the protocol's trial side, for the client process (``client``)
+    and for an engine that talks to a server on its own host (``LocalExecutor``)."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self.sock = sock
+        self.replies = _Replies(sock)
+        self.pid: int | None = None
+
+    @classmethod
+    def request(cls, name: str, argv: list[str], cwd: str, env: dict[str, str],
+                fds: list[int]) -> Trial | None:  # fmt: skip
+        """Ask the server to fork the runner with ``argv`` in ``cwd`` with ``env``, on ``fds``
+        as its stdin, stdout and stderr; None when no server takes the request."""
+        sock = connect(name)
+        if sock is None:
+            return None
+        try:
+            send(sock, {"op": "run", "argv": argv, "cwd": cwd, "env": env}, fds)
+        except OSError:
+            sock.close()
+            return None
+        return cls(sock)
+
+    def started(self) -> bool:
+        """Whether the server forked the trial (``pid`` is then its process group); False:
+        the server is stopping, the caller starts a fresh runner instead."""
+        first = self.replies.next()
+        if len(first) != 2 or first[0] != "pid":
+            self.sock.close()
+            return False
+        self.pid = int(first[1])
+        return True
+
+    def signal(self, sig: int) -> None:
+        """Signal the trial's process group, as a fresh runner's group would be signalled."""
+        assert self.pid is not None
+        kill_group(self.pid, sig)
+
+    def outcome(self) -> tuple[str, int]:
+        """Wait for the trial's end: ("exit", code), ("signal", number), or ("lost", 1) when
+        the server died under it, which then kills the trial's group (never left running
+        unwatched). A signal that interrupts the wait is handled and the wait resumes."""
+        last = self.replies.next()
+        self.sock.close()
+        if len(last) == 2 and last[0] in ("exit", "signal"):
+            return last[0], int(last[1])
+        import signal
+
+        self.signal(signal.SIGKILL)
+        return "lost", 1
+
+
 def _fresh_runner(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "workloads.run", *argv])
 
 
 def client(name: str, argv: list[str]) -> int:
     """Run one trial in the server's fork, as if this process were the runner."""
-    sock = connect(name)
-    if sock is None:
+    trial = Trial.request(name, argv, os.getcwd(), dict(os.environ), [0, 1, 2])
+    if trial is None:
         _fresh_runner(argv)
-    assert sock is not None
-    try:
-        send(sock, {"op": "run", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)},
-             [0, 1, 2])  # fmt: skip
-    except OSError:
-        sock.close()
-        _fresh_runner(argv)
-    replies = _Replies(sock)
+    assert trial is not None
     import signal  # while the server forks: off the request's path
 
-    first = replies.next()
-    if len(first) != 2 or first[0] != "pid":  # the server is stopping: start fresh instead
-        sock.close()
+    if not trial.started():  # the server is stopping: start fresh instead
         _fresh_runner(argv)
-    pid = int(first[1])
 
     def forward(signum: int, _frame: object) -> None:
-        kill_group(pid, signum)
+        trial.signal(signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
-    last = replies.next()  # a forwarded signal interrupts the wait: PEP 475 retries it
-    if len(last) == 2 and last[0] == "exit":
-        return int(last[1])
-    if len(last) == 2 and last[0] == "signal":
-        sig = int(last[1])
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        return 128 + sig
-    # the server died under its trial: do not leave the trial running unwatched
-    kill_group(pid, signal.SIGKILL)
-    print("error: the warm runner stopped during the trial", file=sys.stderr, flush=True)
-    return 1
+    how, value = trial.outcome()  # a forwarded signal interrupts the wait: PEP 475 retries it
+    if how == "exit":
+        return value
+    if how == "signal":
+        signal.signal(value, signal.SIG_DFL)
+        os.kill(os.getpid(), value)
+        return 128 + value
+    print(LOST, file=sys.stderr, flush=True)
+    return value
+
+
+def client_args(argv: list[str]) -> list[str] | None:
+    """The client's own arguments (``run NAME -- ARGS`` or ``stop NAME``) in a command line
+    that starts it (``python -S -c CLIENT ROOT ...`` or ``python -m workloads.warm ...``);
+    None for any other command."""
+    if len(argv) >= 5 and argv[1:4] == ["-S", "-c", CLIENT]:
+        args = argv[5:]
+    elif len(argv) >= 3 and argv[1:3] == ["-m", "workloads.warm"]:
+        args = argv[3:]
+    else:
+        return None
+    if (len(args) >= 3 and args[0] == "run" and args[2] == "--") or (
+            len(args) == 2 and args[0] == "stop"):  # fmt: skip
+        return args
+    return None
 
 
 def stop(name: str) -> int:
