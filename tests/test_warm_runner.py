@@ -130,6 +130,8 @@ def test_a_forked_trial_reports_the_peaks_and_the_units_of_a_fresh_one(tmp_path,
                for s in forked)  # fmt: skip
     assert all(s["status"] == "ok" and s["units"] > 0 and s["agent"]["samples"] > 5
                for s in forked)  # fmt: skip
+    # the host's facts, read once by the server (the static ones), are a fresh runner's
+    assert all(s["host"] == fresh[0]["host"] for s in fresh + forked)
 
 
 def test_a_forked_trials_load_phase_starts_at_its_fork_exactly(tmp_path, server):

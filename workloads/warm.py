@@ -176,18 +176,20 @@ class Server:
         # workloads.transfer: what a trial's --put imports after its clock (8-20 ms a trial
         # in a fork), paid here once
         import workloads.run
-        import workloads.transfer  # noqa: F401
+        import workloads.transfer
         from workloads import procfs
         from workloads.base import REGISTRY, load_workload
 
         if self.preload in REGISTRY:  # a built-in: never the user's code
             for module in load_workload(self.preload).preload:
                 importlib.import_module(module)
-        # What every runner reads before prepare(), whose first read fills platform's caches
-        # (uname, the interpreter's libc): ~8 ms a trial, paid here once for all of them
+        # What every runner does before prepare(), done here once for all of them: the host's
+        # facts (the static ones kept: ~8 ms a trial) and its parser (2-4 ms). Not the result
+        # writer's first write: see run._warm_result_writer
         from workloads.hostinfo import host_facts
 
         host_facts()
+        workloads.run.parser()
         self.populate = page_populator()
         self.pages = resident_file_pages()
         self.imports_peak = procfs.read_hwm("self") or 0
