@@ -170,6 +170,52 @@ def test_a_file_put_links_the_result_into_the_bucket(tmp_path: Path) -> None:
     assert not list(target.parent.glob(".*"))
 
 
+def test_a_file_put_links_what_its_writer_synced_without_a_sync_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's own results were synced as it wrote them: their put only links them
+    (a sync there costs a journal commit, ~4 ms a file); any other file is still synced."""
+    import os
+
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    ours, theirs = trial / "summary.json", trial / "output.log"
+    ours.write_text('{"status": "ok"}')
+    theirs.write_text("a job's line\n")
+    bucket = tmp_path / "bucket"
+    entries = [{"path": str(f), "url": (bucket / f.name).as_uri()} for f in (ours, theirs)]
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    assert transfer.put_all(entries, frozenset({os.path.realpath(ours)})) == []
+    assert len(synced) == 1  # output.log's, not summary.json's
+    for f in (ours, theirs):
+        assert (bucket / f.name).stat().st_ino == f.stat().st_ino
+    assert not list(bucket.glob(".*"))
+
+
+def test_a_runners_put_syncs_only_what_it_wrote_and_links_it_into_the_bucket(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``workloads.run --put``: two syncs (its time series and summary, as written), none for
+    the put; the bucket holds the same inodes, summary.json last."""
+    import os
+
+    from workloads import protocol, run
+
+    out, bucket = tmp_path / "out", tmp_path / "bucket"
+    names = (protocol.TIMESERIES_FILE, protocol.SUMMARY_FILE)
+    manifest = write_manifest(tmp_path / "put.json", [
+        {"path": str(out / n), "url": (bucket / n).as_uri(), "optional": True} for n in names])
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    code = run.main(["--workload", "sleep", "--duration", "0.1", "--sample-hz", "0",
+                     "--quiet", "--out", str(out), "--put", manifest])
+    assert code == protocol.EXIT_OK
+    assert len(synced) == 2
+    for n in names:
+        assert (bucket / n).stat().st_ino == (out / n).stat().st_ino
+
+
 def test_put_missing_required_file_fails(tmp_path: Path) -> None:
     manifest = write_manifest(tmp_path / "m.json",
                               [{"path": str(tmp_path / "nope"), "url": (tmp_path / "o").as_uri()}])

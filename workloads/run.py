@@ -235,10 +235,15 @@ def _one_line(exc: BaseException) -> str:
 # -- result files -------------------------------------------------------------------------
 
 
+_SYNCED: set[str] = set()  # the real paths this process wrote (and synced) with _atomic_write
+
+
 def _atomic_write(path: Path, write: Any) -> None:
-    """``write(tmp)`` fills a temporary file that then replaces ``path`` in one rename."""
+    """``write(tmp)`` fills a temporary file that then replaces ``path`` in one rename, once
+    synced (``--put`` then links it into a file:// bucket without a sync of its own)."""
     with atomic_path(path) as tmp:
         write(tmp)
+    _SYNCED.add(os.path.realpath(path))
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
@@ -944,8 +949,9 @@ def _put_results(manifest: str, path: Path, interrupted: bool) -> None:
             entries = transfer.load_manifest(path)
             # summary.json last, as on disk: a summary in the bucket says the rest is there
             last = [e for e in entries if Path(e["path"]).name == protocol.SUMMARY_FILE]
-            errors = transfer.put_all([e for e in entries if e not in last])
-            errors = errors or transfer.put_all(last)
+            synced = frozenset(_SYNCED)  # the result files this process wrote and synced
+            errors = transfer.put_all([e for e in entries if e not in last], synced)
+            errors = errors or transfer.put_all(last, synced)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             errors = [f"cannot read the manifest: {_one_line(exc)}"]
     line = (protocol.format_put("failed", manifest, "; ".join(errors)) if errors
