@@ -5,7 +5,8 @@
     python -m workloads.warm stop NAME                    # when the host's trials are done
 
 (The engine runs the last two through ``workloads.warm_client.CLIENT``, which starts
-in a third of the time: see that module.)
+in a third of the time: see that module; on a local host it sends the client's
+request itself, with the client's code, and starts no process at all.)
 
 Why: a trial's runner is a fresh interpreter that imports numpy, pyarrow and the
 runner before its clock starts — ~0.25 s a trial that is neither the workload's

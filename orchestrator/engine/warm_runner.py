@@ -8,6 +8,8 @@ each trial. The server runs as one long command of the host's executor, so it
 works wherever ``Executor.run`` does (a local subprocess, an SSH channel) and
 ends with the executor when nothing else stops it. Anything that goes wrong
 costs only speed: a trial whose client finds no server starts a fresh runner.
+A trial's command is the client's command line (``argv``) for every host; a local
+host's executor runs it without the client process (``LocalExecutor``).
 
 Not routed through it: profiled trials (py-spy and memray attach to the runner
 from its start) and Ray trials (their driver joins a cluster). Set

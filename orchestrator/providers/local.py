@@ -2,8 +2,10 @@
 
 ``--dry-run`` and ``--provider local`` run the real pipeline through these
 classes — staging through a bucket, fetching inputs with ``workloads.transfer``,
-running ``python -m workloads.run`` in a separate process, collecting its files
-— so what is tested locally is the path a cloud VM takes, minus the network.
+running ``python -m workloads.run`` in a separate process (or forked by the
+host's warm runner, which this process asks itself: ``LocalExecutor._run_forked``),
+collecting its files — so what is tested locally is the path a cloud VM takes,
+minus the network.
 """
 
 from __future__ import annotations
