@@ -343,6 +343,15 @@ def _gone(pids: list[int], timeout: float = 10) -> bool:
     return not any(_alive(pid) for pid in pids)
 
 
+def _reaped(server: Server, timeout: float = 10) -> bool:
+    """The server has no child left, zombies included (it reaps an exiting trial as soon as
+    it is gone; its client may have had the exit code a moment before)."""
+    deadline = time.monotonic() + timeout
+    while procfs.descendants(server.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not procfs.descendants(server.proc.pid)
+
+
 def test_a_local_host_runs_a_warm_trial_in_the_servers_fork_without_a_client_process(
     tmp_path, server, monkeypatch,
 ):
@@ -394,7 +403,7 @@ def test_a_local_hosts_forked_trial_stops_as_interrupted_on_close_or_timeout_lea
     assert got["result"].exit_code == protocol.EXIT_INTERRUPTED, got["lines"]
     s = summary(tmp_path / "out")
     assert s["status"] == "interrupted" and s["runner_start"] == "forked from a warm runner"
-    assert _gone(pids) and not procfs.descendants(server.proc.pid)
+    assert _gone(pids) and _reaped(server)
     assert server.proc.poll() is None  # the server itself serves on
 
 
@@ -434,6 +443,30 @@ def test_a_local_forked_trial_killed_by_a_signal_ends_as_that_signal(tmp_path, s
     thread.join(30)
     assert got["result"].exit_code == -signal.SIGKILL
     assert _gone(pids)
+
+
+def test_a_runner_says_its_exit_code_as_it_exits_and_the_next_trial_waits_until_it_is_gone(
+    tmp_path, server,
+):
+    """The client has the code once the results are written (the sweep records them while
+    the runner frees its memory), but nothing starts beside that exit: the server forks
+    the next trial only once the last one is reaped, which the next trial sees in /proc."""
+    with open(os.devnull, "rb") as stdin, open(tmp_path / "b.log", "wb") as log:
+        streams = [stdin.fileno(), log.fileno(), log.fileno()]
+        first = warm_client.Trial.request(server, [
+            "--out", str(tmp_path / "a"), "--workload", "memory-steady", "--param", "mb=300",
+            "--duration", "0.2", "--sample-hz", "0", "--quiet"], str(tmp_path),
+            dict(os.environ), streams)  # fmt: skip
+        assert first is not None and first.started() and first.pid is not None
+        assert first.outcome() == ("exit", protocol.EXIT_OK)
+        probe = f"test -e /proc/{first.pid} && echo alive || echo gone"
+        second = warm_client.Trial.request(server, [
+            "--out", str(tmp_path / "b"), "--duration", "5", "--quiet", "--command", "--",
+            "sh", "-c", probe], str(tmp_path), dict(os.environ), streams)  # fmt: skip
+        assert second is not None and second.started()
+        assert second.outcome() == ("exit", protocol.EXIT_OK)
+    assert (tmp_path / "b.log").read_text().split() == ["gone"]
+    assert summary(tmp_path / "a")["status"] == "ok"
 
 
 def test_a_local_host_without_its_warm_runner_starts_a_fresh_runner(tmp_path):
