@@ -137,7 +137,8 @@ class LocalExecutor(Executor):
             self._procs.add(handle)
             closed = self._closed
         if closed:  # closed while the trial was forked: it stops like any other command
-            handle.stop()
+            # (from a thread: its output must be read meanwhile, or a full pipe blocks it)
+            threading.Thread(target=handle.stop, name="cloudprof-stop", daemon=True).start()
         with open(out_r, encoding=None, errors=None) as stream:  # text, as Popen's
             return self._follow(handle, stream, on_line, timeout)
 
