@@ -173,7 +173,7 @@ def test_a_file_put_links_the_result_into_the_bucket(tmp_path: Path) -> None:
 def test_a_file_put_links_what_its_writer_synced_without_a_sync_of_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner's own results were synced as it wrote them: their put only links them
-    (a sync there costs a journal commit, ~4 ms a file); any other file is still synced."""
+    (a sync there costs a journal commit); any other file is still synced."""
     import os
 
     trial = tmp_path / "trial"

@@ -128,8 +128,9 @@ _STATIC: dict[str, Any] | None = None  # the facts that do not change while a ho
 def _static_facts() -> dict[str, Any]:
     """The CPU, the memory, the platform and the libraries: read once a process. A warm
     runner (``workloads.warm``) reads them before it forks, so its trials do not read
-    /proc/cpuinfo, sysfs and site-packages again (4-7 ms of each forked trial's start);
-    the forks run on the same host, with the libraries the server imported."""
+    /proc/cpuinfo, sysfs and site-packages again (``benchmarks/bench_trial_cycle.py``,
+    "set-up before the clock"); the forks run on the same host, with the libraries the
+    server imported."""
     global _STATIC
     if _STATIC is None:
         try:

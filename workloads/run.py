@@ -101,8 +101,8 @@ _PARSER: argparse.ArgumentParser | None = None
 
 def parser() -> argparse.ArgumentParser:
     """The runner's parser, built once a process: a warm runner builds it before it forks,
-    so that a forked trial only parses (2-4 ms less of its start, more in a fork's
-    copy-on-write faults). Parsing leaves a parser as it was (argparse copies defaults)."""
+    so that a forked trial only parses. Parsing leaves a parser as it was (argparse
+    copies defaults)."""
     global _PARSER
     if _PARSER is None:
         _PARSER = build_parser()

@@ -150,8 +150,8 @@ def put_one(entry: dict[str, Any], synced: frozenset[str] = frozenset()) -> str:
 
     ``synced``: the real paths of files their writer has already synced (the runner's own
     results, written through ``atomic_path``): a file:// put links them into place without
-    a sync of its own, which for a link writes no byte but costs a journal commit (~4 ms
-    a file on an idle ext4); any other file is synced before its rename, as before."""
+    a sync of its own, which for a link writes no byte but costs a journal commit; any
+    other file is synced before its rename, as before."""
     src, url = Path(entry["path"]), entry["url"]
     if not src.is_file():
         if entry.get("optional"):

@@ -105,9 +105,9 @@ def touch_pages(runs: list[tuple[int, int]], populate: Any = None) -> None:
     """Map these pages into this process: its RSS then counts them, as the server's does.
 
     ``populate``: ``madvise`` from :func:`page_populator`, which maps each run in one
-    call (``MADV_POPULATE_READ``, Linux >= 5.14: 5-7 ms for the cube runner's 46 MiB in
-    ~500 runs, against 24-34 ms through ``/proc/self/mem``, the same RSS to the kB).
-    Without it, or for a run it refuses, a read through ``/proc/self/mem`` faults the
+    call (``MADV_POPULATE_READ``, Linux >= 5.14), copying no byte; the same RSS
+    (``tests/test_warm_runner.py`` checks both ways). Without it, or for a run it
+    refuses, a read through ``/proc/self/mem`` faults the
     pages it covers into this process's page tables (the kernel's get_user_pages),
     64 KiB a call into one reused buffer.
     """
@@ -187,8 +187,8 @@ class Server:
             for module in load_workload(self.preload).preload:
                 importlib.import_module(module)
         # What every runner does before prepare(), done here once for all of them: the host's
-        # facts (the static ones kept: ~8 ms a trial) and its parser (2-4 ms). Not the result
-        # writer's first write: see run._warm_result_writer
+        # facts (the static ones kept) and its parser. Not the result writer's first write:
+        # see run._warm_result_writer
         from workloads.hostinfo import host_facts
 
         host_facts()
@@ -336,7 +336,7 @@ class Server:
 
     def _reap_exiting(self, sel: selectors.BaseSelector) -> None:
         """Wait for the trials that said their exit code and are still exiting (freeing their
-        memory: ~10 ms for the cube's 800 MiB), so that nothing runs beside the next one.
+        memory), so that nothing runs beside the next one.
         Their clients had the code at once: the sweep records while they exit."""
         for trial in [t for t in self.trials.values() if t.replied]:
             os.waitpid(trial.pid, 0)

@@ -115,7 +115,8 @@ class LocalExecutor(Executor):
                     timeout: float | None) -> CommandResult | None:  # fmt: skip
         """A warm runner's trial (``WarmRunner.argv``) without the client process: this
         process sends the client's request and follows the trial as the client would
-        (``workloads.warm_client.Trial``), ~40 ms of interpreter start saved per trial.
+        (``workloads.warm_client.Trial``): no interpreter start per trial
+        (``benchmarks/bench_trial_cycle.py``, "around the runner").
         The trial's stdout and stderr are one pipe read here, as a client's were; None when
         no server takes the request (the caller starts a fresh runner)."""
         with self._lock:
