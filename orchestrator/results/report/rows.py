@@ -274,8 +274,8 @@ def _infer(values: list[Any]) -> list[Any]:
 
 
 def frame_from_records(records: list[Row], columns: Sequence[str]) -> Frame:
-    """A frame of ``records`` with ``columns`` (absent keys None), each column's values
+    """A frame of ``records`` with ``columns`` (an absent key is NaN), each column's values
     as ``pandas.DataFrame(records, columns=...)`` would hold them (see :func:`_infer`)."""
-    data = {c: _infer([_plain(r.get(c)) for r in records]) for c in columns}
+    data = {c: _infer([_plain(r[c]) if c in r else math.nan for r in records]) for c in columns}
     rows = [{c: data[c][i] for c in columns} for i in range(len(records))]
     return Frame(rows, columns)
