@@ -465,7 +465,8 @@ def _imports_pandas(argv: list[str], cwd: Path) -> tuple[bool, subprocess.Comple
     return found.group(1) == "True", proc
 
 
-def test_a_plain_dry_run_sweep_and_its_report_never_import_pandas(tmp_path: Path) -> None:
+def test_a_plain_dry_run_sweep_its_report_and_the_runs_list_never_import_pandas(
+        tmp_path: Path) -> None:
     """pandas' import (0.5-0.7 s) was the largest piece of a sweep's own overhead: recording
     a trial and the report need pyarrow alone, so only --adaptive and --search load it."""
     out = tmp_path / "runs"
@@ -482,6 +483,8 @@ def test_a_plain_dry_run_sweep_and_its_report_never_import_pandas(tmp_path: Path
     assert not loaded and json.loads(proc.stdout)["trials"]["ok"] == 2
     loaded, proc = _imports_pandas(["compare", str(run), str(run)], tmp_path)
     assert not loaded and "ratio" in proc.stdout
+    loaded, proc = _imports_pandas(["runs", "--out", str(out)], tmp_path)
+    assert not loaded and run.name in proc.stdout
 
 
 def test_the_console_script_freezes_its_objects_before_exit_and_an_in_process_call_does_not(
