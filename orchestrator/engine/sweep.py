@@ -326,10 +326,11 @@ class _Engine:
         self.lock = threading.Lock()
         # Set by a machine thread as it ends: wakes the main thread at once (see execute).
         self.wake = threading.Event()
-        # Set once the main thread has imported pandas where the sweep needs it (--adaptive and
-        # --search read the trials as a frame between trials), which it does while the
-        # machines provision and stage; no trial starts before it. A plain sweep never
-        # imports pandas: recording a trial and the report need pyarrow alone.
+        # Set once the main thread has imported what the sweep needs between trials, which it
+        # does while the machines provision and stage: pyarrow (ensure_trials_table), and
+        # pandas only for --adaptive and --search (they read the trials as a frame between
+        # trials); no trial starts before it, so no import runs beside a trial. A plain sweep
+        # never imports pandas: recording a trial and the report need pyarrow alone.
         self.pandas_ready = threading.Event()
         # What the main thread uploads while the machines provision (the job, the inputs:
         # see ``_stage_once``); set once it has, or failed. No host fetches them before.

@@ -377,7 +377,11 @@ class RunStore:
 
     def ensure_trials_table(self) -> None:
         """Write the empty trials table unless the store has one (a record may have written
-        it already: checked under the lock every write of the table holds)."""
+        it already: checked under the lock every write of the table holds). pyarrow is
+        imported first, outside the lock: its import (~0.5 s) under it held up the machine
+        threads' ``record_vm`` between staging the inputs and waiting for the warm runner."""
+        import pyarrow.parquet  # noqa: F401
+
         with self._lock:
             if not self.trials_path.exists():
                 self._write_empty_trials()
