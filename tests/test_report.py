@@ -457,7 +457,7 @@ def test_a_report_prints_the_summary_and_writes_its_files_from_one_reading_of_th
         assert f"(plots/{svg.name})" in md
 
 
-def test_a_run_is_read_as_the_frame_pandas_read_parquet_gives(
+def test_a_run_is_read_with_the_values_pandas_read_parquet_gives(
     two_machines: Path, tmp_path: Path
 ) -> None:
     """load_run's single-file read (no dataset layer) against pandas' own reader, for a table
