@@ -68,10 +68,11 @@ def run_cell(line: str, cell: str) -> tuple[Path | None, str, int]:
 
 
 def summary_table(run: Path) -> Any:
-    """The per machine × workers table of the run, as the report computes it."""
+    """The per machine × workers table of the run, as the report computes it, as a pandas
+    frame (what a notebook displays and works on; the report itself does without pandas)."""
     from orchestrator.results.report import load_run, summarise
 
-    return summarise(load_run(run).trials)
+    return summarise(load_run(run).trials).to_pandas()
 
 
 def cloudprof(line: str, cell: str) -> Path | None:

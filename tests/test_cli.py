@@ -452,6 +452,41 @@ def test_dry_run_sweep_then_report_compare_resume_and_the_memory_gate(tmp_path: 
     assert len(pd.read_parquet(run1 / "trials.parquet")) == 2  # nothing ran twice
 
 
+def _imports_pandas(argv: list[str], cwd: Path) -> tuple[bool, subprocess.CompletedProcess[str]]:
+    """Run ``cloudprof ARGV`` through the console entry point in a fresh interpreter and say
+    whether pandas was imported by the time it returned."""
+    probe = ("import sys; from orchestrator import cli; "
+             f"sys.argv = ['cloudprof', *{argv!r}]; code = cli.main(); "
+             "sys.stderr.write(f'\\npandas={\"pandas\" in sys.modules} code={code}')")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=240, cwd=cwd)
+    found = re.search(r"pandas=(True|False) code=(\d+)", proc.stderr)
+    assert found and found.group(2) == "0", proc.stderr[-3000:]
+    return found.group(1) == "True", proc
+
+
+def test_a_plain_dry_run_sweep_its_report_and_the_runs_list_never_import_pandas(
+        tmp_path: Path) -> None:
+    """pandas' import (0.5-0.7 s) was the largest piece of a sweep's own overhead: recording
+    a trial and the report need pyarrow alone, so only --adaptive and --search load it."""
+    out = tmp_path / "runs"
+    tiny = ["--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10", "--duration", "0.5",
+            "--repeats", "1", "--workers", "1,2"]
+    loaded, proc = _imports_pandas(["sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny,
+                                    "--out", str(out)], tmp_path)
+    assert not loaded, proc.stdout[-3000:]
+    (run,) = out.iterdir()
+    assert "Best by throughput" in proc.stdout and (run / "report.html").is_file()
+    loaded, proc = _imports_pandas(["report", str(run)], tmp_path)
+    assert not loaded and "Best by throughput" in proc.stdout
+    loaded, proc = _imports_pandas(["report", "--json", str(run)], tmp_path)
+    assert not loaded and json.loads(proc.stdout)["trials"]["ok"] == 2
+    loaded, proc = _imports_pandas(["compare", str(run), str(run)], tmp_path)
+    assert not loaded and "ratio" in proc.stdout
+    loaded, proc = _imports_pandas(["runs", "--out", str(out)], tmp_path)
+    assert not loaded and run.name in proc.stdout
+
+
 def test_the_console_script_freezes_its_objects_before_exit_and_an_in_process_call_does_not(
         tmp_path: Path) -> None:
     """At exit a command that loaded pandas and the report leaves ~10^5 objects for the

@@ -37,12 +37,12 @@ def test_headlines_are_the_reports_numbers(runs: tuple[Path, Path]) -> None:
     before, _ = runs
     (head, _) = compared([before, before])[0]
     summary = report.summarise(report.load_run(before).trials)
-    assert head.best_units_per_s.value == summary["units_per_s"].max() == 395
+    assert head.best_units_per_s.value == max(summary["units_per_s"]) == 395
     assert head.best_units_per_s.where == "n2-highcpu-8 × 8"
-    assert head.best_units_per_s_per_vcpu.value == summary["units_per_s_per_vcpu"].max()
+    assert head.best_units_per_s_per_vcpu.value == max(summary["units_per_s_per_vcpu"])
     assert head.best_cost_per_million_units.value == pytest.approx(0.13 / (235 * 3600) * 1e6)
     assert head.best_cost_per_million_units.where == "e2-standard-4 × 4"
-    assert head.peak_rss_bytes.value == summary["peak_rss_bytes"].max()
+    assert head.peak_rss_bytes.value == max(summary["peak_rss_bytes"])
     assert head.knee_workers.value == 4  # n2 (the fastest machine) stops scaling at 4
 
 

@@ -676,15 +676,16 @@ _WARM_UP_PROBE = """
 import json, subprocess, sys, threading
 from pathlib import Path
 
+MODULE = %r
 events = []
 
 
 class FirstImport:
-    '''Notes which thread imports pandas first, and which threads were alive then.'''
+    '''Notes which thread imports MODULE first, and which threads were alive then.'''
 
     def find_spec(self, name, path, target=None):
-        if name == "pandas":
-            events.append(("pandas", threading.current_thread().name,
+        if name == MODULE:
+            events.append(("import", threading.current_thread().name,
                            [t.name for t in threading.enumerate()]))
         return None
 
@@ -697,7 +698,7 @@ launch = LocalExecutor.run  # every trial's way onto its host (a process, or a w
 
 def noting(self, argv, **kw):
     if is_trial_command(list(argv)):
-        events.append(("trial", "pandas" in sys.modules))
+        events.append(("trial", MODULE in sys.modules))
     return launch(self, argv, **kw)
 
 
@@ -707,25 +708,46 @@ from orchestrator.engine.sweep import run_sweep
 from orchestrator.spec.spec import SweepSpec
 
 spec = SweepSpec(machines=["n2-highcpu-8"], workers=[1, 2], duration_s=0.5, repeats=1,
-                 workload_params=%r, out=Path(sys.argv[1]), dry_run=True, provider="gcp")
+                 workload_params=%r, out=Path(sys.argv[1]), dry_run=True, provider="gcp",
+                 adaptive=%r)
 run_sweep(spec, console=Console(file=open("/dev/null", "w")))
-print(json.dumps(events))
+print(json.dumps(events + [("pandas at exit", "pandas" in sys.modules)]))
 """
 
 
-@pytest.mark.slow
-def test_a_sweep_imports_pandas_while_its_machine_stages_and_before_its_first_trial(
-        cache: Path, tmp_path: Path) -> None:
-    """Recording needs pandas (~0.3-1 s to import): the main thread imports it while the
-    machine threads provision and stage, not as a pause of its own before them, and no
-    trial's runner starts before it is imported (it would compete with the trial)."""
-    out = subprocess.run([sys.executable, "-c", _WARM_UP_PROBE % (SMALL,), str(tmp_path)],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+def _warm_up_events(tmp_path: Path, module: str, adaptive: bool) -> list[Any]:
+    out = subprocess.run([sys.executable, "-c", _WARM_UP_PROBE % (module, SMALL, adaptive),
+                          str(tmp_path)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    events = json.loads(out.stdout.strip().splitlines()[-1])
-    imports = [e for e in events if e[0] == "pandas"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_an_adaptive_sweep_imports_pandas_while_its_machine_stages_and_before_its_first_trial(
+        cache: Path, tmp_path: Path) -> None:
+    """--adaptive reads the trials as a pandas frame between trials (~0.3-1 s to import):
+    the main thread imports it while the machine threads provision and stage, not as a
+    pause of its own before them, and no trial's runner starts before it is imported (it
+    would compete with the trial)."""
+    events = _warm_up_events(tmp_path, "pandas", adaptive=True)
+    imports = [e for e in events if e[0] == "import"]
     assert imports and imports[0][1] == "MainThread"
     assert any(name.startswith("machine-") for name in imports[0][2]), imports[0]
+    trials = [e for e in events if e[0] == "trial"]
+    assert len(trials) >= 2 and all(seen for _, seen in trials), events
+
+
+@pytest.mark.slow
+def test_a_plain_sweep_never_imports_pandas_and_starts_no_trial_before_the_stores_pyarrow(
+        cache: Path, tmp_path: Path) -> None:
+    """Recording a trial and the report read the store with pyarrow alone: a sweep without
+    --adaptive or --search never imports pandas (0.5-0.7 s), and its trials still wait for
+    the main thread's import of pyarrow (the trials table), which never runs beside one."""
+    events = _warm_up_events(tmp_path, "pyarrow", adaptive=False)
+    assert events[-1] == ["pandas at exit", False], events
+    imports = [e for e in events if e[0] == "import"]
+    assert imports and imports[0][1] == "MainThread", events
     trials = [e for e in events if e[0] == "trial"]
     assert len(trials) == 2 and all(seen for _, seen in trials), events
 

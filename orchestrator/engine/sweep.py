@@ -326,8 +326,11 @@ class _Engine:
         self.lock = threading.Lock()
         # Set by a machine thread as it ends: wakes the main thread at once (see execute).
         self.wake = threading.Event()
-        # Set once the main thread has imported what recording a trial needs (pandas), which
-        # it does while the machines provision and stage; no trial starts before it.
+        # Set once the main thread has imported what the sweep needs between trials, which it
+        # does while the machines provision and stage: pyarrow (ensure_trials_table), and
+        # pandas only for --adaptive and --search (they read the trials as a frame between
+        # trials); no trial starts before it, so no import runs beside a trial. A plain sweep
+        # never imports pandas: recording a trial and the report need pyarrow alone.
         self.pandas_ready = threading.Event()
         # What the main thread uploads while the machines provision (the job, the inputs:
         # see ``_stage_once``); set once it has, or failed. No host fetches them before.
@@ -354,7 +357,10 @@ class _Engine:
             self._stage_once()
             # Not needed before the first record: written while the machines start (see _run)
             self.store.ensure_trials_table()
-            self._import_pandas()
+            if self.spec.adaptive or self.plan.search:
+                self._import_pandas()
+            else:
+                self.pandas_ready.set()
             while self._running():
                 # A machine thread's end sets ``wake``, so the sweep goes on the moment the
                 # last one ends, not at the next tick; the timeout keeps Ctrl-C prompt.
@@ -398,7 +404,7 @@ class _Engine:
         return not self.stop.is_set()
 
     def _import_pandas(self) -> None:
-        """Import pandas (what ``RunStore.record_trial`` needs, ~0.3-1 s) on the main thread
+        """Import pandas (what ``RunStore.trials_frame`` needs, ~0.3-1 s) on the main thread
         while the machine threads provision, connect and stage the inputs, which wait on
         other processes or the network; paid there, it is no longer a pause of its own
         before the sweep starts. ``pandas_ready`` is set whatever happens: the machine threads
@@ -1771,7 +1777,7 @@ def _label_prefixes(bucket: Bucket, plan: Plan, inputs: StagedInputs | None) -> 
 def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> Path:
     """Status, report, then the exit-code decisions: memory gate first, then partial."""
     run_dir = store.run_dir
-    frame = store.trials_frame()
+    rows = store.trial_rows()  # pyarrow alone: a plain sweep never imports pandas
     sweep = store.read_sweep()
     failed_machines = {m: v for m, v in sweep.get("machines", {}).items()
                        if v.get("status") in ("failed", "preempted")}
@@ -1780,8 +1786,8 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     searched = set((sweep.get("search") or {}).get("tried") or [vm.name for vm in plan.vms])
     planned = {t.trial_id for vm in plan.vms for t in vm.trials
                if not (vms.get(vm.name) or {}).get("adaptive") and vm.name in searched}
-    bad = frame[frame["status"] != "ok"]
-    missing = planned - set(frame["trial_id"]) - profile_ids(run_dir)
+    bad = [r for r in rows if r["status"] != "ok"]
+    missing = planned - {r["trial_id"] for r in rows} - profile_ids(run_dir)
     partial = bool(failed_machines or len(bad) or missing)
     store.set_status("partial" if partial else "done", finished_at=now_iso())
     try:
@@ -1796,13 +1802,10 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     limit = spec.max_peak_memory
     # The whole lifetime (loading included) unless --max-peak-memory trial:SIZE said
     column = "peak_rss_trial_bytes" if spec.peak_gate == "trial" else "peak_rss_bytes"
-    if column not in frame:  # a store written before the trial's own peak had a column
-        column = "peak_rss_bytes"
-    if limit is not None and len(frame):
-        peaks = frame.dropna(subset=[column])
-        over = peaks[peaks[column].astype(float) > limit]
-        if len(over):
-            worst = over.loc[over[column].astype(float).idxmax()]
+    if limit is not None and rows:
+        over = [r for r in rows if r[column] is not None and float(r[column]) > limit]
+        if over:
+            worst = max(over, key=lambda r: float(r[column]))  # the first of equal peaks
             what = "during the trial" if column == "peak_rss_trial_bytes" else (
                 "over the trial process's lifetime, loading included")
             err = MemoryGateError(

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UsageError
 from orchestrator.results import report as rpt
+from orchestrator.results.report.rows import Frame, idx_max, idx_min, missing
 
 if TYPE_CHECKING:
-    import pandas as pd
     from rich.console import Console
 
     from orchestrator.plan.model import Comparison
@@ -64,29 +64,28 @@ def _where(row: Any) -> str:
 
 
 def _extreme(
-    summary: pd.DataFrame,
+    summary: Frame,
     column: str,
     largest: bool,
     costs: bool = False,
-    trials: pd.DataFrame | None = None,
+    trials: Frame | None = None,
 ) -> Metric:
     """The best row for ``column``; only a cost can be an estimate (throughput is measured).
 
     With ``trials``, the metric carries the per-repeat values behind that row's
     median, so a ratio between runs can be given with its interval.
     """
-    known = summary.dropna(subset=[column])
+    known = summary.where(lambda r: not missing(r[column]))
     if known.empty:
         return Metric(math.nan, "")
-    row = known.loc[known[column].idxmax() if largest else known[column].idxmin()]
+    found = known[column]
+    row = known.rows[idx_max(found) if largest else idx_min(found)]
     repeats: tuple[float, ...] = ()
     if trials is not None:
-        mine = trials[
-            (trials["status"] == rpt.OK)
-            & (trials["machine"].astype(str) == str(row["machine"]))
-            & (trials["ran_on"].astype(str) == str(row["ran_on"]))
-            & (trials["workers"] == row["workers"])
-        ]
+        mine = trials.where(lambda r: r["status"] == rpt.OK
+                            and str(r["machine"]) == str(row["machine"])
+                            and str(r["ran_on"]) == str(row["ran_on"])
+                            and r["workers"] == row["workers"])
         values = (float(v) for v in mine[column] if v is not None)
         repeats = tuple(v for v in values if math.isfinite(v))
     return Metric(float(row[column]), _where(row), costs and bool(row["estimate"]), repeats)
@@ -98,7 +97,7 @@ def headline(run: rpt.RunData) -> Headline:
     fastest = _extreme(summary, "units_per_s", largest=True, trials=run.trials)
     knee = Metric(math.nan, "")
     if not summary.empty:
-        top = summary.loc[summary["units_per_s"].idxmax()]
+        top = summary.rows[idx_max(summary["units_per_s"])]
         found = rpt.knees(summary)[(str(top["machine"]), str(top["ran_on"]))]
         machine = rpt.machine_label(top["machine"], top["ran_on"])
         if found.reached and found.workers is not None:

@@ -18,10 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.formatting import is_finite
 from orchestrator.results import report as rpt
+from orchestrator.results.report.rows import (
+    Frame,
+    as_frame,
+    float_array,
+    known,
+    missing,
+    nanmax,
+    nanmin,
+)
 from orchestrator.results.svg import Figure, LegendEntry, Panel
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pandas as pd  # a notebook's frames are accepted too (``as_frame``)
 
 LINESTYLES = ("-", "--", ":", "-.")
 """One per repeat (or per ``split_by`` value): the colour already says which machine."""
@@ -47,13 +56,13 @@ def machine_colours(pairs) -> dict[str, str]:
     return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
 
 
-def _pairs(frame: pd.DataFrame) -> list[tuple[str, str]]:
+def _pairs(frame: Frame) -> list[tuple[str, str]]:
     return list(zip(frame["machine"], frame["ran_on"], strict=True))
 
 
 def render_plots(
     run: rpt.RunData,
-    summary: pd.DataFrame,
+    summary: Frame,
     out_dir: Path,
     usl_models: dict[tuple[str, str], Any] | None = None,
 ) -> list[tuple[str, str]]:
@@ -71,7 +80,7 @@ def render_plots(
         written.append(((rel / name).as_posix(), caption))
 
     if not summary.empty:
-        estimated = bool(summary["estimate"].any())
+        estimated = any(summary["estimate"])
         est = " (costs are estimates)" if estimated else ""
         save(
             throughput_figure(summary, run.trials, colours=colours, usl_models=usl_models),
@@ -96,7 +105,7 @@ def render_plots(
             "Peak RSS vs workers per machine",
         )
     trials = run.trials
-    for (machine, ran_on), group in trials.groupby(["machine", "ran_on"], sort=True):
+    for (machine, ran_on), group in trials.group_by(["machine", "ran_on"]):
         label = rpt.machine_label(machine, ran_on)
         fig = timeseries_figure(run, group, colour=colours[label])
         if fig is None:
@@ -117,11 +126,11 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
-def _groups(summary: pd.DataFrame, split_by: str | None = None):
+def _groups(summary: Frame, split_by: str | None = None):
     """(label, machine label, rows, keys, split index) per machine, and per ``split_by`` value."""
     keys = [split_by, "machine", "ran_on"] if split_by else ["machine", "ran_on"]
     splits = sorted({str(v) for v in summary[split_by]}) if split_by else []
-    for values, group in summary.groupby(keys, sort=True):
+    for values, group in summary.group_by(keys):
         *split, machine, ran_on = values
         machine_name = rpt.machine_label(machine, ran_on)
         label = machine_name + (f" [{split[0]}]" if split else "")
@@ -129,17 +138,17 @@ def _groups(summary: pd.DataFrame, split_by: str | None = None):
         yield (
             label,
             machine_name,
-            group.sort_values("workers"),
+            group.sort_by(["workers"]),
             dict(zip(keys, values, strict=True)),
             index,
         )
 
 
-def _colours_for(summary: pd.DataFrame, colours: dict[str, str] | None) -> dict[str, str]:
+def _colours_for(summary: Frame, colours: dict[str, str] | None) -> dict[str, str]:
     return colours if colours is not None else machine_colours(_pairs(summary))
 
 
-def _workers_axis(ax: Panel, summary: pd.DataFrame) -> None:
+def _workers_axis(ax: Panel, summary: Frame) -> None:
     workers = sorted(set(int(w) for w in summary["workers"]))
     if workers and workers[-1] / max(workers[0], 1) >= 4:
         ax.xscale = "log2"
@@ -149,7 +158,7 @@ def _workers_axis(ax: Panel, summary: pd.DataFrame) -> None:
 
 def _line_with_oversubscription(
     ax: Panel,
-    group: pd.DataFrame,
+    group: Frame,
     y: str,
     label: str,
     colour: str,
@@ -158,7 +167,7 @@ def _line_with_oversubscription(
 ) -> None:
     """One line per machine in its colour; oversubscribed points drawn hollow."""
     ax.line(group["workers"], group[y], colour, label=label, linestyle=linestyle, marker=marker)
-    over = group[group["oversubscribed"]]
+    over = group.where(lambda r: r["oversubscribed"])
     if not over.empty:
         ax.points(over["workers"], over[y], colour, size=10, hollow=True)
 
@@ -171,8 +180,8 @@ def _one_panel(title: str) -> tuple[Figure, Panel]:
 
 
 def throughput_figure(
-    summary: pd.DataFrame,
-    trials: pd.DataFrame | None = None,
+    summary: Frame | pd.DataFrame,
+    trials: Frame | None = None,
     split_by: str | None = None,
     colours: dict[str, str] | None = None,
     usl_models: dict[tuple[str, str], Any] | None = None,
@@ -188,26 +197,28 @@ def throughput_figure(
     splits a machine into several lines: same colour (the machine), one line
     style per value. The y axis starts at 0, so a gain reads at its true size.
     """
+    summary = as_frame(summary)
+    trials = None if trials is None else as_frame(trials)
     colours = _colours_for(summary, colours)
     fig, ax = _one_panel("Throughput vs workers")
     for label, machine, group, keys, index in _groups(summary, split_by):
         colour = colours[machine]
         style, marker = LINESTYLES[index % len(LINESTYLES)], MARKERS[index % len(MARKERS)]
         _line_with_oversubscription(ax, group, "units_per_s", label, colour, style, marker)
-        spread = group.dropna(subset=["units_per_s_low", "units_per_s_high"])
+        spread = group.where(lambda r: not (missing(r["units_per_s_low"])
+                                            or missing(r["units_per_s_high"])))
         if not spread.empty:
             ax.errorbar(
                 spread["workers"],
-                spread[["units_per_s_low", "units_per_s"]].min(axis=1),
-                spread[["units_per_s_high", "units_per_s"]].max(axis=1),
+                [nanmin((r["units_per_s_low"], r["units_per_s"])) for r in spread],
+                [nanmax((r["units_per_s_high"], r["units_per_s"])) for r in spread],
                 colour,
             )
         if trials is not None and split_by is None:
             _usl_curve(ax, trials, keys, colour, usl_models)
         if trials is not None:
-            mine = trials[trials["status"] == rpt.OK]
-            for column, value in keys.items():
-                mine = mine[mine[column].astype(str) == str(value)]
+            mine = trials.where(lambda r, k=keys: r["status"] == rpt.OK and all(
+                str(r[c]) == str(v) for c, v in k.items()))
             ax.points(mine["workers"], mine["units_per_s"], colour, size=3.5, alpha=0.4)
         knee = rpt.find_knee(list(group["workers"]), list(group["units_per_s"]))
         if knee.reached and knee.workers is not None:
@@ -220,7 +231,7 @@ def throughput_figure(
 
 def _usl_curve(
     ax: Panel,
-    trials: pd.DataFrame,
+    trials: Frame,
     keys: dict[str, Any],
     colour: str,
     usl_models: dict[tuple[str, str], Any] | None = None,
@@ -249,13 +260,16 @@ def _usl_curve(
     ax.line(ns, [b[0] for b in band], colour, label="_usl", linestyle="--", width=1.0)
 
 
-def efficiency_figure(summary: pd.DataFrame, colours: dict[str, str] | None = None) -> Figure:
+def efficiency_figure(
+    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
+) -> Figure:
+    summary = as_frame(summary)
     colours = _colours_for(summary, colours)
     fig, ax = _one_panel("Scaling efficiency vs workers")
     for label, machine, group, _, _ in _groups(summary):
-        known = group.dropna(subset=["efficiency"])
-        if not known.empty:
-            _line_with_oversubscription(ax, known, "efficiency", label, colours[machine])
+        measured = group.where(lambda r: not missing(r["efficiency"]))
+        if not measured.empty:
+            _line_with_oversubscription(ax, measured, "efficiency", label, colours[machine])
     if not any(s.label for s in ax.series):
         ax.note = "no 1-worker baseline: efficiency unknown"
     ax.hline(1.0)
@@ -265,23 +279,27 @@ def efficiency_figure(summary: pd.DataFrame, colours: dict[str, str] | None = No
     return fig
 
 
-def cost_figure(summary: pd.DataFrame, colours: dict[str, str] | None = None) -> Figure:
+def cost_figure(
+    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
+) -> Figure:
     """$ per million units against units/s (from 0), each point numbered with its workers."""
+    summary = as_frame(summary)
     colours = _colours_for(summary, colours)
     fig, ax = _one_panel("Cost vs throughput (numbers: workers)")
-    known = summary.dropna(subset=["cost_per_million_units", "units_per_s"])
-    if known.empty:
+    priced = summary.where(lambda r: not (missing(r["cost_per_million_units"])
+                                          or missing(r["units_per_s"])))
+    if priced.empty:
         ax.note = "no price known: cost unavailable"
-    for label, machine, group, _, _ in _groups(known):
+    for label, machine, group, _, _ in _groups(priced):
         ax.points(group["units_per_s"], group["cost_per_million_units"], colours[machine],
                   label=label)  # fmt: skip
         ax.labels(group["units_per_s"], group["cost_per_million_units"],
                   [str(w) for w in group["workers"]])  # fmt: skip
-    front = known[known["pareto"]].sort_values("units_per_s")
+    front = priced.where(lambda r: r["pareto"]).sort_by(["units_per_s"])
     if not front.empty:
         ax.line(front["units_per_s"], front["cost_per_million_units"], "#000000",
                 label="Pareto front", marker="D", size=10, face="none", width=1.2)  # fmt: skip
-    estimated = bool(known["estimate"].any()) if not known.empty else False
+    estimated = any(priced["estimate"])
     ax.xlabel = "units/s (median)"
     ax.xlim = (0, None)
     ax.ylim = (0, None)
@@ -289,11 +307,14 @@ def cost_figure(summary: pd.DataFrame, colours: dict[str, str] | None = None) ->
     return fig
 
 
-def memory_figure(summary: pd.DataFrame, colours: dict[str, str] | None = None) -> Figure:
+def memory_figure(
+    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
+) -> Figure:
+    summary = as_frame(summary)
     colours = _colours_for(summary, colours)
     fig, ax = _one_panel("Peak memory vs workers")
     for label, machine, group, _, _ in _groups(summary):
-        mib = group.assign(peak_mib=group["peak_rss_bytes"] / 2**20)
+        mib = group.with_column("peak_mib", [p / 2**20 for p in group["peak_rss_bytes"]])
         _line_with_oversubscription(ax, mib, "peak_mib", label, colours[machine])
     ax.ylabel = "peak RSS (MiB, max over repeats)"
     ax.ylim = (0, None)
@@ -332,24 +353,19 @@ def units_per_s_over_time(t, units, window_s: float = 1.0):
 
 
 SERIES_COLUMNS = ("t", "rss_bytes", "cpu_percent", "units")  # what the time-series figure draws
-# what it reads of each trial's row
-_SERIES_ROW_COLUMNS = ("trial_id", "workers", "repeat", "status", "vcpus", "load_s",
-                       "peak_rss_before_trial_bytes")
 
 
-def _series(run: rpt.RunData, group: pd.DataFrame):
+def _series(run: rpt.RunData, group: Frame):
     """(trial row, time series) of every trial of the group that has a readable series.
 
     The series is a dict of float arrays, one per column of ``SERIES_COLUMNS`` the
     file has, read with pyarrow alone: a pandas frame per trial (and dropping the
     rows without ``units`` through it) was a third of drawing the figure.
     """
-    import numpy as np
     import pyarrow.parquet as pq
 
-    ordered = group.sort_values(["workers", "repeat"], na_position="last")
-    drawn = [c for c in _SERIES_ROW_COLUMNS if c in ordered]  # a record of 70 columns was slow
-    for r in ordered[drawn].to_dict("records"):
+    ordered = group.sort_by(["workers", "repeat"])
+    for r in ordered:
         path = run.timeseries_path(str(r["trial_id"]))
         if not path.exists():
             continue
@@ -363,12 +379,11 @@ def _series(run: rpt.RunData, group: pd.DataFrame):
             continue
         if table.num_rows:
             # nulls become NaN, as in the frame read_parquet gives
-            yield r, {c: np.asarray(table.column(c).to_numpy(), dtype=float)
-                      for c in table.column_names}
+            yield r, {c: float_array(table.column(c)) for c in table.column_names}
 
 
 def timeseries_figure(
-    run: rpt.RunData, group: pd.DataFrame, colour: str | None = None
+    run: rpt.RunData, group: Frame | pd.DataFrame, colour: str | None = None
 ) -> Figure | None:
     """Every trial of one machine over time: one row per worker count, three panels per row.
 
@@ -383,6 +398,7 @@ def timeseries_figure(
     """
     import numpy as np
 
+    group = as_frame(group)
     series = list(_series(run, group))
     if not series:
         return None
@@ -415,12 +431,12 @@ def timeseries_figure(
         cores = r.get("vcpus")
         cpu = cpu_percent_clipped(frame["cpu_percent"], int(cores) if is_finite(cores) else None)
         row[1].line(t, cpu, colour, linestyle=style, width=1.2, alpha=alpha)
-        known = ~np.isnan(frame["units"]) if "units" in frame else None
-        if known is not None and known.any():
-            tt, rate = units_per_s_over_time(t[known], frame["units"][known])
+        has_units = ~np.isnan(frame["units"]) if "units" in frame else None
+        if has_units is not None and has_units.any():
+            tt, rate = units_per_s_over_time(t[has_units], frame["units"][has_units])
             row[2].line(tt, rate, colour, linestyle=style, width=1.2, alpha=alpha)
-    cores = group["vcpus"].dropna()
-    cpu_note = f" (100 = one core, ≤ {100 * int(cores.iloc[0])})" if not cores.empty else ""
+    cores = known(group["vcpus"])
+    cpu_note = f" (100 = one core, ≤ {100 * int(cores[0])})" if cores else ""
     for i, w in enumerate(workers):
         statuses = [
             f"repeat {r['repeat']} {r['status']}"
@@ -453,6 +469,6 @@ def timeseries_figure(
         legend.append(LegendEntry("peak RSS before t=0", colour, ":"))
     fig.extra_legend = legend
     fig.title = "Memory, CPU and throughput over time: " + rpt.machine_label(
-        group["machine"].iloc[0], group["ran_on"].iloc[0]
+        group.rows[0]["machine"], group.rows[0]["ran_on"]
     )
     return fig

@@ -316,6 +316,13 @@ class RunStore:
         return {t for t, s in zip(table["trial_id"].to_pylist(), table["status"].to_pylist(),
                                   strict=True) if s in DONE_STATUSES and t is not None}
 
+    def trial_rows(self) -> list[dict[str, Any]]:
+        """The trials as the file holds them, one dict per row with every column of
+        ``ALL_COLUMNS`` (None where the file lacks it or the value is null), read with
+        pyarrow alone: what a sweep's end needs, without pandas' import."""
+        rows = self._read_table().to_pylist()
+        return [{**dict.fromkeys(ALL_COLUMNS), **row} for row in rows]
+
     def trials_frame(self) -> pd.DataFrame:
         """All trials with the derived columns (efficiency, cost per million...) up to date:
         the file as ``pandas.read_parquet`` reads it, every column of ``ALL_COLUMNS``."""
@@ -370,7 +377,11 @@ class RunStore:
 
     def ensure_trials_table(self) -> None:
         """Write the empty trials table unless the store has one (a record may have written
-        it already: checked under the lock every write of the table holds)."""
+        it already: checked under the lock every write of the table holds). pyarrow is
+        imported first, outside the lock: its import (~0.5 s) under it held up the machine
+        threads' ``record_vm`` between staging the inputs and waiting for the warm runner."""
+        import pyarrow.parquet  # noqa: F401
+
         with self._lock:
             if not self.trials_path.exists():
                 self._write_empty_trials()

@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.plan.model import machine_confidence
 from orchestrator.results.report.model import (
     OK,
     SUMMARY_COLUMNS,
     RunData,
+    best_row,
     best_rows,
     knees,
     peak_memory,
     samples,
     summarise,
 )
+from orchestrator.results.report.rows import Frame
 from orchestrator.results.report.tables import describe_workload
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 SCHEMA = "cloudprof.report/1"
 
@@ -50,12 +49,12 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[str, Any]:
+def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any]:
     """The whole report as a dict of plain values (see the README's "Reports" for the keys)."""
     if summary is None:
         summary = summarise(run.trials)
     trials = run.trials
-    n_ok = int((trials["status"] == OK).sum())
+    n_ok = sum(1 for r in trials if r["status"] == OK)
     units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
     cheapest, fastest = best_rows(summary)
     return plain(
@@ -76,7 +75,7 @@ def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[s
             "machines": _machines(summary, samples(trials)),
             "results": [
                 {column: row[column] for column in SUMMARY_COLUMNS}
-                for row in summary.to_dict("records")
+                for row in summary
             ],
             "failed_trials": _failed(trials),
             "plan": _plan(run.sweep),
@@ -87,7 +86,7 @@ def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[s
     )
 
 
-def _memory(trials: pd.DataFrame) -> list[dict[str, Any]]:
+def _memory(trials: Frame) -> list[dict[str, Any]]:
     """Per machine and worker count: the whole-lifetime peak, its phases, the memory request."""
     from orchestrator.results.report.memory import memory_rows
 
@@ -107,7 +106,7 @@ def _best(row: dict[str, Any] | None, metric: str) -> dict[str, Any] | None:
 
 
 def _machines(
-    summary: pd.DataFrame, by_machine: dict[tuple[str, str], dict[int, list[float]]]
+    summary: Frame, by_machine: dict[tuple[str, str], dict[int, list[float]]]
 ) -> list[dict[str, Any]]:
     """Per machine: the knee, best row, peak memory, and ``confidence``.
 
@@ -116,13 +115,12 @@ def _machines(
     intervals, its verdict and predictions at the tested counts and at 2× the
     largest one (an untested count, with its band).
     """
-    memory = {
-        (str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary).to_dict("records")
-    }
+    memory = {(str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary)}
     out = []
     for (machine, ran_on), knee in knees(summary).items():
-        group = summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]
-        best = group.loc[group["units_per_s"].idxmax()]
+        group = summary.where(lambda r, m=machine, h=ran_on: r["machine"] == m
+                              and r["ran_on"] == h)
+        best = best_row(group)
         peak = memory[(machine, ran_on)]
         out.append(
             {
@@ -150,23 +148,18 @@ def _confidence(data: dict[int, list[float]]) -> dict[str, Any]:
     return machine_confidence(data, predict_at=predict_at)
 
 
-def _scale_out(trials: pd.DataFrame) -> list[dict[str, Any]] | None:
+def _scale_out(trials: Frame) -> list[dict[str, Any]] | None:
     """--nodes: one entry per (machine, nodes, workers); None for a one-VM sweep."""
     from orchestrator.results.report.model import scaleout_summary
 
     frame = scaleout_summary(trials)
-    return None if frame is None else frame.to_dict("records")
+    return None if frame is None else frame.records()
 
 
-def _failed(trials: pd.DataFrame) -> list[dict[str, Any]]:
-    bad = trials[trials["status"] != OK]
+def _failed(trials: Frame) -> list[dict[str, Any]]:
+    bad = trials.where(lambda r: r["status"] != OK)
     columns = ["trial_id", "machine", "workers", "repeat", "status", "error"]
-    return [
-        {c: r.get(c) for c in columns}
-        for r in bad.sort_values(["machine", "workers", "repeat"], na_position="last").to_dict(
-            "records"
-        )
-    ]
+    return [{c: r.get(c) for c in columns} for r in bad.sort_by(["machine", "workers", "repeat"])]
 
 
 def _plan(sweep: dict[str, Any]) -> dict[str, Any] | None:

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.formatting import DASH, fmt_bytes
+from orchestrator.results.report.rows import Frame, as_frame, idx_max, nanmax
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from orchestrator.results.report.tables import Table
 
 MARGIN_SIGMAS = 3.0
@@ -69,36 +68,28 @@ def memory_request(peaks: Sequence[float]) -> MemoryRequest | None:
     return MemoryRequest(peak, margin, request, method, default)
 
 
-def _column(ok: pd.DataFrame, name: str) -> pd.Series:
-    import pandas as pd
-
-    if name not in ok:
-        return pd.Series(math.nan, index=ok.index, dtype=float)
-    return pd.to_numeric(ok[name], errors="coerce").astype(float)
-
-
-def memory_rows(trials: pd.DataFrame) -> list[dict[str, Any]]:
+def memory_rows(trials: Frame) -> list[dict[str, Any]]:
     """Per (machine, ran_on, workers) over ok trials: peaks by phase, source, the request."""
-    ok = trials[trials["status"] == "ok"].copy()
+    ok = as_frame(trials).where(lambda r: r["status"] == "ok")
     if ok.empty:
         return []
-    ok["_life"] = _column(ok, "peak_rss_bytes")
-    ok["_load"] = _column(ok, "peak_rss_before_trial_bytes")
-    ok["_trial"] = _column(ok, "peak_rss_trial_bytes").fillna(ok["_life"])
     rows = []
-    for (machine, ran_on, workers), group in ok.groupby(["machine", "ran_on", "workers"],
-                                                       sort=True):
-        req = memory_request(list(group["_life"]))
+    for (machine, ran_on, workers), group in ok.group_by(["machine", "ran_on", "workers"]):
+        life = group.numbers("peak_rss_bytes")
+        load = group.numbers("peak_rss_before_trial_bytes")
+        trial = [t if t == t else w for t, w in zip(group.numbers("peak_rss_trial_bytes"), life,
+                                                   strict=True)]
+        req = memory_request(life)
         if req is None:
             continue
-        top = group.loc[group["_life"].idxmax()]
+        top = group.rows[idx_max(life)]
+        phase = top.get("peak_phase")
         sources = sorted({str(s) for s in group.get("peak_rss_source", []) if isinstance(s, str)})
         rows.append({
             "machine": machine, "ran_on": ran_on, "workers": int(workers),
             "repeats": len(group), "peak_rss_bytes": req.peak_bytes,
-            "peak_phase": top.get("peak_phase") if isinstance(top.get("peak_phase"), str)
-            else None,
-            "load_peak_bytes": group["_load"].max(), "trial_peak_bytes": group["_trial"].max(),
+            "peak_phase": phase if isinstance(phase, str) else None,
+            "load_peak_bytes": nanmax(load), "trial_peak_bytes": nanmax(trial),
             "peak_sources": sources, "margin_bytes": req.margin_bytes,
             "margin_method": req.method, "margin_is_default": req.default,
             "request_bytes": req.request_bytes,
@@ -106,7 +97,7 @@ def memory_rows(trials: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def memory_table(trials: pd.DataFrame) -> Table | None:
+def memory_table(trials: Frame) -> Table | None:
     """The report's table: headline peak, its phase, the phases' peaks and the request."""
     from orchestrator.results.report.model import machine_label
     from orchestrator.results.report.tables import Row, Table

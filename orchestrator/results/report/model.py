@@ -4,11 +4,12 @@ A report answers the question cloudprof exists for: which machine, how many
 workers, what cost, what peak memory. The numbers come straight from the
 results store (``trials.parquet`` and ``sweep.json``), reduced per machine and
 worker count to the median over repeats, so a noisy repeat cannot pick the
-winner on its own. Everything here is data (pandas frames and small records);
-``tables`` turns it into strings and one renderer per format prints them.
+winner on its own. Everything here is data (small tables of rows, ``rows.Frame``, and
+records); ``tables`` turns it into strings and one renderer per format prints them.
 
-pandas is imported inside functions: the CLI imports this package lazily, but
-keeping it cheap costs nothing.
+No pandas: its import (0.5-0.7 s) was most of what a report cost, at the end of every
+sweep; pyarrow reads the store and ``rows`` does the few reductions (``Frame.to_pandas``
+gives a notebook its frame).
 """
 
 from __future__ import annotations
@@ -22,10 +23,23 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.formatting import DASH, n_workers
 from orchestrator.plan.model import KNEE_GAIN, KneeRange, knee_point, knee_range, spread
+from orchestrator.results.report.rows import (
+    Frame,
+    as_frame,
+    first,
+    frame_from_records,
+    idx_max,
+    idx_min,
+    known,
+    median,
+    missing,
+    nanmax,
+    nanmin,
+)
 from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pandas as pd  # accepted where a notebook passes its own frames (``as_frame``)
 
 OK = "ok"
 LOCAL = "local"
@@ -43,7 +57,7 @@ class RunData:
 
     run_dir: Path
     sweep: dict[str, Any]
-    trials: pd.DataFrame  # all trials, TRIAL_COLUMNS (missing optional ones filled)
+    trials: Frame  # all trials, TRIAL_COLUMNS (missing optional ones filled)
 
     @property
     def name(self) -> str:
@@ -82,27 +96,28 @@ def load_run(run_dir: str | Path) -> RunData:
     if trials.empty:
         raise CloudprofError(f"no trials in {path}")
     required = {"machine", "workers", "units_per_s", "status"}
-    missing = sorted(required - set(trials.columns))
-    if missing:
-        raise UsageError(f"{trials_file} lacks columns {', '.join(missing)}")
+    lacking = sorted(required - set(trials.columns))
+    if lacking:
+        raise UsageError(f"{trials_file} lacks columns {', '.join(lacking)}")
     for column in TRIAL_COLUMNS:
         if column not in trials.columns:
-            trials[column] = None
-    trials["ran_on"] = trials["ran_on"].fillna(trials["machine"])
+            trials = trials.with_column(column, [None] * len(trials))
+    trials = trials.with_column(
+        "ran_on", [r["machine"] if missing(r["ran_on"]) else r["ran_on"] for r in trials])
     from orchestrator.results.report.jobs import label_grid
 
     return RunData(run_dir=path, sweep=sweep, trials=label_grid(trials))
 
 
-def read_table(path: Path) -> pd.DataFrame:
-    """One Parquet file as the frame ``pd.read_parquet`` gives (pyarrow's conversion, with the
-    file's pandas metadata), read with pyarrow's single-file reader: ``read_parquet`` goes
-    through pyarrow's dataset layer, whose import (pyarrow.dataset, Acero, Substrait: ~40 ms)
-    was the first parquet read of every sweep's report. The store's own cache of its table
-    is this same conversion (``RunStore._write_trials``)."""
+def read_table(path: Path) -> Frame:
+    """One Parquet file as rows with the values ``pd.read_parquet`` gives (``Frame.from_arrow``),
+    read with pyarrow's single-file reader: ``read_parquet`` goes through pyarrow's dataset
+    layer, whose import (pyarrow.dataset, Acero, Substrait: ~40 ms) was the first parquet
+    read of every sweep's report."""
     import pyarrow.parquet as pq
 
-    return pq.ParquetFile(path).read().to_pandas()
+    with pq.ParquetFile(path) as file:
+        return Frame.from_arrow(file.read())
 
 
 # ---------------------------------------------------------------- the numbers
@@ -168,17 +183,17 @@ _NUMERIC_TRIAL_COLUMNS = (
 )
 
 
-def _nodes(trials: pd.DataFrame) -> pd.Series:
-    import pandas as pd
-
+def _nodes(trials: Frame) -> list[int]:
+    """VMs per trial: 1 where the column is missing (older stores)."""
     if "nodes" not in trials:
-        return pd.Series(1, index=trials.index)
-    return pd.to_numeric(trials["nodes"], errors="coerce").fillna(1).astype(int)
+        return [1] * len(trials)
+    return [1 if v != v else int(v) for v in trials.numbers("nodes")]
 
 
-def one_node(trials: pd.DataFrame) -> pd.DataFrame:
+def one_node(trials: Frame) -> Frame:
     """The trials on one VM: what every scale-up figure (workers on one machine) is about."""
-    return trials[_nodes(trials) == 1]
+    return Frame([r for r, n in zip(trials, _nodes(trials), strict=True) if n == 1],
+                 trials.columns)
 
 
 SCALEOUT_COLUMNS = ["machine", "ran_on", "nodes", "workers", "repeats", "units_per_s",
@@ -186,117 +201,98 @@ SCALEOUT_COLUMNS = ["machine", "ran_on", "nodes", "workers", "repeats", "units_p
                     "node_peaks", "node_peak_source", "imbalance", "estimate", "pareto"]
 
 
-def scaleout_summary(trials: pd.DataFrame) -> pd.DataFrame | None:
+def scaleout_summary(trials: Frame | pd.DataFrame) -> Frame | None:
     """One row per (machine, ran_on, nodes, workers) over ok repeats, for a sweep with
     --nodes (None without): median units/s and scale-out efficiency X(n)/(n·X(1)), the
     cluster's $/M units (every node priced), each node's peak memory (max over repeats)
     and where it comes from (the nodes' memory cgroups, or sampled), how unbalanced the
     nodes were (largest node peak ÷ smallest), with the Pareto
     front over every row, one VM and clusters alike: scale up and scale out side by side."""
-    import json
-
-    import pandas as pd
-
+    trials = as_frame(trials)
     nodes = _nodes(trials)
-    if not (nodes > 1).any():
+    if not any(n > 1 for n in nodes):
         return None
-    ok = trials.assign(nodes=nodes)[trials["status"] == OK]
-    rows = []
-    for (machine, ran_on, n, workers), group in ok.groupby(
-            ["machine", "ran_on", "nodes", "workers"], sort=True, dropna=False):
-        ups = pd.to_numeric(group["units_per_s"], errors="coerce").astype(float).median()
-        price = pd.to_numeric(group["price_per_hour"], errors="coerce").astype(float).iloc[0]
+    ok = trials.with_column("nodes", nodes).where(lambda r: r["status"] == OK)
+    records = []
+    for (machine, ran_on, n, workers), group in ok.group_by(
+            ["machine", "ran_on", "nodes", "workers"]):
+        ups = median(group.numbers("units_per_s"))
+        price = group.numbers("price_per_hour")[0]
         per_node: list[float] = []
-        for raw in group.get("node_peak_rss_bytes", pd.Series(dtype=object)).dropna():
+        for raw in known(group.get("node_peak_rss_bytes", [])):
             peaks = [float(p) if p is not None else math.nan for p in json.loads(raw)]
             per_node = [max(a, b) for a, b in zip(per_node, peaks, strict=False)] \
                 if per_node else peaks
-        sources = sorted({str(src) for raw in group.get("node_peak_rss_source",
-                                                        pd.Series(dtype=object)).dropna()
+        sources = sorted({str(src) for raw in known(group.get("node_peak_rss_source", []))
                           for src in json.loads(raw) if src})
         if not per_node and int(n) == 1:
-            per_node = [float(pd.to_numeric(group["peak_rss_bytes"], errors="coerce").max())]
-            sources = sorted({str(src) for src in group["peak_rss_source"].dropna()})
-        known = [p for p in per_node if math.isfinite(p) and p > 0]
-        rows.append({
+            per_node = [nanmax(group.numbers("peak_rss_bytes"))]
+            sources = sorted({str(src) for src in known(group.get("peak_rss_source", []))})
+        finite = [p for p in per_node if math.isfinite(p) and p > 0]
+        records.append({
             "machine": machine, "ran_on": ran_on, "nodes": int(n), "workers": int(workers),
             "repeats": len(group), "units_per_s": ups,
-            "scaleout_efficiency": pd.to_numeric(group["scaleout_efficiency"],
-                                                 errors="coerce").astype(float).median(),
+            "scaleout_efficiency": median(group.numbers("scaleout_efficiency")),
             "price_per_hour": price,
             "cost_per_million_units": cost_per_million_units(price, ups),
             "node_peaks": per_node,
             "node_peak_source": " + ".join(sources),  # "cgroup-v1"; mixed: "a + b"
-            "imbalance": max(known) / min(known) if len(known) > 1 else math.nan,
+            "imbalance": max(finite) / min(finite) if len(finite) > 1 else math.nan,
             "estimate": str(machine) != str(ran_on),
         })
-    frame = pd.DataFrame(rows, columns=SCALEOUT_COLUMNS[:-1])
-    frame["pareto"] = pareto_front(frame) if len(frame) else []
-    return frame
+    frame = frame_from_records(records, SCALEOUT_COLUMNS[:-1])
+    return frame.with_column("pareto", pareto_front(frame))
 
 
-def summarise(trials: pd.DataFrame) -> pd.DataFrame:
+def summarise(trials: Frame | pd.DataFrame) -> Frame:
     """One row per (machine, ran_on, workers): medians over the repeats that finished ok.
 
     Peak memory is the max over repeats, not the median: it is what a machine
     must hold. ``units_per_s_min``/``_max`` are the spread behind the median.
     Cost per million units is computed from the median throughput (the same
-    formula as the stored column). ``failed`` counts the other repeats. One
-    pandas ``groupby`` does the reduction, so a new column is one more line.
+    formula as the stored column). ``failed`` counts the other repeats. Rows are
+    sorted by machine, host and worker count (``SUMMARY_COLUMNS``, in order).
     """
-    import pandas as pd
-
     keys = [*_GROUP, "workers"]
-    trials = one_node(trials)  # scale up; the nodes of a scale-out sweep: scaleout_summary()
-    ok = trials[trials["status"] == OK].copy()
-    for column in ("leak_probability", "leak_ramp"):  # stores from before the leak model
-        if column not in ok:
-            ok[column] = None
-    for column in _NUMERIC_TRIAL_COLUMNS:
-        ok[column] = pd.to_numeric(ok[column], errors="coerce").astype(float)
-    for column in ("oversubscribed", "spot", "leak_ramp"):
-        values = ok[column] if column in ok else pd.Series(False, index=ok.index)
-        ok[column] = values.fillna(False).astype(bool)
-    # One grouping, one reduction per column: the same kernels a named ``agg`` runs, without
-    # its bookkeeping (~10 ms per aggregation on pandas 3, most of every report's summary).
-    by = ok.groupby(keys, sort=True, dropna=False)
-    summary = pd.DataFrame({
-        "vcpus": by["vcpus"].first(),  # first non-null, like every per-host fact
-        "repeats": by["status"].size(),
-        "units_per_s": by["units_per_s"].median(),
-        "units_per_s_min": by["units_per_s"].min(),
-        "units_per_s_max": by["units_per_s"].max(),
-        "units_per_s_per_vcpu": by["units_per_s_per_vcpu"].median(),
-        "efficiency": by["efficiency"].median(),
-        "peak_rss_bytes": by["peak_rss_bytes"].max(),
-        "cpu_utilisation": by["cpu_utilisation"].median(),
-        "leak_verdict": by["leak_verdict"].agg(lambda v: _leak_summary(list(v))),
-        "leak_probability": by["leak_probability"].max(),
-        "leak_ramp": by["leak_ramp"].any(),
-        "price_per_hour": by["price_per_hour"].first(),
-        "oversubscribed": by["oversubscribed"].any(),
-        "spot": by["spot"].any(),
-    }).reset_index()  # fmt: skip
-    attempted = trials.groupby(keys, sort=True, dropna=False).size().rename("attempted")
-    summary = summary.join(attempted, on=keys)
-    summary["failed"] = (summary.pop("attempted") - summary["repeats"]).astype(int)
-    summary["workers"] = summary["workers"].astype(int)
-    summary["vcpus"] = [int(v) if math.isfinite(v) else None for v in summary["vcpus"]]
-    summary["cost_per_million_units"] = [
-        cost_per_million_units(p, u)
-        for p, u in zip(summary["price_per_hour"], summary["units_per_s"], strict=True)
-    ]
-    summary["estimate"] = summary["machine"].astype(str) != summary["ran_on"].astype(str)
-    spreads = ok.groupby(keys, sort=True, dropna=False)["units_per_s"].agg(
-        lambda v: spread(list(v))
-    )
-    found = [spreads.get(tuple(k)) for k in summary[keys].itertuples(index=False)]
-    summary["units_per_s_low"] = [sp.low if sp else math.nan for sp in found]
-    summary["units_per_s_high"] = [sp.high if sp else math.nan for sp in found]
-    summary["spread_method"] = [sp.method if sp and sp.n > 1 else None for sp in found]
-    summary = summary.reindex(columns=SUMMARY_COLUMNS[:-1])
-    summary["pareto"] = pareto_front(summary)
-    return summary.reset_index(drop=True)
+    trials = one_node(as_frame(trials))  # scale up; a scale-out sweep: scaleout_summary()
+    attempted = {key: len(group) for key, group in trials.group_by(keys)}
+    records = []
+    for key, group in trials.where(lambda r: r["status"] == OK).group_by(keys):
+        machine, ran_on, workers = key
+        col = {c: group.numbers(c) for c in _NUMERIC_TRIAL_COLUMNS}
+        flags = {c: [bool(v) and not missing(v) for v in group.get(c, [False] * len(group))]
+                 for c in ("oversubscribed", "spot", "leak_ramp")}
+        ups = col["units_per_s"]
+        vcpus = first(col["vcpus"])  # first non-null, like every per-host fact
+        sp = spread(ups)
+        price = first(col["price_per_hour"])
+        median_ups = median(ups)
+        records.append({
+            "machine": machine, "ran_on": ran_on, "workers": int(workers),
+            "vcpus": int(vcpus) if math.isfinite(vcpus) else None,
+            "repeats": len(group),
+            "failed": int(attempted[key] - len(group)),
+            "units_per_s": median_ups,
+            "units_per_s_min": nanmin(ups),
+            "units_per_s_max": nanmax(ups),
+            "units_per_s_low": sp.low if sp else math.nan,
+            "units_per_s_high": sp.high if sp else math.nan,
+            "spread_method": sp.method if sp and sp.n > 1 else None,
+            "units_per_s_per_vcpu": median(col["units_per_s_per_vcpu"]),
+            "efficiency": median(col["efficiency"]),
+            "peak_rss_bytes": nanmax(col["peak_rss_bytes"]),
+            "cpu_utilisation": median(col["cpu_utilisation"]),
+            "leak_verdict": _leak_summary(group.get("leak_verdict", [None] * len(group))),
+            "leak_probability": nanmax(col["leak_probability"]),
+            "leak_ramp": any(flags["leak_ramp"]),
+            "price_per_hour": price,
+            "cost_per_million_units": cost_per_million_units(price, median_ups),
+            "oversubscribed": any(flags["oversubscribed"]),
+            "spot": any(flags["spot"]),
+            "estimate": str(machine) != str(ran_on),
+        })  # fmt: skip
+    summary = frame_from_records(records, SUMMARY_COLUMNS[:-1])
+    return summary.with_column("pareto", pareto_front(summary))
 
 
 @dataclass(frozen=True)
@@ -345,34 +341,29 @@ def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_G
     return Knee(workers=at, reached=True, tested=tested, units_per_s=dict(points)[at])
 
 
-def samples(trials: pd.DataFrame) -> dict[tuple[str, str], dict[int, list[float]]]:
+def samples(trials: Frame | pd.DataFrame) -> dict[tuple[str, str], dict[int, list[float]]]:
     """Per (machine, ran_on): worker count → units/s of each repeat that finished ok.
 
     The input of every confidence figure (spread, knee range, USL fit).
     """
-    import pandas as pd
-
-    trials = one_node(trials)
-    ok = trials[trials["status"] == OK]
-    rates = pd.to_numeric(ok["units_per_s"], errors="coerce").astype(float)
+    ok = one_node(as_frame(trials)).where(lambda r: r["status"] == OK)
     out: dict[tuple[str, str], dict[int, list[float]]] = {}
-    for machine, ran_on, workers, ups in zip(
-        ok["machine"], ok["ran_on"], ok["workers"], rates, strict=True
-    ):
+    for r, ups in zip(ok, ok.numbers("units_per_s"), strict=True):
         if math.isfinite(ups):
-            group = out.setdefault((str(machine), str(ran_on)), {})
-            group.setdefault(int(workers), []).append(float(ups))
+            group = out.setdefault((str(r["machine"]), str(r["ran_on"])), {})
+            group.setdefault(int(r["workers"]), []).append(float(ups))
     return dict(sorted(out.items()))
 
 
 def knees(
-    summary: pd.DataFrame, by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None
+    summary: Frame | pd.DataFrame,
+    by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None,
 ) -> dict[tuple[str, str], Knee]:
     """The knee of each (machine, ran_on) group of a summary, with its range when repeats given."""
     out: dict[tuple[str, str], Knee] = {}
-    for (machine, ran_on), group in summary.groupby(_GROUP, sort=True):
+    for (machine, ran_on), group in as_frame(summary).group_by(_GROUP):
         key = (str(machine), str(ran_on))
-        knee = find_knee(list(group["workers"]), list(group["units_per_s"]))
+        knee = find_knee(group["workers"], group["units_per_s"])
         if by_machine and key in by_machine:
             knee = Knee(
                 knee.workers,
@@ -386,7 +377,7 @@ def knees(
 
 
 def repeat_groups(
-    trials: pd.DataFrame, metric: str,
+    trials: Frame, metric: str,
     by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None,
 ) -> dict[tuple[str, str, int], list[float]]:
     """(machine, ran_on, workers) → ``metric`` of each ok repeat: what :func:`rank` compares.
@@ -397,13 +388,13 @@ def repeat_groups(
     """
     out: dict[tuple[str, str, int], list[float]] = {}
     for key, by_workers in (samples(trials) if by_machine is None else by_machine).items():
-        prices = trials[(trials["machine"].astype(str) == key[0]) & (trials["status"] == OK)]
-        price = prices["price_per_hour"].dropna()
+        prices = known(r["price_per_hour"] for r in trials
+                       if str(r["machine"]) == key[0] and r["status"] == OK)
         for workers, rates in by_workers.items():
             if metric == "units_per_s":
                 values = rates
             else:
-                p = float(price.iloc[0]) if not price.empty else math.nan
+                p = float(prices[0]) if prices else math.nan
                 values = [cost_per_million_units(p, r) for r in rates]
             values = [v for v in values if math.isfinite(v)]
             if values:
@@ -411,7 +402,7 @@ def repeat_groups(
     return out
 
 
-def pareto_front(summary: pd.DataFrame) -> list[bool]:
+def pareto_front(summary: Frame | pd.DataFrame) -> list[bool]:
     """Rows no other row beats on both throughput (higher) and cost per million units (lower)."""
     points = list(zip(summary["units_per_s"], summary["cost_per_million_units"], strict=True))
     flags: list[bool] = []
@@ -432,34 +423,38 @@ def pareto_front(summary: pd.DataFrame) -> list[bool]:
     return flags
 
 
-def best_rows(summary: pd.DataFrame) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def best_rows(
+    summary: Frame | pd.DataFrame,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The rows with the lowest cost per million units and the highest throughput."""
-    by_cost = summary.dropna(subset=["cost_per_million_units"])
-    cheapest = (
-        by_cost.loc[by_cost["cost_per_million_units"].idxmin()].to_dict()
-        if not by_cost.empty
-        else None
-    )
-    by_rate = summary.dropna(subset=["units_per_s"])
-    by_rate = by_rate[by_rate["units_per_s"] > 0]  # a fixed-work job reports no units
-    fastest = by_rate.loc[by_rate["units_per_s"].idxmax()].to_dict() if not by_rate.empty else None
+    summary = as_frame(summary)
+    by_cost = summary.where(lambda r: not missing(r["cost_per_million_units"]))
+    cheapest = (dict(by_cost.rows[idx_min(by_cost["cost_per_million_units"])])
+                if not by_cost.empty else None)
+    # a fixed-work job reports no units
+    by_rate = summary.where(lambda r: not missing(r["units_per_s"]) and r["units_per_s"] > 0)
+    fastest = (dict(by_rate.rows[idx_max(by_rate["units_per_s"])])
+               if not by_rate.empty else None)
     return cheapest, fastest
 
 
-def peak_memory(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per (machine, ran_on): the highest peak RSS of any successful trial and its worker count."""
-    import pandas as pd
+def best_row(group: Frame, column: str = "units_per_s") -> dict[str, Any]:
+    """The first row with the largest ``column`` (``group.loc[group[column].idxmax()]``)."""
+    return group.rows[idx_max(group.numbers(column))]
 
-    rows = []
-    for (machine, ran_on), group in summary.groupby(_GROUP, sort=True):
-        known = group.dropna(subset=["peak_rss_bytes"])
-        if known.empty:
-            rows.append(
+
+def peak_memory(summary: Frame | pd.DataFrame) -> Frame:
+    """Per (machine, ran_on): the highest peak RSS of any successful trial and its worker count."""
+    records = []
+    for (machine, ran_on), group in as_frame(summary).group_by(_GROUP):
+        found = group.where(lambda r: not missing(r["peak_rss_bytes"]))
+        if found.empty:
+            records.append(
                 {"machine": machine, "ran_on": ran_on, "peak_rss_bytes": math.nan, "workers": None}
             )
             continue
-        top = known.loc[known["peak_rss_bytes"].idxmax()]
-        rows.append(
+        top = best_row(found, "peak_rss_bytes")
+        records.append(
             {
                 "machine": machine,
                 "ran_on": ran_on,
@@ -467,7 +462,7 @@ def peak_memory(summary: pd.DataFrame) -> pd.DataFrame:
                 "workers": int(top["workers"]),
             }
         )
-    return pd.DataFrame(rows, columns=[*_GROUP, "peak_rss_bytes", "workers"])
+    return frame_from_records(records, [*_GROUP, "peak_rss_bytes", "workers"])
 
 
 def machine_label(machine: Any, ran_on: Any) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.formatting import (
     DASH,
@@ -40,6 +40,7 @@ from orchestrator.results.report.model import (
     OK,
     Knee,
     RunData,
+    best_row,
     best_rows,
     knees,
     machine_label,
@@ -48,9 +49,7 @@ from orchestrator.results.report.model import (
     samples,
     summarise,
 )
-
-if TYPE_CHECKING:
-    import pandas as pd
+from orchestrator.results.report.rows import Frame, idx_max, known
 
 
 @dataclass
@@ -72,7 +71,7 @@ class Report:
     title: str
     headlines: list[str]
     tables: list[Table]
-    summary: pd.DataFrame
+    summary: Frame  # ``summarise(trials)``: one row per machine, host and worker count
     plots: list[tuple[str, str]] = field(default_factory=list)  # (relative path, caption)
     # (machine, ran_on) -> the USL fit the table shows (None: no fit), reused by the throughput
     # figure: the bootstrap fit is the report's costliest step, computed once
@@ -123,28 +122,27 @@ def _where(row: dict[str, Any]) -> str:
     return text
 
 
-def _gpu_headline(trials: pd.DataFrame) -> str | None:
+def _gpu_headline(trials: Frame) -> str | None:
     """The largest GPU memory a trial used, where any trial saw a GPU (issue 12)."""
-    import pandas as pd
-
     if "peak_gpu_mem_bytes" not in trials:
         return None
-    peaks = pd.to_numeric(trials["peak_gpu_mem_bytes"], errors="coerce")
-    if peaks.isna().all():
+    peaks = trials.numbers("peak_gpu_mem_bytes")
+    if all(p != p for p in peaks):
         return None
-    top = trials.loc[peaks.idxmax()]
+    at = idx_max(peaks)
+    top = trials.rows[at]
     source = top.get("gpu_peak_source") or "NVML"
-    return (f"Peak GPU memory: {fmt_bytes(float(peaks.max()))} "
+    return (f"Peak GPU memory: {fmt_bytes(peaks[at])} "
             f"({top['machine']} × {n_workers(int(top['workers']))}; {source})")  # fmt: skip
 
 
 def _headlines(
-    run: RunData, summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee],
+    run: RunData, summary: Frame, knee_of: dict[tuple[str, str], Knee],
     by_machine: dict[tuple[str, str], dict[int, list[float]]],
 ) -> list[str]:
     """The lines above the tables; ``by_machine`` is ``samples(run.trials)``, found once."""
     trials = run.trials
-    n_ok = int((trials["status"] == OK).sum())
+    n_ok = sum(1 for r in trials if r["status"] == OK)
     lines = [
         f"{len(trials)} trials: {n_ok} ok, {len(trials) - n_ok} not ok"
         + (f"; sweep status {run.sweep['status']}" if run.sweep.get("status") else "")
@@ -201,12 +199,12 @@ def _headlines(
             f"{fmt_usd(search.get('estimated_cost_usd'), estimate=True)} against "
             f"{fmt_usd(search.get('estimated_grid_cost_usd'), estimate=True)} for every candidate"
         )
-    if bool((summary["repeats"] < 2).all()):
+    if all(r["repeats"] < 2 for r in summary):
         lines.append(
             "One repeat per worker count: no spread was measured, so nothing here says how sure "
             "it is; run with --repeats 3 for a spread of each median (README: picking repeats)."
         )
-    estimated = summary[summary["estimate"]]
+    estimated = summary.where(lambda r: r["estimate"])
     if not estimated.empty:
         hosts = ", ".join(
             _host_facts(trials, h) for h in sorted({str(h) for h in estimated["ran_on"]})
@@ -216,18 +214,19 @@ def _headlines(
             "that host's and every cost labelled (est.) prices it at the planned machine's rate."
         )
     one_host = {str(h) for h in summary["ran_on"]}
-    if summary["machine"].nunique() > 1 and len(one_host) == 1 and bool(summary["estimate"].all()):
+    if len(set(summary["machine"])) > 1 and len(one_host) == 1 \
+            and all(summary["estimate"]):
         lines.append(
             f"Every machine ran on the same host ({one_host.pop()}): between machines, only the "
             "prices differ here, not the hardware. Run without --dry-run to measure them."
         )
-    if bool(summary["oversubscribed"].any()):
+    if any(summary["oversubscribed"]):
         lines.append("Rows marked oversubscribed ran more workers than the host has logical cores.")
     return lines
 
 
 def _runner_up(
-    trials: pd.DataFrame, metric: str, by_machine: dict[tuple[str, str], dict[int, list[float]]]
+    trials: Frame, metric: str, by_machine: dict[tuple[str, str], dict[int, list[float]]]
 ) -> str:
     """ "; runner-up n2 × 4 is within noise of it": what one more repeat could overturn.
 
@@ -272,26 +271,26 @@ def describe_workload(run: RunData) -> str:
     return text
 
 
-def _host_facts(trials: pd.DataFrame, ran_on: str) -> str:
+def _host_facts(trials: Frame, ran_on: str) -> str:
     """ "local (2 vCPUs, AMD EPYC 7B13)": the host behind the measurements."""
-    mine = trials[trials["ran_on"].astype(str) == ran_on]
+    mine = trials.where(lambda r: str(r["ran_on"]) == ran_on)
     facts = []
-    vcpus = mine["vcpus"].dropna()
-    if not vcpus.empty:
-        facts.append(f"{int(vcpus.iloc[0])} vCPUs")
+    vcpus = known(mine["vcpus"])
+    if vcpus:
+        facts.append(f"{int(vcpus[0])} vCPUs")
     if "cpu_model" in mine:
-        models = mine["cpu_model"].dropna()
-        if not models.empty:
-            facts.append(str(models.iloc[0]))
+        models = known(mine["cpu_model"])
+        if models:
+            facts.append(str(models[0]))
     return f"{ran_on} ({', '.join(facts)})" if facts else ran_on
 
 
-def _results_table(summary: pd.DataFrame) -> Table:
+def _results_table(summary: Frame) -> Table:
     show_ran_on, title_note = _ran_on_column(summary)
-    all_estimates = bool(summary["estimate"].all())
+    all_estimates = all(summary["estimate"])
     cost_header = "$/M units" + (EST if all_estimates else "")
     rows = []
-    for r in summary.to_dict("records"):
+    for r in summary:
         flags = {name for name in ("oversubscribed", "estimate", "pareto") if r[name]}
         notes = []
         if r["oversubscribed"]:
@@ -339,7 +338,7 @@ def _results_table(summary: pd.DataFrame) -> Table:
     return Table("Results per machine and worker count" + title_note, headers, rows, notes)
 
 
-def _scaleout_table(trials: pd.DataFrame) -> Table | None:
+def _scaleout_table(trials: Frame) -> Table | None:
     """--nodes: throughput, scale-out efficiency, cost and per-node memory per node count."""
     from orchestrator.results.report.model import scaleout_summary
 
@@ -347,7 +346,7 @@ def _scaleout_table(trials: pd.DataFrame) -> Table | None:
     if frame is None or frame.empty:
         return None
     rows = []
-    for r in frame.to_dict("records"):
+    for r in frame:
         flags = {name for name in ("estimate", "pareto") if r[name]}
         imbalance = r["imbalance"]
         cells = [
@@ -400,26 +399,25 @@ def _leak(row: dict[str, Any]) -> str:
     return text
 
 
-def _ran_on_column(summary: pd.DataFrame) -> tuple[bool, str]:
+def _ran_on_column(summary: Frame) -> tuple[bool, str]:
     """Whether to show the "ran on" column, or a title note when all trials ran on one host."""
-    elsewhere = summary["machine"].astype(str) != summary["ran_on"].astype(str)
-    if not elsewhere.any():
+    elsewhere = [str(r["machine"]) != str(r["ran_on"]) for r in summary]
+    if not any(elsewhere):
         return False, ""
     hosts = sorted({str(h) for h in summary["ran_on"]})
-    if elsewhere.all() and len(hosts) == 1:
+    if all(elsewhere) and len(hosts) == 1:
         return False, f" (all trials ran on {hosts[0]})"
     return True, ""
 
 
-def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee]) -> Table:
+def _machine_table(summary: Frame, knee_of: dict[tuple[str, str], Knee]) -> Table:
     show_ran_on, title_note = _ran_on_column(summary)
-    memory = {
-        (str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary).to_dict("records")
-    }
+    memory = {(str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary)}
     rows = []
     for (machine, ran_on), knee in knee_of.items():
-        group = summary[(summary["machine"] == machine) & (summary["ran_on"] == ran_on)]
-        best = group.loc[group["units_per_s"].idxmax()]
+        group = summary.where(lambda r, m=machine, h=ran_on: r["machine"] == m
+                              and r["ran_on"] == h)
+        best = best_row(group)
         tested = sorted(int(w) for w in group["workers"])
         peak = memory[(machine, ran_on)]
         where = f" at {int(peak['workers'])}" if is_finite(peak["workers"]) else ""
@@ -512,14 +510,12 @@ def _usl_table(models: dict[tuple[str, str], UslModel | None]) -> Table:
     )
 
 
-def _failed_table(trials: pd.DataFrame) -> Table | None:
-    bad = trials[trials["status"] != OK]
+def _failed_table(trials: Frame) -> Table | None:
+    bad = trials.where(lambda r: r["status"] != OK)
     if bad.empty:
         return None
     rows = []
-    for r in bad.sort_values(["machine", "workers", "repeat"], na_position="last").to_dict(
-        "records"
-    ):
+    for r in bad.sort_by(["machine", "workers", "repeat"]):
         error = " ".join(str(r.get("error") or "").split())
         rows.append(
             Row(
