@@ -740,10 +740,12 @@ def test_an_adaptive_sweep_imports_pandas_while_its_machine_stages_and_before_it
 
 @pytest.mark.slow
 def test_a_plain_sweep_never_imports_pandas_and_starts_no_trial_before_the_stores_pyarrow(
-        cache: Path, tmp_path: Path) -> None:
+        cache: Path, first_run: tuple[Path, str], tmp_path: Path) -> None:
     """Recording a trial and the report read the store with pyarrow alone: a sweep without
     --adaptive or --search never imports pandas (0.5-0.7 s), and its trials still wait for
-    the main thread's import of pyarrow (the trials table), which never runs beside one."""
+    the main thread's import of pyarrow (the trials table), which never runs beside one.
+    (``first_run`` has generated the inputs in ``cache``: generating them imports pyarrow
+    in the generator's threads, before any machine starts.)"""
     events = _warm_up_events(tmp_path, "pyarrow", adaptive=False)
     assert events[-1] == ["pandas at exit", False], events
     imports = [e for e in events if e[0] == "import"]
