@@ -42,6 +42,12 @@ workload's work, not cloudprof's) against cloudprof's own overhead (everything
 else outside trials: interpreter start and imports of every process, staging,
 the sampler's start and stop, recording, the report). A checkout whose runner
 does not record ``prepare_s`` shows no second line.
+
+The target (issue 16: at most 15 % of the wall) is for cloudprof's own overhead.
+The workload's ``prepare()`` is what the user's job costs wherever it runs, and
+each trial runs it again on purpose: its whole-lifetime peak (the headline
+peak, the memory gate) includes the load phase. Where no second line can be
+printed, the target is shown against everything outside trials.
 """
 
 from __future__ import annotations
@@ -241,11 +247,13 @@ def report(
         f"{len(walls)} sweeps (each phase summed over the sweep's trials)",
     )
     outside = [1 - p["trial"] / w for p, w in zip(per_sweep, walls, strict=True)]
+    split = all("prepare()" in p for p in per_sweep)
     print(
         f"outside trials: {100 * median(outside):.0f}% of the wall "
-        f"(min–max {100 * min(outside):.0f}–{100 * max(outside):.0f}%; target <= 15%)"
+        f"(min–max {100 * min(outside):.0f}–{100 * max(outside):.0f}%"
+        f"{'' if split else '; target for the overhead <= 15%'})"
     )
-    if all("prepare()" in p for p in per_sweep):
+    if split:
         load = [p["prepare()"] / w for p, w in zip(per_sweep, walls, strict=True)]
         own = [1 - (p["trial"] + p["prepare()"]) / w for p, w in zip(per_sweep, walls, strict=True)]
         print(
@@ -253,7 +261,8 @@ def report(
             f"{100 * median(load):.0f}% (min–max {100 * min(load):.0f}–{100 * max(load):.0f}%, "
             f"{median([p['prepare()'] for p in per_sweep]):.2f} s); cloudprof's own overhead "
             f"(start-up and imports, staging, sampler, recording, report): "
-            f"{100 * median(own):.0f}% (min–max {100 * min(own):.0f}–{100 * max(own):.0f}%)"
+            f"{100 * median(own):.0f}% (min–max {100 * min(own):.0f}–{100 * max(own):.0f}%; "
+            f"target <= 15%)"
         )
 
 
