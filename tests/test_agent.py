@@ -383,10 +383,44 @@ def test_the_lean_and_the_general_sampling_loops_record_the_same_columns():
         assert t == sorted(t) and t[0] >= 0
         assert all(row[1] > 0 and row[5] == 1 and row[11] is None for row in got)  # rss, threads
         busy_pct = [row[4] for row in got[1:]]
-        assert all(0 <= p <= 150 for p in busy_pct) and max(busy_pct) > 0
+        times = [row[0] for row in got]
+        assert all(0 <= p <= 150 for p in busy_pct) and max(busy_pct) > 0, (busy_pct, times)
     shape = {lean: [tuple(v is None for v in row) for row in got[1:-1]]
              for lean, got in rows.items()}  # fmt: skip
     assert shape[True][0] == shape[False][0]  # the same columns measured (I/O where readable)
+
+
+def test_a_cpu_reading_whose_clock_pair_was_interrupted_is_read_again():
+    """CPU % divides the CPU time by the time it was read at: a sampler preempted between the
+    two reads (a loaded host) made one busy thread read 150 %+ for an interval. A pair that
+    took longer than PAIR_WINDOW_S is read again, and its clock is the one right after the
+    read that is kept."""
+    from workloads.sampler import PAIR_WINDOW_S, cpu_read_at
+
+    now = [0.0]
+    reads = []
+
+    def clock():
+        return now[0]
+
+    def preempted_once():  # the first read's pair spans a 5 ms preemption, the next does not
+        reads.append(now[0])
+        now[0] += 0.005 if len(reads) == 1 else PAIR_WINDOW_S / 2
+        return float(len(reads))
+
+    assert cpu_read_at(preempted_once, clock) == (2.0, 0.005 + PAIR_WINDOW_S / 2)
+    assert len(reads) == 2
+
+    reads.clear()
+    now[0] = 0.0
+
+    def always_slow():
+        reads.append(now[0])
+        now[0] += 0.005
+        return float(len(reads))
+
+    assert cpu_read_at(always_slow, clock, tries=3) == (3.0, 0.015)  # bounded: the last pair
+    assert len(reads) == 3
 
 
 def test_the_sampler_process_starts_without_site_and_imports_only_what_it_uses(

@@ -51,6 +51,25 @@ from array import array
 from workloads import procfs
 from workloads.shared import SharedInt
 
+# CPU % divides the CPU time read by the time it was read at (``tc``): a sampler preempted
+# between the two reads counts its wait as time the process did not run in one interval and
+# as time it did in the next (150 %+ for one busy thread on a loaded host). A pair whose reads
+# took longer than this is read again (a CPU clock read is a microsecond's syscall).
+PAIR_WINDOW_S = 0.0005
+
+
+def cpu_read_at(read_cpu: Callable[[], float], clock: Callable[[], float] = time.perf_counter,
+                tries: int = 3) -> tuple[float, float]:  # fmt: skip
+    """``(cpu, tc)`` read back to back: ``read_cpu()`` and the clock right after it, again
+    while the two took longer than ``PAIR_WINDOW_S`` (at most ``tries`` reads)."""
+    for _ in range(tries):
+        start = clock()
+        cpu = read_cpu()
+        at = clock()
+        if at - start <= PAIR_WINDOW_S:
+            break
+    return cpu, at
+
 # This module is all the sampler process imports, and its start is paid before every trial's
 # t = 0: it runs without ``site`` (``python -S``, see agent.py) and imports no more than it
 # uses. So no dataclasses (inspect, ast, dis: ~15 ms), json or pickle (re, ...), typing or
@@ -490,8 +509,8 @@ class Sampler:
             units = self._units_cell.value
         else:
             units = self.units() if self.units is not None else -1
-        cpu = self._cpu_now(tree) - self._cpu_base
-        i = ser.add(now, rss, user - base[0], system - base[1], cpu, time.perf_counter(), threads,
+        cpu, tc = cpu_read_at(lambda: self._cpu_now(tree))
+        i = ser.add(now, rss, user - base[0], system - base[1], cpu - self._cpu_base, tc, threads,
                     rd - base[2] if rd >= 0 else -1, wr - base[3] if wr >= 0 else -1, units)
         self._after(i, now, rss)
 
@@ -640,6 +659,10 @@ def _one_process_until(sampler: Sampler, control: int, next_t: float,
         series.cpu, series.tc, series.threads, series.rd, series.wr, series.units)
     read = next(iter(sampler._readers.values())).read_tuple
     clk, cpu_base = sampler._cpu_clock, sampler._cpu_base
+
+    def read_cpu() -> float:
+        return cpu_clock(clk)
+
     units_cell, units, rss_cell = sampler._units_cell, sampler.units, sampler._rss_cell
     b_user, b_sys, b_rd, b_wr = sampler._base
     budget = sampler.cfg.memory_budget if res.budget_breach_t is None else None
@@ -653,8 +676,8 @@ def _one_process_until(sampler: Sampler, control: int, next_t: float,
                 sampler.tick_due(now)
             try:
                 rss, user, system, threads, rd, wr = read()
-                cpu = cpu_clock(clk) - cpu_base
-                tc = clock()
+                cpu, tc = cpu_read_at(read_cpu, clock)
+                cpu -= cpu_base
             except (procfs.ProcGone, OSError):
                 return next_t
             lags.append(now - next_t)
