@@ -46,6 +46,19 @@ def record(store: RunStore, workers: int, ups: float, **kw) -> dict:
                                         ran_on="local", provider="local", **kw), ts)
 
 
+def _record_as_pandas_did(reference: Path, row: dict) -> None:
+    """The old pandas path of ``record_trial``: the row replaces its trial's, ``reference``
+    rewritten as pandas wrote it (the file the pyarrow-only record must read back as)."""
+    old = pd.read_parquet(reference)
+    for col in ALL_COLUMNS:
+        if col not in old.columns:
+            old[col] = None
+    old = old[old["trial_id"] != row["trial_id"]]
+    new = pd.DataFrame([row], columns=list(ALL_COLUMNS))
+    derive(new if old.empty else pd.concat([old, new], ignore_index=True)).to_parquet(
+        reference, index=False)
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> RunStore:
     return RunStore.create(tmp_path / "run", {"sweep_id": "s", "spec": {}, "plan": {}})
@@ -283,14 +296,7 @@ def test_one_store_writes_the_trials_table_a_fresh_store_per_record_writes(tmp_p
     for row in _mixed_rows():
         one.record_trial(dict(row), None)
         RunStore.open(tmp_path / "fresh").record_trial(dict(row), None)
-        old = pd.read_parquet(reference)
-        for col in ALL_COLUMNS:
-            if col not in old.columns:
-                old[col] = None
-        old = old[old["trial_id"] != row["trial_id"]]
-        new = pd.DataFrame([row], columns=list(ALL_COLUMNS))
-        derive(new if old.empty else pd.concat([old, new], ignore_index=True)).to_parquet(
-            reference, index=False)
+        _record_as_pandas_did(reference, row)
         want = pd.read_parquet(reference)
         for got in (one.trials_path, tmp_path / "fresh" / "trials.parquet"):
             pd.testing.assert_frame_equal(pd.read_parquet(got), want, check_exact=True)
@@ -387,13 +393,6 @@ def test_records_read_back_as_the_pandas_records_did_for_random_rows(tmp_path: P
         for _ in range(rng.randint(1, 8)):
             row = _random_row(rng, ids)
             store.record_trial(dict(row), None)
-            old = pd.read_parquet(reference)
-            for col in ALL_COLUMNS:
-                if col not in old.columns:
-                    old[col] = None
-            old = old[old["trial_id"] != row["trial_id"]]
-            new = pd.DataFrame([row], columns=list(ALL_COLUMNS))
-            derive(new if old.empty else pd.concat([old, new], ignore_index=True)).to_parquet(
-                reference, index=False)
+            _record_as_pandas_did(reference, row)
             pd.testing.assert_frame_equal(pd.read_parquet(store.trials_path),
                                           pd.read_parquet(reference), check_exact=True)
