@@ -396,3 +396,18 @@ def test_records_read_back_as_the_pandas_records_did_for_random_rows(tmp_path: P
             _record_as_pandas_did(reference, row)
             pd.testing.assert_frame_equal(pd.read_parquet(store.trials_path),
                                           pd.read_parquet(reference), check_exact=True)
+
+
+def test_trial_rows_hold_the_files_columns_and_leave_out_one_an_older_store_lacks(store):
+    """A sweep's end reads its trials as rows (no pandas): an older store's file without
+    ``peak_rss_trial_bytes`` gives rows without that key, so the trial gate can tell a
+    missing column (fall back to the lifetime peak) from a trial that measured none."""
+    import pyarrow.parquet as pq
+
+    record(store, 1, 10.0)
+    (row,) = store.trial_rows()
+    assert "peak_rss_trial_bytes" in row and row["workers"] == 1
+    table = pq.read_table(store.trials_path)
+    pq.write_table(table.drop_columns(["peak_rss_trial_bytes"]), store.trials_path)
+    (old,) = RunStore.open(store.run_dir).trial_rows()
+    assert "peak_rss_trial_bytes" not in old and old["trial_id"] == row["trial_id"]

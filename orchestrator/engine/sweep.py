@@ -1802,8 +1802,10 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     limit = spec.max_peak_memory
     # The whole lifetime (loading included) unless --max-peak-memory trial:SIZE said
     column = "peak_rss_trial_bytes" if spec.peak_gate == "trial" else "peak_rss_bytes"
+    if rows and column not in rows[0]:  # a store written before the trial's own peak had one
+        column = "peak_rss_bytes"
     if limit is not None and rows:
-        over = [r for r in rows if r[column] is not None and float(r[column]) > limit]
+        over = [r for r in rows if r.get(column) is not None and float(r[column]) > limit]
         if over:
             worst = max(over, key=lambda r: float(r[column]))  # the first of equal peaks
             what = "during the trial" if column == "peak_rss_trial_bytes" else (

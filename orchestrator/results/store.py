@@ -317,11 +317,10 @@ class RunStore:
                                   strict=True) if s in DONE_STATUSES and t is not None}
 
     def trial_rows(self) -> list[dict[str, Any]]:
-        """The trials as the file holds them, one dict per row with every column of
-        ``ALL_COLUMNS`` (None where the file lacks it or the value is null), read with
-        pyarrow alone: what a sweep's end needs, without pandas' import."""
-        rows = self._read_table().to_pylist()
-        return [{**dict.fromkeys(ALL_COLUMNS), **row} for row in rows]
+        """The trials as the file holds them, one dict per row with the file's columns (None
+        where a value is null), read with pyarrow alone: what a sweep's end needs, without
+        pandas' import. A column the file lacks (an older store) is absent from every row."""
+        return self._read_table().to_pylist()
 
     def trials_frame(self) -> pd.DataFrame:
         """All trials with the derived columns (efficiency, cost per million...) up to date:
