@@ -303,7 +303,8 @@ def summarise(trials: Frame | pd.DataFrame) -> Frame:
             "units_per_s_low": sp.low if sp else math.nan,
             "units_per_s_high": sp.high if sp else math.nan,
             "spread_method": sp.method if sp and sp.n > 1 else None,
-            "units_per_s_per_vcpu": median(col["units_per_s_per_vcpu"]),
+            "units_per_s_per_vcpu": median(col["units_per_s_per_vcpu"]) if per_run != per_run
+            else median_ups / vcpus if vcpus > 0 else math.nan,
             "efficiency": median(col["efficiency"]),
             "seconds_per_run": per_run,
             "peak_rss_bytes": nanmax(col["peak_rss_bytes"]),
