@@ -60,7 +60,7 @@ def metrics_for(measure: Measure) -> tuple[tuple[str, str, Any], ...]:
 
     def runs(x: Any) -> str:  # "10,837 (0.33 s/run)": the rate and the time it stands for
         rate = measure.rate(x)
-        if not (rpt.is_finite(rate) and rate > 0):
+        if not (math.isfinite(rate) and rate > 0):
             return rpt.DASH
         return f"{rpt.fmt_rate(rate)} ({_per_run(3600.0 / rate)})"
 
@@ -235,6 +235,13 @@ def compare_document(heads: list[Headline], run_dirs: list[str | Path]) -> dict[
     return plain({"schema": COMPARE_SCHEMA, "runs": runs})
 
 
+def _unit(measure: Measure, attr: str) -> str:
+    """ "runs/h", "runs/h per vCPU", "$/run": a metric's unit, where two runs differ in it."""
+    if attr == "best_cost_per_million_units":
+        return measure.cost_name
+    return measure.name + (" per vCPU" if attr == "best_units_per_s_per_vcpu" else "")
+
+
 def _in_measure(metrics: dict[str, dict[str, Any]], measure: Measure) -> None:
     """A fixed-work run's rate and cost metrics in its own units (runs/h, $ per run)."""
     if not measure.fixed_work:
@@ -272,8 +279,8 @@ def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]
         for head in heads[1:]:
             metric = getattr(head, attr)
             if not comparable(head, base, attr):  # shown in its own measure, no ratio
-                cells += [_cell(metric, formats[head.measure][attr]) + f" {head.measure.name}",
-                          "differs"]
+                own, unit = formats[head.measure][attr], _unit(head.measure, attr)
+                cells += [_cell(metric, lambda v, f=own, u=unit: f"{f(v)} {u}"), "differs"]
                 continue
             r = ratio(metric.value, first.value)
             cells += [_cell(metric, fmt), _ratio_cell(r, ratio_interval(metric, first))]
