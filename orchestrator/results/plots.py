@@ -480,7 +480,10 @@ def timeseries_figure(
         for ax in (rss_ax, cpu_ax, units_ax):
             ax.ylim = (0, None)
     fig.panel(0, 1).title = fig.panel(0, 1).title or "CPU %" + cpu_note
-    fig.panel(0, 2).title = fig.panel(0, 2).title or "units/s over time (1 s window)"
+    no_units = all(r.get("job_kind") == "fixed_work" for r, _ in series)  # one run per trial
+    fig.panel(0, 2).title = fig.panel(0, 2).title or (
+        "no units/s: a fixed-work job (one run per trial)" if no_units
+        else "units/s over time (1 s window)")
     fig.xlabel = (  # one label under the middle panel: three would overlap
         "seconds since the trial started" + (" (the load phase before 0)" if load_shown else "")
     )
