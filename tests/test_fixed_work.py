@@ -172,6 +172,12 @@ def test_the_report_speaks_runs_per_hour_and_dollars_per_run(fixed: Path) -> Non
     assert "best runs/h" in machines.headers
     usl = next(t for t in built.tables if t.title.startswith("Scaling model"))
     assert "X(N*) runs/h" in usl.headers
+    # the USL fit of one run per time to complete: its peak is near the 20 s the runs took
+    fit = built.usl_models[(FAST.name, FAST.name)].fit
+    assert RUNS.rate(fit.x_star) == pytest.approx(3600 / 20.0, rel=0.1)
+    assert 2 <= fit.n_star <= 4
+    fast_row = next(r for r in usl.rows if r.cells[0] == FAST.name)
+    assert fast_row.cells[4].startswith(report.fmt_rate(RUNS.rate(fit.x_star)))
 
 
 def test_report_json_carries_the_measure_and_figures_in_it(fixed: Path) -> None:
