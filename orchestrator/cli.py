@@ -788,17 +788,23 @@ def _print_runs_table(found: list[Any]) -> None:
     from orchestrator.results.runs import fmt_age
 
     rows, bests = [], []
+    # a fixed-work job's best is in runs/h, said in its cell
+    best_header = "best units/s" if all(
+        r.best is None or r.best.measure == "units/s" for r in found) else "best"
     for run in found:
+        rate = "" if run.best is None else fmt_rate(run.best.rate or run.best.units_per_s) + (
+            "" if run.best.measure == "units/s" else f" {run.best.measure}")  # runs/h
         best = "-" if run.best is None else (
-            f"{fmt_rate(run.best.units_per_s)} ({run.best.machine} × {run.best.workers})")
+            f"{rate} ({run.best.machine} × {run.best.workers})")
         bests.append("-" if run.best is None else (
-            f"{fmt_rate(run.best.units_per_s)} units/s, {run.best.machine} × "
-            f"{run.best.workers} worker{'' if run.best.workers == 1 else 's'}"))
+            f"{rate}{' units/s' if run.best.measure == 'units/s' else ''}, "
+            f"{run.best.machine} × {run.best.workers} worker"
+            f"{'' if run.best.workers == 1 else 's'}"))
         rows.append({
             "run": run.id, "status": run.status + (" (dry run)" if run.dry_run else ""),
             "machines": ", ".join(run.machines) or "-",
             "ok": f"{run.trials_ok}/{run.trials_planned}", "failed": str(run.trials_failed),
-            "best units/s": best, "cost": fmt_usd(run.estimated_cost_usd, estimate=True),
+            best_header: best, "cost": fmt_usd(run.estimated_cost_usd, estimate=True),
             "age": fmt_age(run.age_s),
         })  # fmt: skip
     table = Table(box=None, pad_edge=False, title="Runs (newest first)")

@@ -1017,9 +1017,10 @@ def test_report_json_holds_the_summarys_numbers_with_stable_keys(
     doc = json.loads(out)  # stdout is the JSON document and nothing else
     assert "NaN" not in out
     assert list(doc) == [
-        "schema", "run", "trials", "best", "machines", "results", "failed_trials", "plan",
-        "memory",
+        "schema", "run", "measure", "trials", "best", "machines", "results", "failed_trials",
+        "plan", "memory",
     ]  # fmt: skip
+    assert doc["measure"]["name"] == "units/s" and doc["measure"]["kind"] == "units"
     assert {r["workers"] for r in doc["memory"]} == {1, 2, 4, 8}
     assert all(r["request_bytes"] >= r["peak_rss_bytes"] for r in doc["memory"])
     assert doc["schema"] == report.JSON_SCHEMA == "cloudprof.report/1"

@@ -171,8 +171,12 @@ class SweepProgress:
         status = row.get("status")
         self._update(key, completed=done, state=str(status))
         over = " (oversubscribed)" if row.get("oversubscribed") else ""
-        if status == "ok":  # units/s, as in the live rate and the report (1 unit = 1 cube...)
-            self.log(f"  [green]✓[/green] {row['trial_id']}: {ups or 0:,.1f} units/s,"
+        # units/s, as in the live rate and the report (1 unit = 1 cube...); a fixed-work job
+        # (no units) measures its time to complete, the report's time/run
+        work = (f"{row['seconds']:,.2f} s to complete" if row.get("job_kind") == "fixed_work"
+                and isinstance(row.get("seconds"), int | float) else f"{ups or 0:,.1f} units/s")
+        if status == "ok":
+            self.log(f"  [green]✓[/green] {row['trial_id']}: {work},"
                      f" peak {fmt_bytes(row.get('peak_rss_bytes'))}{over}")
         else:
             self.log(f"  [red]✗[/red] {row['trial_id']}: {status}: {row.get('error') or ''}")

@@ -4,7 +4,9 @@ Each run is reduced to the same headline numbers the report leads with (best
 units/s, best units/s per vCPU, best cost per million units, peak memory, the
 knee of its fastest machine), and every later run is shown as a ratio to the
 first, so "1.8×" reads directly as the gain. The numbers come from
-``orchestrator.results.report``'s summary, never recomputed here.
+``orchestrator.results.report``'s summary, never recomputed here. A fixed-work job's
+are shown in its own measure (runs/h, $ per run, with the time per run); two runs measured
+differently get no ratio between their rates or costs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UsageError
 from orchestrator.results import report as rpt
+from orchestrator.results.report.measure import UNITS, Measure
 from orchestrator.results.report.rows import Frame, idx_max, idx_min, missing
 
 if TYPE_CHECKING:
@@ -43,9 +46,38 @@ class Headline:
     best_cost_per_million_units: Metric
     peak_rss_bytes: Metric
     knee_workers: Metric  # of the machine with the best throughput
+    measure: Measure = UNITS  # how its rates and costs are shown (units/s or runs/h)
 
     def metrics(self) -> dict[str, Metric]:
-        return {label: getattr(self, attr) for label, attr, _ in METRICS}
+        return {label: getattr(self, attr) for label, attr, _ in metrics_for(self.measure)}
+
+
+def metrics_for(measure: Measure) -> tuple[tuple[str, str, Any], ...]:
+    """(label, attribute, formatter) of each headline metric, in ``measure``'s units: the
+    values stay in base units (units/s, $ per million) and the formatter scales them."""
+    if not measure.fixed_work:
+        return METRICS
+
+    def runs(x: Any) -> str:  # "10,837 (0.33 s/run)": the rate and the time it stands for
+        rate = measure.rate(x)
+        if not (math.isfinite(rate) and rate > 0):
+            return rpt.DASH
+        return f"{rpt.fmt_rate(rate)} ({_per_run(3600.0 / rate)})"
+
+    return (
+        (f"best {measure.name}", "best_units_per_s", runs),
+        (f"best {measure.name} per vCPU", "best_units_per_s_per_vcpu",
+         lambda x: rpt.fmt_rate(measure.rate(x))),
+        (f"best $ {measure.cost_per}", "best_cost_per_million_units",
+         lambda x: rpt.fmt_usd(measure.cost(x))),
+        *METRICS[3:],
+    )
+
+
+def _per_run(seconds: float) -> str:
+    from orchestrator.results.report.tables import fmt_seconds
+
+    return fmt_seconds(seconds).replace(" s", " s/run").replace(" min", " min/run")
 
 
 # (label, attribute, formatter); "lower is better" only for cost and memory.
@@ -56,6 +88,9 @@ METRICS: tuple[tuple[str, str, Any], ...] = (
     ("peak memory", "peak_rss_bytes", rpt.fmt_bytes),
     ("scaling stops at (workers)", "knee_workers", lambda x: rpt.fmt_rate(x)),
 )
+MEASURED = frozenset({"best_units_per_s", "best_units_per_s_per_vcpu",
+                      "best_cost_per_million_units"})
+"""The metrics in a run's measure: no ratio between a run in units and one in runs."""
 
 
 def _where(row: Any) -> str:
@@ -115,7 +150,13 @@ def headline(run: rpt.RunData) -> Headline:
         best_cost_per_million_units=cost,
         peak_rss_bytes=_extreme(summary, "peak_rss_bytes", largest=True),
         knee_workers=knee,
+        measure=run.measure,
     )
+
+
+def comparable(head: Headline, base: Headline, attr: str) -> bool:
+    """Whether a ratio of ``attr`` between two runs means anything (the same measure)."""
+    return attr not in MEASURED or head.measure == base.measure
 
 
 def ratio(value: float, base: float) -> float:
@@ -167,26 +208,50 @@ def compare_document(heads: list[Headline], run_dirs: list[str | Path]) -> dict[
         metrics = {}
         for _label, attr, _fmt in METRICS:
             metric, first = getattr(head, attr), getattr(base, attr)
-            cmp = ratio_interval(metric, first) if head is not base else None
+            same = comparable(head, base, attr)
+            cmp = ratio_interval(metric, first) if head is not base and same else None
             metrics[attr] = {
                 "value": metric.value,
                 "where": metric.where or None,
                 "estimate": metric.estimate,
                 "repeats": len(metric.repeats) or None,
-                "ratio_to_first": ratio(metric.value, first.value),
+                "ratio_to_first": ratio(metric.value, first.value) if same else None,
                 "ratio_ci95": [cmp.low, cmp.high] if cmp else None,
                 "clear_difference": cmp.clear if cmp else None,
             }
+        _in_measure(metrics, head.measure)
         runs.append(
             {
                 "name": head.name,
                 "path": str(path),
                 "workload": head.workload or None,
                 "same_workload_as_first": head.workload == base.workload,
+                # values are in units/s and $ per million units; a fixed-work run's metrics
+                # also hold them in its measure ("in_measure": runs/h, $ per run)
+                "measure": head.measure.document(),
                 "metrics": metrics,
             }
         )
     return plain({"schema": COMPARE_SCHEMA, "runs": runs})
+
+
+def _unit(measure: Measure, attr: str) -> str:
+    """ "runs/h", "runs/h per vCPU", "$/run": a metric's unit, where two runs differ in it."""
+    if attr == "best_cost_per_million_units":
+        return measure.cost_name
+    return measure.name + (" per vCPU" if attr == "best_units_per_s_per_vcpu" else "")
+
+
+def _in_measure(metrics: dict[str, dict[str, Any]], measure: Measure) -> None:
+    """A fixed-work run's rate and cost metrics in its own units (runs/h, $ per run)."""
+    if not measure.fixed_work:
+        return
+    metrics["best_units_per_s"]["in_measure"] = measure.rate(
+        metrics["best_units_per_s"]["value"])
+    metrics["best_units_per_s_per_vcpu"]["in_measure"] = measure.rate(
+        metrics["best_units_per_s_per_vcpu"]["value"])
+    metrics["best_cost_per_million_units"]["in_measure"] = measure.cost(
+        metrics["best_cost_per_million_units"]["value"])
 
 
 def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]:
@@ -207,11 +272,16 @@ def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]
         same = head.workload == base.workload
         cells += [head.workload or rpt.DASH, "same" if same else "differs"]
     rows = [rpt.Row(cells)]
-    for label, _attr, fmt in METRICS:
-        first = base.metrics()[label]
+    formats = {h.measure: {attr: fmt for _, attr, fmt in metrics_for(h.measure)} for h in heads}
+    for label, attr, fmt in metrics_for(base.measure):
+        first = getattr(base, attr)
         cells = [label, _cell(first, fmt)]
         for head in heads[1:]:
-            metric = head.metrics()[label]
+            metric = getattr(head, attr)
+            if not comparable(head, base, attr):  # shown in its own measure, no ratio
+                own, unit = formats[head.measure][attr], _unit(head.measure, attr)
+                cells += [_cell(metric, lambda v, f=own, u=unit: f"{f(v)} {u}"), "differs"]
+                continue
             r = ratio(metric.value, first.value)
             cells += [_cell(metric, fmt), _ratio_cell(r, ratio_interval(metric, first))]
         rows.append(rpt.Row(cells))
@@ -223,6 +293,10 @@ def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]
             "the cost is an estimate."
         )
     console.print("Lower is better for cost and memory; higher for throughput.")
+    if any(h.measure.fixed_work for h in heads):
+        console.print("runs/h: a fixed-work job (no units reported) runs once per trial; "
+                      "runs/h = 3600 ÷ its median time to complete, $ per run = $/hour × "
+                      "that time ÷ 3600.")
     console.print(
         "[low–high]: bootstrap 95% interval of the ratio over both runs' repeats; "
         '"no clear difference" when it contains ×1. No interval: one repeat each, '

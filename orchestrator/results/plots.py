@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.formatting import is_finite
 from orchestrator.results import report as rpt
+from orchestrator.results.report.measure import UNITS, Measure
 from orchestrator.results.report.rows import (
     Frame,
     as_frame,
@@ -74,6 +75,7 @@ def render_plots(
     rel = out_dir.relative_to(run.run_dir) if out_dir.is_relative_to(run.run_dir) else out_dir
     written: list[tuple[str, str]] = []
     colours = machine_colours(_pairs(run.trials))
+    measure = run.measure  # units/s, or runs/h and $ per run for a fixed-work job
 
     def save(fig: Figure, name: str, caption: str) -> None:
         fig.savefig(out_dir / name)
@@ -83,7 +85,8 @@ def render_plots(
         estimated = any(summary["estimate"])
         est = " (costs are estimates)" if estimated else ""
         save(
-            throughput_figure(summary, run.trials, colours=colours, usl_models=usl_models),
+            throughput_figure(summary, run.trials, colours=colours, usl_models=usl_models,
+                              measure=measure),
             "throughput.svg",
             "Throughput vs workers per machine (median over repeats with its spread as error "
             "bars; dots are single repeats, hollow markers oversubscribed, ★ the knee; dashed: "
@@ -95,9 +98,9 @@ def render_plots(
             "Scaling efficiency vs workers (1.0 = perfectly linear from 1 worker)",
         )
         save(
-            cost_figure(summary, colours=colours),
+            cost_figure(summary, colours=colours, measure=measure),
             "cost_vs_throughput.svg",
-            f"Cost per million units vs throughput, Pareto front marked{est}",
+            f"Cost {measure.cost_per} vs throughput ({measure.name}), Pareto front marked{est}",
         )
         save(
             memory_figure(summary, colours=colours),
@@ -172,6 +175,24 @@ def _line_with_oversubscription(
         ax.points(over["workers"], over[y], colour, size=10, hollow=True)
 
 
+_RATE_COLUMNS = ("units_per_s", "units_per_s_low", "units_per_s_high")
+
+
+def in_measure(frame: Frame, measure: Measure) -> Frame:
+    """``frame``'s rates and cost in ``measure``'s units (runs/h, $ per run for a fixed-work
+    job), under the same column names, so a figure draws what the tables show."""
+    if measure is UNITS:
+        return frame
+    out = frame
+    for name in _RATE_COLUMNS:
+        if name in out:
+            out = out.with_column(name, [measure.rate(v) for v in out[name]])
+    if "cost_per_million_units" in out:
+        out = out.with_column("cost_per_million_units",
+                              [measure.cost(v) for v in out["cost_per_million_units"]])
+    return out
+
+
 def _one_panel(title: str) -> tuple[Figure, Panel]:
     fig = Figure(width=720, height=405)
     ax = fig.panel()
@@ -185,6 +206,7 @@ def throughput_figure(
     split_by: str | None = None,
     colours: dict[str, str] | None = None,
     usl_models: dict[tuple[str, str], Any] | None = None,
+    measure: Measure = UNITS,
 ) -> Figure:
     """Median lines with spread bars, each repeat a faint dot, ★ at the knee, the USL fit.
 
@@ -196,8 +218,10 @@ def throughput_figure(
     ``split_by`` names a column of both frames (the notebook's ``strategy``) that
     splits a machine into several lines: same colour (the machine), one line
     style per value. The y axis starts at 0, so a gain reads at its true size.
+    ``measure``: the rate's unit (runs/h for a fixed-work job).
     """
-    summary = as_frame(summary)
+    summary = in_measure(as_frame(summary), measure)
+    shown = None if trials is None else in_measure(as_frame(trials), measure)
     trials = None if trials is None else as_frame(trials)
     colours = _colours_for(summary, colours)
     fig, ax = _one_panel("Throughput vs workers")
@@ -215,15 +239,15 @@ def throughput_figure(
                 colour,
             )
         if trials is not None and split_by is None:
-            _usl_curve(ax, trials, keys, colour, usl_models)
-        if trials is not None:
-            mine = trials.where(lambda r, k=keys: r["status"] == rpt.OK and all(
+            _usl_curve(ax, trials, keys, colour, usl_models, measure.rate_scale)
+        if shown is not None:
+            mine = shown.where(lambda r, k=keys: r["status"] == rpt.OK and all(
                 str(r[c]) == str(v) for c, v in k.items()))
             ax.points(mine["workers"], mine["units_per_s"], colour, size=3.5, alpha=0.4)
         knee = rpt.find_knee(list(group["workers"]), list(group["units_per_s"]))
         if knee.reached and knee.workers is not None:
             ax.points([knee.workers], [knee.units_per_s], colour, marker="*", size=16)
-    ax.ylabel = "units/s (median)"
+    ax.ylabel = f"{measure.name} (median)"
     ax.ylim = (0, None)
     _workers_axis(ax, summary)
     return fig
@@ -235,11 +259,13 @@ def _usl_curve(
     keys: dict[str, Any],
     colour: str,
     usl_models: dict[tuple[str, str], Any] | None = None,
+    scale: float = 1.0,
 ) -> None:
     """The machine's fitted USL curve (dashed) and its 95 % band, when the fit is good.
 
     The fit is the report's own when ``usl_models`` has it (the table's numbers, not a
-    second bootstrap), else fitted here from ``trials``."""
+    second bootstrap), else fitted here from ``trials``; ``scale`` turns its units/s into
+    the figure's unit."""
     import numpy as np
 
     from orchestrator.plan.model import fit_usl_with_intervals
@@ -256,8 +282,8 @@ def _usl_curve(
     top = max(data)
     ns = np.geomspace(max(min(data), 1), top * 1.25, 60)
     band = model.band(list(ns))
-    ax.band(ns, [b[1] for b in band], [b[2] for b in band], colour)
-    ax.line(ns, [b[0] for b in band], colour, label="_usl", linestyle="--", width=1.0)
+    ax.band(ns, [b[1] * scale for b in band], [b[2] * scale for b in band], colour)
+    ax.line(ns, [b[0] * scale for b in band], colour, label="_usl", linestyle="--", width=1.0)
 
 
 def efficiency_figure(
@@ -280,10 +306,12 @@ def efficiency_figure(
 
 
 def cost_figure(
-    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
+    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None,
+    measure: Measure = UNITS,
 ) -> Figure:
-    """$ per million units against units/s (from 0), each point numbered with its workers."""
-    summary = as_frame(summary)
+    """$ per million units against units/s (from 0), each point numbered with its workers;
+    for a fixed-work job (``measure``), $ per run against runs/h."""
+    summary = in_measure(as_frame(summary), measure)
     colours = _colours_for(summary, colours)
     fig, ax = _one_panel("Cost vs throughput (numbers: workers)")
     priced = summary.where(lambda r: not (missing(r["cost_per_million_units"])
@@ -300,10 +328,10 @@ def cost_figure(
         ax.line(front["units_per_s"], front["cost_per_million_units"], "#000000",
                 label="Pareto front", marker="D", size=10, face="none", width=1.2)  # fmt: skip
     estimated = any(priced["estimate"])
-    ax.xlabel = "units/s (median)"
+    ax.xlabel = f"{measure.name} (median)"
     ax.xlim = (0, None)
     ax.ylim = (0, None)
-    ax.ylabel = "USD per million units" + (" (estimate)" if estimated else "")
+    ax.ylabel = f"USD {measure.cost_per}" + (" (estimate)" if estimated else "")
     return fig
 
 
@@ -452,7 +480,10 @@ def timeseries_figure(
         for ax in (rss_ax, cpu_ax, units_ax):
             ax.ylim = (0, None)
     fig.panel(0, 1).title = fig.panel(0, 1).title or "CPU %" + cpu_note
-    fig.panel(0, 2).title = fig.panel(0, 2).title or "units/s over time (1 s window)"
+    no_units = all(r.get("job_kind") == "fixed_work" for r, _ in series)  # one run per trial
+    fig.panel(0, 2).title = fig.panel(0, 2).title or (
+        "no units/s: a fixed-work job (one run per trial)" if no_units
+        else "units/s over time (1 s window)")
     fig.xlabel = (  # one label under the middle panel: three would overlap
         "seconds since the trial started" + (" (the load phase before 0)" if load_shown else "")
     )

@@ -21,12 +21,20 @@ from orchestrator.results.store import DONE_STATUSES, SWEEP_FILE, TRIALS_FILE
 
 @dataclass
 class Best:
-    """The fastest machine × worker count of a run: median units/s over its ok repeats."""
+    """The fastest machine × worker count of a run: median units/s over its ok repeats.
+
+    A fixed-work job (no units reported: one complete run per trial) is fastest where
+    its median time to complete is shortest; ``rate`` is then runs/h (3600 / that time)
+    and ``units_per_s`` one run over that time, as the report has them.
+    """
 
     machine: str
     workers: int
     units_per_s: float
     repeats: int
+    measure: str = "units/s"  # or "runs/h": the unit of ``rate``
+    rate: float | None = None  # in ``measure``: units/s, or runs/h
+    seconds_per_run: float | None = None  # a fixed-work job's median time to complete
 
 
 @dataclass
@@ -48,7 +56,11 @@ class RunSummary:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.best is not None and self.best.measure == "units/s":  # its keys as they were
+            for name in ("measure", "rate", "seconds_per_run"):
+                del out["best"][name]
+        return out
 
 
 def list_runs(out: Path, *, now: float | None = None) -> list[RunSummary]:
@@ -100,7 +112,7 @@ def _trial_rows(path: Path) -> list[dict[str, Any]]:
         return []
     import pyarrow.parquet as pq
 
-    wanted = ["status", "machine", "workers", "units_per_s"]
+    wanted = ["status", "machine", "workers", "units_per_s", "job_kind", "seconds"]
     # the single-file reader: pq.read_table goes through pyarrow's dataset layer and
     # imports pandas (0.5-0.7 s of `cloudprof runs`)
     with pq.ParquetFile(path) as file:
@@ -110,7 +122,11 @@ def _trial_rows(path: Path) -> list[dict[str, Any]]:
 
 def best_result(rows: list[dict[str, Any]]) -> Best | None:
     """The machine × workers with the highest median units/s over its ok trials (the
-    report's "best by throughput"); None when no trial finished ok."""
+    report's "best by throughput"), or for a fixed-work job the shortest median time to
+    complete; None when no trial finished ok."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if ok and all(r.get("job_kind") == "fixed_work" for r in ok):
+        return _fastest_run(ok)
     groups: dict[tuple[str, int], list[float]] = {}
     for r in rows:
         if r.get("status") == "ok" and r.get("units_per_s") is not None:
@@ -120,7 +136,22 @@ def best_result(rows: list[dict[str, Any]]) -> Best | None:
         return None
     medians = {key: statistics.median(values) for key, values in groups.items()}
     (machine, workers), rate = max(medians.items(), key=lambda kv: kv[1])
-    return Best(machine, workers, rate, len(groups[(machine, workers)]))
+    return Best(machine, workers, rate, len(groups[(machine, workers)]), rate=rate)
+
+
+def _fastest_run(ok: list[dict[str, Any]]) -> Best | None:
+    """A fixed-work job's best: the shortest median time to complete (the report's rule)."""
+    groups: dict[tuple[str, int], list[float]] = {}
+    for r in ok:
+        seconds = r.get("seconds")
+        if isinstance(seconds, int | float) and seconds > 0:
+            groups.setdefault((str(r["machine"]), int(r["workers"])), []).append(float(seconds))
+    if not groups:
+        return None
+    medians = {key: statistics.median(values) for key, values in groups.items()}
+    (machine, workers), seconds = min(medians.items(), key=lambda kv: kv[1])
+    return Best(machine, workers, 1.0 / seconds, len(groups[(machine, workers)]),
+                measure="runs/h", rate=3600.0 / seconds, seconds_per_run=seconds)
 
 
 def _epoch(iso: Any) -> float | None:

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from orchestrator.plan.model import machine_confidence
+from orchestrator.results.report.measure import Measure
 from orchestrator.results.report.model import (
     OK,
     SUMMARY_COLUMNS,
@@ -57,6 +58,7 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
     n_ok = sum(1 for r in trials if r["status"] == OK)
     units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
     cheapest, fastest = best_rows(summary)
+    measure = run.measure
     return plain(
         {
             "schema": SCHEMA,
@@ -67,14 +69,17 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
                 "workload": describe_workload(run) or None,
                 "unit": units[0] if len(units) == 1 else None,
             },
+            # which unit the rates and costs are in: units/s, or runs/h for a fixed-work job
+            "measure": measure.document(),
             "trials": {"total": len(trials), "ok": n_ok, "not_ok": len(trials) - n_ok},
             "best": {
-                "by_cost": _best(cheapest, "cost_per_million_units"),
-                "by_throughput": _best(fastest, "units_per_s"),
+                "by_cost": _best(cheapest, "cost_per_million_units", measure),
+                "by_throughput": _best(fastest, "units_per_s", measure),
             },
-            "machines": _machines(summary, samples(trials)),
+            "machines": _machines(summary, samples(trials), measure),
             "results": [
-                {column: row[column] for column in SUMMARY_COLUMNS}
+                {**{column: row[column] for column in SUMMARY_COLUMNS},
+                 **_in_measure(row, measure)}
                 for row in summary
             ],
             "failed_trials": _failed(trials),
@@ -93,7 +98,17 @@ def _memory(trials: Frame) -> list[dict[str, Any]]:
     return memory_rows(trials)
 
 
-def _best(row: dict[str, Any] | None, metric: str) -> dict[str, Any] | None:
+def _in_measure(row: dict[str, Any], measure: Measure) -> dict[str, Any]:
+    """A fixed-work row's rate and cost in its own units (runs/h, $/run) and its time per
+    run, beside the base-unit columns every row has; nothing more for a job with units."""
+    if not measure.fixed_work:
+        return {}
+    return {"seconds_per_run": row["seconds_per_run"],
+            measure.rate_key: measure.rate(row["units_per_s"]),
+            measure.cost_key: measure.cost(row["cost_per_million_units"])}
+
+
+def _best(row: dict[str, Any] | None, metric: str, measure: Measure) -> dict[str, Any] | None:
     if row is None:
         return None
     return {
@@ -102,11 +117,13 @@ def _best(row: dict[str, Any] | None, metric: str) -> dict[str, Any] | None:
         "workers": row["workers"],
         metric: row[metric],
         "estimate": bool(row["estimate"]) if metric.startswith("cost") else False,
+        **_in_measure(row, measure),
     }
 
 
 def _machines(
-    summary: Frame, by_machine: dict[tuple[str, str], dict[int, list[float]]]
+    summary: Frame, by_machine: dict[tuple[str, str], dict[int, list[float]]],
+    measure: Measure,
 ) -> list[dict[str, Any]]:
     """Per machine: the knee, best row, peak memory, and ``confidence``.
 
@@ -133,6 +150,9 @@ def _machines(
                 "knee_workers": knee.workers if knee.reached else None,
                 "knee_reached": knee.reached,
                 "best_units_per_s": best["units_per_s"],
+                **({f"best_{measure.rate_key}": measure.rate(best["units_per_s"]),
+                    "best_seconds_per_run": best["seconds_per_run"]}
+                   if measure.fixed_work else {}),
                 "best_workers": int(best["workers"]),
                 "peak_rss_bytes": peak["peak_rss_bytes"],
                 "peak_rss_workers": peak["workers"],

@@ -23,6 +23,12 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.formatting import DASH, n_workers
 from orchestrator.plan.model import KNEE_GAIN, KneeRange, knee_point, knee_range, spread
+from orchestrator.results.report.measure import (
+    Measure,
+    is_fixed_work,
+    measure_of,
+    with_measure,
+)
 from orchestrator.results.report.rows import (
     Frame,
     as_frame,
@@ -58,6 +64,11 @@ class RunData:
     run_dir: Path
     sweep: dict[str, Any]
     trials: Frame  # all trials, TRIAL_COLUMNS (missing optional ones filled)
+
+    @property
+    def measure(self) -> Measure:
+        """units/s, or runs/h for a fixed-work job (``measure.measure_of``)."""
+        return measure_of(self.trials)
 
     @property
     def name(self) -> str:
@@ -106,7 +117,8 @@ def load_run(run_dir: str | Path) -> RunData:
         "ran_on", [r["machine"] if missing(r["ran_on"]) else r["ran_on"] for r in trials])
     from orchestrator.results.report.jobs import label_grid
 
-    return RunData(run_dir=path, sweep=sweep, trials=label_grid(trials))
+    # a fixed-work job's rate from its time to complete: every figure below follows from it
+    return RunData(run_dir=path, sweep=sweep, trials=with_measure(label_grid(trials)))
 
 
 def read_table(path: Path) -> Frame:
@@ -157,6 +169,7 @@ SUMMARY_COLUMNS = [
     "spread_method",
     "units_per_s_per_vcpu",
     "efficiency",
+    "seconds_per_run",
     "peak_rss_bytes",
     "cpu_utilisation",
     "leak_verdict",
@@ -252,9 +265,17 @@ def summarise(trials: Frame | pd.DataFrame) -> Frame:
     Cost per million units is computed from the median throughput (the same
     formula as the stored column). ``failed`` counts the other repeats. Rows are
     sorted by machine, host and worker count (``SUMMARY_COLUMNS``, in order).
+
+    A fixed-work job (``measure.RUNS``) is measured by its time to complete:
+    ``seconds_per_run`` is the median over repeats, its rate ``units_per_s`` is one run
+    over that time (runs/s; runs/h shown) and its cost the price of that time, so a
+    runs/h, a $/run and a time shown side by side always agree; efficiency is
+    T(1 worker) ÷ (workers × T) of those medians. Other jobs: ``seconds_per_run`` NaN.
     """
     keys = [*_GROUP, "workers"]
-    trials = one_node(as_frame(trials))  # scale up; a scale-out sweep: scaleout_summary()
+    # scale up (a scale-out sweep: scaleout_summary()); a fixed-work job's rate filled in
+    trials = with_measure(one_node(as_frame(trials)))
+    fixed_work = measure_of(trials).fixed_work
     attempted = {key: len(group) for key, group in trials.group_by(keys)}
     records = []
     for key, group in trials.where(lambda r: r["status"] == OK).group_by(keys):
@@ -267,6 +288,10 @@ def summarise(trials: Frame | pd.DataFrame) -> Frame:
         sp = spread(ups)
         price = first(col["price_per_hour"])
         median_ups = median(ups)
+        per_run = math.nan
+        if fixed_work and all(is_fixed_work(r) for r in group):  # 1 / median time to complete
+            per_run = median(group.numbers("seconds"))
+            median_ups = 1.0 / per_run if per_run > 0 else math.nan
         records.append({
             "machine": machine, "ran_on": ran_on, "workers": int(workers),
             "vcpus": int(vcpus) if math.isfinite(vcpus) else None,
@@ -278,8 +303,10 @@ def summarise(trials: Frame | pd.DataFrame) -> Frame:
             "units_per_s_low": sp.low if sp else math.nan,
             "units_per_s_high": sp.high if sp else math.nan,
             "spread_method": sp.method if sp and sp.n > 1 else None,
-            "units_per_s_per_vcpu": median(col["units_per_s_per_vcpu"]),
+            "units_per_s_per_vcpu": median(col["units_per_s_per_vcpu"]) if per_run != per_run
+            else median_ups / vcpus if vcpus > 0 else math.nan,
             "efficiency": median(col["efficiency"]),
+            "seconds_per_run": per_run,
             "peak_rss_bytes": nanmax(col["peak_rss_bytes"]),
             "cpu_utilisation": median(col["cpu_utilisation"]),
             "leak_verdict": _leak_summary(group.get("leak_verdict", [None] * len(group))),
@@ -291,8 +318,20 @@ def summarise(trials: Frame | pd.DataFrame) -> Frame:
             "spot": any(flags["spot"]),
             "estimate": str(machine) != str(ran_on),
         })  # fmt: skip
+    _fixed_work_efficiency(records)
     summary = frame_from_records(records, SUMMARY_COLUMNS[:-1])
     return summary.with_column("pareto", pareto_front(summary))
+
+
+def _fixed_work_efficiency(records: list[dict[str, Any]]) -> None:
+    """A fixed-work row's efficiency from the medians it shows: T(1) ÷ (workers × T), so
+    the table's eff. follows from its own times (NaN without a 1-worker row)."""
+    base = {(r["machine"], r["ran_on"]): r["seconds_per_run"] for r in records
+            if r["workers"] == 1 and math.isfinite(r["seconds_per_run"])}
+    for r in records:
+        if math.isfinite(r["seconds_per_run"]):
+            t1 = base.get((r["machine"], r["ran_on"]), math.nan)
+            r["efficiency"] = t1 / (r["workers"] * r["seconds_per_run"])
 
 
 @dataclass(frozen=True)
@@ -346,7 +385,7 @@ def samples(trials: Frame | pd.DataFrame) -> dict[tuple[str, str], dict[int, lis
 
     The input of every confidence figure (spread, knee range, USL fit).
     """
-    ok = one_node(as_frame(trials)).where(lambda r: r["status"] == OK)
+    ok = with_measure(one_node(as_frame(trials))).where(lambda r: r["status"] == OK)
     out: dict[tuple[str, str], dict[int, list[float]]] = {}
     for r, ups in zip(ok, ok.numbers("units_per_s"), strict=True):
         if math.isfinite(ups):
@@ -431,7 +470,7 @@ def best_rows(
     by_cost = summary.where(lambda r: not missing(r["cost_per_million_units"]))
     cheapest = (dict(by_cost.rows[idx_min(by_cost["cost_per_million_units"])])
                 if not by_cost.empty else None)
-    # a fixed-work job reports no units
+    # a rate of 0 measured nothing (a fixed-work job's rate is 1 / its time: never 0)
     by_rate = summary.where(lambda r: not missing(r["units_per_s"]) and r["units_per_s"] > 0)
     fastest = (dict(by_rate.rows[idx_max(by_rate["units_per_s"])])
                if not by_rate.empty else None)

@@ -35,6 +35,7 @@ from orchestrator.plan.model import (
     fit_usl_with_intervals,
     rank,
 )
+from orchestrator.results.report.measure import UNITS, Measure
 from orchestrator.results.report.model import (
     LOCAL,
     OK,
@@ -76,6 +77,7 @@ class Report:
     # (machine, ran_on) -> the USL fit the table shows (None: no fit), reused by the throughput
     # figure: the bootstrap fit is the report's costliest step, computed once
     usl_models: dict[tuple[str, str], Any] = field(default_factory=dict)
+    measure: Measure = UNITS  # how the rates and costs above are shown (units/s or runs/h)
 
 
 def build_report(run: RunData) -> Report:
@@ -83,11 +85,13 @@ def build_report(run: RunData) -> Report:
     summary = summarise(run.trials)
     by_machine = samples(run.trials)
     knee_of = knees(summary, by_machine)
+    measure = run.measure
     headlines = _headlines(run, summary, knee_of, by_machine)
-    tables = [] if summary.empty else [_results_table(summary), _machine_table(summary, knee_of)]
+    tables = [] if summary.empty else [_results_table(summary, measure),
+                                       _machine_table(summary, knee_of, measure)]
     models = {} if summary.empty else {k: fit_usl_with_intervals(v) for k, v in by_machine.items()}
     if not summary.empty:
-        tables.append(_usl_table(models))
+        tables.append(_usl_table(models, measure))
     from orchestrator.results.report.jobs import job_tables
     from orchestrator.results.report.memory import memory_table
 
@@ -111,7 +115,7 @@ def build_report(run: RunData) -> Report:
                for s in profile_sections(run.run_dir, knee_at)]
     return Report(
         title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary,
-        usl_models=models,
+        usl_models=models, measure=measure,
     )  # fmt: skip
 
 
@@ -158,18 +162,22 @@ def _headlines(
             lines.append("No trial finished ok: there is no throughput, cost or knee to report.")
         return lines
     cheapest, fastest = best_rows(summary)
+    measure = run.measure
     if cheapest is not None:
         estimate = " — an estimate" if cheapest["estimate"] else ""
         lines.append(
             f"Best by cost: {_where(cheapest)}, "
-            f"{fmt_usd(cheapest['cost_per_million_units'])} per million units{estimate}"
-            + _runner_up(run.trials, "cost_per_million_units", by_machine)
+            f"{fmt_usd(measure.cost(cheapest['cost_per_million_units']))} {measure.cost_per}"
+            f"{estimate}" + _runner_up(run.trials, "cost_per_million_units", by_machine)
         )
     else:
         lines.append("Best by cost: – (no price known for these machines)")
     if fastest is not None:
         lines.append(
-            f"Best by throughput: {_where(fastest)}, {fmt_rate(fastest['units_per_s'])} units/s"
+            f"Best by throughput: {_where(fastest)}, "
+            f"{fmt_rate(measure.rate(fastest['units_per_s']))} {measure.name}"
+            + (f" ({fmt_seconds(fastest['seconds_per_run'])} per run)"
+               if measure.fixed_work else "")
             + _runner_up(run.trials, "units_per_s", by_machine)
         )
     for (machine, ran_on), knee in knee_of.items():
@@ -285,10 +293,11 @@ def _host_facts(trials: Frame, ran_on: str) -> str:
     return f"{ran_on} ({', '.join(facts)})" if facts else ran_on
 
 
-def _results_table(summary: Frame) -> Table:
+def _results_table(summary: Frame, measure: Measure = UNITS) -> Table:
     show_ran_on, title_note = _ran_on_column(summary)
     all_estimates = all(summary["estimate"])
-    cost_header = "$/M units" + (EST if all_estimates else "")
+    cost_header = measure.cost_name + (EST if all_estimates else "")
+    rate = measure.name
     rows = []
     for r in summary:
         flags = {name for name in ("oversubscribed", "estimate", "pareto") if r[name]}
@@ -305,22 +314,29 @@ def _results_table(summary: Frame) -> Table:
             "ran on": str(r["ran_on"]),
             "workers": str(r["workers"]),
             "n": str(r["repeats"]),
-            "units/s": fmt_rate(r["units_per_s"]),
-            "spread": _spread(r),
-            "per vCPU": fmt_rate(r["units_per_s_per_vcpu"]),
+            "time/run": fmt_seconds(r["seconds_per_run"]),
+            rate: fmt_rate(measure.rate(r["units_per_s"])),
+            "spread": _spread(r, measure),
+            "per vCPU": fmt_rate(measure.rate(r["units_per_s_per_vcpu"])),
             "eff.": fmt_pct(r["efficiency"]),
             "peak RSS": fmt_bytes(r["peak_rss_bytes"]),
             "CPU": fmt_pct(r["cpu_utilisation"]),
             "leak": _leak(r),
             cost_header: fmt_usd(
-                r["cost_per_million_units"], estimate=bool(r["estimate"]) and not all_estimates
+                measure.cost(r["cost_per_million_units"]),
+                estimate=bool(r["estimate"]) and not all_estimates,
             ),
             "notes": ", ".join(notes),
         }
         if not show_ran_on:
             del cells["ran on"]
+        if not measure.fixed_work:
+            del cells["time/run"]
         rows.append(Row(list(cells.values()), frozenset(flags)))
     headers = list(cells)
+    if measure.fixed_work:
+        return Table("Results per machine and worker count" + title_note, headers, rows,
+                     _fixed_work_notes())
     notes = [
         "n = repeats that finished ok; every figure is their median, except peak RSS (their max).",
         "spread of units/s: the bootstrap 95% interval of the median (CI) from "
@@ -336,6 +352,34 @@ def _results_table(summary: Frame) -> Table:
         "Pareto: no other row is both faster and cheaper per unit.",
     ]
     return Table("Results per machine and worker count" + title_note, headers, rows, notes)
+
+
+def _fixed_work_notes() -> list[str]:
+    """The results table's notes for a job that does a fixed amount of work per trial."""
+    return [
+        "A fixed-work job: each trial is one complete run (it reported no units), measured by "
+        "its time to complete; n = repeats that finished ok.",
+        "time/run = median time to complete over the repeats; runs/h = 3600 ÷ time/run; "
+        "peak RSS is the repeats' max.",
+        "spread of runs/h: the bootstrap 95% interval of the median (CI) from "
+        f"{MIN_REPEATS_FOR_CI} repeats on, else the interquartile range of the repeats (IQR); "
+        "– with one repeat (no spread measured).",
+        "leak: a fixed-work run grows as it works, so its verdict is inconclusive.",
+        "eff. = efficiency = time/run at 1 worker ÷ (workers × time/run), on the same machine; "
+        "– without a 1-worker baseline; CPU = mean utilisation of the host's cores.",
+        "$/run = $/hour × time/run ÷ 3600; (est.) marks an estimate.",
+        "$/hour is a list price: discounts not applied (GCP sustained/committed use, AWS "
+        "savings plans and reserved instances) would lower every cost here.",
+        "Pareto: no other row both finishes sooner and costs less per run.",
+    ]
+
+
+def fmt_seconds(value: Any) -> str:
+    """A time to complete: 0.38 s, 12.4 s, 3.5 min; – when unknown."""
+    if not is_finite(value):
+        return DASH
+    s = float(value)
+    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
 def _scaleout_table(trials: Frame) -> Table | None:
@@ -381,11 +425,12 @@ def _scaleout_table(trials: Frame) -> Table | None:
     return Table("Scale out: throughput, cost and memory per node count", headers, rows, notes)
 
 
-def _spread(row: dict[str, Any]) -> str:
-    """ "360–400 IQR": the spread of units/s behind the median, and which one it is."""
+def _spread(row: dict[str, Any], measure: Measure = UNITS) -> str:
+    """ "360–400 IQR": the spread of the rate behind the median, and which one it is."""
     if row["repeats"] < 2 or not row.get("spread_method"):
         return DASH
-    low, high = fmt_rate(row["units_per_s_low"]), fmt_rate(row["units_per_s_high"])
+    low = fmt_rate(measure.rate(row["units_per_s_low"]))
+    high = fmt_rate(measure.rate(row["units_per_s_high"]))
     return f"{low}–{high} {row['spread_method'].replace('95% ', '')}"
 
 
@@ -410,7 +455,8 @@ def _ran_on_column(summary: Frame) -> tuple[bool, str]:
     return True, ""
 
 
-def _machine_table(summary: Frame, knee_of: dict[tuple[str, str], Knee]) -> Table:
+def _machine_table(summary: Frame, knee_of: dict[tuple[str, str], Knee],
+                   measure: Measure = UNITS) -> Table:
     show_ran_on, title_note = _ran_on_column(summary)
     memory = {(str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary)}
     rows = []
@@ -428,7 +474,7 @@ def _machine_table(summary: Frame, knee_of: dict[tuple[str, str], Knee]) -> Tabl
             fmt_usd(best["price_per_hour"]) + (" spot" if best["spot"] else ""),
             ", ".join(map(str, tested)),
             knee.describe(),
-            f"{fmt_rate(best['units_per_s'])} at {int(best['workers'])}",
+            f"{fmt_rate(measure.rate(best['units_per_s']))} at {int(best['workers'])}",
             fmt_bytes(peak["peak_rss_bytes"]) + where,
         ]
         rows.append(Row(cells if show_ran_on else cells[:1] + cells[2:]))
@@ -439,15 +485,15 @@ def _machine_table(summary: Frame, knee_of: dict[tuple[str, str], Knee]) -> Tabl
         "$/hour",
         "workers tested",
         "scaling stops at",
-        "best units/s",
+        f"best {measure.name}",
         "peak RSS",
     ]
     if not show_ran_on:
         headers.remove("ran on")
     notes = [
         f"Scaling stops at the smallest worker count that no larger tested count beats by more "
-        f"than {KNEE_GAIN:.0%} in median units/s (the knee); a range is where it lands in 95% of "
-        "bootstrap resamples of the repeats (none shown: every resample agrees).",
+        f"than {KNEE_GAIN:.0%} in median {measure.name} (the knee); a range is where it lands "
+        "in 95% of bootstrap resamples of the repeats (none shown: every resample agrees).",
         "vCPUs of the host the trials ran on; $/hour is the catalog price of the planned machine "
         "at launch (its spot price when marked spot).",
         "Peak RSS: the kernel's high-water mark of the trial process (VmHWM), max over trials.",
@@ -464,7 +510,8 @@ def _interval(value: float, bounds: tuple[float, float], fmt: Any) -> str:
     return f"{fmt(value)} [{shown}]"
 
 
-def _usl_table(models: dict[tuple[str, str], UslModel | None]) -> Table:
+def _usl_table(models: dict[tuple[str, str], UslModel | None],
+               measure: Measure = UNITS) -> Table:
     """σ, κ, N*, X(N*) per machine with intervals, and the fit's verdict (a poor fit is said)."""
     from orchestrator.plan.model import MIN_DISTINCT_WORKERS
 
@@ -488,7 +535,7 @@ def _usl_table(models: dict[tuple[str, str], UslModel | None]) -> Table:
                     _interval(f.sigma, ci["sigma"], lambda v: f"{v:.3f}"),
                     _interval(f.kappa, ci["kappa"], lambda v: f"{v:.2g}"),
                     n_star,
-                    _interval(f.x_star, ci["x_star"], fmt_rate),
+                    _interval(f.x_star, ci["x_star"], lambda v: fmt_rate(measure.rate(v))),
                     f.verdict(),
                 ],
                 flags=frozenset({"failed"}) if f.poor else frozenset(),
@@ -498,13 +545,13 @@ def _usl_table(models: dict[tuple[str, str], UslModel | None]) -> Table:
         "Universal Scalability Law X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted to every repeat by "
         "bounded least squares; [low–high] = bootstrap 95% interval.",
         "σ = contention (serial share), κ = coherency (cross-talk that makes throughput fall); "
-        "N* = √((1−σ)/κ) = predicted peak worker count, X(N*) = predicted units/s there "
+        f"N* = √((1−σ)/κ) = predicted peak worker count, X(N*) = predicted {measure.name} there "
         "(λ/σ, the ceiling, when κ = 0).",
         "A poor fit means the curve misses the measured medians: trust the table above instead.",
     ]
     return Table(
         "Scaling model per machine (USL fit)",
-        ["machine", "σ", "κ", "N*", "X(N*) units/s", "fit"],
+        ["machine", "σ", "κ", "N*", f"X(N*) {measure.name}", "fit"],
         rows,
         notes,
     )

@@ -26,7 +26,7 @@ _ROW_STYLE = {"failed": "red", "oversubscribed": "yellow", "pareto": "bold green
 
 _NUMERIC = frozenset(
     {"workers", "n", "units/s", "per vCPU", "eff.", "peak RSS", "CPU", "vCPUs", "trials", "repeat",
-     "ratio", "range", "load peak", "trial peak"}
+     "ratio", "range", "load peak", "trial peak", "runs/h", "time/run"}
 )  # fmt: skip
 
 DROP_ORDER = (
