@@ -340,14 +340,16 @@ def make_plan(
                 )
                 for w in workers
             ]  # fmt: skip
-        region = spec.region or machine.region or None
+        # --region/--zone are the cloud's; in a sweep across providers not an SSH host's
+        where = spec.provider is not None or provider in ("gcp", "aws")
+        region = (spec.region if where else None) or machine.region or None
         vms.append(
             VmPlan(
                 machine=machine,
                 provider=provider,
                 name=vm_name(sweep_id, machine.name),
                 region=region,
-                zone=spec.zone or default_zone(provider, region),
+                zone=(spec.zone if where else None) or default_zone(provider, region),
                 image=DEFAULT_IMAGES.get(provider),
                 spot=spec.spot,
                 labels={LABEL_SWEEP: slug(sweep_id), **(labels or {})},
