@@ -1789,9 +1789,12 @@ def _teardown_failed(spec: SweepSpec, plan: Plan, store: RunStore,
     """The error (and sweep.json status) for VMs that could not be deleted: each resource
     left, why, and the command that deletes them."""
     sweep_label = slug(plan.sweep_id)
+    several = len({vm.provider for vm in plan.vms}) > 1  # say whose cloud holds each one
     resources: list[str] = []
     for host in left:
-        resources += [r for r in _leftovers(host, sweep_label) if r not in resources]
+        found = [f"{host.provider.name} {r}" if several else r
+                 for r in _leftovers(host, sweep_label)]
+        resources += [r for r in found if r not in resources]
     reasons = "; ".join(f"{h.vm.name}: {h.delete_error}" for h in left)
     command = f"cloudprof cleanup --sweep {plan.sweep_id} --yes"
     if spec.project and any(h.provider.name == "gcp" for h in left):
