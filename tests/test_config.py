@@ -287,6 +287,9 @@ def test_one_sweep_across_clouds_and_ssh_hosts(tmp_path: Path) -> None:
         spec_of(tmp_path, machines=["c6i.large", "n2-highcpu-2"], region="us-east-1")
     with pytest.raises(UsageError, match="--spot applies to gcp and aws, not the ssh hosts"):
         spec_of(tmp_path, machines=["c6i.large"], hosts=["me@10.0.0.5"], spot=True)
+    search = spec_of(tmp_path, search="cost", family=["n2-highcpu,c6i"], vcpus="2-4")
+    assert search.provider is None and set(machine_providers(search).values()) == {"gcp", "aws"}
+    assert {"n2-highcpu-2", "c6i.large"} <= set(search.machines)
     with pytest.raises(UsageError, match=r"'nope' is not one of the ssh hosts: 10\.0\.0\.5 "
                        r"\(nor a machine type in the catalog\)"):
         spec_of(tmp_path, machines=["c6i.large", "nope"], hosts=["me@10.0.0.5"])
