@@ -1081,16 +1081,17 @@ class _Engine:
 
     def _collect_earlier(self, host: _Host, trial: TrialPlan, out_dir: str | None) -> bool:
         """A retried trial's result may already exist: in the bucket first, else on the host."""
-        if self.bucket is not None and self._bucket(host) is not None:
+        bucket = self._bucket(host)
+        if bucket is not None:
             keys = self._result_keys(trial)
             local = self._incoming(trial)
             prefix = keys[protocol.SUMMARY_FILE].rsplit("/", 1)[0]
             try:  # list() takes a directory-like prefix: the trial's, not the key itself
-                present = self.bucket.list(prefix)
+                present = bucket.list(prefix)
             except CloudprofError:
                 present = {}
             if keys[protocol.SUMMARY_FILE] in present:
-                self.bucket.download_dir(prefix, local)
+                bucket.download_dir(prefix, local)
                 summary = _read_summary(local / protocol.SUMMARY_FILE)
                 if summary and summary.get("status") != "interrupted":
                     self._record(host, trial, summary, local / protocol.TIMESERIES_FILE)
