@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -21,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import EXIT_CREDENTIALS, EXIT_TEARDOWN
-from orchestrator.plan.planner import trial_id
+from orchestrator.plan.planner import default_workers, trial_id
 from orchestrator.spec.catalog import lookup
+from orchestrator.spec.spec import SweepSpec
 from tests.fixtures import sweeps
 from tests.fixtures.fake_gce import UNAVAILABLE, FakeGce
 from tests.fixtures.moto_server import Ec2Faults, MotoServer
@@ -127,14 +129,18 @@ def test_the_plan_of_a_sweep_across_providers_needs_no_credentials(tmp_path: Pat
            "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "sweep", "--machine", "n2-highcpu-8",
-         "--machine", "c6i.2xlarge", "--host", "me@box", "--workers", "1,2", "--plan",
-         "--out", str(tmp_path / "runs")],
+         "--machine", "c6i.2xlarge", "--host", "me@box", "--plan", "--out",
+         str(tmp_path / "runs")],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     said = " ".join(proc.stdout.split())
     assert "VM 1/3 to create: gcp n2-highcpu-8" in said
     assert "VM 2/3 to create: aws c6i.2xlarge" in said
     assert "Host 3/3 to use: ssh box" in said
+    # the host, of unknown size, runs the catalog machines' worker counts: as many trials
+    counts = re.findall(r"(\d+) trials · estimated", said)
+    assert len(counts) == 3 and len(set(counts)) == 1
+    assert int(counts[0]) == SweepSpec.repeats * len(default_workers(8))  # the default
     assert not (tmp_path / "runs").exists()
 
 

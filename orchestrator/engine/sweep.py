@@ -231,6 +231,8 @@ def lookup_machines(spec: SweepSpec) -> list[MachineType]:
 
     out = []
     owners = machine_providers(spec)  # one provider, or several in one sweep
+    # beside catalog machines a host of unknown size runs their worker counts (make_plan)
+    sized = any(provider in ("gcp", "aws") for provider in owners.values())
     for name in spec.machines:
         provider = owners[name]
         if provider in ("gcp", "aws"):
@@ -241,7 +243,7 @@ def lookup_machines(spec: SweepSpec) -> list[MachineType]:
             # several providers: the planner takes each VM's provider from its row
             out.append(row if spec.provider else replace(row, provider=provider))
         except UnknownMachineError:
-            if not spec.workers:
+            if not spec.workers and not sized:
                 raise UsageError(f"{name!r} is not in the catalog, so its vCPU count is "
                                  "unknown: give --workers") from None
             if provider == "ssh":  # its price from the hosts file (a group's: one node's)

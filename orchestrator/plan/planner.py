@@ -312,9 +312,14 @@ def make_plan(
     from orchestrator.providers.base import LABEL_SWEEP
 
     vms: list[VmPlan] = []
+    # A host whose size is known only once connected (an SSH host beside catalog machines)
+    # runs the catalog machines' default counts: all are compared at the same counts.
+    sized = sorted({w for m in machines if m.vcpus >= 1 for w in default_workers(m.vcpus)})
     for machine in machines:
         provider = spec.provider or machine.provider
-        workers = list(spec.workers) if spec.workers else default_workers(machine.vcpus)
+        workers = (list(spec.workers) if spec.workers
+                   else default_workers(machine.vcpus) if machine.vcpus >= 1 or not sized
+                   else sized)
         node_counts = sorted(set(spec.nodes or [1]))
         trials = [
             TrialPlan(
