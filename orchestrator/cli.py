@@ -413,14 +413,15 @@ def sweep(
     provider: Annotated[
         ProviderChoice | None,  # type: ignore[valid-type]
         typer.Option(
-            help="Where the machines come from (default: the machine's provider in the "
-            "catalog).",
+            help="Where the machines come from (default: each machine's provider in the "
+            "catalog, an SSH host's ssh: one sweep may span them).",
             rich_help_panel=CLOUD,
         ),
     ] = None,
     region: Annotated[
         str | None,
-        typer.Option(help="Region (default: the catalog's first).", metavar="REGION",
+        typer.Option(help="Region (default: the catalog's first; one cloud only).",
+                     metavar="REGION",
                      rich_help_panel=CLOUD),
     ] = None,
     zone: Annotated[
@@ -444,14 +445,15 @@ def sweep(
     hosts: Annotated[
         Path | None,
         typer.Option(
-            "--hosts", help="TOML file of SSH hosts (provider ssh).", metavar="FILE",
+            "--hosts", help="TOML file of SSH hosts (provider ssh, or beside cloud machines).",
+            metavar="FILE",
             rich_help_panel=CLOUD,
         ),
     ] = None,
     host: Annotated[
         list[str] | None,
         typer.Option(
-            "--host", help="An SSH host (repeatable, provider ssh).",
+            "--host", help="An SSH host (repeatable; provider ssh, or beside cloud machines).",
             metavar="USER@ADDRESS[:PORT]", rich_help_panel=CLOUD,
         ),
     ] = None,

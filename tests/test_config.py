@@ -240,10 +240,8 @@ def test_a_memory_gate_for_an_unknown_phase_is_one_line(tmp_path: Path) -> None:
 
 
 def test_provider_defaults_and_conflicts(tmp_path: Path) -> None:
-    with pytest.raises(
-        UsageError, match=r"several providers \(aws: c6i.large; gcp: n2-highcpu-2\)"
-    ):
-        spec_of(tmp_path, machines=["n2-highcpu-2", "c6i.large"])
+    mixed = spec_of(tmp_path, machines=["n2-highcpu-2", "c6i.large"])  # one sweep, 2 clouds
+    assert mixed.provider is None and mixed.machines == ["n2-highcpu-2", "c6i.large"]
     with pytest.raises(UsageError, match=r"'c6i\.large' is an aws machine type, not gcp"):
         spec_of(tmp_path, machines=["c6i.large"], provider="gcp")
     with pytest.raises(UsageError, match="unknown provider 'azure'"):
@@ -269,6 +267,32 @@ def test_provider_defaults_and_conflicts(tmp_path: Path) -> None:
         spec_of(tmp_path)
     with pytest.raises(UsageError, match="given twice"):
         spec_of(tmp_path, machines=["c6i.large", "c6i.large"])
+
+
+def test_one_sweep_across_clouds_and_ssh_hosts(tmp_path: Path) -> None:
+    """Without --provider the machines may span GCP, AWS and the SSH hosts: each runs on its
+    own provider; --region/--zone name one cloud's place, so only one cloud may be in it."""
+    from orchestrator.spec.config import machine_providers
+
+    spec = spec_of(tmp_path, machines=["c6i.large", "n2-highcpu-2"], hosts=["me@10.0.0.5"])
+    assert spec.provider is None
+    assert spec.machines == ["c6i.large", "n2-highcpu-2", "10.0.0.5"]  # every host joins
+    assert machine_providers(spec) == {"c6i.large": "aws", "n2-highcpu-2": "gcp",
+                                       "10.0.0.5": "ssh"}
+    one = spec_of(tmp_path, machines=["c6i.large", "10.0.0.6"],
+                  hosts=["me@10.0.0.5", "me@10.0.0.6"], zone="eu-west-1b")
+    assert one.machines == ["c6i.large", "10.0.0.6"] and one.region == "eu-west-1"
+    with pytest.raises(UsageError, match="--region names one cloud's location and this sweep "
+                       "spans gcp and aws"):
+        spec_of(tmp_path, machines=["c6i.large", "n2-highcpu-2"], region="us-east-1")
+    with pytest.raises(UsageError, match="--spot applies to gcp and aws, not the ssh hosts"):
+        spec_of(tmp_path, machines=["c6i.large"], hosts=["me@10.0.0.5"], spot=True)
+    search = spec_of(tmp_path, search="cost", family=["n2-highcpu,c6i"], vcpus="2-4")
+    assert search.provider is None and set(machine_providers(search).values()) == {"gcp", "aws"}
+    assert {"n2-highcpu-2", "c6i.large"} <= set(search.machines)
+    with pytest.raises(UsageError, match=r"'nope' is not one of the ssh hosts: 10\.0\.0\.5 "
+                       r"\(nor a machine type in the catalog\)"):
+        spec_of(tmp_path, machines=["c6i.large", "nope"], hosts=["me@10.0.0.5"])
 
 
 @pytest.mark.parametrize("name", ["n2-highcpu-80;reboot", "$(id)", "a b", "../etc", "x`y`"])

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -227,25 +227,32 @@ def lookup_machines(spec: SweepSpec) -> list[MachineType]:
     """Catalog rows of the spec's machines; local/ssh machines may be off-catalog."""
     from orchestrator.errors import UnknownMachineError
     from orchestrator.spec.catalog import MachineType, lookup
+    from orchestrator.spec.config import machine_providers
 
     out = []
+    owners = machine_providers(spec)  # one provider, or several in one sweep
+    # beside catalog machines a host of unknown size runs their worker counts (make_plan)
+    sized = any(provider in ("gcp", "aws") for provider in owners.values())
     for name in spec.machines:
-        if spec.provider in (None, "gcp", "aws"):
-            out.append(lookup(name, spec.provider, spec.region))
+        provider = owners[name]
+        if provider in ("gcp", "aws"):
+            out.append(lookup(name, provider, spec.region))
             continue
         try:
-            out.append(lookup(name))
+            row = lookup(name)
+            # several providers: the planner takes each VM's provider from its row
+            out.append(row if spec.provider else replace(row, provider=provider))
         except UnknownMachineError:
-            if not spec.workers:
+            if not spec.workers and not sized:
                 raise UsageError(f"{name!r} is not in the catalog, so its vCPU count is "
                                  "unknown: give --workers") from None
-            if spec.provider == "ssh":  # its price from the hosts file (a group's: one node's)
+            if provider == "ssh":  # its price from the hosts file (a group's: one node's)
                 from orchestrator.providers.ssh import SshProvider
 
                 out.append(SshProvider(ProviderOptions(hosts_file=spec.hosts_file,
                                                        hosts=list(spec.hosts))).machine_type(name))
                 continue
-            out.append(MachineType(provider=spec.provider, name=name, family="", vcpus=0,
+            out.append(MachineType(provider=provider, name=name, family="", vcpus=0,
                                    memory_gib=0.0, region="", price_on_demand=None,
                                    price_spot=None, price_source="", price_date=""))
     return out
@@ -310,6 +317,9 @@ class _Engine:
                  inputs: StagedInputs | None, progress: SweepProgress,
                  providers: dict[str, Provider], ssh_keys: Any, job: Any = None) -> None:
         self.spec, self.plan, self.store, self.bucket = spec, plan, store, bucket
+        # the providers whose hosts fetch and put through the bucket (see bucket_serves)
+        self.bucket_served = bucket_serves(bucket.url if bucket is not None else None,
+                                           {_exec_provider_name(spec, vm) for vm in plan.vms})
         self.job = job  # orchestrator.engine.jobs.JobArchive of --workdir, or None
         self.inputs, self.progress, self.providers = inputs, progress, providers
         self.ssh_keys = ssh_keys
@@ -450,6 +460,10 @@ class _Engine:
 
     def _provider(self, vm: VmPlan) -> Provider:
         return self.providers[_exec_provider_name(self.spec, vm)]
+
+    def _bucket(self, host: _Host) -> Bucket | None:
+        """The bucket for this host's transfers; None: over its executor."""
+        return self.bucket if host.provider.name in self.bucket_served else None
 
     def _wait_teardown(self) -> None:
         """Wait for the machine threads' own ``finally`` blocks; further Ctrl-Cs only warn."""
@@ -907,7 +921,7 @@ class _Engine:
         ex = host.executor
         assert ex is not None and self.inputs.local_dir is not None
         dest = posixpath.join(ex.workdir, "inputs", self.inputs.hash)
-        if self.bucket is not None:
+        if self._bucket(host) is not None:
             manifest = self._put_manifest(host, self.input_manifest, "inputs.json")
             self._run(host, [ex.python, "-m", "workloads.transfer", "get", manifest, dest],
                       "fetching the inputs")
@@ -926,7 +940,7 @@ class _Engine:
         assert ex is not None
         self.progress.state(host.vm.name, "shipping the job")
         host.job_dir, unpacked = jobs.stage_on_host(
-            ex, self.job, self.bucket,
+            ex, self.job, self._bucket(host),
             lambda entries, name: self._put_manifest(host, entries, name))
         self.store.record_vm(host.vm.name, job={"hash": self.job.hash, "dir": host.job_dir,
                                                 "copy": unpacked})
@@ -1029,10 +1043,11 @@ class _Engine:
     def _results_put(self, host: _Host, trial: TrialPlan, out_dir: str) -> _ResultsPut:
         """The trial's put manifest (a signed PUT URL per result file), on the host before the
         trial: its runner puts the files itself (``--put``), in the process that wrote them."""
-        if self.bucket is None:
+        bucket = self._bucket(host)
+        if bucket is None:
             return _ResultsPut()
         entries = [{"path": posixpath.join(out_dir, name), "optional": True,
-                    "url": self.bucket.signed_url(key, "PUT", expires_s=self.url_lifetime_s)}
+                    "url": bucket.signed_url(key, "PUT", expires_s=self.url_lifetime_s)}
                    for name, key in self._result_keys(trial).items()]
         try:
             return _ResultsPut(self._put_manifest(host, entries, f"put-{trial.trial_id}.json"),
@@ -1044,7 +1059,7 @@ class _Engine:
         """The host puts its result files in the bucket, where a dropped session cannot lose
         them: the runner did (``put.done``), else a ``transfer put`` process does it now (a
         runner killed, crashed or without ``--put``, or one that says its put failed)."""
-        if self.bucket is None or put.done:
+        if self._bucket(host) is None or put.done:
             return
         ex = host.executor
         assert ex is not None
@@ -1068,16 +1083,17 @@ class _Engine:
 
     def _collect_earlier(self, host: _Host, trial: TrialPlan, out_dir: str | None) -> bool:
         """A retried trial's result may already exist: in the bucket first, else on the host."""
-        if self.bucket is not None:
+        bucket = self._bucket(host)
+        if bucket is not None:
             keys = self._result_keys(trial)
             local = self._incoming(trial)
             prefix = keys[protocol.SUMMARY_FILE].rsplit("/", 1)[0]
             try:  # list() takes a directory-like prefix: the trial's, not the key itself
-                present = self.bucket.list(prefix)
+                present = bucket.list(prefix)
             except CloudprofError:
                 present = {}
             if keys[protocol.SUMMARY_FILE] in present:
-                self.bucket.download_dir(prefix, local)
+                bucket.download_dir(prefix, local)
                 summary = _read_summary(local / protocol.SUMMARY_FILE)
                 if summary and summary.get("status") != "interrupted":
                     self._record(host, trial, summary, local / protocol.TIMESERIES_FILE)
@@ -1333,16 +1349,39 @@ def signed_url_lifetime(plan: Plan) -> int:
     return int(min(longest, SIGNED_URL_MAX_S))
 
 
+_BUCKET_CLOUDS = {"gs": "gcp", "s3": "aws"}
+
+
+def bucket_serves(url: str | None, providers: set[str]) -> set[str]:
+    """The providers (of ``providers``, those the plan runs on) whose hosts use the bucket.
+
+    A sweep on one provider uses it for every host, as given. A sweep across
+    providers uses a ``gs://`` bucket for its GCP VMs and an ``s3://`` one for its AWS
+    VMs only: they reach their own cloud's storage inside it, while another cloud's VM
+    or an SSH host would pay egress on every input and result; those hosts get their
+    files over SSH instead, as without a bucket."""
+    if url is None:
+        return set()
+    if len(providers) <= 1:
+        return set(providers)
+    cloud = _BUCKET_CLOUDS.get(url.partition("://")[0])
+    return {cloud} & providers if cloud else set()
+
+
 def _open_bucket(spec: SweepSpec, providers: Iterable[str]) -> Bucket | None:
     """The sweep's bucket; a dry run never touches a cloud one (it makes no cloud call).
+    None when no host would use it (a sweep across providers, none of them its cloud's).
 
     ``providers`` are the names the plan runs on."""
     cloud = spec.bucket is not None and spec.bucket.startswith(("gs://", "s3://"))
+    names = set(providers)
+    if spec.bucket and not bucket_serves(spec.bucket, names):
+        return None
     if spec.bucket and not (spec.dry_run and cloud):
         from orchestrator.providers import open_bucket
 
         return open_bucket(spec.bucket)
-    if set(providers) == {"local"}:
+    if names == {"local"}:
         from orchestrator.providers.local import LocalBucket
 
         return LocalBucket()
@@ -1434,8 +1473,10 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             raise BudgetError(f"estimated cost {fmt_usd(cost)} is above --max-cost "
                               f"{fmt_usd(spec.max_cost)}; nothing was started")
         store = None
+    names = {_exec_provider_name(spec, vm) for vm in plan.vms}
     if plan_only:
         render_plan(plan, console, spec.dry_run, done=done)
+        _bucket_note(spec, names, console)
         return None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
@@ -1450,11 +1491,12 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             from orchestrator.providers.remote import boot_timeout
 
             boot_timeout()  # a bad CLOUDPROF_SSH_BOOT_TIMEOUT fails here, before any VM exists
-    bucket = _open_bucket(spec, {_exec_provider_name(spec, vm) for vm in plan.vms})
+    bucket = _open_bucket(spec, names)
     if bucket is not None and spec.bucket:  # a missing bucket (or no access) fails here,
         # before any run directory or VM exists
         bucket.list(_results_prefix(plan))
     render_plan(plan, console, spec.dry_run, done=done)
+    _bucket_note(spec, names, console)
 
     if inputs is not None:
         generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs
@@ -1491,6 +1533,19 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
             # (its status says why); a disk that refuses it was reported already.
             with contextlib.suppress(OSError):
                 store.ensure_trials_table()
+
+
+def _bucket_note(spec: SweepSpec, providers: set[str], console: Console) -> None:
+    """Say which hosts of a sweep across providers use --bucket, and which get their
+    files over SSH (see ``bucket_serves``)."""
+    if not spec.bucket or len(providers) <= 1:
+        return
+    served = bucket_serves(spec.bucket, providers)
+    others = ", ".join(sorted(providers - served))
+    used = (f"the {', '.join(sorted(served))} VMs use it; the {others} hosts" if served
+            else "no cloud of this sweep holds it, so every host")
+    console.print(f"Bucket {spec.bucket}: {used} get their inputs and results over SSH.",
+                  highlight=False)
 
 
 def _pack_job(spec: SweepSpec) -> Any:
@@ -1737,9 +1792,12 @@ def _teardown_failed(spec: SweepSpec, plan: Plan, store: RunStore,
     """The error (and sweep.json status) for VMs that could not be deleted: each resource
     left, why, and the command that deletes them."""
     sweep_label = slug(plan.sweep_id)
+    several = len({vm.provider for vm in plan.vms}) > 1  # say whose cloud holds each one
     resources: list[str] = []
     for host in left:
-        resources += [r for r in _leftovers(host, sweep_label) if r not in resources]
+        found = [f"{host.provider.name} {r}" if several else r
+                 for r in _leftovers(host, sweep_label)]
+        resources += [r for r in found if r not in resources]
     reasons = "; ".join(f"{h.vm.name}: {h.delete_error}" for h in left)
     command = f"cloudprof cleanup --sweep {plan.sweep_id} --yes"
     if spec.project and any(h.provider.name == "gcp" for h in left):

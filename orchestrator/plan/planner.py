@@ -312,9 +312,14 @@ def make_plan(
     from orchestrator.providers.base import LABEL_SWEEP
 
     vms: list[VmPlan] = []
+    # A host whose size is known only once connected (an SSH host beside catalog machines)
+    # runs the catalog machines' default counts: all are compared at the same counts.
+    sized = sorted({w for m in machines if m.vcpus >= 1 for w in default_workers(m.vcpus)})
     for machine in machines:
         provider = spec.provider or machine.provider
-        workers = list(spec.workers) if spec.workers else default_workers(machine.vcpus)
+        workers = (list(spec.workers) if spec.workers
+                   else default_workers(machine.vcpus) if machine.vcpus >= 1 or not sized
+                   else sized)
         node_counts = sorted(set(spec.nodes or [1]))
         trials = [
             TrialPlan(
@@ -340,14 +345,16 @@ def make_plan(
                 )
                 for w in workers
             ]  # fmt: skip
-        region = spec.region or machine.region or None
+        # --region/--zone are the cloud's; in a sweep across providers not an SSH host's
+        where = spec.provider is not None or provider in ("gcp", "aws")
+        region = (spec.region if where else None) or machine.region or None
         vms.append(
             VmPlan(
                 machine=machine,
                 provider=provider,
                 name=vm_name(sweep_id, machine.name),
                 region=region,
-                zone=spec.zone or default_zone(provider, region),
+                zone=(spec.zone if where else None) or default_zone(provider, region),
                 image=DEFAULT_IMAGES.get(provider),
                 spot=spec.spot,
                 labels={LABEL_SWEEP: slug(sweep_id), **(labels or {})},

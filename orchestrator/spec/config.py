@@ -602,23 +602,106 @@ def _region_of_zone(zone: str, provider: str) -> str:
     return zone.rsplit("-", 1)[0]  # us-central1-a -> us-central1
 
 
-def resolve_provider(spec: SweepSpec) -> str:
-    """The spec's provider, defaulting to the machines' provider in the catalog."""
-    if spec.provider is not None:
-        return spec.provider
+CLOUDS = ("gcp", "aws")
+
+
+def machine_owners(spec: SweepSpec) -> dict[str, list[str]]:
+    """The machines of a sweep without ``--provider``, by provider, in the order given.
+
+    An SSH host's (or hosts-file group's) name is the ssh provider's; any other
+    name is its catalog row's provider. When the hosts are given but no
+    ``--machine`` names one of them, every host joins (``ssh`` maps to []), as
+    in a sweep of the hosts alone.
+    """
+    from orchestrator.errors import UnknownMachineError
+
+    ssh_machines: list[str] = []  # what --machine selects from
+    ssh_names: list[str] = []  # and the hosts of groups, which name their group in errors
     if spec.hosts or spec.hosts_file:
-        return "ssh"
+        from orchestrator.providers.base import ProviderOptions
+        from orchestrator.providers.ssh import SshProvider
+
+        _existing_file(spec.hosts_file, "--hosts")
+        provider = SshProvider(ProviderOptions(hosts_file=spec.hosts_file,
+                                               hosts=list(spec.hosts)))
+        ssh_machines = provider.machines()
+        ssh_names = ssh_machines + [n for n in provider.hosts if n not in ssh_machines]
     owners: dict[str, list[str]] = {}
     for name in spec.machines:
-        owners.setdefault(lookup(name).provider, []).append(name)
-    if len(owners) > 1:
-        parts = "; ".join(f"{p}: {', '.join(names)}" for p, names in sorted(owners.items()))
-        raise UsageError(f"machines from several providers ({parts}); run one sweep per provider")
-    return next(iter(owners))
+        if name in ssh_names:
+            owner = "ssh"
+        else:
+            try:
+                owner = lookup(name).provider
+            except UnknownMachineError:
+                if not ssh_names:
+                    raise
+                raise UsageError(f"--machine {name!r} is not one of the ssh hosts: "
+                                 f"{', '.join(ssh_machines)} "
+                                 "(nor a machine type in the catalog)") from None
+        owners.setdefault(owner, []).append(name)
+    if ssh_names and "ssh" not in owners:
+        owners["ssh"] = []
+    return owners
 
 
-def _check_cloud_machine(name: str, spec: SweepSpec) -> None:
-    provider = spec.provider
+def resolve_provider(spec: SweepSpec) -> str | None:
+    """The spec's provider, defaulting to the machines' provider in the catalog (ssh for
+    the --host/--hosts names); None when the machines span several providers."""
+    if spec.provider is not None:
+        return spec.provider
+    owners = machine_owners(spec)
+    return next(iter(owners)) if len(owners) == 1 else None
+
+
+def machine_providers(spec: SweepSpec) -> dict[str, str]:
+    """Each machine of a validated spec -> the provider it runs on."""
+    if spec.provider is not None:
+        return dict.fromkeys(spec.machines, spec.provider)
+    owners = machine_owners(spec)
+    out = {name: provider for provider, names in owners.items() for name in names}
+    return {name: out.get(name, "ssh") for name in spec.machines}  # the hosts named by none
+
+
+def _check_location(spec: SweepSpec, provider: str) -> None:
+    """--zone sets --region, and must lie in it (``provider``: the sweep's one cloud)."""
+    if spec.zone and not spec.region:
+        spec.region = _region_of_zone(spec.zone, provider)
+    if spec.zone and spec.region and not spec.zone.startswith(spec.region):
+        raise UsageError(f"--zone {spec.zone} is not in --region {spec.region}")
+
+
+def _check_mixed(spec: SweepSpec) -> None:
+    """A sweep whose machines span providers (GCP, AWS, the SSH hosts): one plan.
+
+    ``--region``/``--zone`` name one cloud's location, so they apply only when one cloud
+    is in the sweep (beside the SSH hosts); with both clouds each machine runs in its
+    catalog's default region, which the plan shows."""
+    owners = machine_owners(spec)
+    clouds = [p for p in CLOUDS if p in owners]
+    if len(clouds) > 1 and (spec.region or spec.zone):
+        flag = "--region" if spec.region else "--zone"
+        raise UsageError(f"{flag} names one cloud's location and this sweep spans "
+                         f"{' and '.join(clouds)}: drop it (each machine runs in its "
+                         "catalog's default region, shown by --plan) or run one sweep per "
+                         "cloud")
+    if clouds and len(clouds) == 1:
+        _check_location(spec, clouds[0])
+    for provider in clouds:
+        for name in owners[provider]:
+            _check_cloud_machine(name, spec, provider)
+    machines = [n for p in clouds for n in owners[p]]
+    if "ssh" in owners:
+        if spec.spot:
+            raise UsageError("--spot applies to gcp and aws, not the ssh hosts: drop --spot "
+                             "or run the hosts in a sweep of their own")
+        machines += _check_ssh_machines(spec, owners["ssh"])
+    spec.machines = [n for n in spec.machines if n in machines] + [
+        n for n in machines if n not in spec.machines]
+
+
+def _check_cloud_machine(name: str, spec: SweepSpec, provider: str | None = None) -> None:
+    provider = provider or spec.provider
     assert provider is not None
     known = [m for m in load_catalog() if m.name == name]
     if known and all(m.provider != provider for m in known):
@@ -685,21 +768,23 @@ def _check_job(spec: SweepSpec) -> None:
         raise UsageError(f"--grid {clash[0]} is also given as a workload parameter; give it once")
 
 
-def _check_ssh_machines(spec: SweepSpec) -> list[str]:
-    """The ssh machines the sweep runs on (all of the hosts' when --machine names none):
-    hosts, and groups of hosts (hosts file ``machine``) with enough hosts for --nodes."""
+def _check_ssh_machines(spec: SweepSpec, names: list[str] | None = None) -> list[str]:
+    """The ssh machines the sweep runs on, of ``names`` (default --machine; all of the
+    hosts' when it names none): hosts, and groups of hosts (hosts file ``machine``) with
+    enough hosts for --nodes."""
     from orchestrator.providers.base import ProviderOptions
     from orchestrator.providers.ssh import SshProvider
 
     provider = SshProvider(ProviderOptions(hosts_file=spec.hosts_file, hosts=list(spec.hosts)))
     known = provider.machines()
-    for name in spec.machines:
+    names = spec.machines if names is None else names
+    for name in names:
         if name not in known:
             if name in provider.hosts:
                 provider.machine_hosts(name)  # a group's node: the error names its machine
             raise UsageError(f"--machine {name!r} is not one of the ssh hosts: "
                              f"{', '.join(known)}")
-    machines = spec.machines or known
+    machines = names or known
     for name in machines:
         provider.check_node_count(name, max(spec.nodes, default=1))
     return machines
@@ -773,11 +858,10 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
     if not spec.machines and spec.provider != "ssh" and not (spec.hosts or spec.hosts_file):
         raise UsageError("no machine given: use --machine NAME (see `cloudprof catalog`)")
     spec.provider = resolve_provider(spec)
-    if spec.provider in ("gcp", "aws"):
-        if spec.zone and not spec.region:
-            spec.region = _region_of_zone(spec.zone, spec.provider)
-        if spec.zone and spec.region and not spec.zone.startswith(spec.region):
-            raise UsageError(f"--zone {spec.zone} is not in --region {spec.region}")
+    if spec.provider is None:
+        _check_mixed(spec)
+    elif spec.provider in CLOUDS:
+        _check_location(spec, spec.provider)
         for name in spec.machines:
             _check_cloud_machine(name, spec)
         if spec.hosts or spec.hosts_file:
