@@ -1,5 +1,5 @@
 #!/bin/sh
-# cloudprof first-boot script, rendered by orchestrator.engine.remote.startup_script().
+# cloudprof first-boot script, rendered by orchestrator.providers.remote.startup_script().
 #
 # Run once as root at first boot: by cloud-init on AWS (user data) and by the
 # guest agent on Google Cloud (startup-script metadata). It makes the VM safe to

@@ -87,6 +87,30 @@ class _ClickConventions:
                 param.metavar = ""
         return params
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _plain_help(self)
+        super().format_help(ctx, formatter)  # type: ignore[misc]
+
+
+def _plain_help(command: Any) -> None:
+    """Escape the help texts of ``command``, its parameters and its subcommands, once.
+
+    Typer reads help as rich markup, where the ``[ray]`` of ``cloudprof[ray]`` is a tag and
+    vanishes; cloudprof's help texts are plain text. Done when help is shown, so that other
+    invocations do not import rich for it.
+    """
+    if getattr(command, "_plain_help", False):
+        return
+    from rich.markup import escape
+
+    command._plain_help = True
+    for obj in (command, *command.params):
+        for attr in ("help", "short_help"):
+            if getattr(obj, attr, None):
+                setattr(obj, attr, escape(getattr(obj, attr)))
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+
 
 def _no_type(ctx: Any) -> None:
     return None
@@ -711,7 +735,7 @@ def _print_catalog_table(rows: list[Any]) -> None:
     console.print("Price sources (offline estimates are not fetched: run `cloudprof catalog "
                   "refresh` for dated provider prices):", highlight=False)
     for (source, day), number in notes.items():
-        console.print(f"  \\[{number}] {source}; price date {day}", highlight=False)
+        console.print(f"  [{number}] {source}; price date {day}", highlight=False, markup=False)
 
 
 @app.command(cls=_Command)

@@ -506,3 +506,26 @@ def test_the_console_script_freezes_its_objects_before_exit_and_an_in_process_ca
     before = gc.get_freeze_count()
     assert cli.main(["catalog", "--min-vcpus", "64", "--json"]) == 0
     assert gc.get_freeze_count() == before
+
+
+def test_catalog_price_sources_are_printed_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A source is the catalog file's text, not markup: ``[internal]`` stays."""
+    import csv
+
+    from orchestrator.spec.catalog import CATALOG_ENV, catalog_dir
+
+    for name in ("gcp.csv", "aws.csv"):
+        with (catalog_dir() / name).open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        for row in rows:
+            row["price_source"] = f"[internal] {name} list"
+        with (tmp_path / name).open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    monkeypatch.setenv(CATALOG_ENV, str(tmp_path))
+    code, out, err = run_main(["catalog", "--family", "c2", "--region", "us-central1"], capsys)
+    assert code == 0, err
+    assert "[1] [internal] gcp.csv list; price date" in out, out

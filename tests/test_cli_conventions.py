@@ -135,3 +135,12 @@ def test_plan_with_a_budget_below_the_estimate_shows_the_plan_and_refuses(
     out, err = capsys.readouterr()
     assert code == EXIT_BUDGET and "VM 1/1 to create" in out and "above --max-cost" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_help_texts_keep_their_square_brackets() -> None:
+    """Help is rendered as rich markup, where ``[ray]`` would be a tag and vanish."""
+    text = cloudprof("sweep", "--help").stdout
+    nodes = next(line for line in text.splitlines() if "--nodes" in line)
+    assert "cloudprof[ray]" in nodes, nodes
+    assert "[trial:]SIZE" in text
+    assert "\\[" not in text  # escaped once, never shown escaped

@@ -205,3 +205,8 @@ def test_one_repeat_each_gives_a_ratio_without_an_interval(tmp_path: Path) -> No
     _, text = compared([a, b])
     best_line = next(line for line in text.splitlines() if "best units/s " in line)
     assert "×2.00" in best_line and "[" not in best_line  # no spread measured, none invented
+
+
+def test_the_interval_footnote_keeps_its_brackets(runs: tuple[Path, Path]) -> None:
+    _, text = compared(list(runs))
+    assert "[low–high]: bootstrap 95% interval" in text, text

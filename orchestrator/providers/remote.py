@@ -66,6 +66,7 @@ from orchestrator.errors import (
     UnreachableError,
     UsageError,
 )
+from orchestrator.packaged import data_path
 from orchestrator.providers.base import CommandResult, Executor, Instance
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ ENV_PYTHON = "CLOUDPROF_SSH_PYTHON"
 ENV_BOOT_TIMEOUT = "CLOUDPROF_SSH_BOOT_TIMEOUT"
 BOOT_TIMEOUT_S = 300.0  # a cloud VM's sshd is usually up in 30-90 s
 
-STARTUP_TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "startup.sh"
+STARTUP_TEMPLATE = "startup.sh"  # infra/startup.sh, packaged (orchestrator.packaged)
 # Files the startup script writes; the bootstrap waits for "done" when "started" exists.
 STARTUP_STATE_DIR = "/var/lib/cloudprof"
 
@@ -231,8 +232,9 @@ def startup_script(keys: SshKeys, ssh_user: str, expires_at: int) -> str:
     """
     if not USER_RE.match(ssh_user):
         raise UsageError(f"invalid SSH user name {ssh_user!r}")
+    template_path = data_path(STARTUP_TEMPLATE)
     try:
-        template = STARTUP_TEMPLATE.read_text()
+        template = template_path.read_text()
         host_private = Path(keys.host_key).read_text().strip()
     except OSError as exc:
         raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
@@ -248,7 +250,7 @@ def startup_script(keys: SshKeys, ssh_user: str, expires_at: int) -> str:
     def fill(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in values:
-            raise UsageError(f"{STARTUP_TEMPLATE}: unknown placeholder @{name}@")
+            raise UsageError(f"{template_path}: unknown placeholder @{name}@")
         return shlex.quote(values[name])
 
     # One pass, so a value that looks like a placeholder is never substituted again.

@@ -300,7 +300,8 @@ def compare_runs(run_dirs: list[str | Path], console: Console) -> list[Headline]
     console.print(
         "[low–high]: bootstrap 95% interval of the ratio over both runs' repeats; "
         '"no clear difference" when it contains ×1. No interval: one repeat each, '
-        "or a max (memory) or count (knee)."
+        "or a max (memory) or count (knee).",
+        markup=False,  # plain text: as markup, "[low–high]" is a tag and vanishes
     )
     return heads
 

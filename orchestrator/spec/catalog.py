@@ -6,8 +6,8 @@ results, so an old report keeps the costs it was made with.
 Two places hold catalog files (``<provider>.csv``): the user's cache,
 ``$CLOUDPROF_CACHE/catalog`` or ``~/.cache/cloudprof/catalog``, written by
 ``cloudprof catalog refresh`` with fetched, dated prices; and the shipped
-``infra/catalog/`` (offline estimates, the fallback), found relative to this
-package (cloudprof is installed editable). For each machine type and region the
+``infra/catalog/`` (offline estimates, the fallback), packaged with cloudprof
+(``orchestrator.packaged``). For each machine type and region the
 row with the newest price date wins, so a refresh that missed a SKU falls back
 to the shipped estimate for that machine, labelled as such. Nothing here calls
 the network: sweeps only read files. ``CLOUDPROF_CATALOG_DIR`` replaces both
@@ -117,8 +117,10 @@ class MachineType:
 
 
 def shipped_dir() -> Path:
-    """The checkout's ``infra/catalog``: offline estimates, the fallback."""
-    return Path(__file__).resolve().parents[2] / "infra" / "catalog"
+    """The shipped ``infra/catalog``, packaged with cloudprof: offline estimates, the fallback."""
+    from orchestrator.packaged import data_path
+
+    return data_path("catalog")
 
 
 def user_catalog_dir() -> Path:
