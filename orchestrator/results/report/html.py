@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+.answers{display:flex;flex-wrap:wrap;gap:1em;margin:1em 0}
+.card{border:2px solid #2e7d32;border-radius:8px;padding:.6em 1em;max-width:44em;flex:1 1 22em}
+.card h2{margin:.2em 0 .5em;font-size:1.25em}
+.card dl{display:grid;grid-template-columns:max-content 1fr;gap:.35em 1em;margin:0}
+.card dt{font-weight:bold}
+.card dd{margin:0}
+.card dd.hardware{color:#8a5a00}
+.wide{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
 th{background:#f3f3f3}
@@ -26,6 +34,9 @@ tr.pareto td:first-child{font-weight:bold}
 p.note{color:#555;font-size:90%;margin:.2em 0}
 figure{display:inline-block;margin:1em}
 figcaption{color:#555;font-size:90%}
+figure img{max-width:100%;height:auto}
+@media (max-width:600px){body{margin:.8em}.card dl{grid-template-columns:1fr}
+.card dd{margin-bottom:.4em}figure{margin:1em 0}}
 """
 
 
@@ -50,23 +61,25 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
         '<html lang="en">',
         "<head>",
         '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{e(report.title)}</title>",
         f"<style>{_CSS}</style>",
         "</head>",
         "<body>",
         f"<h1>{e(report.title)}</h1>",
+        *_answers(report),
         "<ul>",
         *(f"<li>{e(line)}</li>" for line in report.headlines),
         "</ul>",
     ]
     for table in report.tables:
         out.append(f"<h2>{e(table.title)}</h2>")
-        out.append("<table>")
+        out.append('<div class="wide"><table>')
         out.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr>")
         for row in table.rows:
             cls = f' class="{" ".join(sorted(row.flags))}"' if row.flags else ""
             out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row.cells) + "</tr>")
-        out.append("</table>")
+        out.append("</table></div>")
         out += [f'<p class="note">{e(note)}</p>' for note in table.notes]
     if report.plots:
         out.append("<h2>Plots</h2>")
@@ -78,3 +91,18 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
             )
     out += ["</body>", "</html>"]
     return "\n".join(out) + "\n"
+
+
+def _answers(report: Report) -> list[str]:
+    """The answer cards, side by side where the page is wide enough (stacked on a phone)."""
+    if not report.answers:
+        return []
+    e = html.escape
+    out = ['<div class="answers">']
+    for card in report.answers:
+        out.append(f'<section class="card"><h2>{e(card.title)}</h2><dl>')
+        for label, text in card.lines():
+            out.append(f'<dt>{e(label)}</dt><dd class="{e(label.lower())}">{e(text)}</dd>')
+        out.append("</dl></section>")
+    out.append("</div>")
+    return out

@@ -57,6 +57,8 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
     n_ok = sum(1 for r in trials if r["status"] == OK)
     units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
     cheapest, fastest = best_rows(summary)
+    from orchestrator.results.report.answer import answer_cards
+
     return plain(
         {
             "schema": SCHEMA,
@@ -68,6 +70,8 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
                 "unit": units[0] if len(units) == 1 else None,
             },
             "trials": {"total": len(trials), "ok": n_ok, "not_ok": len(trials) - n_ok},
+            # the card each format opens with, per machine (answer.AnswerCard.to_dict)
+            "answer": [card.to_dict() for card in answer_cards(run, summary)],
             "best": {
                 "by_cost": _best(cheapest, "cost_per_million_units"),
                 "by_throughput": _best(fastest, "units_per_s"),
