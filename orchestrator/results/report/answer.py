@@ -121,9 +121,9 @@ class AnswerCard:
         if self.interval is None:
             spread_text = "one repeat: no interval measured; --repeats 3 measures one"
         else:
-            fmt = _seconds if self.fixed_work else fmt_rate
-            spread_text = (f"{fmt(self.low)}–{fmt(self.high)}, {self.interval} of "
-                           f"{self.repeats} repeats")
+            bounds = (f"{_seconds(self.low).removesuffix(' s')}–{_seconds(self.high)}"
+                      if self.fixed_work else f"{fmt_rate(self.low)}–{fmt_rate(self.high)}")
+            spread_text = f"{bounds}, {self.interval} of {self.repeats} repeats"
         text = f"{n_workers(self.workers)}: {figure} ({spread_text})"
         if self.runner_up is not None and self.runner_up_within_noise:
             text += (f"; {n_workers(self.runner_up)} is within noise of it (one more repeat "

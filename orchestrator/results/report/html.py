@@ -25,6 +25,7 @@ body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 .card dd{margin:0}
 .card dd.hardware{color:#8a5a00}
 .wide{overflow-x:auto;max-width:100%}
+.nw,td:first-child{white-space:nowrap}
 table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
 th{background:#f3f3f3}
@@ -35,7 +36,7 @@ p.note{color:#555;font-size:90%;margin:.2em 0}
 figure{display:inline-block;margin:1em}
 figcaption{color:#555;font-size:90%}
 figure img{max-width:100%;height:auto}
-@media (max-width:600px){body{margin:.8em}.card dl{grid-template-columns:1fr}
+@media (max-width:600px){body{margin:.8em}h1{font-size:1.4em}.card dl{grid-template-columns:1fr}
 .card dd{margin-bottom:.4em}figure{margin:1em 0}}
 """
 
@@ -93,6 +94,15 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def _no_break(text: str) -> str:
+    """Escaped text whose hyphenated words (machine names, flags) a line never splits:
+    "n2-" over "highcpu-8" reads as two names."""
+    import re
+
+    return re.sub(r"\S*\w-\S+", lambda m: f'<span class="nw">{m.group(0)}</span>',
+                  html.escape(text))
+
+
 def _answers(report: Report) -> list[str]:
     """The answer cards, side by side where the page is wide enough (stacked on a phone)."""
     if not report.answers:
@@ -102,7 +112,8 @@ def _answers(report: Report) -> list[str]:
     for card in report.answers:
         out.append(f'<section class="card"><h2>{e(card.title)}</h2><dl>')
         for label, text in card.lines():
-            out.append(f'<dt>{e(label)}</dt><dd class="{e(label.lower())}">{e(text)}</dd>')
+            out.append(f'<dt>{e(label)}</dt>'
+                       f'<dd class="{e(label.lower())}">{_no_break(text)}</dd>')
         out.append("</dl></section>")
     out.append("</div>")
     return out
