@@ -213,3 +213,25 @@ def test_a_fixed_work_job_gets_its_time_and_cost_per_run_on_the_card(tmp_path: P
     assert lines["best"].startswith(f"{fastest} workers: {row['time to complete']} per run")
     assert lines["cost"].startswith(row["cost per run"].removesuffix(" (est.)") + " per run (est.)")
     assert "this host, local" in lines["hardware"]
+
+
+@pytest.mark.slow
+def test_a_profiled_sweep_says_where_thread_time_goes_on_the_card(tmp_path: Path) -> None:
+    """--profile gil: the card's scaling line carries the profiled trial's own shares."""
+    from orchestrator.formatting import fmt_pct
+
+    run, printed = _sweep(tmp_path, "--workers", "1,2", "--repeats", "1", "--duration", "1",
+                          "--frames", "8", "--rows", "200", "--cols", "200", "--dim", "50",
+                          "--profile", "gil")
+    (card,) = json.loads(_cloudprof(tmp_path, "report", "--json", str(run)).stdout)["answer"]
+    top = json.loads((run / "profiles" / "n2-highcpu-8-w2-prof-gil" / "record.json").read_text())
+    shares = top["profile"]["shares"]
+    if card["knee_reached"] and card["knee_workers"] == 1:
+        where = "above 1 worker"  # the profiled trials above the knee: here only 2 workers
+    else:
+        where = "at 2 workers"  # no knee: the largest profiled count
+    assert card["shares"] == pytest.approx({k: shares[k] for k in card["shares"]})
+    expected = (f"Profiled {where}: GIL wait {fmt_pct(shares['gil_wait'])}, idle "
+                f"{fmt_pct(shares['idle'])}, native {fmt_pct(shares['native'])} of thread time")
+    assert expected in card["lines"]["scaling"]
+    assert expected.split(":")[0] in " ".join(printed.replace("│", " ").split())  # printed too

@@ -146,12 +146,12 @@ class AnswerCard:
         text = f"peak {fmt_bytes(self.peak_bytes)} at {n_workers(self.workers)}"
         if is_finite(self.request_bytes):
             margin = ("default margin: one repeat" if self.request_default_margin
-                      else f"margin {self.request_margin}")
+                      else "margin: " + self.request_margin.replace(": ", "; "))
             text += f"; memory request {fmt_bytes(self.request_bytes)} ({margin})"
         if (self.machine_peak_workers not in (None, self.workers)
                 and is_finite(self.machine_peak_bytes)
                 and self.machine_peak_bytes > self.peak_bytes):
-            text += (f"; {fmt_bytes(self.machine_peak_bytes)} at "
+            text += (f"; the most at any count: {fmt_bytes(self.machine_peak_bytes)} at "
                      f"{n_workers(self.machine_peak_workers)}")
         return text
 
@@ -165,9 +165,9 @@ class AnswerCard:
     def _hardware(self) -> str:
         where = f"this host, {self.host}" if self.ran_on == LOCAL else self.host
         planned = _machine_type(self.machine)
-        return (f"measured on {where}, not on the planned {planned}: times and rates are that "
-                f"host's; costs price them at {planned}'s list price (est.). Run without "
-                "--dry-run to measure the machine itself.")
+        return (f"measured on {where}, not on the planned {planned}, so times and rates are "
+                f"that host's and costs price them at {planned}'s list price (est.). Run "
+                "without --dry-run to measure the machine itself.")
 
 
 def answer_cards(
