@@ -10,6 +10,7 @@ row, and say that a dry run measured this host's hardware.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
@@ -22,7 +23,8 @@ from typing import Any
 import pytest
 
 from orchestrator.formatting import fmt_bytes, fmt_rate, fmt_usd
-from tests.test_report import md_table
+from orchestrator.results import report
+from tests.test_report import N2, md_table, scaling_trials, write_store
 
 REPO = Path(__file__).resolve().parents[1]
 WIDTH = 80
@@ -235,3 +237,40 @@ def test_a_profiled_sweep_says_where_thread_time_goes_on_the_card(tmp_path: Path
                 f"{fmt_pct(shares['idle'])}, native {fmt_pct(shares['native'])} of thread time")
     assert expected in card["lines"]["scaling"]
     assert expected.split(":")[0] in " ".join(printed.replace("│", " ").split())  # printed too
+
+
+def _cards(run: Path) -> list[Any]:
+    return report.build_report(report.load_run(run)).answers
+
+
+def test_a_machine_measured_on_itself_gets_its_knee_and_no_hardware_line(tmp_path: Path) -> None:
+    run = write_store(tmp_path / "sweep", scaling_trials("n2-highcpu-8", 0.29, N2))
+    (card,) = _cards(run)
+    document = report.report_document(report.load_run(run))
+    (machine,) = document["machines"]
+    assert (card.workers, card.units_per_s) == (machine["best_workers"],
+                                                machine["best_units_per_s"]) == (8, 395)
+    assert card.knee_reached and card.knee_workers == machine["knee_workers"] == 4
+    lines = dict(card.lines())
+    assert "Hardware" not in lines and not card.measured_elsewhere
+    assert lines["Scaling"].startswith("stops at 4 workers: no larger count (8) gains more than "
+                                       "10% in median units/s; the host has 4 vCPUs")
+    assert lines["Scaling"].endswith(". --profile gil shows where the thread time goes")
+    assert lines["Cost"].startswith(f"{fmt_usd(card.cost_per_million_units)} per million units "
+                                    "at $0.29/hour")  # measured on the machine: no (est.)
+    q1, q3 = statistics.quantiles(N2[8], n=4, method="inclusive")[::2]  # the repeats' IQR
+    assert (card.low, card.high, card.interval) == (q1, q3, "IQR")
+    assert lines["Best"].startswith(f"8 workers: 395 units/s ({fmt_rate(q1)}–{fmt_rate(q3)}, "
+                                    "IQR of 3 repeats)")
+
+
+def test_one_repeat_of_one_count_without_a_price_says_what_is_missing(tmp_path: Path) -> None:
+    run = write_store(tmp_path / "sweep", scaling_trials("m", math.nan, {2: [50.0]}))
+    (card,) = _cards(run)
+    lines = dict(card.lines())
+    assert lines["Best"] == ("2 workers: 50 units/s (one repeat: no interval measured; "
+                             "--repeats 3 measures one)")
+    assert lines["Cost"] == "– (no price known for m)"
+    assert lines["Memory"] == (f"peak {fmt_bytes(120 * 2**20)} at 2 workers; memory request "
+                               "192 MiB (default margin: one repeat)")
+    assert lines["Scaling"].startswith("one worker count tested")

@@ -235,6 +235,14 @@ def _card(
     if not fixed:
         groups.update(by_workers)
     runner_up, noise = _runner_up(groups, workers, higher_is_better=not fixed)
+    if sp is not None:  # a fixed-work job: the spread of its times to complete
+        repeats = sp.n
+        low, high, interval = (sp.low, sp.high, sp.method) if sp.n > 1 else \
+            (math.nan, math.nan, None)
+    else:  # the results table's own spread of units/s
+        repeats = int(best["repeats"])
+        low, high = _num(best["units_per_s_low"]), _num(best["units_per_s_high"])
+        interval = best["spread_method"] if repeats > 1 else None
     estimate = machine != ran_on
     price = float(best["price_per_hour"]) if is_finite(best["price_per_hour"]) else math.nan
     per_run = median(seconds[workers]) if fixed else math.nan
@@ -250,14 +258,9 @@ def _card(
         machine=machine, ran_on=ran_on, host=_host(trials, ran_on, vcpus),
         measured_elsewhere=estimate, fixed_work=fixed,
         unit=unit,
-        workers=workers, repeats=sp.n if sp else int(best["repeats"]),
+        workers=workers, repeats=repeats,
         units_per_s=math.nan if fixed else float(best["units_per_s"]),
-        seconds_per_run=per_run,
-        low=(sp.low if sp and sp.n > 1 else math.nan) if fixed else _num(best["units_per_s_low"]),
-        high=(sp.high if sp and sp.n > 1 else math.nan) if fixed
-        else _num(best["units_per_s_high"]),
-        interval=(sp.method if sp and sp.n > 1 else None) if fixed
-        else (best["spread_method"] if int(best["repeats"]) > 1 else None),
+        seconds_per_run=per_run, low=low, high=high, interval=interval,
         price_per_hour=price,
         cost_per_million_units=math.nan if fixed else _num(best["cost_per_million_units"]),
         cost_per_run=price * per_run / 3600.0 if fixed else math.nan,
