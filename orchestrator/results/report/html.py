@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 .card dd{margin:0}
 .card dd.hardware{color:#8a5a00}
 .wide{overflow-x:auto;max-width:100%}
-.nw,td:first-child{white-space:nowrap}
+.nw{white-space:nowrap}
 table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
 th{background:#f3f3f3}
@@ -40,6 +41,8 @@ figure img{max-width:100%;height:auto}
 .card dd{margin-bottom:.4em}figure{margin:1em 0}}
 """
 
+
+_NO_BREAK_MAX = 40  # characters: a hyphenated word longer than this may still be broken
 
 MEDIA_TYPES = {".svg": "image/svg+xml", ".png": "image/png"}
 
@@ -79,7 +82,8 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
         out.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr>")
         for row in table.rows:
             cls = f' class="{" ".join(sorted(row.flags))}"' if row.flags else ""
-            out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row.cells) + "</tr>")
+            out.append(f"<tr{cls}>" + "".join(f"<td>{_no_break(c)}</td>" for c in row.cells)
+                       + "</tr>")
         out.append("</table></div>")
         out += [f'<p class="note">{e(note)}</p>' for note in table.notes]
     if report.plots:
@@ -97,10 +101,13 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
 def _no_break(text: str) -> str:
     """Escaped text whose hyphenated words (machine names, flags) a line never splits:
     "n2-" over "highcpu-8" reads as two names."""
-    import re
 
-    return re.sub(r"\S*\w-\S+", lambda m: f'<span class="nw">{m.group(0)}</span>',
-                  html.escape(text))
+    def keep(match: re.Match[str]) -> str:
+        word = match.group(0)  # a long one (a path in an error) may break: the table must fit
+        return f'<span class="nw">{word}</span>' if len(word) <= _NO_BREAK_MAX else word
+
+    # the dot of "n2-highcpu-8 · rows=1000" (a --grid point) stays on its machine's line
+    return re.sub(r"\S*\w-\S+", keep, html.escape(text)).replace(" · ", "\u00a0· ")
 
 
 def _answers(report: Report) -> list[str]:

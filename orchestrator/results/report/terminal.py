@@ -89,8 +89,17 @@ def print_card(card: AnswerCard, console: Console) -> None:
     grid.add_column(overflow="fold")
     for label, text in card.lines():
         grid.add_row(_rich_escape(label), _rich_escape(text))
-    console.print(Panel(grid, title=f"[bold]{_rich_escape(card.title)}[/bold]",
-                        title_align="left", border_style="green", expand=False))
+    from rich.cells import cell_len
+    from rich.console import Group
+    from rich.text import Text
+
+    title = f"[bold]{_rich_escape(card.title)}[/bold]"
+    if cell_len(card.title) + 6 <= console.width:  # in the top border
+        console.print(Panel(grid, title=title, title_align="left", border_style="green",
+                            expand=False))
+    else:  # a border cuts a long title short ("rows=2000" of rows=20000): inside, wrapped
+        heading = Text(card.title, style="bold")
+        console.print(Panel(Group(heading, grid), border_style="green", expand=False))
 
 
 def print_table(table: Table, console: Console, rules: bool = False) -> None:
