@@ -758,7 +758,7 @@ def report(
     console = _console()
     written = reports.report_run(run, console)
     for path in written if isinstance(written, list | tuple) else [written]:
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", soft_wrap=True)  # a path folded by rich cannot be pasted
 
 
 @app.command(cls=_Command)

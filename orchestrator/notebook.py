@@ -54,7 +54,7 @@ def run_cell(line: str, cell: str) -> tuple[Path | None, str, int]:
     with tempfile.TemporaryDirectory(prefix="cloudprof-cell-") as tmp:
         workdir = Path(tmp)
         (workdir / CELL_FILE).write_text(cell, encoding="utf-8")
-        # Wide: rich must not wrap the "Results store: PATH" line this reads.
+        # Wide: rich must not wrap the "Report: PATH" line this reads.
         env = {**os.environ, "COLUMNS": "100000"}
         proc = subprocess.run(sweep_argv(line, workdir), capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, env=env)
@@ -64,6 +64,8 @@ def run_cell(line: str, cell: str) -> tuple[Path | None, str, int]:
     for text in output.splitlines():
         if text.startswith("Results store: "):
             run = Path(text.removeprefix("Results store: ").strip())
+        elif text.startswith("Report: ") and text.endswith(" (report.md beside it)"):
+            run = Path(text.removeprefix("Report: ").removesuffix(" (report.md beside it)")).parent
     return run, output, proc.returncode
 
 

@@ -404,7 +404,7 @@ def test_signals_as_the_sweep_ends_never_kill_it_by_signal_nor_leave_it_running(
 
     sweep = cloud_sweep
     proc = sweep.start(sweep.argv("1", "1"))
-    wait_for("the end of the sweep", lambda: "Results store:" in sweep.output(), proc,
+    wait_for("the end of the sweep", lambda: "(report.md beside it)" in sweep.output(), proc,
              timeout=150)
     _barrage(proc)
     out, err = sweep.finish(proc)

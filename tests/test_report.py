@@ -1017,10 +1017,13 @@ def test_report_json_holds_the_summarys_numbers_with_stable_keys(
     doc = json.loads(out)  # stdout is the JSON document and nothing else
     assert "NaN" not in out
     assert list(doc) == [
-        "schema", "run", "measure", "trials", "best", "machines", "results", "failed_trials",
-        "plan", "memory",
+        "schema", "run", "measure", "trials", "answer", "best", "machines", "results",
+        "failed_trials", "plan", "memory",
     ]  # fmt: skip
     assert doc["measure"]["name"] == "units/s" and doc["measure"]["kind"] == "units"
+    # the answer card per machine: the machines' best rows
+    assert [(a["machine"], a["workers"], a["units_per_s"]) for a in doc["answer"]] == [
+        (m["machine"], m["best_workers"], m["best_units_per_s"]) for m in doc["machines"]]
     assert {r["workers"] for r in doc["memory"]} == {1, 2, 4, 8}
     assert all(r["request_bytes"] >= r["peak_rss_bytes"] for r in doc["memory"])
     assert doc["schema"] == report.JSON_SCHEMA == "cloudprof.report/1"

@@ -1852,10 +1852,11 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
         from orchestrator.results.report import report_run
 
         html = report_run(run_dir, console)
-        console.print(f"Report: {html}")
+        # one last line: the report to open; the results store is the folder it is in
+        console.print(f"Report: {html} (report.md beside it)", soft_wrap=True)
     except CloudprofError as exc:
         console.print(f"[yellow]No report: {exc}")
-    console.print(f"Results store: {run_dir}")
+        console.print(f"Results store: {run_dir}")
 
     limit = spec.max_peak_memory
     # The whole lifetime (loading included) unless --max-peak-memory trial:SIZE said

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,15 @@ if TYPE_CHECKING:
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+.answers{display:flex;flex-wrap:wrap;gap:1em;margin:1em 0}
+.card{border:2px solid #2e7d32;border-radius:8px;padding:.6em 1em;max-width:44em;flex:1 1 22em}
+.card h2{margin:.2em 0 .5em;font-size:1.25em}
+.card dl{display:grid;grid-template-columns:max-content 1fr;gap:.35em 1em;margin:0}
+.card dt{font-weight:bold}
+.card dd{margin:0}
+.card dd.hardware{color:#8a5a00}
+.wide{overflow-x:auto;max-width:100%}
+.nw{white-space:nowrap}
 table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
 th{background:#f3f3f3}
@@ -26,8 +36,13 @@ tr.pareto td:first-child{font-weight:bold}
 p.note{color:#555;font-size:90%;margin:.2em 0}
 figure{display:inline-block;margin:1em}
 figcaption{color:#555;font-size:90%}
+figure img{max-width:100%;height:auto}
+@media (max-width:600px){body{margin:.8em}h1{font-size:1.4em}.card dl{grid-template-columns:1fr}
+.card dd{margin-bottom:.4em}figure{margin:1em 0}}
 """
 
+
+_NO_BREAK_MAX = 40  # characters: a hyphenated word longer than this may still be broken
 
 MEDIA_TYPES = {".svg": "image/svg+xml", ".png": "image/png"}
 
@@ -50,23 +65,26 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
         '<html lang="en">',
         "<head>",
         '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{e(report.title)}</title>",
         f"<style>{_CSS}</style>",
         "</head>",
         "<body>",
         f"<h1>{e(report.title)}</h1>",
+        *_answers(report),
         "<ul>",
         *(f"<li>{e(line)}</li>" for line in report.headlines),
         "</ul>",
     ]
     for table in report.tables:
         out.append(f"<h2>{e(table.title)}</h2>")
-        out.append("<table>")
+        out.append('<div class="wide"><table>')
         out.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr>")
         for row in table.rows:
             cls = f' class="{" ".join(sorted(row.flags))}"' if row.flags else ""
-            out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row.cells) + "</tr>")
-        out.append("</table>")
+            out.append(f"<tr{cls}>" + "".join(f"<td>{_no_break(c)}</td>" for c in row.cells)
+                       + "</tr>")
+        out.append("</table></div>")
         out += [f'<p class="note">{e(note)}</p>' for note in table.notes]
     if report.plots:
         out.append("<h2>Plots</h2>")
@@ -78,3 +96,31 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
             )
     out += ["</body>", "</html>"]
     return "\n".join(out) + "\n"
+
+
+def _no_break(text: str) -> str:
+    """Escaped text whose hyphenated words (machine names, flags) a line never splits:
+    "n2-" over "highcpu-8" reads as two names."""
+
+    def keep(match: re.Match[str]) -> str:
+        word = match.group(0)  # a long one (a path in an error) may break: the table must fit
+        return f'<span class="nw">{word}</span>' if len(word) <= _NO_BREAK_MAX else word
+
+    # the dot of "n2-highcpu-8 · rows=1000" (a --grid point) stays on its machine's line
+    return re.sub(r"\S*\w-\S+", keep, html.escape(text)).replace(" · ", "\u00a0· ")
+
+
+def _answers(report: Report) -> list[str]:
+    """The answer cards, side by side where the page is wide enough (stacked on a phone)."""
+    if not report.answers:
+        return []
+    e = html.escape
+    out = ['<div class="answers">']
+    for card in report.answers:
+        out.append(f'<section class="card"><h2>{e(card.title)}</h2><dl>')
+        for label, text in card.lines():
+            out.append(f'<dt>{e(label)}</dt>'
+                       f'<dd class="{e(label.lower())}">{_no_break(text)}</dd>')
+        out.append("</dl></section>")
+    out.append("</div>")
+    return out

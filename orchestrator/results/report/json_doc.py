@@ -59,6 +59,8 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
     units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
     cheapest, fastest = best_rows(summary)
     measure = run.measure
+    from orchestrator.results.report.answer import answer_cards
+
     return plain(
         {
             "schema": SCHEMA,
@@ -72,6 +74,8 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
             # which unit the rates and costs are in: units/s, or runs/h for a fixed-work job
             "measure": measure.document(),
             "trials": {"total": len(trials), "ok": n_ok, "not_ok": len(trials) - n_ok},
+            # the card each format opens with, per machine (answer.AnswerCard.to_dict)
+            "answer": [card.to_dict() for card in answer_cards(run, summary)],
             "best": {
                 "by_cost": _best(cheapest, "cost_per_million_units", measure),
                 "by_throughput": _best(fastest, "units_per_s", measure),

@@ -10,6 +10,12 @@ if TYPE_CHECKING:
 
 def render_markdown(report: Report) -> str:
     out = [f"# {_md(report.title)}", ""]
+    for card in report.answers:  # the answer first, one card per machine
+        out += [f"## {_md(card.title)}", ""]
+        out += [f"- **{_md(label)}:** {_md(text)}" for label, text in card.lines()]
+        out.append("")
+    if report.answers:
+        out += ["## The sweep", ""]
     out += [f"- {_md(line)}" for line in report.headlines]
     for table in report.tables:
         out += ["", f"## {_md(table.title)}", ""]

@@ -78,6 +78,7 @@ class Report:
     # figure: the bootstrap fit is the report's costliest step, computed once
     usl_models: dict[tuple[str, str], Any] = field(default_factory=dict)
     measure: Measure = UNITS  # how the rates and costs above are shown (units/s or runs/h)
+    answers: list[Any] = field(default_factory=list)  # ``answer.AnswerCard``s: the report's top
 
 
 def build_report(run: RunData) -> Report:
@@ -113,9 +114,12 @@ def build_report(run: RunData) -> Report:
     knee_at = {m: k.workers for (m, _), k in knee_of.items() if k.reached}
     tables += [Table(s.title, s.headers, [Row(r) for r in s.rows], s.notes)
                for s in profile_sections(run.run_dir, knee_at)]
+    from orchestrator.results.report.answer import answer_cards
+
     return Report(
         title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary,
         usl_models=models, measure=measure,
+        answers=answer_cards(run, summary, knee_of, by_machine),
     )  # fmt: skip
 
 

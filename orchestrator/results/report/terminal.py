@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table as RichTable
 
+    from orchestrator.results.report.answer import AnswerCard
     from orchestrator.results.report.tables import Report, Table
 
 
@@ -69,11 +70,36 @@ class Layout:
 def render_console(report: Report, console: Console) -> None:
     """Headlines, then each table laid out for ``console.width`` (see the module's docstring)."""
     console.print(f"[bold]{_rich_escape(report.title)}[/bold]")
+    for card in report.answers:
+        print_card(card, console)
     for line in report.headlines:
         console.print(f"• {_rich_escape(line)}")
     for table in report.tables:
         print_table(table, console)
         console.print()
+
+
+def print_card(card: AnswerCard, console: Console) -> None:
+    """One answer card in a box: its labels in a narrow column, the texts wrapped between words."""
+    from rich.panel import Panel
+    from rich.table import Table as RichTable
+
+    grid = RichTable.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, text in card.lines():
+        grid.add_row(_rich_escape(label), _rich_escape(text))
+    from rich.cells import cell_len
+    from rich.console import Group
+    from rich.text import Text
+
+    title = f"[bold]{_rich_escape(card.title)}[/bold]"
+    if cell_len(card.title) + 6 <= console.width:  # in the top border
+        console.print(Panel(grid, title=title, title_align="left", border_style="green",
+                            expand=False))
+    else:  # a border cuts a long title short ("rows=2000" of rows=20000): inside, wrapped
+        heading = Text(card.title, style="bold")
+        console.print(Panel(Group(heading, grid), border_style="green", expand=False))
 
 
 def print_table(table: Table, console: Console, rules: bool = False) -> None:
