@@ -393,7 +393,8 @@ def sweep(
     setup: Annotated[
         str | None,
         typer.Option(
-            help="Shell command run once per machine in the copy, e.g. "
+            help="Shell command run in the copy once per (command, workdir, host) and reused "
+            "by later sweeps there, e.g. "
             "'pip install -r requirements.txt'.",
             metavar="CMD", rich_help_panel=JOB,
         ),

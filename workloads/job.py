@@ -5,6 +5,7 @@ The orchestrator ships a user's project directory as one content-hashed archive
 
     python -m workloads.job unpack ARCHIVE DEST     # once per host and archive hash
     python -m workloads.job setup DEST CMD          # once per host, archive and CMD
+                                                    # (DEST: a copy in the host's cache)
 
 and, for the trial runner (``python -m workloads.run --command --job``), the
 placeholders of a command (``{workers}``, ``{vcpus}``, ``{trial}``, ``{repeat}``
@@ -20,9 +21,11 @@ Everything else the job prints goes to the trial's log file, kept in the store.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shlex
+import shutil
 import string
 import subprocess
 import sys
@@ -42,6 +45,7 @@ BUILTIN_PLACEHOLDERS = ("workers", "vcpus", "trial", "repeat")
 SITE_DIR = ".cloudprof-site"  # setup's pip installs land here (PIP_TARGET), on PYTHONPATH
 UNPACKED_MARK = ".cloudprof-unpacked"
 SETUP_LOG = ".cloudprof-setup.log"
+SETUP_LOCK = ".cloudprof-setup.lock"
 TAIL_LINES = 10
 
 
@@ -329,6 +333,17 @@ def setup(dest: Path, command: str) -> str:
     mark = dest / setup_mark(command)
     if mark.is_file():
         return "reused"
+    # The copy lives in the host's cache, shared by sweeps: one setup at a time builds
+    # it, and one that waited finds it built.
+    with open(dest / SETUP_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if mark.is_file():
+            return "reused"
+        return _run_setup(dest, command, mark)
+
+
+def _run_setup(dest: Path, command: str, mark: Path) -> str:
+    shutil.rmtree(dest / SITE_DIR, ignore_errors=True)  # what a failed attempt left
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "/usr/bin:/bin")])

@@ -919,7 +919,8 @@ class _Engine:
         host.inputs_dir = dest
 
     def _stage_job(self, host: _Host) -> None:
-        """The user's job onto the host (once per hash) and its --setup (once per host)."""
+        """The user's job onto the host and its --setup: once per (hash, setup) in the host's
+        cache, reused by later sweeps there (``jobs.stage_on_host``)."""
         if self.job is None:
             return
         from orchestrator.engine import jobs
@@ -929,7 +930,7 @@ class _Engine:
         self.progress.state(host.vm.name, "shipping the job")
         host.job_dir, unpacked = jobs.stage_on_host(
             ex, self.job, self.bucket,
-            lambda entries, name: self._put_manifest(host, entries, name))
+            lambda entries, name: self._put_manifest(host, entries, name), self.spec.setup)
         self.store.record_vm(host.vm.name, job={"hash": self.job.hash, "dir": host.job_dir,
                                                 "copy": unpacked})
         if self.spec.setup:
