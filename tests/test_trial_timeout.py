@@ -157,3 +157,38 @@ def test_a_bad_trial_timeout_is_one_line_before_anything_runs(tmp_path):
     assert errors == ["error: --trial-timeout: expected a duration such as 5, 30s, 2m or 1h, "
                       "got 'soon'"]
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_a_stuck_trial_on_an_ssh_host_is_failed_at_its_limit_and_the_machine_goes_on(
+        sshd, tmp_path, tmp_path_factory):
+    """Over SSH the limit stops the remote process group; the trial fails, not the machine."""
+    from tests.fixtures.workloads_env import seed_workloads_env
+    from tests.test_ssh_provider import _loopback_hosts
+
+    root = tmp_path / "job"
+    root.mkdir()
+    (root / "hang.py").write_text(HANG)
+    hosts = _loopback_hosts(tmp_path, sshd, python=sys.executable)
+    host_workdir = tmp_path / "host-workdir"
+    seed_workloads_env(host_workdir, tmp_path_factory)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
+           "COLUMNS": "200", "CLOUDPROF_SSH_WORKDIR": str(host_workdir)}
+    for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
+        env.pop(key, None)
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1", "--provider", "ssh",
+         "--hosts", str(hosts), "--machine", "box", "--workers", "1", "--workdir", str(root),
+         "--command", "python hang.py {case}", "--grid", "case=stuck,quick",
+         "--trial-timeout", "4", "--out", str(tmp_path / "runs")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 6, result.stderr[-2000:] + result.stdout[-2000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    import pyarrow.parquet as pq
+
+    rows = {json.loads(r["grid"])["case"]: r for r in pq.read_table(run / "trials.parquet")
+            .to_pylist()}
+    assert (rows["stuck"]["status"], rows["stuck"]["error"]) == (
+        "failed", "timed out after 4 s (--trial-timeout)")
+    assert rows["quick"]["status"] == "ok"
+    assert not sweeps.processes_with("hang.py stuck")
