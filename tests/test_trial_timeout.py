@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -105,7 +106,24 @@ def test_the_live_display_renders_the_running_trial_column():
         progress.line("vm", "progress t=1.0 units=0 units_per_s=0.00 rss_bytes=1000")
         assert progress._progress is not None
         progress._progress.refresh()
-    assert "w=4 r0 0s of 132s" in out.getvalue()
+    assert re.search(r"w=4 r0 \d+s of 132s", out.getvalue()) and "0.0 units/s" in out.getvalue()
+
+
+def test_a_job_that_counts_no_units_shows_its_time_not_zero_units_per_second():
+    out = io.StringIO()
+    console = Console(file=out, width=160, force_terminal=True, color_system=None)
+    with SweepProgress(console) as progress:
+        progress.add_machine("vm", "n2-highcpu-2", 2)
+        progress.trial_started("vm", _trial(1, command=True), 3.0, 3600.0)
+        progress.line("vm", "progress t=1.0 units=0 units_per_s=0.00 rss_bytes=1000")
+        assert progress._progress is not None
+        progress._progress.refresh()
+        progress.trial_started("vm", _trial(2, command=True), 3.0, 3600.0)
+        progress.line("vm", "progress t=1.0 units=5 units_per_s=5.00 rss_bytes=1000")
+        progress._progress.refresh()
+    text = out.getvalue()
+    assert re.search(r"w=1 r0 \d+s of 3,600s", text) and "0.0 units/s" not in text
+    assert "5.0 units/s" in text  # one that does count them shows its rate
 
 
 HANG = textwrap.dedent('''\

@@ -230,6 +230,8 @@ class SweepProgress:
         if running is not None:
             running.saw(parsed.get("units"))
         rate = parsed.get("units_per_s")
+        if running is not None and not running.expects_units:
+            rate = None  # a job that counts no units: its time column is its progress
         self._update(key, completed=done + frac,
                      rate="" if rate is None else f"{rate:,.1f} units/s",
                      state=f"rss {fmt_bytes(parsed.get('rss_bytes'))}")
