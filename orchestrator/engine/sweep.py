@@ -1007,7 +1007,7 @@ class _Engine:
                     self._collect(host, trial, out_dir, result, interrupted=True)
                     return
                 self._upload_results(host, trial, put)
-                timed_out = elapsed >= limit
+                timed_out = elapsed >= limit and result.exit_code != protocol.EXIT_OK
                 self._collect(host, trial, out_dir, result,
                               error=timeouts.reason(limit) if timed_out else None)
                 if not timed_out and result.exit_code == protocol.EXIT_OK:
