@@ -11,7 +11,7 @@ directory and on PYTHONPATH (``workloads.run --chdir``).
 The copy, and what ``--setup`` installed into it, live in the host's cache
 (``Executor.cache_dir``: cloudprof's cache dir on this machine, the login user's
 home on a VM), in a directory named by the workdir's hash and, with ``--setup``,
-a digest of (setup command, host, interpreter): a later sweep of the same
+a digest of (setup command, interpreter): a later sweep of the same
 project on the same host finds its environment built and skips the setup (a
 pip install of scikit-learn is half a minute and some 360 MB). Run directories
 keep the setup's log, never the environment.
@@ -212,14 +212,16 @@ def _last(result: CommandResult) -> str:
 
 
 def copy_name(job_hash: str, setup: str | None, ex: Executor) -> str:
-    """The copy's directory name in the host's cache: one per (workdir hash, setup, host).
+    """The copy's directory name in the host's cache: one per (workdir hash, setup) there.
 
-    The interpreter is in the key too: what pip installed for one Python (a new
-    cloudprof venv on a VM is a new path) is not reused by another.
+    The host is where the cache lives; its interpreter is in the key too, since
+    what pip installed for one Python (a new cloudprof venv on a VM is a new
+    path) is not reused by another. Hosts that share a home share their copies
+    as they share cloudprof's venv there.
     """
     if not setup:
         return job_hash
-    material = "\0".join((setup, ex.host_id, ex.python))
+    material = "\0".join((setup, ex.python))
     return f"{job_hash}-s{hashlib.sha256(material.encode()).hexdigest()[:12]}"
 
 

@@ -179,12 +179,6 @@ class Executor(abc.ABC):
         By default the host's workdir, in the login user's home on a VM."""
         return self.workdir
 
-    @property
-    def host_id(self) -> str:
-        """Names the host in the setup cache's key: a cache on a shared file system must
-        not hand one host's build to another."""
-        return ""
-
     @abc.abstractmethod
     def run(
         self,

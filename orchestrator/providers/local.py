@@ -75,12 +75,6 @@ class LocalExecutor(Executor):
         root = os.environ.get("CLOUDPROF_CACHE") or Path.home() / ".cache" / "cloudprof"
         return str(Path(root) / "host")
 
-    @property
-    def host_id(self) -> str:
-        import platform
-
-        return f"local:{platform.node()}"
-
     def _path(self, remote: str) -> Path:
         path = Path(remote)
         return path if path.is_absolute() else Path(self.workdir) / path

@@ -590,10 +590,6 @@ class SshExecutor(Executor):
         self.python = self.base_python
         self.last_bootstrap: str | None = None  # "installed" | "reused"
 
-    @property
-    def host_id(self) -> str:
-        return f"ssh:{self.target.label}"
-
     # -- plumbing
 
     def _transport(self) -> Any:
