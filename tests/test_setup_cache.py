@@ -111,3 +111,40 @@ def test_a_failed_setup_leaves_no_partial_install_for_the_next_attempt(tmp_path)
     flag.unlink()
     assert job.setup(dest, command) == "ran"
     assert sorted(p.name for p in (dest / job.SITE_DIR).iterdir()) == ["whole"]
+
+
+def _archive(tmp_path: Path, name: str) -> Path:
+    import tarfile
+
+    src = tmp_path / f"src-{name}"
+    src.mkdir()
+    (src / "job.py").write_text(f"# {name}\n")
+    out = tmp_path / f"{name}.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(src / "job.py", arcname="job.py")
+    return out
+
+
+def test_copies_unused_for_two_weeks_are_removed_when_another_is_unpacked(tmp_path):
+    root = tmp_path / "cache" / "jobs"
+    assert job.unpack(_archive(tmp_path, "old"), root / "old") == "unpacked"
+    assert job.unpack(_archive(tmp_path, "recent"), root / "recent") == "unpacked"
+    (root / "archives").mkdir()  # not a copy: never removed
+    weeks_ago = job.KEEP_UNUSED_S + 3600
+    for name, age in (("old", weeks_ago), ("recent", job.KEEP_UNUSED_S - 3600)):
+        mark = root / name / job.UNPACKED_MARK
+        then = mark.stat().st_mtime - age
+        os.utime(mark, (then, then))
+    assert job.unpack(_archive(tmp_path, "new"), root / "new") == "unpacked"
+    assert sorted(p.name for p in root.iterdir()) == ["archives", "new", "recent"]
+    # a reuse marks the copy used: it is not the next one removed
+    mark = root / "recent" / job.UNPACKED_MARK
+    os.utime(mark, (mark.stat().st_mtime - 7200,) * 2)
+    assert job.unpack(_archive(tmp_path, "recent2"), root / "recent") == "reused"
+    assert _age(mark) < 60
+
+
+def _age(path: Path) -> float:
+    import time
+
+    return time.time() - path.stat().st_mtime

@@ -46,6 +46,7 @@ SITE_DIR = ".cloudprof-site"  # setup's pip installs land here (PIP_TARGET), on 
 UNPACKED_MARK = ".cloudprof-unpacked"
 SETUP_LOG = ".cloudprof-setup.log"
 SETUP_LOCK = ".cloudprof-setup.lock"
+KEEP_UNUSED_S = 14 * 86400.0  # a copy (and its setup's environment) unused this long goes
 TAIL_LINES = 10
 
 
@@ -301,7 +302,41 @@ def phase_stats(phases: list[dict[str, Any]], t: Sequence[float], rss: Sequence[
 
 
 def unpack(archive: Path, dest: Path) -> str:
-    """Unpack ``archive`` into ``dest`` once: "unpacked", or "reused" when already there."""
+    """Unpack ``archive`` into ``dest`` once: "unpacked", or "reused" when already there.
+
+    The copies live in the host's cache: each use marks the time, and copies no sweep
+    used for ``KEEP_UNUSED_S`` (environments of code edited since) are removed.
+    """
+    state = _unpack(archive, dest)
+    os.utime(dest / UNPACKED_MARK)  # its last use
+    prune(dest.parent, keep=dest)
+    return state
+
+
+def prune(root: Path, keep: Path, max_age_s: float = KEEP_UNUSED_S) -> list[str]:
+    """Remove the copies in ``root`` unused for ``max_age_s`` (not ``keep``, nor anything
+    that is not a copy); the names removed."""
+    removed = []
+    now = time.time()
+    for child in sorted(root.iterdir()):
+        mark = child / UNPACKED_MARK
+        try:
+            idle = now - mark.stat().st_mtime
+        except OSError:
+            continue  # not a copy (the archives), or one being removed
+        if child == keep or idle <= max_age_s:
+            continue
+        doomed = child.with_name(f".{child.name}.{os.getpid()}.removing")
+        try:
+            os.rename(child, doomed)  # gone from its name at once, then deleted
+        except OSError:
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(child.name)
+    return removed
+
+
+def _unpack(archive: Path, dest: Path) -> str:
     if (dest / UNPACKED_MARK).is_file():
         return "reused"
     with atomic_directory(dest, lambda d: (d / UNPACKED_MARK).is_file()) as tmp, \
