@@ -210,3 +210,15 @@ def test_a_stuck_trial_on_an_ssh_host_is_failed_at_its_limit_and_the_machine_goe
         "failed", "timed out after 4 s (--trial-timeout)")
     assert rows["quick"]["status"] == "ok"
     assert not sweeps.processes_with("hang.py stuck")
+
+
+def test_the_plan_says_how_long_a_trial_may_run(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
+           "COLUMNS": "200"}
+    result = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--machine",
+                             "n2-highcpu-2", "--dry-run", "--plan", "--duration", "5",
+                             "--warmup", "2"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    limit = timeouts.MULTIPLE * 7 + timeouts.FLOOR_S
+    assert f"Time limit: a trial is failed after {limit:.0f} s" in result.stdout

@@ -1446,6 +1446,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         store = None
     if plan_only:
         render_plan(plan, console, spec.dry_run, done=done)
+        console.print(f"Time limit: {timeouts.describe(spec)}", highlight=False)
         return None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
@@ -1465,6 +1466,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         # before any run directory or VM exists
         bucket.list(_results_prefix(plan))
     render_plan(plan, console, spec.dry_run, done=done)
+    console.print(f"Time limit: {timeouts.describe(spec)}", highlight=False)
 
     if inputs is not None:
         generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs

@@ -37,6 +37,20 @@ CLUSTER_FLOOR_S = 300.0  # a Ray trial places one actor per node first
 FIRST_FIXED_WORK_S = 3600.0  # a fixed-work job before anything was measured: an hour
 
 
+def describe(spec: SweepSpec) -> str:
+    """The plan's one line on how long a trial may run."""
+    if spec.trial_timeout_s is not None:
+        return f"each trial is failed after {spec.trial_timeout_s:g} s (--trial-timeout)"
+    if spec.command is not None and spec.stop_after_s is None:
+        return (f"a trial is failed after {MULTIPLE:g} x the slowest finished one of its machine "
+                f"and grid point + {FLOOR_S:.0f} s ({FIRST_FIXED_WORK_S:.0f} s before the "
+                "first); --trial-timeout sets it")
+    length = spec.stop_after_s if spec.command is not None else spec.warmup_s + spec.duration_s
+    return (f"a trial is failed after {MULTIPLE * length + FLOOR_S:.0f} s "
+            f"({MULTIPLE:g} x {length:g} s + {FLOOR_S:.0f} s; more when profiled); "
+            "--trial-timeout sets it")
+
+
 def reason(limit_s: float) -> str:
     """The one line a timed-out trial is failed with."""
     return f"timed out after {limit_s:.0f} s (--trial-timeout)"
