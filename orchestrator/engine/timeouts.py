@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from orchestrator.plan.planner import TrialPlan
     from orchestrator.spec.spec import SweepSpec
 
+# The default dry run on a 2-core host at load average ~6 spent about 11 s per 3 s trial,
+# start-up and loading its 800 MB of inputs included (README, "27 trials ... 303 s"):
+# 4 x 3 s + 2 min is ten times that, and still stops a hung trial within minutes.
 MULTIPLE = 4.0
 FLOOR_S = 120.0
 PROFILED_FLOOR_S = 300.0  # py-spy/memray start, then render their output after the trial
@@ -53,7 +56,8 @@ def describe(spec: SweepSpec) -> str:
 
 def reason(limit_s: float) -> str:
     """The one line a timed-out trial is failed with."""
-    return f"timed out after {limit_s:.0f} s (--trial-timeout)"
+    shown = f"{limit_s:.0f}" if limit_s >= 10 else f"{limit_s:g}"
+    return f"timed out after {shown} s (--trial-timeout)"
 
 
 class TrialTimeouts:
