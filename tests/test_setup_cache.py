@@ -62,6 +62,8 @@ def test_a_second_sweep_of_the_same_project_reuses_its_setup_and_a_change_builds
     first = _sweep(tmp_path, project)
     second = _sweep(tmp_path, project)
     assert (_vm(first)["setup"], _vm(second)["setup"]) == ("ran", "reused")
+    assert "set up by an earlier sweep" in next((second / "setup").iterdir()).read_text()
+    assert "earlier sweep" not in next((first / "setup").iterdir()).read_text()
     assert _setups(tmp_path) == 1
     assert _vm(first)["job"]["dir"] == _vm(second)["job"]["dir"]
     copy = Path(_vm(second)["job"]["dir"])

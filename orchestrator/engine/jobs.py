@@ -269,4 +269,9 @@ def setup_on_host(ex: Executor, dest: str, command: str, log: Path) -> str:
         ex.get(posixpath.join(dest, SETUP_LOG), log)
     if result.exit_code != 0:
         raise RemoteCommandError(f"--setup failed: {_last(result).removeprefix('error: ')}")
-    return "reused" if "reused" in (result.stdout_tail or "") else "ran"
+    if "reused" not in (result.stdout_tail or ""):
+        return "ran"
+    with contextlib.suppress(OSError):  # the log is the build's, from an earlier sweep: say so
+        log.write_text(f"# --setup not run: {dest} was set up by an earlier sweep on this "
+                       "host; that setup's log follows\n" + log.read_text(errors="replace"))
+    return "reused"
