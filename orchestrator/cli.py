@@ -281,6 +281,15 @@ def sweep(
             metavar="T", rich_help_panel=SWEEP,
         ),
     ] = None,
+    trial_timeout: Annotated[
+        str | None,
+        typer.Option(
+            help="Stop and fail a trial that runs longer than this, e.g. 600 or 10m "
+            "(default: from the plan: 4 x the trial's length + 2 min; a fixed-work --command "
+            "job: 4 x its slowest finished trial + 2 min, 1 h before the first).",
+            metavar="SECONDS", rich_help_panel=SWEEP,
+        ),
+    ] = None,
     adaptive: Annotated[
         bool | None,
         typer.Option(
@@ -408,7 +417,8 @@ def sweep(
     setup: Annotated[
         str | None,
         typer.Option(
-            help="Shell command run once per machine in the copy, e.g. "
+            help="Shell command run in the copy once per (command, workdir, host) and reused "
+            "by later sweeps there, e.g. "
             "'pip install -r requirements.txt'.",
             metavar="CMD", rich_help_panel=JOB,
         ),
@@ -535,7 +545,8 @@ def sweep(
     values: dict[str, Any] = {
         "machines": machine, "workers": workers, "nodes": nodes, "repeats": repeats,
         "duration": duration,
-        "warmup": warmup, "adaptive": adaptive, "search": _value(search), "budget": budget,
+        "warmup": warmup, "trial_timeout": trial_timeout,
+        "adaptive": adaptive, "search": _value(search), "budget": budget,
         "family": family, "vcpus": vcpus, "max_price": max_price,
         "workload": workload, "frames": frames,
         "dim": dim, "rows": rows, "cols": cols, "strategy": _value(strategy), "seed": seed,

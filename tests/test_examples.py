@@ -76,3 +76,42 @@ def test_the_cube_script_example_counts_cubes_through_the_protocol(tmp_path):
     assert row["status"] == "ok" and row["unit"] == "cube" and row["units"] > 0
     cubes = [p for p in json.loads(row["phases"]) if p["name"] == "cubes"]
     assert cubes and cubes[0]["units"] == row["units"] and cubes[0]["units_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_batch_pool_example_measures_a_process_tree_for_each_grid_point(tmp_path):
+    run = _run_example(tmp_path, "batch_pool", "--workers", "2",
+                       "--grid", "records=3000", "--grid", "batch=300,1500")
+    trials = _trials(run)
+    assert set(trials["status"]) == {"ok"}, trials["error"].tolist()
+    assert len(trials) == 2 and set(trials["job_kind"]) == {"fixed_work"}
+    assert sorted({json.loads(g)["batch"] for g in trials["grid"]}) == ["1500", "300"]
+    for text in trials["phases"]:
+        assert [p["name"] for p in json.loads(text)] == ["generate", "score", "merge"]
+    import pyarrow.parquet as pq
+
+    two = trials[trials["workers"] == 2]["trial_id"].iloc[0]
+    children = pq.read_table(run / "timeseries" / f"{two}.parquet").column("children")
+    assert max(c for c in children.to_pylist() if c is not None) >= 2  # the pool's processes
+    assert "scored 3000 records" in (run / "logs" / f"{two}.log").read_text()
+
+
+@pytest.mark.slow
+def test_the_numpy_blocks_example_reports_its_own_units_for_each_grid_point(tmp_path):
+    run = _run_example(tmp_path, "numpy_blocks", "--workers", "2", "--duration", "2",
+                       "--grid", "size=512", "--grid", "block=64,256")
+    trials = _trials(run)
+    assert set(trials["status"]) == {"ok"}, trials["error"].tolist()
+    assert len(trials) == 2 and set(trials["job_kind"]) == {"throughput"}
+    assert set(trials["unit"]) == {"megapixel"} and (trials["units_per_s"] > 0).all()
+    assert sorted({json.loads(g)["block"] for g in trials["grid"]}) == ["256", "64"]
+    for text in trials["phases"]:
+        assert [p["name"] for p in json.loads(text)] == ["prepare", "blocks"]
+
+
+@pytest.mark.parametrize("name", ["scalene_regression", "batch_pool", "numpy_blocks",
+                                  "leak", "cube_script"])
+def test_each_example_is_one_command_in_readme(name):
+    readme = (REPO / "README.md").read_text()
+    assert f"cloudprof sweep --config examples/{name}/sweep.toml --dry-run" in readme
+    assert (EXAMPLES / name / "sweep.toml").is_file()

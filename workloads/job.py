@@ -5,6 +5,7 @@ The orchestrator ships a user's project directory as one content-hashed archive
 
     python -m workloads.job unpack ARCHIVE DEST     # once per host and archive hash
     python -m workloads.job setup DEST CMD          # once per host, archive and CMD
+                                                    # (DEST: a copy in the host's cache)
 
 and, for the trial runner (``python -m workloads.run --command --job``), the
 placeholders of a command (``{workers}``, ``{vcpus}``, ``{trial}``, ``{repeat}``
@@ -20,9 +21,11 @@ Everything else the job prints goes to the trial's log file, kept in the store.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shlex
+import shutil
 import string
 import subprocess
 import sys
@@ -42,6 +45,8 @@ BUILTIN_PLACEHOLDERS = ("workers", "vcpus", "trial", "repeat")
 SITE_DIR = ".cloudprof-site"  # setup's pip installs land here (PIP_TARGET), on PYTHONPATH
 UNPACKED_MARK = ".cloudprof-unpacked"
 SETUP_LOG = ".cloudprof-setup.log"
+SETUP_LOCK = ".cloudprof-setup.lock"
+KEEP_UNUSED_S = 14 * 86400.0  # a copy (and its setup's environment) unused this long goes
 TAIL_LINES = 10
 
 
@@ -297,7 +302,41 @@ def phase_stats(phases: list[dict[str, Any]], t: Sequence[float], rss: Sequence[
 
 
 def unpack(archive: Path, dest: Path) -> str:
-    """Unpack ``archive`` into ``dest`` once: "unpacked", or "reused" when already there."""
+    """Unpack ``archive`` into ``dest`` once: "unpacked", or "reused" when already there.
+
+    The copies live in the host's cache: each use marks the time, and copies no sweep
+    used for ``KEEP_UNUSED_S`` (environments of code edited since) are removed.
+    """
+    state = _unpack(archive, dest)
+    os.utime(dest / UNPACKED_MARK)  # its last use
+    prune(dest.parent, keep=dest)
+    return state
+
+
+def prune(root: Path, keep: Path, max_age_s: float = KEEP_UNUSED_S) -> list[str]:
+    """Remove the copies in ``root`` unused for ``max_age_s`` (not ``keep``, nor anything
+    that is not a copy); the names removed."""
+    removed = []
+    now = time.time()
+    for child in sorted(root.iterdir()):
+        mark = child / UNPACKED_MARK
+        try:
+            idle = now - mark.stat().st_mtime
+        except OSError:
+            continue  # not a copy (the archives), or one being removed
+        if child == keep or idle <= max_age_s:
+            continue
+        doomed = child.with_name(f".{child.name}.{os.getpid()}.removing")
+        try:
+            os.rename(child, doomed)  # gone from its name at once, then deleted
+        except OSError:
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(child.name)
+    return removed
+
+
+def _unpack(archive: Path, dest: Path) -> str:
     if (dest / UNPACKED_MARK).is_file():
         return "reused"
     with atomic_directory(dest, lambda d: (d / UNPACKED_MARK).is_file()) as tmp, \
@@ -329,6 +368,17 @@ def setup(dest: Path, command: str) -> str:
     mark = dest / setup_mark(command)
     if mark.is_file():
         return "reused"
+    # The copy lives in the host's cache, shared by sweeps: one setup at a time builds
+    # it, and one that waited finds it built.
+    with open(dest / SETUP_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if mark.is_file():
+            return "reused"
+        return _run_setup(dest, command, mark)
+
+
+def _run_setup(dest: Path, command: str, mark: Path) -> str:
+    shutil.rmtree(dest / SITE_DIR, ignore_errors=True)  # what a failed attempt left
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "/usr/bin:/bin")])

@@ -8,6 +8,14 @@ the sweep's bucket under ``jobs/<hash>/`` (labelled like the inputs, so
 (``python -m workloads.job setup``). Trials then run with the copy as working
 directory and on PYTHONPATH (``workloads.run --chdir``).
 
+The copy, and what ``--setup`` installed into it, live in the host's cache
+(``Executor.cache_dir``: cloudprof's cache dir on this machine, the login user's
+home on a VM), in a directory named by the workdir's hash and, with ``--setup``,
+a digest of (setup command, interpreter): a later sweep of the same
+project on the same host finds its environment built and skips the setup (a
+pip install of scikit-learn is half a minute and some 360 MB). Run directories
+keep the setup's log, never the environment.
+
 Packing honours the directory's ``.gitignore`` and ``.cloudprofignore``
 (gitignore rules, via ``pathspec``) and always leaves out ``.git``, caches and
 virtual environments; a directory above the size limit is refused before
@@ -203,15 +211,31 @@ def _last(result: CommandResult) -> str:
     return lines[-1] if lines else f"exit code {result.exit_code}"
 
 
+def copy_name(job_hash: str, setup: str | None, ex: Executor) -> str:
+    """The copy's directory name in the host's cache: one per (workdir hash, setup) there.
+
+    The host is where the cache lives; its interpreter is in the key too, since
+    what pip installed for one Python (a new cloudprof venv on a VM is a new
+    path) is not reused by another. Hosts that share a home share their copies
+    as they share cloudprof's venv there.
+    """
+    if not setup:
+        return job_hash
+    material = "\0".join((setup, ex.python))
+    return f"{job_hash}-s{hashlib.sha256(material.encode()).hexdigest()[:12]}"
+
+
 def stage_on_host(ex: Executor, job: JobArchive, bucket: Bucket | None,
-                  put_manifest: Callable[[list[dict[str, Any]], str], str]) -> tuple[str, str]:
-    """The job's copy on the host, unpacked once per hash: (its directory, "unpacked"/"reused").
+                  put_manifest: Callable[[list[dict[str, Any]], str], str],
+                  setup: str | None = None) -> tuple[str, str]:
+    """The job's copy in the host's cache, unpacked once per (hash, ``setup``, host):
+    (its directory, "unpacked"/"reused").
 
     With a bucket the host fetches the archive itself from a signed URL (as it
     fetches the inputs); without one it is copied over the executor.
     """
-    jobs_dir = posixpath.join(ex.workdir, "jobs")
-    dest = posixpath.join(jobs_dir, job.hash)
+    jobs_dir = posixpath.join(ex.cache_dir, "jobs")
+    dest = posixpath.join(jobs_dir, copy_name(job.hash, setup, ex))
     archive_dir = posixpath.join(jobs_dir, "archives", job.hash)
     archive = posixpath.join(archive_dir, ARCHIVE_NAME)
     if bucket is not None:
@@ -232,7 +256,8 @@ def stage_on_host(ex: Executor, job: JobArchive, bucket: Bucket | None,
 
 
 def setup_on_host(ex: Executor, dest: str, command: str, log: Path) -> str:
-    """Run --setup in the copy once ("ran"/"reused"); its output goes to ``log`` (the store).
+    """Run --setup in the copy once ("ran"/"reused": an earlier sweep on this host built it);
+    its output goes to ``log`` (the store).
 
     A failure raises RemoteCommandError with the command's last lines: the
     machine fails, the sweep goes on with the others.
@@ -244,4 +269,9 @@ def setup_on_host(ex: Executor, dest: str, command: str, log: Path) -> str:
         ex.get(posixpath.join(dest, SETUP_LOG), log)
     if result.exit_code != 0:
         raise RemoteCommandError(f"--setup failed: {_last(result).removeprefix('error: ')}")
-    return "reused" if "reused" in (result.stdout_tail or "") else "ran"
+    if "reused" not in (result.stdout_tail or ""):
+        return "ran"
+    with contextlib.suppress(OSError):  # the log is the build's, from an earlier sweep: say so
+        log.write_text(f"# --setup not run: {dest} was set up by an earlier sweep on this "
+                       "host; that setup's log follows\n" + log.read_text(errors="replace"))
+    return "reused"

@@ -1,5 +1,9 @@
 """The live sweep display: one bar per machine, its current trial and units/s.
 
+The running trial's column shows its elapsed time against its limit and, when
+it goes quiet, how long it has produced no output (or, for a job that counts
+units, no units): a stuck trial is visible before its limit stops it.
+
 The engine's per-machine threads call into one :class:`SweepProgress`; rich's
 ``Progress`` does its own locking, and the units/s figure comes from the runner's
 progress lines (``workloads.protocol.parse_progress``) as they stream in, so a
@@ -11,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.formatting import fmt_bytes
@@ -41,6 +45,63 @@ def _count_column() -> Any:
             return Text(f"{int(task.completed)}/{int(total)}", style="progress.download")
 
     return CountColumn()
+
+
+STALL_S = 10.0  # progress lines come once a second: this long without one is worth showing
+
+
+class RunningTrial:
+    """What the trial column shows while a trial runs, worked out at each refresh: its
+    elapsed time against its limit, and how long it has gone without output or without
+    units, so that a stuck trial shows it while it is stuck (not in the report, later)."""
+
+    def __init__(self, label: str, limit_s: float | None, expects_units: bool,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.label, self.limit_s, self.expects_units = label, limit_s, expects_units
+        self.clock = clock
+        self.started = self.last_line = self.units_at = clock()
+        self.units = 0.0
+
+    def saw(self, units: float | None) -> None:
+        """A progress line arrived, with the trial's units so far."""
+        now = self.clock()
+        self.last_line = now
+        if units is not None and units > self.units:
+            self.units, self.units_at = units, now
+            self.expects_units = True  # a job that reported units is expected to go on
+
+    def text(self) -> tuple[str, str | None]:
+        """(label and elapsed time against the limit, a warning or None)."""
+        now = self.clock()
+        elapsed = now - self.started
+        limit = f" of {self.limit_s:,.0f}s" if self.limit_s else ""
+        shown = f"{self.label} {elapsed:,.0f}s{limit}"
+        silent = now - self.last_line
+        if silent >= STALL_S:
+            return shown, f"no output for {silent:,.0f}s"
+        stalled = now - self.units_at
+        if self.expects_units and stalled >= STALL_S:
+            return shown, f"no progress for {stalled:,.0f}s"
+        return shown, None
+
+
+def _trial_column() -> Any:
+    """The running trial: label, elapsed time of limit, and a stall warning in yellow."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class TrialColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            running = task.fields.get("running")
+            if not isinstance(running, RunningTrial):
+                return Text(str(task.fields.get("trial", "")))
+            shown, warning = running.text()
+            out = Text(shown)
+            if warning:
+                out.append(f" {warning}", style="yellow")
+            return out
+
+    return TrialColumn()
 
 
 class _Counter:
@@ -95,6 +156,7 @@ class SweepProgress:
         self._tasks: dict[str, TaskID] = {}
         self._done: dict[str, int] = {}
         self._duration: dict[str, float] = {}
+        self._running: dict[str, RunningTrial] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> SweepProgress:
@@ -106,7 +168,7 @@ class SweepProgress:
             TextColumn("[bold]{task.description}"),
             BarColumn(bar_width=24),
             _count_column(),
-            TextColumn("{task.fields[trial]}"),
+            _trial_column(),
             TextColumn("[cyan]{task.fields[rate]}"),
             TextColumn("[dim]{task.fields[state]}"),
             TimeElapsedColumn(),
@@ -125,7 +187,7 @@ class SweepProgress:
             self._done[key] = 0
             if self._progress is not None:
                 self._tasks[key] = self._progress.add_task(
-                    label, total=total, trial="", rate="", state="waiting"
+                    label, total=total, trial="", running=None, rate="", state="waiting"
                 )
 
     def transfer(self, label: str, total_bytes: int) -> _Counter | None:
@@ -133,7 +195,7 @@ class SweepProgress:
         if self._progress is None:
             return None
         task = self._progress.add_task(label, total=total_bytes, unit="bytes", trial="",
-                                       rate="", state="uploading")
+                                       running=None, rate="", state="uploading")
         return _Counter(self._progress, task, "bytes")
 
     def _update(self, key: str, **fields: Any) -> None:
@@ -143,11 +205,17 @@ class SweepProgress:
     def state(self, key: str, text: str) -> None:
         self._update(key, state=text)
 
-    def trial_started(self, key: str, trial: TrialPlan, duration_s: float) -> None:
+    def trial_started(self, key: str, trial: TrialPlan, duration_s: float,
+                      limit_s: float | None = None) -> None:
+        """``limit_s``: the trial's time limit (engine/timeouts.py), shown next to its time."""
+        # a --command job need not report units (one complete run): only a workload must
+        running = RunningTrial(f"w={trial.workers} r{trial.repeat}", limit_s,
+                               expects_units="--command" not in trial.runner_args)
         with self._lock:
             self._duration[key] = max(duration_s, 0.001)
+            self._running[key] = running
             done = self._done.get(key, 0)
-        self._update(key, trial=f"w={trial.workers} r{trial.repeat}", rate="", state="running",
+        self._update(key, trial=running.label, running=running, rate="", state="running",
                      completed=done)
 
     def line(self, key: str, line: str) -> None:
@@ -158,7 +226,12 @@ class SweepProgress:
         with self._lock:
             done = self._done.get(key, 0)
             frac = min(parsed.get("t", 0.0) / self._duration.get(key, 1.0), 0.99)
+            running = self._running.get(key)
+        if running is not None:
+            running.saw(parsed.get("units"))
         rate = parsed.get("units_per_s")
+        if running is not None and not running.expects_units:
+            rate = None  # a job that counts no units: its time column is its progress
         self._update(key, completed=done + frac,
                      rate="" if rate is None else f"{rate:,.1f} units/s",
                      state=f"rss {fmt_bytes(parsed.get('rss_bytes'))}")
@@ -167,9 +240,10 @@ class SweepProgress:
         with self._lock:
             self._done[key] = self._done.get(key, 0) + 1
             done = self._done[key]
+            self._running.pop(key, None)
         ups = row.get("units_per_s")
         status = row.get("status")
-        self._update(key, completed=done, state=str(status))
+        self._update(key, completed=done, running=None, state=str(status))
         over = " (oversubscribed)" if row.get("oversubscribed") else ""
         # units/s, as in the live rate and the report (1 unit = 1 cube...); a fixed-work job
         # (no units) measures its time to complete, the report's time/run
@@ -182,7 +256,9 @@ class SweepProgress:
             self.log(f"  [red]✗[/red] {row['trial_id']}: {status}: {row.get('error') or ''}")
 
     def machine_done(self, key: str, text: str) -> None:
-        self._update(key, trial="", rate="", state=text)
+        with self._lock:
+            self._running.pop(key, None)
+        self._update(key, trial="", running=None, rate="", state=text)
 
     def tearing_down(self) -> None:
         """Shown on Ctrl-C/SIGTERM: the user must see that VMs are being deleted."""

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.engine import timeouts
 from orchestrator.engine.progress import SweepProgress
 from orchestrator.errors import (
     BudgetError,
@@ -329,6 +330,7 @@ class _Engine:
         self.hosts: dict[str, _Host] = {}
         self.errors: list[BaseException] = []  # bugs in a machine thread, re-raised at the end
         self.attempt_nonce = str(int(time.time()))
+        self.timeouts = timeouts.TrialTimeouts(spec)
         self.input_manifest: list[dict[str, Any]] = []
         self.url_lifetime_s = signed_url_lifetime(plan)
         self.write_error: OSError | None = None  # the first local write that failed
@@ -931,7 +933,8 @@ class _Engine:
         host.inputs_dir = dest
 
     def _stage_job(self, host: _Host) -> None:
-        """The user's job onto the host (once per hash) and its --setup (once per host)."""
+        """The user's job onto the host and its --setup: once per (hash, setup) in the host's
+        cache, reused by later sweeps there (``jobs.stage_on_host``)."""
         if self.job is None:
             return
         from orchestrator.engine import jobs
@@ -941,7 +944,7 @@ class _Engine:
         self.progress.state(host.vm.name, "shipping the job")
         host.job_dir, unpacked = jobs.stage_on_host(
             ex, self.job, self._bucket(host),
-            lambda entries, name: self._put_manifest(host, entries, name))
+            lambda entries, name: self._put_manifest(host, entries, name), self.spec.setup)
         self.store.record_vm(host.vm.name, job={"hash": self.job.hash, "dir": host.job_dir,
                                                 "copy": unpacked})
         if self.spec.setup:
@@ -1002,15 +1005,27 @@ class _Engine:
                 argv = warm.argv(argv)
             else:
                 argv = [ex.python, "-m", "workloads.run", *argv]
-            self.progress.trial_started(key, trial, self.spec.duration_s)
+            limit = self.timeouts.limit(trial)
+            self.progress.trial_started(key, trial, self.spec.duration_s, limit)
+            started = time.monotonic()
             try:
-                result = ex.run(argv, on_line=put.watch(lambda line: self.progress.line(key, line)),
-                                timeout=_trial_timeout(self.spec))
+                try:
+                    result = ex.run(argv, timeout=limit, on_line=put.watch(
+                        lambda line: self.progress.line(key, line)))
+                except RemoteCommandError as exc:  # an SSH host stops it at the limit and says so
+                    if time.monotonic() - started < limit:
+                        raise
+                    result = CommandResult(exit_code=-1, stdout_tail="", stderr_tail=str(exc))
+                elapsed = time.monotonic() - started
                 if self.stop.is_set() and result.exit_code != protocol.EXIT_OK:
                     self._collect(host, trial, out_dir, result, interrupted=True)
                     return
                 self._upload_results(host, trial, put)
-                self._collect(host, trial, out_dir, result)
+                timed_out = elapsed >= limit and result.exit_code != protocol.EXIT_OK
+                self._collect(host, trial, out_dir, result,
+                              error=timeouts.reason(limit) if timed_out else None)
+                if not timed_out and result.exit_code == protocol.EXIT_OK:
+                    self.timeouts.finished(trial, elapsed)
                 return
             except ProviderError as exc:
                 if self.stop.is_set():
@@ -1132,11 +1147,14 @@ class _Engine:
         return summary, ts
 
     def _collect(self, host: _Host, trial: TrialPlan, out_dir: str, result: CommandResult,
-                 interrupted: bool = False) -> None:
+                 interrupted: bool = False, error: str | None = None) -> None:
+        """``error``: the engine's own reason to fail the trial (its time limit)."""
         local = self._incoming(trial)
         summary, ts = self._fetch(host, out_dir, local)
-        status = error = None
-        if interrupted:
+        status = None
+        if error is not None:
+            status = "failed"
+        elif interrupted:
             status = "interrupted"
             error = "the sweep was interrupted during this trial"
         elif summary is None:
@@ -1209,14 +1227,6 @@ def _last_line(result: CommandResult) -> str:
     lines = [ln for ln in (result.stderr_tail or result.stdout_tail or "").splitlines()
              if ln.strip() and protocol.parse_progress(ln) is None]
     return lines[-1].strip() if lines else "(no output)"
-
-
-def _trial_timeout(spec: SweepSpec) -> float:
-    """How long the engine waits on one trial's runner (which stops itself at its duration)."""
-    if spec.command is not None and spec.stop_after_s is None:
-        return 7 * 86400.0  # a fixed-work job runs to completion, however long it takes
-    length = spec.stop_after_s if spec.command is not None else spec.duration_s
-    return (length or spec.duration_s) * 3 + 600
 
 
 def _exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
@@ -1477,6 +1487,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     if plan_only:
         render_plan(plan, console, spec.dry_run, done=done)
         _bucket_note(spec, names, console)
+        console.print(f"Time limit: {timeouts.describe(spec)}", highlight=False)
         return None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
@@ -1497,6 +1508,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         bucket.list(_results_prefix(plan))
     render_plan(plan, console, spec.dry_run, done=done)
     _bucket_note(spec, names, console)
+    console.print(f"Time limit: {timeouts.describe(spec)}", highlight=False)
 
     if inputs is not None:
         generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs

@@ -172,6 +172,13 @@ class Executor(abc.ABC):
     workdir: str  # directory on the host that holds cloudprof's files
     python: str  # interpreter on the host that has ``workloads`` importable
 
+    @property
+    def cache_dir(self) -> str:
+        """Directory on the host that outlives a sweep: the job's copies and what
+        ``--setup`` built in them (``orchestrator.engine.jobs``), reused by later sweeps.
+        By default the host's workdir, in the login user's home on a VM."""
+        return self.workdir
+
     @abc.abstractmethod
     def run(
         self,

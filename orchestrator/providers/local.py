@@ -67,6 +67,14 @@ class LocalExecutor(Executor):
         self._lock = threading.Lock()
         self._closed = False
 
+    @property
+    def cache_dir(self) -> str:
+        """cloudprof's cache (``$CLOUDPROF_CACHE``, else ``~/.cache/cloudprof``), not the run's
+        host directory: a dry run's --setup is reused by the next one, and run directories
+        hold results, not environments."""
+        root = os.environ.get("CLOUDPROF_CACHE") or Path.home() / ".cache" / "cloudprof"
+        return str(Path(root) / "host")
+
     def _path(self, remote: str) -> Path:
         path = Path(remote)
         return path if path.is_absolute() else Path(self.workdir) / path

@@ -441,6 +441,7 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "nodes": lambda v, w: parse_nodes(v, w),
     "duration": _trial_duration,
     "warmup": parse_warmup,
+    "trial_timeout": parse_duration,
     "workload": _workload,
     "frames": _integer(1),
     "dim": _integer(1),
@@ -484,6 +485,7 @@ _ALIASES = {
     "param": "params",
     "duration_s": "duration",
     "warmup_s": "warmup",
+    "trial_timeout_s": "trial_timeout",
 }
 _PATH_KEYS = ("out", "hosts_file", "ssh_key", "workdir")
 _FLAG_NAMES = {"machines": "machine", "hosts": "host", "hosts_file": "hosts", "params": "param"}
@@ -581,7 +583,8 @@ def build_spec(cli: dict[str, Any], config: Path | None = None) -> SweepSpec:
             params[key] = values.pop(key)
 
     spec = SweepSpec(machines=values.pop("machines", []), workload_params=params)
-    renamed = {"duration": "duration_s", "warmup": "warmup_s"}
+    renamed = {"duration": "duration_s", "warmup": "warmup_s",
+               "trial_timeout": "trial_timeout_s"}
     for key, value in values.items():
         if key in _PATH_KEYS:
             value = Path(value).expanduser()

@@ -68,6 +68,9 @@ class SweepSpec:
     shell: bool = False  # the command is one shell line (else shlex-split, no shell)
     grid: dict[str, list[str]] = field(default_factory=dict)  # name -> values, swept
     stop_after_s: float | None = None  # a command job is stopped then (--duration given)
+    # Each trial is stopped and failed past this; None: derived from the plan
+    # (orchestrator/engine/timeouts.py).
+    trial_timeout_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, stored in sweep.json (paths as strings)."""
