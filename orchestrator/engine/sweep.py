@@ -1611,7 +1611,8 @@ def _results_write_failed(exc: OSError, plan: Plan, store: RunStore,
     kept = (f"results not on disk stay in {bucket.url}/{_results_prefix(plan)}, where --resume "
             "collects them" if bucket is not None else "the trials not on disk run again")
     message = (f"cannot write the results: {exc.strerror or exc}{where}; the sweep stopped, "
-               f"every machine was torn down and {kept}; free space (or fix permissions), "
+               f"every machine was torn down and {kept}; "
+               f"{getattr(exc, 'fix', 'free space (or fix permissions)')}, "
                f"then resume with: cloudprof sweep --resume {run_dir}")
     try:
         store.set_status("failed", finished_at=now_iso(), error=message)

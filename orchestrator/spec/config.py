@@ -685,6 +685,22 @@ def _check_job(spec: SweepSpec) -> None:
         raise UsageError(f"--grid {clash[0]} is also given as a workload parameter; give it once")
 
 
+def _check_trial_ids(spec: SweepSpec) -> None:
+    """Every trial gets an id of its own: two --grid values that slug to one id would make
+    one trial silently overwrite the other's row and files."""
+    if not spec.grid:
+        return
+    from orchestrator.plan.planner import trial_id_clash
+
+    clash = trial_id_clash(spec.grid, spec.nodes)
+    if clash is not None:
+        first, second, tid = clash
+        raise UsageError(f"--grid: {first} and {second} give the same trial id "
+                         f"(<machine>-{tid}-w<workers>-r<repeat>), "
+                         "which names each trial's row and files; make the values differ "
+                         "in letters, digits, '.', '_' or '-'")
+
+
 def _check_ssh_machines(spec: SweepSpec) -> list[str]:
     """The ssh machines the sweep runs on (all of the hosts' when --machine names none):
     hosts, and groups of hosts (hosts file ``machine``) with enough hosts for --nodes."""
@@ -795,6 +811,7 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
     _check_workload_params(spec)
     _check_job(spec)
     _check_nodes(spec)
+    _check_trial_ids(spec)
     _existing_file(spec.ssh_key, "--ssh-key")
     check_output_dir(spec.out)
     return spec
