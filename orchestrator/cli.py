@@ -374,7 +374,7 @@ def sweep(
         ),
     ] = None,
     workdir: Annotated[
-        Path | None,
+        str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(
             help="Your project directory, shipped to every machine (honours .gitignore and "
             ".cloudprofignore); trials run in its copy.",
@@ -442,7 +442,7 @@ def sweep(
         typer.Option("--spot/--no-spot", help="Spot/preemptible VMs.", rich_help_panel=CLOUD),
     ] = None,
     hosts: Annotated[
-        Path | None,
+        str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(
             "--hosts", help="TOML file of SSH hosts (provider ssh).", metavar="FILE",
             rich_help_panel=CLOUD,
@@ -456,7 +456,7 @@ def sweep(
         ),
     ] = None,
     ssh_key: Annotated[
-        Path | None,
+        str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(
             help="Private key for --host (instead of a per-sweep key).", metavar="FILE",
             rich_help_panel=CLOUD,
@@ -498,7 +498,7 @@ def sweep(
         ),
     ] = None,
     out: Annotated[
-        Path | None,
+        str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", metavar="DIR",
                      rich_help_panel=LIMITS),
     ] = None,
@@ -878,6 +878,8 @@ def cleanup(
     provider = _value(provider)
     older_than_s = parse_duration(older_than, "--older-than") if older_than is not None else None
     runs_dirs = []
+    if sweep_id is not None and not sweep_id.strip():  # Path('') is the current directory
+        raise UsageError("--sweep: empty; give a sweep id or its run directory")
     if sweep_id is not None:
         if Path(sweep_id).is_dir():
             runs_dirs.append(Path(sweep_id))
