@@ -187,3 +187,47 @@ def test_a_file_name_that_is_not_utf8_is_one_line_naming_it(project: Path) -> No
     with pytest.raises(UsageError) as info:
         jobs.pack_workdir(project)
     assert "'data/r\\xe9sum\\xe9.csv' is not UTF-8" in str(info.value)
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_file_or_directory_that_cannot_be_read_is_one_line_naming_it(what: str) -> None:
+    """Not silently left out (the job would run without it): the sweep stops first. Run as
+    an unprivileged user where the tests run as root, who reads everything."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="cloudprof-unreadable-"))
+    try:
+        base.chmod(0o777)
+        project = base / "project"
+        (project / "src").mkdir(parents=True)
+        (project / "job.py").write_text("print(1)\n")
+        (project / "src" / "model.py").write_text("x = 1\n")
+        for path in (project, project / "src"):
+            path.chmod(0o755)
+        for path in (project / "job.py", project / "src" / "model.py"):
+            path.chmod(0o644)
+        hidden = project / "src" if what == "directory" else project / "src" / "model.py"
+        hidden.chmod(0)
+        as_user = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+                   if os.geteuid() == 0 else [])
+        repo = Path(__file__).resolve().parents[1]
+        proc = subprocess.run(
+            [*as_user, sys.executable, "-m", "orchestrator", "sweep", "--plan", "--dry-run",
+             "--machine", "n2-highcpu-2", "--workdir", str(project),
+             "--command", "python job.py", "--out", str(base / "runs")],
+            capture_output=True, text=True, timeout=60, cwd=base,
+            env={**os.environ, "PYTHONPATH": str(repo), "CLOUDPROF_CACHE": str(base / "cache"),
+                 "HOME": str(base)})
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith(f"error: --workdir: cannot read {hidden}: Permission denied")
+        assert not (base / "runs").exists() and not (base / "cache").exists()
+    finally:
+        for path in base.rglob("*"):
+            if not path.is_symlink():
+                path.chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
