@@ -84,6 +84,17 @@ def test_a_table_that_no_longer_reads_back_is_left_as_it_is(tmp_path: Path) -> N
     assert not store.timeseries_path("n2-highcpu-8-w2-r0").exists()
 
 
+def test_a_store_says_whether_its_table_reads_back(tmp_path: Path) -> None:
+    """What the sweep's end asks before it empties the bucket of the results."""
+    store = RunStore.create(tmp_path / "run", {"sweep_id": "s", "spec": {}, "plan": {}})
+    record(store, 1, 10.0)
+    assert store.reads_back()
+    store.trials_path.write_bytes(store.trials_path.read_bytes()[:100])
+    assert not store.reads_back()
+    pq.write_table(pa.table({"id": [1]}), store.trials_path)
+    assert not store.reads_back()
+
+
 def test_an_error_that_escapes_every_status_write_still_settles_sweep_json(
     tmp_path: Path,
 ) -> None:

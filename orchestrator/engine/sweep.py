@@ -1472,7 +1472,8 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
             if keys is not None and all(h.inst is None or h.deleted
                                         for h in engine.hosts.values()):
                 keys.remove()  # the per-sweep key pair dies with the last VM that trusted it
-            if bucket is not None and engine.write_error is None:  # else they are the only copy
+            if bucket is not None and engine.write_error is None \
+                    and store.reads_back():  # else the bucket holds the only copy
                 with contextlib.suppress(Exception):
                     bucket.delete_labelled(_results_prefix(plan))
     left = [host for host in engine.hosts.values() if host.delete_error is not None]

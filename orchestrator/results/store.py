@@ -368,6 +368,15 @@ class RunStore:
         return {t for t, s in zip(table["trial_id"].to_pylist(), table["status"].to_pylist(),
                                   strict=True) if s in DONE_STATUSES and t is not None}
 
+    def reads_back(self) -> bool:
+        """Whether trials.parquet still reads back as a trials table: until it does, the
+        bucket's copies of the results are the only record, and are not deleted."""
+        try:
+            self._read_table()
+        except UsageError:
+            return False
+        return True
+
     def trial_rows(self) -> list[dict[str, Any]]:
         """The trials as the file holds them, one dict per row with the file's columns (None
         where a value is null), read with pyarrow alone: what a sweep's end needs, without
