@@ -13,7 +13,6 @@ import copy
 import enum
 import importlib
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from orchestrator import __version__
+from orchestrator.engine import signals
 from orchestrator.errors import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -407,7 +407,7 @@ def sweep(
         ),
     ] = None,
     workdir: Annotated[
-        Path | None,
+        str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(
             help="Your project directory, shipped to every machine (honours .gitignore and "
             ".cloudprofignore); trials run in its copy.",
@@ -477,7 +477,7 @@ def sweep(
         typer.Option("--spot/--no-spot", help="Spot/preemptible VMs.", rich_help_panel=CLOUD),
     ] = None,
     hosts: Annotated[
-        Path | None,
+        str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(
             "--hosts", help="TOML file of SSH hosts (provider ssh, or beside cloud machines).",
             metavar="FILE",
@@ -492,7 +492,7 @@ def sweep(
         ),
     ] = None,
     ssh_key: Annotated[
-        Path | None,
+        str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(
             help="Private key for --host (instead of a per-sweep key).", metavar="FILE",
             rich_help_panel=CLOUD,
@@ -534,7 +534,7 @@ def sweep(
         ),
     ] = None,
     out: Annotated[
-        Path | None,
+        str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", metavar="DIR",
                      rich_help_panel=LIMITS),
     ] = None,
@@ -921,6 +921,8 @@ def cleanup(
     provider = _value(provider)
     older_than_s = parse_duration(older_than, "--older-than") if older_than is not None else None
     runs_dirs = []
+    if sweep_id is not None and not sweep_id.strip():  # Path('') is the current directory
+        raise UsageError("--sweep: empty; give a sweep id or its run directory")
     if sweep_id is not None:
         if Path(sweep_id).is_dir():
             runs_dirs.append(Path(sweep_id))
@@ -978,26 +980,27 @@ def _cli_error_types() -> tuple[type[Exception], ...]:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, map errors to one line and an exit code.
 
-    SIGTERM is Ctrl-C here too, so a signal landing outside a sweep's own handling (just
-    before or after it) still exits 130 with one line, never -15 or a traceback. As the
-    process's entry point (no ``argv``), signals are ignored once the exit code is known.
+    Every teardown signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT: see ``engine.signals``) is
+    Ctrl-C here, so one landing outside a sweep's own handling (just before or after it)
+    still exits 130 with one line, never a core dump or a traceback. As the process's
+    entry point (no ``argv``), writes to a closed stdout or stderr vanish instead of
+    failing the command, and signals are ignored once the exit code is known.
     """
-    term = _sigterm_as_ctrl_c()
     entry = argv is None and threading.current_thread() is threading.main_thread()
     hook = sys.unraisablehook
     if entry:
         sys.unraisablehook = _interrupt_in_a_finalizer
+        signals.tolerate_closed_output()
     try:
-        return _main(argv, entry)
+        with signals.as_interrupt(restore=not entry):
+            return _main(argv, entry)
     except KeyboardInterrupt:  # landed between the command's own handling and here
         _error("interrupted")
         return EXIT_INTERRUPTED
     finally:
         if entry:
-            _ignore_signals()
+            signals.ignore_all()
             _exit_without_a_final_collection()
-        elif term is not None:
-            signal.signal(signal.SIGTERM, term)
         sys.unraisablehook = hook
 
 
@@ -1014,30 +1017,13 @@ def _exit_without_a_final_collection() -> None:
     gc.freeze()
 
 
-def _ignore_signals() -> None:
-    """The exit code is decided and the teardown done: a late signal changes nothing."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
 def _interrupt_in_a_finalizer(unraisable: Any) -> None:
     """A Ctrl-C that landed in a finalizer is sent again: it interrupts the command, or is
     ignored once the command is over; never a traceback."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        interrupt_again()
+        interrupt_again(signals.signum_of(unraisable.exc_value))
         return
     sys.__unraisablehook__(unraisable)
-
-
-def _sigterm_as_ctrl_c() -> Any:
-    """Make SIGTERM raise KeyboardInterrupt (main thread only); the previous handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)
 
 
 def _main(argv: list[str] | None, entry: bool = False) -> int:
@@ -1047,7 +1033,7 @@ def _main(argv: list[str] | None, entry: bool = False) -> int:
             result = command.main(args=argv, prog_name="cloudprof", standalone_mode=False)
         finally:
             if entry:  # before the handlers below drop the error (its frames' finalizers run)
-                _ignore_signals()
+                signals.ignore_all()
     except CloudprofError as exc:
         _error(str(exc))
         return exc.exit_code

@@ -822,7 +822,8 @@ def test_sweep_with_an_illegal_bucket_name_is_one_line_and_creates_nothing(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT],
+                         ids=lambda s: s.name)
 def test_signal_mid_sweep_terminates_the_instance_and_deletes_key_and_group(
     aws_vm_env, tmp_path: Path, sig: signal.Signals
 ) -> None:
@@ -850,3 +851,5 @@ def test_signal_mid_sweep_terminates_the_instance_and_deletes_key_and_group(
     assert proc.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr
     assert list_resources() == [], stdout[-2000:]  # instance, key pair and group all gone
+    (sweep_json,) = (tmp_path / "runs").glob("*/sweep.json")
+    assert json.loads(sweep_json.read_text())["status"] == "interrupted"

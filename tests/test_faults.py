@@ -433,9 +433,9 @@ def test_an_interrupt_that_lands_in_a_finalizer_is_delivered_again_not_lost() ->
     later signal only warning. The sweep's handler delivers it again instead, silently."""
     script = (
         "import signal, time, weakref\n"
-        "from orchestrator.engine.sweep import _signals_as_interrupt\n"
+        "from orchestrator.engine.signals import sweep_signals\n"
         "class Held: pass\n"
-        "with _signals_as_interrupt() as signals:\n"
+        "with sweep_signals() as signals:\n"
         "    held = Held()\n"
         "    weakref.finalize(held, signals.handle, signal.SIGINT, None)\n"
         "    try:\n"

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -378,29 +379,41 @@ def _runner_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
+def _signal_cli_sweep(out: Path) -> list[str]:
+    """A dry-run sweep of four short trials, as a user types it."""
+    return [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1",
+            "--machine", "n2-highcpu-8",
+            "--dry-run", "--workers", "1,2,3,4", "--duration", "1.5", "--frames", "4",
+            "--rows", "40", "--cols", "40", "--dim", "8", "--out", str(out)]
+
+
+def _wait_mid_trial(proc: subprocess.Popen, out: Path) -> None:
+    """Until one trial is recorded and the next one runs."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        files = list(out.glob("*/trials.parquet"))
+        if files and len(pd.read_parquet(files[0])) >= 1 and _runner_processes(str(out)):
+            return
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else proc.returncode
+        time.sleep(0.1)
+    pytest.fail("no trial finished in time")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "then_resume"),
-                         [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGKILL, True)])
+                         [(signal.SIGINT, False), (signal.SIGTERM, False),
+                          (signal.SIGHUP, False), (signal.SIGQUIT, False),
+                          (signal.SIGKILL, True)], ids=lambda v: getattr(v, "name", str(v)))
 def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
     cache: Path, tmp_path: Path, sig: signal.Signals, then_resume: bool
 ) -> None:
+    """Ctrl-C, kill, a closed terminal (SIGHUP) and Ctrl-\\ (SIGQUIT) alike: exit 130,
+    no trial left running, sweep.json says interrupted."""
     out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1",
-           "--machine", "n2-highcpu-8",
-           "--dry-run", "--workers", "1,2,3,4", "--duration", "1.5", "--frames", "4",
-           "--rows", "40", "--cols", "40", "--dim", "8", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(_signal_cli_sweep(out), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            files = list(out.glob("*/trials.parquet"))
-            if files and len(pd.read_parquet(files[0])) >= 1 \
-                    and _runner_processes(str(out)):
-                break  # one trial done and the next one running
-            assert proc.poll() is None, proc.stdout.read()  # type: ignore[union-attr]
-            time.sleep(0.1)
-        else:
-            pytest.fail("no trial finished in time")
+        _wait_mid_trial(proc, out)
         proc.send_signal(sig)
         output, _ = proc.communicate(timeout=60)
     finally:
@@ -410,6 +423,7 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
     if sig != signal.SIGKILL:  # a killed sweep cannot clean up: resume must cope
         assert proc.returncode == EXIT_INTERRUPTED, output
         assert "tearing down" in output and "--resume" in output
+        assert "Traceback" not in output
         assert not _runner_processes(str(out))  # no trial left running
         sweep = json.loads((run_dir / "sweep.json").read_text())
         assert sweep["status"] == "interrupted"
@@ -425,6 +439,51 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
     assert sorted(final["workers"]) == [1, 2, 3, 4] and set(final["status"]) == {"ok"}
     for trial_id in done:  # finished before the signal: never run twice
         assert len(trial_dirs(run_dir, trial_id)) == 1
+
+
+@pytest.mark.slow
+def test_a_hangup_with_the_terminal_gone_still_tears_down(cache: Path, tmp_path: Path) -> None:
+    """The terminal closed: SIGHUP arrives and every later write to it fails. The writes
+    vanish, the teardown runs to its end and exits 130, sweep.json says interrupted."""
+    out = tmp_path / "runs"
+    err = tmp_path / "stderr"
+    with err.open("w") as err_file:
+        proc = subprocess.Popen(_signal_cli_sweep(out), stdout=subprocess.PIPE,
+                                stderr=err_file, text=True)
+    try:
+        proc.stdout.close()  # type: ignore[union-attr]  # nobody reads it any more
+        _wait_mid_trial(proc, out)
+        proc.send_signal(signal.SIGHUP)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    errors = err.read_text()
+    assert proc.returncode == EXIT_INTERRUPTED, errors
+    assert "Traceback" not in errors and "Exception ignored" not in errors
+    assert errors.strip().splitlines()[-1].startswith("error: interrupted by SIGHUP"), errors
+    assert not _runner_processes(str(out))
+    assert json.loads((only_run(out) / "sweep.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_piped_to_head_exits_0(cache: Path, tmp_path: Path) -> None:
+    """``cloudprof sweep ... | head -1``: the reader leaves after one line; the sweep still
+    runs every trial, records them and exits 0, without a word about the pipe."""
+    out = tmp_path / "runs"
+    cmd = _signal_cli_sweep(out)
+    cmd[cmd.index("1,2,3,4")] = "1,2"
+    errs = shlex.quote(str(tmp_path / "stderr"))
+    shell = f"{shlex.join(cmd)} 2>{errs} | head -1; exit ${{PIPESTATUS[0]}}"
+    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
+    errors = (tmp_path / "stderr").read_text()
+    assert proc.returncode == 0, errors
+    assert len(proc.stdout.splitlines()) == 1
+    assert "Traceback" not in errors and "Exception ignored" not in errors
+    assert "error:" not in errors and "Broken pipe" not in errors
+    run_dir = only_run(out)
+    assert json.loads((run_dir / "sweep.json").read_text())["status"] == "done"
+    assert set(pd.read_parquet(run_dir / "trials.parquet")["status"]) == {"ok"}
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workloads import limits
 from workloads.atomic import atomic_directory, atomic_write_text
 from workloads.base import WorkloadInputError
 
@@ -70,6 +71,12 @@ class InputSpec:
                 raise WorkloadInputError(
                     f"inputs: {name} must be a positive integer, got {value!r}"
                 )
+        try:
+            for name in limits.INPUT_LIMITS:
+                limits.check_input_size(name, getattr(self, name))
+            limits.check_input_bytes(self.frames, self.rows, self.cols)
+        except ValueError as exc:
+            raise WorkloadInputError(f"inputs: {exc}") from None
         if not isinstance(self.seed, int) or self.seed < 0:
             raise WorkloadInputError(
                 f"inputs: seed must be a non-negative integer, got {self.seed!r}"

@@ -32,6 +32,34 @@ MAX_SAMPLE_HZ = 100.0
 # and fail there with an OverflowError while the trial ran unbounded.
 MAX_DURATION_S = 7 * 86400.0
 
+# The cube's generated inputs: the largest of each size, and why (a typo such as
+# --frames 10000000000 used to run out of memory on the laptop after up to a minute).
+INPUT_LIMITS: dict[str, tuple[int, str]] = {
+    "frames": (10_000, "each frame is a file staged in the bucket and fetched by every VM"),
+    "rows": (100_000, "one frame of rows × cols float64 is held in memory at once"),
+    "cols": (100_000, "one frame of rows × cols float64 is held in memory at once"),
+}
+MAX_INPUT_BYTES = 1 << 40  # 1 TiB of float64: every trial loads all frames, no VM holds more
+
+
+def check_input_size(name: str, value: int) -> int:
+    """One of ``INPUT_LIMITS``' sizes, within its limit (the message says why)."""
+    limit, why = INPUT_LIMITS[name]
+    if value > limit:
+        raise ValueError(f"{name} must be at most {limit:,} ({why}), got {value:,}")
+    return value
+
+
+def check_input_bytes(frames: int, rows: int, cols: int) -> int:
+    """The inputs' size as float64 in memory, at most MAX_INPUT_BYTES."""
+    size = frames * rows * cols * 8
+    if size > MAX_INPUT_BYTES:
+        raise ValueError(
+            f"frames × rows × cols is {format_size(size)} of float64, above the "
+            f"{format_size(MAX_INPUT_BYTES)} limit (every trial loads all frames)")
+    return size
+
+
 # Sizes: K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024 (as `free`, `ulimit` and
 # /proc count memory); KB/MB/GB/TB are powers of 1000 (SI, as disk vendors count).
 # A bare number is bytes. Both `cloudprof sweep --max-peak-memory` and

@@ -20,6 +20,12 @@ Packing honours the directory's ``.gitignore`` and ``.cloudprofignore``
 (gitignore rules, via ``pathspec``) and always leaves out ``.git``, caches and
 virtual environments; a directory above the size limit is refused before
 anything is created, naming its largest files.
+
+Files that commonly hold credentials (``SECRET_PATTERNS``: ``.env``, keys,
+cloud credentials) are left out too, with one line naming them: the archive
+is kept in the bucket for days, on every VM and in the cache. A ``!NAME`` line
+in ``.cloudprofignore`` (read after them) ships one anyway; ``.gitignore``
+cannot, so a repository's own negations never ship a secret by accident.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import hashlib
 import io
 import os
 import posixpath
+import sys
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +55,9 @@ IGNORE_FILES = (".gitignore", ".cloudprofignore")
 # Never shipped: version control, caches, virtual environments, cloudprof's own runs.
 ALWAYS_IGNORED = (".git/", "__pycache__/", "*.pyc", ".venv/", "venv/", ".mypy_cache/",
                   ".pytest_cache/", ".ruff_cache/", ".ipynb_checkpoints/", "runs/")
+# Left out unless .cloudprofignore re-includes them (``!.env``): where credentials live.
+SECRET_PATTERNS = (".env", ".env.*", "*.pem", "id_*", ".aws/", "**/.config/gcloud/",
+                   "*credentials*")
 MAX_BYTES_ENV = "CLOUDPROF_MAX_WORKDIR"
 MAX_BYTES = 256 * 2**20  # the archive goes to every VM: a job's code and small data, not a lake
 CHUNK = 1 << 20
@@ -87,28 +97,95 @@ def cache_dir() -> Path:
     return Path(root) / "jobs"
 
 
-def list_files(root: Path) -> list[tuple[str, Path, int]]:
-    """(relative path, path, size) of every file to ship, sorted, ignore rules applied."""
+def _ignore_lines(root: Path, name: str) -> list[str]:
+    """The patterns of one ignore file at the top of ``root``, each checked: a file that
+    cannot be read or a line that is no gitignore pattern is one line naming it."""
     import pathspec
 
-    lines = list(ALWAYS_IGNORED)
-    for name in IGNORE_FILES:
-        path = root / name
-        if path.is_file():
-            lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
-    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    path = root / name
+    if not path.is_file():
+        return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"--workdir: {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"--workdir: cannot read {path}: {exc.strerror or exc}") from None
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        try:
+            pathspec.GitIgnoreSpec.from_lines([line])
+        except ValueError:
+            raise UsageError(f"--workdir: {path}, line {number}: {line!r} is not a gitignore "
+                             "pattern (a lone '!' or a trailing '\\'?)") from None
+    return lines
+
+
+def _name_of(rel: str) -> str:
+    """A path as the archive stores it; a name that is not UTF-8 cannot be stored."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(rel).decode("utf-8", "backslashreplace")
+        raise UsageError(f"--workdir: the name '{shown}' is not UTF-8; rename it, or leave it "
+                         "out with .cloudprofignore") from None
+    return rel
+
+
+def _unreadable(path: Path, exc: OSError) -> UsageError:
+    return UsageError(f"--workdir: cannot read {path}: {exc.strerror or exc}; fix its "
+                      "permissions, or leave it out with .cloudprofignore")
+
+
+def list_files(root: Path, left_out: list[str] | None = None) -> list[tuple[str, Path, int]]:
+    """(relative path, path, size) of every file to ship, sorted, ignore rules applied.
+
+    ``left_out`` receives what ``SECRET_PATTERNS`` alone kept from shipping (a directory
+    as ``name/``). A directory that cannot be listed, or a shipped file that cannot be
+    read, is a UsageError naming it: silently leaving it out would run another job.
+    """
+    import pathspec
+
+    rules = list(ALWAYS_IGNORED) + _ignore_lines(root, ".gitignore")
+    own = _ignore_lines(root, ".cloudprofignore")
+    plain = pathspec.GitIgnoreSpec.from_lines(rules + own)
+    spec = pathspec.GitIgnoreSpec.from_lines(rules + list(SECRET_PATTERNS) + own)
+
+    def refused(rel: str) -> bool:
+        if not spec.match_file(rel):
+            return False
+        if left_out is not None and not plain.match_file(rel):
+            left_out.append(rel)
+        return True
+
+    def walk_error(exc: OSError) -> None:
+        raise _unreadable(Path(exc.filename or root), exc)
+
     out = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
-        dirnames[:] = sorted(d for d in dirnames if not spec.match_file(f"{rel_dir}{d}/"))
+        dirnames[:] = sorted(d for d in dirnames if not refused(f"{rel_dir}{d}/"))
         for name in sorted(filenames):
             rel = f"{rel_dir}{name}"
             path = Path(dirpath) / name
-            if spec.match_file(rel) or path.is_symlink() or not path.is_file():
+            if path.is_symlink() or not path.is_file() or refused(rel):
                 continue
-            out.append((rel, path, path.stat().st_size))
+            if not os.access(path, os.R_OK):
+                raise _unreadable(path, PermissionError(13, "Permission denied"))
+            out.append((_name_of(rel), path, path.stat().st_size))
     return sorted(out)
+
+
+def _say_left_out(root: Path, left_out: list[str]) -> None:
+    """One line on stderr: what may hold secrets and was not shipped, and how to ship it."""
+    if not left_out:
+        return
+    shown = ", ".join(left_out[:5]) + (f" and {len(left_out) - 5} more"
+                                       if len(left_out) > 5 else "")
+    sys.stderr.write(f"warning: --workdir {root}: left out {shown}, which may hold secrets; "
+                     "to ship one, add a line !NAME to its .cloudprofignore\n")
+    sys.stderr.flush()
 
 
 def _check_size(root: Path, files: list[tuple[str, Path, int]], limit: int) -> None:
@@ -140,7 +217,9 @@ def pack_workdir(root: Path, limit: int | None = None) -> JobArchive:
     root = Path(root).expanduser().resolve()
     if not root.is_dir():
         raise UsageError(f"--workdir: {root} is not a directory")
-    files = list_files(root)
+    left_out: list[str] = []
+    files = list_files(root, left_out)
+    _say_left_out(root, left_out)
     if not files:
         raise UsageError(f"--workdir {root}: nothing to ship (every file is ignored)")
     _check_size(root, files, max_bytes() if limit is None else limit)
@@ -148,7 +227,10 @@ def pack_workdir(root: Path, limit: int | None = None) -> JobArchive:
     modes = {}
     for rel, path, _ in files:
         modes[rel] = 0o755 if os.access(path, os.X_OK) else 0o644
-        digest.update(f"{rel}\0{modes[rel]:o}\0".encode() + _file_digest(path))
+        try:
+            digest.update(f"{rel}\0{modes[rel]:o}\0".encode() + _file_digest(path))
+        except OSError as exc:
+            raise _unreadable(path, exc) from None
     job_hash = digest.hexdigest()[:16]
     size = sum(s for _, _, s in files)
     out = cache_dir() / job_hash / ARCHIVE_NAME

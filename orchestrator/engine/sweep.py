@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import hashlib
 import json
 import math
@@ -21,16 +20,18 @@ import os
 import posixpath
 import shutil
 import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine import timeouts
 from orchestrator.engine.progress import SweepProgress
+from orchestrator.engine.signals import current as current_signals
+from orchestrator.engine.signals import deferred as signals_deferred
+from orchestrator.engine.signals import signum_of, sweep_signals
 from orchestrator.errors import (
     BudgetError,
     CapacityError,
@@ -45,7 +46,6 @@ from orchestrator.errors import (
     TeardownError,
     UnreachableError,
     UsageError,
-    interrupt_again,
     one_line,
 )
 from orchestrator.formatting import fmt_usd
@@ -108,10 +108,6 @@ INPUT_PARAMS = {"frames": "frames", "rows": "rows", "cols": "cols", "seed": "see
                 "format": "fmt"}
 RETRYABLE = (ConnectionLostError, UnreachableError)  # worth a retry of the trial on the same VM
 GONE_STATES = {"terminated", "stopped", "stopping", "shutting-down", "suspended", "deleted"}
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into what Ctrl-C raises so that both take the same teardown path."""
 
 
 class _Preempted(ProviderError):
@@ -1237,91 +1233,6 @@ def _exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
 # ---------------------------------------------------------------------- entry point
 
 
-class _Signals:
-    """SIGINT and SIGTERM while a sweep runs: the first raises KeyboardInterrupt in the main
-    thread (SIGTERM too, so both take the same teardown path); any later one only warns,
-    so nothing after the first can cut the teardown or the final status write short.
-
-    Inside :meth:`deferred` (a sweep.json write) even the first one waits until the
-    block ends, so a status write is never lost halfway.
-    """
-
-    def __init__(self) -> None:
-        self.raised = False  # the sweep is being interrupted: later signals only warn
-        self.pending: int | None = None
-        self.depth = 0
-        self.warn: Callable[[], None] | None = None  # set by the engine once it runs
-
-    def handle(self, signum: int, frame: Any) -> None:
-        if self.raised:
-            if self.warn is not None:
-                self.warn()
-            return
-        if self.depth:
-            self.pending = signum
-            return
-        self._raise(signum)
-
-    def _raise(self, signum: int) -> None:
-        self.raised = True
-        raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-    def unraisable(self, hook: Callable[[Any], None], unraisable: Any) -> None:
-        """The interrupt raised inside a finalizer or ``__del__`` (garbage collection ran
-        just then), where Python can only print it and go on: the sweep would carry on and
-        later signals only warn. Deliver it again, on the main thread's next step."""
-        exc = unraisable.exc_value
-        if isinstance(exc, KeyboardInterrupt) and self.raised:
-            self.raised = False
-            interrupt_again(signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
-            return
-        hook(unraisable)
-
-    @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield  # signals only ever interrupt the main thread
-            return
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            if not self.depth and self.pending is not None and not self.raised:
-                signum, self.pending = self.pending, None
-                self._raise(signum)
-
-
-_SIGNALS: _Signals | None = None  # the running sweep's, in this process
-
-
-def _signals_deferred() -> contextlib.AbstractContextManager[None]:
-    """What RunStore wraps its sweep.json writes in (a no-op outside a sweep)."""
-    return _SIGNALS.deferred() if _SIGNALS is not None else contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _signals_as_interrupt() -> Iterator[_Signals]:
-    """Install :class:`_Signals` for SIGINT and SIGTERM (only possible from the main thread)."""
-    global _SIGNALS
-    signals = _Signals()
-    if threading.current_thread() is not threading.main_thread():
-        yield signals
-        return
-    previous = {sig: signal.signal(sig, signals.handle) for sig in (signal.SIGINT,
-                                                                    signal.SIGTERM)}
-    hook = sys.unraisablehook
-    sys.unraisablehook = functools.partial(signals.unraisable, hook)
-    _SIGNALS = signals
-    try:
-        yield signals
-    finally:
-        _SIGNALS = None
-        sys.unraisablehook = hook
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def _prices(plan: Plan) -> dict[str, Any]:
     return {vm.machine.name: {**asdict(vm.machine), "spot": vm.spot,
                               "price_per_hour": vm.machine.price(vm.spot)} for vm in plan.vms}
@@ -1409,36 +1320,38 @@ def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
     ``max_cost``; CredentialsError unless ``dry_run``; MemoryGateError after
     everything is recorded and reported when a trial peaked above
     ``max_peak_memory``; PartialSweepError when some machine or trial failed;
-    SweepInterruptedError after teardown on Ctrl-C/SIGTERM.
+    SweepInterruptedError after teardown on Ctrl-C, SIGTERM, SIGHUP or SIGQUIT.
     """
     if console is None:
         from rich.console import Console
 
         console = Console()
     started: list[Path] = []  # the run directory, once it exists
-    with _signals_as_interrupt() as signals:
+    with sweep_signals() as signals:
         try:
             run_dir = _run(spec, resume, console, started, plan_only)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             signals.raised = True  # from here on a signal only warns
-            raise _interrupted(started) from None
+            raise _interrupted(started, signals.signum or signum_of(exc)) from None
         except TeardownError:
             raise  # a VM may still be billing: louder than the interrupt
         except CloudprofError:
             if not signals.raised:
                 raise
-            raise _interrupted(started) from None
+            raise _interrupted(started, signals.signum) from None
         if signals.raised:  # a signal the teardown absorbed: still exit 130
-            raise _interrupted(started)
+            raise _interrupted(started, signals.signum)
         return run_dir
 
 
-def _interrupted(started: list[Path]) -> SweepInterruptedError:
+def _interrupted(started: list[Path], signum: int | None = None) -> SweepInterruptedError:
     run_dir = started[0] if started else None
     if run_dir is not None:
         _settle_status(run_dir)
     where = f"; resume with: cloudprof sweep --resume {run_dir}" if run_dir else ""
-    return SweepInterruptedError(f"interrupted: every machine was torn down{where}", run_dir)
+    by = f" by {signal.Signals(signum).name}" if signum not in (None, signal.SIGINT) else ""
+    return SweepInterruptedError(f"interrupted{by}: every machine was torn down{where}",
+                                 run_dir)
 
 
 def _settle_status(run_dir: Path) -> None:
@@ -1529,7 +1442,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                     "files": job.files, "bytes": job.size} if job else None,
         }, trials_table=False)
     run_dir = store.run_dir
-    store.guard = _signals_deferred  # a signal never cuts a sweep.json write short
+    store.guard = signals_deferred  # a signal never cuts a sweep.json write short
     started.append(run_dir)
     with store.running():
         if resume is not None:
@@ -1592,8 +1505,8 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
     with SweepProgress(console) as progress:
         engine = _Engine(spec, plan, store, bucket, inputs, progress, providers, keys, job)
         engine.resuming = resuming
-        if _SIGNALS is not None:
-            _SIGNALS.warn = engine._still_tearing_down
+        if (signals := current_signals()) is not None:
+            signals.warn = engine._still_tearing_down
         def stage() -> None:
             if bucket is None:
                 return
@@ -1626,7 +1539,8 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
             if keys is not None and all(h.inst is None or h.deleted
                                         for h in engine.hosts.values()):
                 keys.remove()  # the per-sweep key pair dies with the last VM that trusted it
-            if bucket is not None and engine.write_error is None:  # else they are the only copy
+            if bucket is not None and engine.write_error is None \
+                    and store.reads_back():  # else the bucket holds the only copy
                 with contextlib.suppress(Exception):
                     bucket.delete_labelled(_results_prefix(plan))
     left = [host for host in engine.hosts.values() if host.delete_error is not None]
@@ -1765,7 +1679,8 @@ def _results_write_failed(exc: OSError, plan: Plan, store: RunStore,
     kept = (f"results not on disk stay in {bucket.url}/{_results_prefix(plan)}, where --resume "
             "collects them" if bucket is not None else "the trials not on disk run again")
     message = (f"cannot write the results: {exc.strerror or exc}{where}; the sweep stopped, "
-               f"every machine was torn down and {kept}; free space (or fix permissions), "
+               f"every machine was torn down and {kept}; "
+               f"{getattr(exc, 'fix', 'free space (or fix permissions)')}, "
                f"then resume with: cloudprof sweep --resume {run_dir}")
     try:
         store.set_status("failed", finished_at=now_iso(), error=message)

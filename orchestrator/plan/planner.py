@@ -218,6 +218,27 @@ def grid_points(grid: dict[str, list[str]]) -> list[dict[str, str]]:
             for values in itertools.product(*(grid[n] for n in names))]
 
 
+def trial_id_clash(grid: dict[str, list[str]], nodes: list[int] | None = None
+                   ) -> tuple[str, str, str] | None:
+    """Two grid points (at one of the node counts) whose trial ids are the same once
+    slugged (``x=a b`` and ``x=a-b`` both give ``-xa-b-``): (first, second, the id), or
+    None. A trial id names the trial's row, files and resume state, so the second would
+    overwrite the first; the spec is refused before anything runs. Checked on the ids
+    themselves, as ``trial_id`` makes them, so no slugging rule can slip through."""
+    counts = sorted(set(nodes or [1]))
+    seen: dict[str, str] = {}
+    for point in grid_points(grid):
+        for n in counts:
+            tid = trial_id("m", 1, 0, point, n)
+            where = " ".join(f"{k}={v!r}" for k, v in point.items())
+            if len(counts) > 1:
+                where += f" at --nodes {n}"
+            if tid in seen:
+                return seen[tid], where, tid[len("m"):-len("-w1-r0")].strip("-")
+            seen[tid] = where
+    return None
+
+
 def profiled_trial_id(machine: str, workers: int, kind: str) -> str:
     """``<machine>-w<workers>-prof-<kind>``: never equal to a throughput trial's id."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", machine)

@@ -15,6 +15,7 @@ from it makes ``--resume`` run that trial again.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.atomic import atomic_path as _atomic_path
 from orchestrator.atomic import atomic_write_bytes, link_or_copy
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, one_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -134,15 +135,42 @@ def recorded_buckets(paths: Iterable[Path]) -> list[str]:
     return found
 
 
+# The columns every trials table cloudprof ever wrote has: a Parquet file without them is
+# someone else's, and a store built on it would take nothing in it as done.
+REQUIRED_COLUMNS = ("trial_id", "machine", "workers", "status")
+
+
+class TrialsUnreadableError(OSError):
+    """trials.parquet stopped reading back while the sweep recorded into it (damaged or
+    replaced under it). An OSError, so the engine takes the path of a disk that refuses
+    writes: the sweep stops, the file is left as it is (its rows are the record of what is
+    done) and the bucket keeps its copy of every result for ``--resume``."""
+
+    fix = "restore trials.parquet from a backup or move it aside"
+
+
 def read_trials_file(path: Path) -> pd.DataFrame:
-    """``trials.parquet`` as a frame; a truncated or corrupt file is a one-line UsageError
-    saying how to go on (its rows are the only record of which trials are done)."""
+    """``trials.parquet`` as a frame; a truncated or corrupt file, or one that is not a
+    trials table, is a one-line UsageError saying how to go on (its rows are the only
+    record of which trials are done)."""
     import pandas as pd
 
     try:
-        return pd.read_parquet(path)
+        frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise _unreadable(path, exc) from exc
+    check_trials_columns(path, list(frame.columns))
+    return frame
+
+
+def check_trials_columns(path: Path, columns: list[str]) -> None:
+    """Refuse a Parquet file that is not a cloudprof trials table (``REQUIRED_COLUMNS``)."""
+    lacking = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if lacking:
+        raise UsageError(
+            f"{path} is not a cloudprof trials table (no {', '.join(lacking)} column); "
+            "put the sweep's own trials.parquet back, or move this file aside to make "
+            "--resume run every trial again")
 
 
 def _unreadable(path: Path, exc: Exception) -> UsageError:
@@ -237,9 +265,24 @@ class RunStore:
             fh.truncate()
             fh.write(f"pid {os.getpid()}")
             fh.flush()
-            yield
+            try:
+                yield
+            except BaseException as exc:
+                self._settle(exc)
+                raise
         finally:
             fh.close()
+
+    def _settle(self, exc: BaseException) -> None:
+        """However a run ends, sweep.json never stays ``running``: an error that escaped
+        every other status write leaves ``failed`` (or ``interrupted``) and its line."""
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if self.read_sweep().get("status") != "running":
+                return
+            if isinstance(exc, KeyboardInterrupt):
+                self.set_status("interrupted", finished_at=now_iso())
+            else:
+                self.set_status("failed", finished_at=now_iso(), error=one_line(exc))
 
     # -- sweep.json -----------------------------------------------------------
 
@@ -301,11 +344,20 @@ class RunStore:
         """
         trial_id = row["trial_id"]
         with self._lock:
+            try:  # first: a table that no longer reads back is left as it is, never replaced
+                table = self._read_table()
+            except UsageError as exc:
+                why = one_line(exc.__cause__) if exc.__cause__ is not None else \
+                    "its columns are not a trials table's"
+                raise TrialsUnreadableError(
+                    errno.EIO, f"trials.parquet no longer reads back ({why}), so it was left "
+                    f"as it is and trial {trial_id} was not added to it",
+                    str(self.trials_path)) from None
             if timeseries_path is not None and Path(timeseries_path).is_file():
                 with _atomic_path(self.timeseries_path(trial_id), mode=None) as tmp:
                     if not link_or_copy(timeseries_path, tmp):
                         tmp.chmod(0o644)  # a copy: readable as every result (a link keeps its mode)
-            self._write_table(_appended(self._read_table(), row))
+            self._write_table(_appended(table, row))
         return row
 
     def done_trial_ids(self) -> set[str]:
@@ -315,6 +367,15 @@ class RunStore:
             return set()
         return {t for t, s in zip(table["trial_id"].to_pylist(), table["status"].to_pylist(),
                                   strict=True) if s in DONE_STATUSES and t is not None}
+
+    def reads_back(self) -> bool:
+        """Whether trials.parquet still reads back as a trials table: until it does, the
+        bucket's copies of the results are the only record, and are not deleted."""
+        try:
+            self._read_table()
+        except UsageError:
+            return False
+        return True
 
     def trial_rows(self) -> list[dict[str, Any]]:
         """The trials as the file holds them, one dict per row with the file's columns (None
@@ -360,9 +421,11 @@ class RunStore:
                 return cached[1]
             try:  # not pq.read_table, which imports pandas
                 with pq.ParquetFile(self.trials_path) as file:
-                    return file.read()
+                    table = file.read()
             except Exception as exc:  # pyarrow raises several types for a corrupt file
                 raise _unreadable(self.trials_path, exc) from exc
+            check_trials_columns(self.trials_path, table.column_names)
+            return table
 
     def _write_table(self, table: pa.Table) -> None:
         """Write ``table`` atomically and keep it in memory (see ``_read_table``)."""

@@ -29,6 +29,13 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 MAX_WORKERS = 4096  # a guard against typos such as 1-10000
+MAX_REPEATS = 100
+# A sweep's trials (machines × grid points × node counts × worker counts × repeats): each
+# is a run on a VM and a row; beyond this a plan is a typo (--grid x=1-1000 pasted twice)
+# far more often than a study, and its plan alone filled the laptop's memory.
+MAX_GRID_POINTS = 1_000
+MAX_TRIALS = 10_000
+MAX_CONFIG_BYTES = 1 << 20  # a sweep.toml is a few dozen lines
 WORKLOAD_PARAM_KEYS = ("frames", "dim", "rows", "cols", "seed", "strategy")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WORKLOAD_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -261,17 +268,29 @@ def _strings(value: Any, where: str) -> list[str]:
     return list(value)
 
 
-def _integer(minimum: int) -> Callable[[Any, str], int]:
+def _integer(minimum: int, maximum: int | None = None,
+             why: str = "") -> Callable[[Any, str], int]:
+    """An integer option, ``minimum`` or more and, when given, at most ``maximum``
+    (``why`` says what the limit guards)."""
     def convert(value: Any, where: str) -> int:
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        if isinstance(value, str) and re.fullmatch(r"-?\d{1,30}", value.strip()):
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"{where}: expected an integer, got {value!r}")
+            raise UsageError(f"{where}: expected an integer, got {str(value)[:40]!r}")
         if value < minimum:
             raise UsageError(f"{where}: must be {minimum} or more, got {value}")
+        if maximum is not None and value > maximum:
+            raise UsageError(f"{where}: must be at most {maximum:,} ({why}), got {value:,}")
         return value
 
     return convert
+
+
+def _input_size(name: str) -> Callable[[Any, str], int]:
+    """--frames, --rows, --cols: within the cube's input limits (``workloads.limits``)."""
+    from workloads.limits import INPUT_LIMITS
+
+    return _integer(1, *INPUT_LIMITS[name])
 
 
 def _trial_duration(value: Any, where: str) -> float:
@@ -437,16 +456,17 @@ def _provider(value: Any, where: str) -> str:
 _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "machines": _strings,
     "workers": parse_workers,
-    "repeats": _integer(1),
+    "repeats": _integer(1, MAX_REPEATS, "each repeat runs every trial again; the spread is "
+                        "known well from 3 to 10"),
     "nodes": lambda v, w: parse_nodes(v, w),
     "duration": _trial_duration,
     "warmup": parse_warmup,
     "trial_timeout": parse_duration,
     "workload": _workload,
-    "frames": _integer(1),
+    "frames": _input_size("frames"),
     "dim": _integer(1),
-    "rows": _integer(1),
-    "cols": _integer(1),
+    "rows": _input_size("rows"),
+    "cols": _input_size("cols"),
     "strategy": _strategy,
     "seed": _integer(0),
     "params": _params,
@@ -497,7 +517,22 @@ def flag_name(key: str) -> str:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """The options of a ``sweep.toml``, converted; paths made relative to its directory."""
+    """The options of a ``sweep.toml``, converted; paths made relative to its directory.
+
+    Only a regular file is read: a FIFO or a terminal would block the read forever, a
+    device never end it."""
+    import stat
+
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise UsageError(f"--config: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a pipe, device or socket"
+        raise UsageError(f"--config: {str(path)!r} is {kind}, not a sweep.toml file")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise UsageError(f"--config: {str(path)!r} is {st.st_size:,} bytes; a sweep.toml "
+                         f"is at most {MAX_CONFIG_BYTES:,}")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -508,6 +543,8 @@ def read_config(path: Path) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nesting
+        raise UsageError(f"{path}: invalid TOML: nested too deeply") from None
     out: dict[str, Any] = {}
     for raw_key, value in data.items():
         key = raw_key.replace("-", "_")
@@ -771,6 +808,41 @@ def _check_job(spec: SweepSpec) -> None:
         raise UsageError(f"--grid {clash[0]} is also given as a workload parameter; give it once")
 
 
+def _check_trial_count(spec: SweepSpec) -> None:
+    """At most MAX_GRID_POINTS grid points and MAX_TRIALS trials, counted, not listed."""
+    points = math.prod(len(values) for values in spec.grid.values())
+    if points > MAX_GRID_POINTS:
+        sizes = " × ".join(f"{len(v)} {k}" for k, v in spec.grid.items())
+        raise UsageError(f"--grid: {sizes} is {points:,} grid points, above the "
+                         f"{MAX_GRID_POINTS:,} a sweep may have (each is a curve of its own)")
+    machines = max(len(spec.machines or []), 1)
+    workers = max(len(spec.workers or []), 1)  # none given: the machine's default, counted 1
+    nodes = max(len(spec.nodes or []), 1)
+    trials = machines * points * nodes * workers * spec.repeats
+    if trials > MAX_TRIALS:
+        raise UsageError(
+            f"{machines} machine(s) × {points:,} grid point(s) × {nodes} node "
+            f"count(s) × {workers} worker count(s) × {spec.repeats} repeat(s) is {trials:,} "
+            f"trials, above the {MAX_TRIALS:,} a sweep may run (each is a run on a VM); "
+            "split it into several sweeps")
+
+
+def _check_trial_ids(spec: SweepSpec) -> None:
+    """Every trial gets an id of its own: two --grid values that slug to one id would make
+    one trial silently overwrite the other's row and files."""
+    if not spec.grid:
+        return
+    from orchestrator.plan.planner import trial_id_clash
+
+    clash = trial_id_clash(spec.grid, spec.nodes)
+    if clash is not None:
+        first, second, tid = clash
+        raise UsageError(f"--grid: {first} and {second} give the same trial id "
+                         f"(<machine>-{tid}-w<workers>-r<repeat>), "
+                         "which names each trial's row and files; make the values differ "
+                         "in letters, digits, '.', '_' or '-'")
+
+
 def _check_ssh_machines(spec: SweepSpec, names: list[str] | None = None) -> list[str]:
     """The ssh machines the sweep runs on, of ``names`` (default --machine; all of the
     hosts' when it names none): hosts, and groups of hosts (hosts file ``machine``) with
@@ -882,6 +954,8 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
     _check_workload_params(spec)
     _check_job(spec)
     _check_nodes(spec)
+    _check_trial_count(spec)
+    _check_trial_ids(spec)
     _existing_file(spec.ssh_key, "--ssh-key")
     check_output_dir(spec.out)
     return spec

@@ -42,7 +42,13 @@ from orchestrator.results.report.rows import (
     nanmax,
     nanmin,
 )
-from orchestrator.results.store import SWEEP_FILE, TIMESERIES_DIR, TRIAL_COLUMNS, TRIALS_FILE
+from orchestrator.results.store import (
+    SWEEP_FILE,
+    TIMESERIES_DIR,
+    TRIAL_COLUMNS,
+    TRIALS_FILE,
+    check_trials_columns,
+)
 
 if TYPE_CHECKING:
     import pandas as pd  # accepted where a notebook passes its own frames (``as_frame``)
@@ -104,6 +110,7 @@ def load_run(run_dir: str | Path) -> RunData:
         trials = read_table(trials_file)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise UsageError(f"cannot read {trials_file}: {exc}") from exc
+    check_trials_columns(trials_file, list(trials.columns))  # someone else's Parquet file
     if trials.empty:
         raise CloudprofError(f"no trials in {path}")
     required = {"machine", "workers", "units_per_s", "status"}
