@@ -12,9 +12,10 @@ from orchestrator.results.report.memory import (
     DEFAULT_MARGIN,
     MARGIN_SIGMAS,
     MIN_MARGIN,
-    ROUND_TO,
+    ROUND_SHARE,
     memory_request,
     memory_rows,
+    round_step,
 )
 from tests.test_report import write_store
 
@@ -35,9 +36,12 @@ def test_a_request_is_the_peak_plus_a_margin_from_the_spread_rounded_up(peaks: l
     else:
         expected = max(MARGIN_SIGMAS * statistics.stdev(peaks), MIN_MARGIN * max(peaks))
         assert not req.default and req.margin_bytes == pytest.approx(expected)
-    assert req.request_bytes % ROUND_TO == 0
+    step = round_step(req.peak_bytes + req.margin_bytes)
+    assert req.request_bytes % step == 0 and step % MIB == 0
     assert req.peak_bytes + req.margin_bytes <= req.request_bytes
-    assert req.request_bytes < req.peak_bytes + req.margin_bytes + ROUND_TO
+    # rounding adds less than one step, and a step is at most ROUND_SHARE of the request
+    assert req.request_bytes < req.peak_bytes + req.margin_bytes + step
+    assert step <= ROUND_SHARE * (req.peak_bytes + req.margin_bytes)
 
 
 def test_a_wider_spread_asks_for_more() -> None:

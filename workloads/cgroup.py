@@ -147,6 +147,41 @@ class TrialCgroup:
         except (OSError, ValueError, IndexError):
             return None
 
+    @property
+    def stat_path(self) -> Path:
+        """memory.stat: the tree's anonymous and mapped-file pages, each charged once."""
+        return self.path / "memory.stat"
+
+    def set_limit(self, limit_bytes: int) -> None:
+        """Put the tree under a container's memory limit (v1 ``memory.limit_in_bytes``, v2
+        ``memory.max``), with no swap past it where the kernel keeps swap apart (v1
+        ``memory.memsw.limit_in_bytes``, v2 ``memory.swap.max``): a container that swaps
+        instead of dying would make a too-small limit look enough. Raises CgroupUnavailable."""
+        limit = str(int(limit_bytes))
+        files = ((("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit))
+                 if self.version == "cgroup-v1"
+                 else (("memory.max", limit), ("memory.swap.max", "0")))
+        for i, (name, value) in enumerate(files):
+            try:
+                (self.path / name).write_text(value)
+            except OSError as exc:
+                if i == 0 or not isinstance(exc, FileNotFoundError):
+                    raise CgroupUnavailable(f"cannot set {self.path / name}: "
+                                            f"{exc.strerror or exc}") from None
+
+    def oom_kills(self) -> int | None:
+        """Processes of the tree the kernel's OOM killer killed under the cgroup's limit (v1
+        ``memory.oom_control``, v2 ``memory.events``: ``oom_kill N``); None when unreadable."""
+        name = "memory.oom_control" if self.version == "cgroup-v1" else "memory.events"
+        try:
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            return None
+        return None
+
     def remove(self, wait_s: float = 5.0) -> str | None:
         """Kill what is still in the cgroup (a command's leftover background process), then
         remove it; a one-line problem, or None when it is gone."""

@@ -123,6 +123,9 @@ TIMESERIES_COLUMNS = (
     "gpu_util",  # nullable, 0..100, the whole device(s)
     "gpu_proc_mem_bytes",  # nullable: used by the trial's processes (where NVML lists them)
     "gpu_proc_util",  # nullable, 0..100 per device, the trial's processes' SM utilisation
+    # nullable: a command's tree only: anonymous + mapped file pages, counted once (the basis
+    # of its headline peak, workloads.run.held_peak)
+    "held_bytes",
 )
 
 PROGRESS_PREFIX = "progress"

@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="0 = no background sampling")
     p.add_argument("--memory-budget", type=_size,
                    help="stop the trial above this RSS (2G = 2 GiB, 2GB = 2e9 bytes)")
+    p.add_argument("--memory-limit", type=_size, metavar="BYTES",
+                   help="with --command: run the tree under this memory cgroup limit, as a "
+                   "container would (2G = 2 GiB); an OOM kill there fails the trial")
     p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
     p.add_argument("--out", required=True, type=Path, help="directory for the result files")
     p.add_argument(
@@ -267,6 +270,7 @@ def _timeseries_table(report: AgentReport) -> Any:
         "pss_bytes": pa.int64(), "children": pa.int32(), "units": pa.int64(),
         "gpu_mem_bytes": pa.int64(), "gpu_util": pa.float64(),
         "gpu_proc_mem_bytes": pa.int64(), "gpu_proc_util": pa.float64(),
+        "held_bytes": pa.int64(),
     }  # fmt: skip
     cols = protocol.TIMESERIES_COLUMNS
     arrays = [arrow.nullable(report.column(c), types[c]) for c in cols]
@@ -359,15 +363,50 @@ def peak_fields(rep: AgentReport) -> dict[str, Any]:
     return out
 
 
+BASES_DIFFER = 0.10  # another basis this far from the headline is named in peak_bases_note
+
+
+def peak_bases(rep: AgentReport) -> dict[str, Any]:
+    """The tree's other memory figures beside the headline, and a note naming those more
+    than ``BASES_DIFFER`` away from it, with why they differ."""
+    head = max(rep.peak_rss_bytes, 1)
+    out: dict[str, Any] = {
+        "peak_usage_with_cache_bytes": rep.peak_usage_with_cache_bytes,
+        "peak_usage_with_cache_source": rep.peak_usage_with_cache_source,
+        "peak_basis": rep.held_basis,
+    }
+    why = {
+        "cgroup usage with page cache": (
+            rep.peak_usage_with_cache_bytes,
+            "the page cache of files it read (reclaimed under a limit) counts there, library "
+            "pages another cgroup had cached do not"),
+        "sampled RSS sum": (rep.peak_rss_sampled_bytes,
+                            "each process counts the shared libraries it maps again"),
+    }
+    notes = []
+    for name, (value, reason) in why.items():
+        if value is not None and abs(value - head) > BASES_DIFFER * head:
+            notes.append(f"{name} peaked at {limits.format_size(value)} "
+                         f"({100.0 * (value / head - 1):+.0f} %): {reason}")
+    out["peak_bases_note"] = "; ".join(notes) or None
+    return out
+
+
 def fill_measurements(summary: dict[str, Any], rep: AgentReport, cores: int | None) -> None:
     """The agent's figures → summary keys (peak, CPU, leak verdict, spikes, budget, cost)."""
     t, rss = rep.column("t"), rep.column("rss_bytes")
+    held = rep.column("held_bytes")
+    if rep.held_basis is not None:  # a tree: leak and spikes on the headline's basis
+        pairs = [(tt, h) for tt, h in zip(t, held, strict=True) if h is not None]
+        t, rss = [p[0] for p in pairs], [p[1] for p in pairs]
     summary.update(peak_fields(rep))
     summary["peak_rss_sampled_bytes"] = rep.peak_rss_sampled_bytes
     upper = rep.peak_rss_upper_bound_bytes
+    if rep.held_basis is not None or rep.peak_usage_with_cache_bytes is not None:
+        summary.update(peak_bases(rep))
     if upper is not None:
         summary["peak_rss_upper_bound_bytes"] = upper
-        sampled = not rep.peak_rss_source.startswith("cgroup")
+        sampled = rep.peak_rss_source in ("sampled_tree", "ru_maxrss")
         if sampled and upper > TREE_GAP * max(rep.peak_rss_bytes, 1):
             # The processes' own peaks add up to far more than the tree was seen at: they
             # may have peaked together between two samples.
@@ -644,13 +683,45 @@ def _run_command(
                "RAY_ADDRESS": args.ray_address}
         summary["params"]["ray"] = {"nodes": args.ray_nodes, "address": args.ray_address}
     group = _trial_cgroup(summary)
+    if args.memory_limit is not None:
+        _limit(group, args.memory_limit, summary)
     try:
-        return _run_command_in(args, command, summary, sig, env, spawn_rss, group)
+        code = _run_command_in(args, command, summary, sig, env, spawn_rss, group)
+        if args.memory_limit is not None and group is not None:
+            code = _judge_limit(group, args.memory_limit, summary, code)
+        return code
     finally:
         problem = group.remove() if group is not None else None
         if problem is not None:  # a leftover of this trial on the host: say it loudly
             print(f"error: {problem}", file=sys.stderr, flush=True)
             summary.setdefault("cgroup_error", problem)
+
+
+def _limit(group: cgroups.TrialCgroup | None, limit: int, summary: dict[str, Any]) -> None:
+    """``--memory-limit``: the trial's cgroup under it, or a usage error saying why not."""
+    if group is None:
+        raise UsageError("--memory-limit needs a memory cgroup: "
+                         f"{summary.get('peak_rss_note') or 'none could be made'}")
+    try:
+        group.set_limit(limit)
+    except cgroups.CgroupUnavailable as exc:
+        group.remove()
+        raise UsageError(f"--memory-limit: {exc}") from None
+    summary["memory_limit"] = {"limit_bytes": limit, "oom_kills": None, "ran_unchanged": None}
+
+
+def _judge_limit(group: cgroups.TrialCgroup, limit: int, summary: dict[str, Any],
+                 code: int) -> int:
+    """Did the job run under the limit? An OOM kill of any of its processes says no."""
+    kills = group.oom_kills()
+    summary["memory_limit"]["oom_kills"] = kills
+    summary["memory_limit"]["ran_unchanged"] = code == protocol.EXIT_OK and not kills
+    if kills and summary["status"] != "interrupted":
+        summary["status"] = "failed"
+        summary["error"] = (f"the kernel's OOM killer killed {kills} process(es) of the job "
+                            f"under the memory limit of {_human(limit)}")
+        return protocol.EXIT_FAILED
+    return code
 
 
 def _trial_cgroup(summary: dict[str, Any]) -> cgroups.TrialCgroup | None:
@@ -661,9 +732,8 @@ def _trial_cgroup(summary: dict[str, Any]) -> cgroups.TrialCgroup | None:
         return group
     except cgroups.CgroupUnavailable as exc:
         summary["peak_rss_note"] = (
-            f"no memory cgroup ({exc}): the process tree's peak is the larger of its sampled "
-            "sum and its largest process, so a short peak of several processes at once can "
-            "be missed")
+            f"no memory cgroup ({exc}): the tree's anonymous memory is summed per process, "
+            "so pages its processes share after a fork count once per process")
         return None
 
 
@@ -714,6 +784,7 @@ def _run_command_in(
     agent = Agent(
         proc.pid, include_children=True, sample_hz=args.sample_hz,
         memory_budget=args.memory_budget, on_breach=on_breach, units=counter,
+        cgroup_stat=str(group.stat_path) if group is not None else None,
     )  # fmt: skip
     agent.start()
     reader: jobs.OutputReader | None = None
@@ -869,6 +940,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError(f"--out {str(out)!r} exists and is not a directory")
             if (args.job or args.shell or args.var) and not args.command:
                 raise UsageError("--job, --shell and --var go with --command")
+            if args.memory_limit is not None and not args.command:
+                raise UsageError("--memory-limit goes with --command (a tree in a cgroup)")
             if args.chdir is not None:
                 from workloads import job as jobs
 
@@ -889,6 +962,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "units_target": args.units,
                     "sample_hz": args.sample_hz,
                     "memory_budget_bytes": args.memory_budget,
+                    "memory_limit_bytes": args.memory_limit,
                     "warmup_s": args.warmup,
                     "command": command if args.command else None,
                     "profile": args.profile,
