@@ -248,8 +248,11 @@ def _burst(tmp_path: Path, mb: int, name: str, **env: str) -> tuple[dict, str]:
 
 def test_a_burst_of_three_children_is_exact_with_a_memory_cgroup(tmp_path):
     s, _ = _burst(tmp_path, 100, "burst", CLOUDPROF_NO_CGROUP="0")
-    if not s["peak_rss_source"].startswith("cgroup"):
+    if s.get("cgroup") is None:
         pytest.skip(f"no memory cgroup on this host: {s.get('peak_rss_note')}")
+    # sampled once a second, the 0.3 s burst falls between samples: the cgroup's high-water
+    # mark less what it held besides the tree's memory gives it
+    assert s["peak_rss_source"] == "held_cgroup"
     base, _ = _burst(tmp_path, 0, "base", CLOUDPROF_NO_CGROUP="0")  # the three interpreters
     assert base["peak_rss_source"] == s["peak_rss_source"]
     burst = s["peak_rss_bytes"] - base["peak_rss_bytes"]
@@ -261,7 +264,10 @@ def test_a_burst_of_three_children_is_exact_with_a_memory_cgroup(tmp_path):
 
 def test_without_a_memory_cgroup_a_tree_peak_is_flagged_in_one_line(tmp_path):
     s, stderr = _burst(tmp_path, 100, "burst", CLOUDPROF_NO_CGROUP="1")
-    assert s["peak_rss_source"] in ("ru_maxrss", "sampled_tree")
+    # sampled per process (anonymous memory summed from statm); the burst may fall between
+    # samples, and the note says the peak is not the cgroup's
+    assert s["peak_rss_source"] in ("held", "vmhwm")
+    assert s["peak_basis"]["anon_from"] == "statm sum"
     assert "no memory cgroup (CLOUDPROF_NO_CGROUP is set)" in s["peak_rss_note"]
     notes = [line for line in stderr.splitlines() if line.startswith("note: ")]
     assert notes == [f"note: {s['peak_rss_note']}"]

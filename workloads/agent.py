@@ -302,10 +302,12 @@ class Agent:
         self,
         child_rusage: resource.struct_rusage | None = None,
         tree_peak: tuple[int, str] | None = None,
+        tree_left_bytes: int | None = None,
     ) -> AgentReport:
         """End the trial. ``child_rusage`` is the command's ``wait4`` rusage in command mode;
         ``tree_peak`` its memory cgroup's high-water mark and version (``workloads.cgroup``):
-        page cache included, so kept beside the headline, not as it."""
+        page cache included, so kept beside the headline, not as it; ``tree_left_bytes`` what
+        the cgroup was still charged once the tree was reaped (the page cache it left)."""
         t_end = time.perf_counter()
         if self._proc is not None:
             result = self._collect()
@@ -331,6 +333,8 @@ class Agent:
         if self.in_process:
             self._in_process_totals(rep)
         else:
+            if tree_left_bytes is not None:  # charged, not held: as the samples' gaps
+                result.held_gap_bytes = max(result.held_gap_bytes or 0, tree_left_bytes)
             self._tree_totals(rep, child_rusage, result, tree_peak)
         rep.gpu_note = result.gpu_note
         if result.gpu_names is not None:
@@ -483,12 +487,21 @@ class Agent:
             rep.peak_usage_with_cache_bytes, rep.peak_usage_with_cache_source = tree_peak
         held = [h for h in rep.column("held_bytes") if h is not None]
         if held:
-            rep.peak_rss_bytes = max(max(held), own)
-            rep.peak_rss_source = "held" if max(held) >= own else "vmhwm"
+            # A peak between two samples: the cgroup's high-water mark less the most it was
+            # charged besides what the tree held at any sample (page cache, kernel memory)
+            # bounds the held peak from below, while that page cache only grew.
+            between = (tree_peak[0] - result.held_gap_bytes
+                       if tree_peak is not None and result.held_gap_bytes is not None else 0)
+            rep.peak_rss_bytes, rep.peak_rss_source = max(
+                (max(held), "held"), (between, "held_cgroup"), (own, "vmhwm"),
+                key=lambda pair: pair[0])
             rep.held_basis = {
                 "anon_from": result.held_anon_from,
                 "file_once_bytes": result.held_file_bytes,
                 "file_sum_bytes": result.held_file_sum_bytes,
+                # the cgroup's high-water mark less the most it held besides (None: no cgroup)
+                "cgroup_bound_bytes": between if tree_peak is not None
+                and result.held_gap_bytes is not None else None,
             }
         elif tree_peak is not None:  # no held series (no smaps_rollup): the cgroup, as before
             rep.peak_rss_bytes, rep.peak_rss_source = tree_peak

@@ -169,6 +169,15 @@ class TrialCgroup:
                     raise CgroupUnavailable(f"cannot set {self.path / name}: "
                                             f"{exc.strerror or exc}") from None
 
+    def usage_bytes(self) -> int | None:
+        """What the cgroup is charged now (v1 ``memory.usage_in_bytes``, v2 ``memory.current``):
+        once the tree is reaped, the page cache it read and left behind."""
+        name = "memory.current" if self.version == "cgroup-v2" else "memory.usage_in_bytes"
+        try:
+            return int((self.path / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def oom_kills(self) -> int | None:
         """Processes of the tree the kernel's OOM killer killed under the cgroup's limit (v1
         ``memory.oom_control``, v2 ``memory.events``: ``oom_kill N``); None when unreadable."""

@@ -39,8 +39,9 @@ SUMMARY_KEYS = (
     "seconds",
     "units_per_s",
     "peak_rss_bytes",  # whole lifetime (load + trial): kernel high-water mark or cgroup, exact
-    "peak_rss_source",  # where peak_rss_bytes came from: vmhwm | ru_maxrss | cgroup-v1 |
-    #                     cgroup-v2 | sampled | sampled_tree
+    "peak_rss_source",  # where peak_rss_bytes came from: vmhwm | ru_maxrss | held |
+    #                     held_cgroup (a command's tree, workloads.run) | cgroup-v1 | cgroup-v2
+    #                     (older runners) | sampled | sampled_tree
     "peak_rss_trial_bytes",  # the trial alone (t >= 0); peak_rss_before_trial_bytes: the load
     "peak_phase",  # "load" or "trial": the phase that holds the whole-lifetime peak
     "peak_rss_sampled_bytes",  # max of the sampled series

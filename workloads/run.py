@@ -827,11 +827,11 @@ def _run_command_in(
         if "status" not in waited:  # an exception in our loop: never leave the tree running
             _terminate_tree(proc.pid, proc.pid)
     seconds = waited["at"] - start
-    tree_peak = None
+    tree_peak = left = None
     if group is not None:
-        peak = group.peak_bytes()
+        peak, left = group.peak_bytes(), group.usage_bytes()
         tree_peak = (peak, group.version) if peak is not None else None
-    report = agent.stop(child_rusage=waited["rusage"], tree_peak=tree_peak)
+    report = agent.stop(child_rusage=waited["rusage"], tree_peak=tree_peak, tree_left_bytes=left)
     report.torch_peak_bytes = torch_gpu.read_hook_peak(args.out)
     if reader is not None:
         reader.join()

@@ -137,6 +137,7 @@ class SamplerResult:
         gpu_note: str | None = None, budget_breach_t: float | None = None,
         budget_breach_rss_bytes: int | None = None, error: str | None = None,
         held_file_bytes: int = 0, held_file_sum_bytes: int = 0, held_anon_from: str | None = None,
+        held_gap_bytes: int | None = None,
     ) -> None:  # fmt: skip
         self.rows: list[tuple] = [] if rows is None else rows
         self.scheduled = scheduled  # samples taken on the clock, not the ones at start and stop
@@ -156,6 +157,9 @@ class SamplerResult:
         self.held_file_bytes = held_file_bytes
         self.held_file_sum_bytes = held_file_sum_bytes
         self.held_anon_from = held_anon_from  # "cgroup memory.stat" | "statm sum" | None
+        # the most the cgroup was charged besides what the tree held (page cache, kernel
+        # memory) at any sample: its high-water mark less this bounds the held peak from below
+        self.held_gap_bytes = held_gap_bytes
 
     def to_bytes(self) -> bytes:
         return marshal.dumps(vars(self))
@@ -355,11 +359,16 @@ class Sampler:
         # the held series of a tree: statm per process (anon), or the cgroup's memory.stat
         self._statm: dict[int, int] = {}
         self._cg_stat: int | None = None
+        self._cg_usage: int | None = None
         if cfg.tree and cfg.cgroup_stat:
             try:
                 self._cg_stat = os.open(cfg.cgroup_stat, os.O_RDONLY)
+                where = cfg.cgroup_stat.rpartition("/")[0]
+                usage = where + "/memory.usage_in_bytes"  # v1; v2: memory.current
+                self._cg_usage = os.open(usage if os.path.exists(usage)
+                                         else where + "/memory.current", os.O_RDONLY)
             except OSError:
-                self._cg_stat = None
+                self._cg_stat = self._cg_usage = None
         if cfg.tree:
             self.result.held_anon_from = ("cgroup memory.stat" if self._cg_stat is not None
                                           else "statm sum")
@@ -398,13 +407,14 @@ class Sampler:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
-        for fd in [*self._statm.values(), *([self._cg_stat] if self._cg_stat is not None else [])]:
+        cg = [fd for fd in (self._cg_stat, self._cg_usage) if fd is not None]
+        for fd in [*self._statm.values(), *cg]:
             try:  # noqa: SIM105 - no contextlib in the sampler process (see the imports)
                 os.close(fd)
             except OSError:
                 pass
         self._statm.clear()
-        self._cg_stat = None
+        self._cg_stat = self._cg_usage = None
         if self._gpu is not None:
             self._gpu.close()
         ser = self._series
@@ -565,11 +575,18 @@ class Sampler:
         """
         if self._cg_stat is not None:
             try:
+                usage = int(os.pread(self._cg_usage, 64, 0)) if self._cg_usage is not None else None
                 stat = os.pread(self._cg_stat, 8192, 0)
-            except OSError:
+            except (OSError, ValueError):
                 return 0
             anon, mapped = cgroup_held(stat)
-            return anon + max(self._file_once, mapped)
+            held = anon + max(self._file_once, mapped)
+            if usage is not None:
+                gap = max(usage - anon - mapped, 0)  # charged, not held: page cache, kernel
+                res = self.result
+                res.held_gap_bytes = gap if res.held_gap_bytes is None else max(
+                    res.held_gap_bytes, gap)
+            return held
         anon = 0
         for fd in self._statm.values():
             got = procfs.read_anon(fd)

@@ -1153,6 +1153,7 @@ class _Engine:
             self.progress.trial_done(host.vm.name, row)
             return
         self.store.record_trial(row, ts if ts is not None and ts.is_file() else None)
+        _keep_summary(self.store.run_dir, trial.trial_id)
         log = self.store.run_dir / ".incoming" / trial.trial_id / JOB_LOG
         if log.is_file():
             (self.store.run_dir / "logs").mkdir(exist_ok=True)
@@ -1178,6 +1179,18 @@ def profile_ids(run_dir: Path, done_only: bool = False) -> set[str]:
     from orchestrator.results.profiles import profiled_trial_ids
 
     return profiled_trial_ids(run_dir, done_only=done_only)
+
+
+SUMMARIES_DIR = "summaries"  # summaries/<trial_id>.json: each trial's summary.json, as it came
+
+
+def _keep_summary(run_dir: Path, trial_id: str) -> None:
+    """Keep the trial's summary.json in the store (every provider: a cloud VM's is gone with
+    it), for what trials.parquet does not hold: spikes, the peak's bases, the leak fit."""
+    src = run_dir / ".incoming" / trial_id / protocol.SUMMARY_FILE
+    if src.is_file():
+        (run_dir / SUMMARIES_DIR).mkdir(exist_ok=True)
+        shutil.copyfile(src, run_dir / SUMMARIES_DIR / f"{trial_id}.json")
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:

@@ -83,7 +83,8 @@ EXTRA_COLUMNS = (
     "peak_rss_before_trial_bytes",  # imports, input loading, warm-up: before t = 0
     "peak_rss_trial_bytes",  # the trial alone (t >= 0)
     "peak_phase",  # "load" | "trial": which phase holds peak_rss_bytes
-    "peak_rss_source",  # vmhwm | ru_maxrss | held | cgroup-v1 | cgroup-v2 | sampled | sampled_tree
+    "peak_rss_source",  # vmhwm | ru_maxrss | held | held_cgroup | cgroup-v1 | cgroup-v2 |
+    #                     sampled | sampled_tree
     "peak_rss_upper_bound_bytes",  # a tree: the sum of its processes' own peaks
     "load_s",  # seconds the trial process ran before t = 0 (that load phase)
     "cpu_percent_mean",

@@ -214,7 +214,9 @@ def memory_table(trials: Frame) -> Table | None:
         "its start (imports, loading data, prepare(), warm-up) to its end; load peak and trial "
         "peak are the two phases' own peaks (a job's own phases are in the phases table).",
         "measured by: held = the tree's samples of that basis (a peak shorter than the "
-        "sampling interval can be missed); vmhwm / ru_maxrss = the kernel's high-water mark of "
+        "sampling interval can be missed); held_cgroup = a peak between samples, from the "
+        "cgroup's high-water mark less the page cache and kernel memory it held besides; "
+        "vmhwm / ru_maxrss = the kernel's high-water mark of "
         "one process (for a tree: its largest process was above every sample); cgroup-v1 / "
         "cgroup-v2 = the trial's memory cgroup's high-water mark (older runners: page cache it "
         "read included); sampled / sampled_tree = the agent's RSS samples.",
