@@ -251,6 +251,9 @@ def _check_job_run(run: Path, n_trials: int) -> None:
         assert [p["name"] for p in json.loads(row["phases"])] == ["load", "fit"]
         log = (run / "logs" / f"{row['trial_id']}.log").read_text()
         assert row["trial_id"] in log  # tabulate ran: the dependency arrived
+        # each trial's summary.json is kept, from a cloud VM as from this machine
+        kept = json.loads((run / "summaries" / f"{row['trial_id']}.json").read_text())
+        assert kept["peak_rss_bytes"] == row["peak_rss_bytes"] and kept["phases"]
 
 
 def test_a_user_project_sweeps_on_local_with_setup_once_per_machine_and_a_grid(

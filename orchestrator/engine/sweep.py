@@ -47,7 +47,7 @@ from orchestrator.errors import (
     interrupt_again,
     one_line,
 )
-from orchestrator.formatting import fmt_usd
+from orchestrator.formatting import fmt_bytes, fmt_usd
 from orchestrator.plan.planner import (
     Plan,
     TrialPlan,
@@ -336,6 +336,8 @@ class _Engine:
         # see ``_stage_once``); set once it has, or failed. No host fetches them before.
         self.stage: Callable[[], None] = lambda: None
         self.staged = threading.Event()
+        # --prove-limit/--find-limit trials (orchestrator.engine.limits): id → what to record
+        self.limit_meta: dict[str, dict[str, Any]] = {}
 
     # -- the whole run ---------------------------------------------------------
 
@@ -652,10 +654,24 @@ class _Engine:
                     for left in trials[i:]:
                         self._record(host, left, None, None, status="failed", error=reason)
                     raise
+            if self.spec.prove_limit or self.spec.find_limit:
+                self._prove_limits(host)
         finally:
             if host.warm is not None:
                 host.warm.stop(host.executor)
                 host.warm = None
+
+    def _prove_limits(self, host: _Host) -> None:
+        """--prove-limit/--find-limit after the machine's trials: orchestrator.engine.limits."""
+        from orchestrator.engine.limits import prove_limits
+
+        def run(trial: TrialPlan, meta: dict[str, Any]) -> bool:
+            self.limit_meta[trial.trial_id] = dict(meta)
+            self._run_trial(host, trial)
+            return bool(self.limit_meta[trial.trial_id].get("ran_unchanged"))
+
+        prove_limits(self.spec, host.vm.machine.name, self.store.trial_rows(), run,
+                     self.progress.log, self.stop.is_set)
 
     def _start_warm(self, host: _Host, trials: list[TrialPlan]) -> None:
         """A warm runner for the host's trials that can use one (see engine/warm_runner.py)."""
@@ -1145,6 +1161,17 @@ class _Engine:
         row = trial_row(summary, host.vm.machine, trial=trial, sweep_id=self.plan.sweep_id,
                         ran_on=ran_on, provider=provider.name, spot=host.vm.spot, status=status,
                         error=error, exit_code=exit_code)
+        if trial.trial_id in self.limit_meta:  # kept apart too: see results/limits.py
+            from orchestrator.results.limits import record_limit
+
+            rec = record_limit(self.store, row, summary, self.limit_meta[trial.trial_id])
+            self.limit_meta[trial.trial_id] = rec
+            shutil.rmtree(self.store.run_dir / ".incoming" / trial.trial_id, ignore_errors=True)
+            mark, what = (("[green]✓[/green]", "ran unchanged") if rec["ran_unchanged"]
+                          else ("[red]✗[/red]", row.get("error") or row.get("status")))
+            self.progress.log(f"  {mark} {trial.trial_id}: {what} "
+                              f"(memory limit {fmt_bytes(rec['limit_bytes'])})")
+            return
         if trial.profiled:  # kept apart from the throughput trials: see results/profiles.py
             from orchestrator.results.profiles import record_profile
 
