@@ -83,3 +83,46 @@ def test_the_report_shows_the_load_peak_as_the_headline_and_a_labelled_default_m
     assert cells["1"][3] == "622 MiB" and cells["1"][4] == "load"
     assert "(default margin)" in cells["2"][-1] and "(default margin)" not in cells["1"][-1]
     assert any("default 20%" in note for note in table.notes)
+
+
+SPIKY = """
+import time
+base = bytearray(16 << 20)
+print("cloudprof:unit tick", flush=True)
+for i in range(30):
+    if i == 12:
+        spike = bytearray(160 << 20)  # 0.3 s far above the rest
+    if i == 15:
+        del spike
+    print("cloudprof:units 1", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_a_jobs_spike_reaches_the_report(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "spiky.py").write_text(SPIKY)
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
+           "COLUMNS": "1000"}
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "sweep", "--machine", "n2-highcpu-2",
+         "--dry-run", "--workers", "1", "--repeats", "1", "--workdir", str(tmp_path / "job"),
+         "--command", "python spiky.py", "--out", str(tmp_path / "runs")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    (row,) = memory_rows(report.load_run(run).trials)
+    (spike,) = row["spikes"]
+    assert spike["rss_bytes"] > 160 * MIB and 1.0 < spike["t"] < 3.0
+    kept = json.loads(next((run / "summaries").glob("*.json")).read_text())
+    assert kept["spikes"] == row["spikes"]
+    built = report.build_report(report.load_run(run))
+    (table,) = [t for t in built.tables if t.title.startswith("Memory per machine")]
+    cell = table.rows[0].cells[-2]
+    assert cell.startswith("1: ") and cell.endswith(f"at {spike['t']:.1f} s")
