@@ -1,10 +1,12 @@
-"""A memory cgroup per trial: the kernel's own high-water mark of a whole process tree.
+"""A memory cgroup per trial: the kernel's own count of a whole process tree, and its limit.
 
-No per-process counter holds the peak of a *sum* of processes: a burst of three
-100 MiB children that overlap for a moment is under-reported by sampling (the
-moment falls between samples) and by ``wait4`` (its ``ru_maxrss`` is the largest
-single process). A memory cgroup charges every page the tree touches and keeps
-its maximum: cgroup v2's ``memory.peak``, v1's ``memory.max_usage_in_bytes``.
+No per-process counter holds a *sum* of processes once: shared pages count in each. A
+memory cgroup charges every page the tree touches once, to the cgroup that touched it
+first: its ``memory.stat`` gives the tree's anonymous and mapped-file pages (the held
+series, ``workloads.sampler``), its high-water mark (v2 ``memory.peak``, v1
+``memory.max_usage_in_bytes``) catches a burst between two samples, and its limit (v1
+``memory.limit_in_bytes``, v2 ``memory.max``) is a container's: ``--memory-limit`` runs
+a trial under one and reads the OOM kills.
 
 The runner makes ``cloudprof-<pid>-<n>`` under its own memory cgroup (from
 ``/proc/self/cgroup`` and ``/proc/self/mountinfo``), moves the command's first
@@ -16,9 +18,10 @@ hierarchy, a v2 parent whose ``memory`` controller is not delegated) it says why
 in one line and the runner falls back to sampling. ``CLOUDPROF_NO_CGROUP=1``
 forces that fallback (the tests use it to check both paths on one machine).
 
-Caveat: v1 charges page cache to the cgroup that first read a page, so a tree
-that reads files peaks higher there than its RSS; v2's ``memory.peak`` counts
-page cache too. Both are what a container's memory limit counts.
+Caveat: both versions charge page cache to the cgroup that first read a page, so the
+high-water mark of a tree that reads files is higher than what it holds (the kernel
+reclaims that cache under a limit), and library pages another cgroup had cached are not
+in it: the headline is the held series (``workloads.run``), this mark a bound beside it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,34 @@ when the trial fails, so a collector never finds half a result.
     python -m workloads.run --workers 2 --duration 4 --out /tmp/trial
     python -m workloads.run --workload memory-leak --param mb_per_s=50 --duration 5 --out /tmp/leak
     python -m workloads.run --memory-budget 2G --out /tmp/t --command -- python train.py
+
+The peak memory of a command's process tree is what a container's memory limit must allow:
+what the tree cannot give back. ``peak_rss_bytes`` (source ``held``) is the highest sample
+of anonymous memory plus the file pages the tree maps (libraries, mmapped data), each page
+counted once across its processes, and not the page cache of files it only read (the
+kernel reclaims that under a limit):
+
+* anonymous: the trial cgroup's ``memory.stat`` (v1 ``total_rss``, v2 ``anon``: each page
+  charged once), else the sum of each process's RssAnon (``statm``), where copy-on-write
+  pages shared after a fork count once per process (an overestimate for forking jobs);
+* file pages counted once: the larger of the sum of ``Pss_File + Pss_Shmem`` and the
+  largest process's own file pages (``Rss − Anonymous``), from ``smaps_rollup`` at most
+  once a second, or the cgroup's mapped file pages where more. Rss would count a library
+  once per process that maps it (four numpy processes: 52 MiB for 13); Pss counts a page
+  shared with processes outside the tree (libc, the interpreter) only in part. Both are
+  lower bounds of the union; the error is at most ``peak_basis.file_sum_bytes −
+  file_once_bytes``.
+
+Sampling misses a peak between samples; with a cgroup, its high-water mark less the most
+it was charged besides anonymous and mapped pages (page cache, kernel memory: at any
+sample, and what it still held once the tree was reaped) is a lower bound that catches it
+(source ``held_cgroup``), on the assumption that the page cache did not rise and fall
+between two samples. The largest process's own ``VmHWM`` is a floor (source ``vmhwm``).
+The other bases stay in the summary (``peak_usage_with_cache_bytes``,
+``peak_rss_sampled_bytes``, ``peak_rss_upper_bound_bytes``) and ``peak_bases_note`` names
+those more than 10 % away. A workload in this process is one process: its ``VmHWM`` is that
+basis already. ``--memory-limit BYTES`` runs the tree under a cgroup limit, as a container,
+and records OOM kills (``memory_limit``).
 """
 
 from __future__ import annotations
