@@ -70,6 +70,7 @@ def test_find_limit_proves_the_request_and_bisects_the_smallest_limit(tmp_path):
     (row,) = table.rows
     assert row.cells[3] == "ran unchanged" and row.cells[-1] == str(len(records))
     assert "proven under a memory limit" in result.stdout
+    assert "--find-limit adds up to 7 trial(s)" in " ".join(result.stdout.split())
     (limits,) = report.report_document(report.load_run(run))["memory_limits"]
     assert limits["proof"] == "ran unchanged" and limits["smallest_ran_bytes"] == min(ran)
     assert json.loads((run / "sweep.json").read_text())["spec"]["find_limit"] is True

@@ -1440,6 +1440,19 @@ def _settle_status(run_dir: Path) -> None:
             store.set_status("interrupted", finished_at=now_iso())
 
 
+def _limit_note(spec: SweepSpec, console: Console) -> None:
+    """--prove-limit/--find-limit add trials the plan's estimate does not count: say how many."""
+    if spec.find_limit or spec.prove_limit:
+        from orchestrator.engine.limits import MAX_STEPS
+
+        most = 2 + MAX_STEPS if spec.find_limit else 1
+        flag = "--find-limit" if spec.find_limit else "--prove-limit"
+        console.print(f"[yellow]note:[/yellow] {flag} adds up to {most} trial(s) per machine "
+                      "and worker count under a memory limit, after the others; the "
+                      "estimates above do not count them.",
+                      highlight=False)
+
+
 def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path],
          plan_only: bool = False) -> Path | None:
     done: set[str] = set()
@@ -1476,6 +1489,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         store = None
     if plan_only:
         render_plan(plan, console, spec.dry_run, done=done)
+        _limit_note(spec, console)
         return None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
@@ -1495,6 +1509,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         # before any run directory or VM exists
         bucket.list(_results_prefix(plan))
     render_plan(plan, console, spec.dry_run, done=done)
+    _limit_note(spec, console)
 
     if inputs is not None:
         generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs
