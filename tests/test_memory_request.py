@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,24 +103,25 @@ for i in range(30):
 """
 
 
-def test_a_jobs_spike_reaches_the_report(tmp_path: Path) -> None:
-    import json
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "job").mkdir()
-    (tmp_path / "job" / "spiky.py").write_text(SPIKY)
+def _job_sweep(tmp_path: Path, name: str, text: str, *args: str) -> Path:
+    """A one-trial dry-run sweep of the job ``text`` (file ``name`` in its workdir)."""
+    (tmp_path / "job").mkdir(exist_ok=True)
+    (tmp_path / "job" / name).write_text(text)
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
            "COLUMNS": "1000"}
     result = subprocess.run(
         [sys.executable, "-m", "orchestrator", "sweep", "--machine", "n2-highcpu-2",
          "--dry-run", "--workers", "1", "--repeats", "1", "--workdir", str(tmp_path / "job"),
-         "--command", "python spiky.py", "--out", str(tmp_path / "runs")],
+         "--command", " ".join(["python", name, *args]), "--out", str(tmp_path / "runs")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
     (run,) = list((tmp_path / "runs").iterdir())
+    return run
+
+
+def test_a_jobs_spike_reaches_the_report(tmp_path: Path) -> None:
+    run = _job_sweep(tmp_path, "spiky.py", SPIKY)
     (row,) = memory_rows(report.load_run(run).trials)
     (spike,) = row["spikes"]
     assert spike["rss_bytes"] > 160 * MIB and 1.0 < spike["t"] < 3.0
@@ -126,3 +131,35 @@ def test_a_jobs_spike_reaches_the_report(tmp_path: Path) -> None:
     (table,) = [t for t in built.tables if t.title.startswith("Memory per machine")]
     cell = table.rows[0].cells[-2]
     assert cell.startswith("1: ") and cell.endswith(f"at {spike['t']:.1f} s")
+
+
+READER = """
+import sys
+hold = bytearray(16 << 20)
+with open(sys.argv[1], "rb", buffering=0) as f:
+    while f.read(1 << 20):
+        pass
+"""
+
+
+def test_a_readers_page_cache_is_named_beside_its_peak_not_in_it(tmp_path: Path) -> None:
+    from workloads import cgroup as cgroups
+
+    try:
+        cgroups.TrialCgroup.create().remove()
+    except cgroups.CgroupUnavailable as exc:
+        pytest.skip(f"no writable memory cgroup: {exc}")
+    data = tmp_path / "data.bin"  # not in the workdir: the trial is the first to read it
+    with open(data, "wb") as f:
+        for _ in range(200):
+            f.write(os.urandom(MIB))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    run = _job_sweep(tmp_path, "reader.py", READER, str(data))
+    (row,) = memory_rows(report.load_run(run).trials)
+    assert row["peak_rss_bytes"] < 100 * MIB
+    (other,) = [b for b in row["other_bases"] if b.startswith("cgroup usage with page cache")]
+    built = report.build_report(report.load_run(run))
+    (table,) = [t for t in built.tables if t.title.startswith("Memory per machine")]
+    assert any(other in note and "counts files it read" in note for note in table.notes)

@@ -124,7 +124,7 @@ def memory_rows(trials: Frame) -> list[dict[str, Any]]:
             "margin_method": req.method, "margin_is_default": req.default,
             "request_bytes": None if leak else req.request_bytes,
             "leak": leak, "spikes": _spikes(group),
-            "other_bases": _other_bases(group, req.peak_bytes) if "held" in sources else [],
+            "other_bases": _other_bases(group, req.peak_bytes),
         })  # fmt: skip
     return rows
 
@@ -154,7 +154,12 @@ def _spikes(group: Frame) -> list[dict[str, Any]]:
 
 
 def _other_bases(group: Frame, peak: float) -> list[str]:
-    """The other bases that differ from the headline by more than BASES_DIFFER, in words."""
+    """The other bases that differ from the headline by more than BASES_DIFFER, in words:
+    for a command's tree only (a runner that kept its cgroup's usage, or a held peak)."""
+    usage = [u for u in group.numbers("peak_usage_with_cache_bytes") if u == u]
+    held = any(str(s).startswith("held") for s in group.get("peak_rss_source", []))
+    if not usage and not held:
+        return []
     out = []
     for column, name in (("peak_usage_with_cache_bytes", "cgroup usage with page cache"),
                          ("peak_rss_sampled_bytes", "sampled RSS sum")):
