@@ -274,6 +274,21 @@ def test_without_a_memory_cgroup_a_tree_peak_is_flagged_in_one_line(tmp_path):
     assert s["peak_rss_upper_bound_bytes"] >= s["peak_rss_bytes"]
 
 
+def test_a_memory_limit_without_a_tree_or_a_cgroup_is_a_usage_error(tmp_path):
+    proc = run(tmp_path / "a", "--memory-limit", "1G", "--duration", "1")
+    assert proc.returncode == protocol.EXIT_USAGE
+    assert "--memory-limit goes with --command" in error_line(proc)
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.run", "--out", str(tmp_path / "b"), "--memory-limit",
+         "1G", "--command", "--", sys.executable, "-c", "pass"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "CLOUDPROF_NO_CGROUP": "1"},
+    )  # fmt: skip
+    assert proc.returncode == protocol.EXIT_USAGE
+    assert "--memory-limit needs a memory cgroup: no memory cgroup (CLOUDPROF_NO_CGROUP is " \
+        "set)" in error_line(proc)
+    assert summary(tmp_path / "b")["status"] == "failed"
+
+
 def test_command_failure_mirrors_in_exit_code(tmp_path):
     proc = run(tmp_path, "--quiet", "--command", "--", sys.executable, "-c", "raise SystemExit(3)")
     assert proc.returncode == protocol.EXIT_FAILED
