@@ -24,8 +24,8 @@ which kernel counter or sampler measured it), and adds a margin:
 
 The request is rounded up to a whole step: the largest power-of-two number of MiB
 that is at most ``ROUND_SHARE`` of it (1 MiB to ``ROUND_TO``), so rounding adds at most
-1 % (what a person writes in a container spec, without asking for 64 MiB more than a
-300 MiB job needs).
+1 %, or 1 MiB below 100 MiB (what a person writes in a container spec, without asking for
+64 MiB more than a 300 MiB job needs, as a fixed 64 MiB step did).
 
 A job whose memory keeps growing (the leak verdict of any repeat is "leak") gets no
 plain request: any fixed figure is too small for a longer run. It gets its growth rate
@@ -226,9 +226,9 @@ def memory_table(trials: Frame) -> Table | None:
         "cgroup-v2 = the trial's memory cgroup's high-water mark (older runners: page cache it "
         "read included); sampled / sampled_tree = the agent's RSS samples.",
         f"memory request (for a container or batch job) = peak + margin, rounded up to a "
-        f"power-of-two MiB of at most {ROUND_SHARE:.0%} of it. margin = {MARGIN_SIGMAS:g} "
-        f"standard deviations of the "
-        f"repeats' peaks, at least {MIN_MARGIN:.0%} of the peak; with one repeat no spread was "
+        f"power-of-two MiB of at most {ROUND_SHARE:.0%} of it (at least 1 MiB). margin = "
+        f"{MARGIN_SIGMAS:g} standard deviations of the repeats' peaks, at least "
+        f"{MIN_MARGIN:.0%} of the peak; with one repeat no spread was "
         f"measured and the margin is a default {DEFAULT_MARGIN:.0%} (labelled) — run with "
         "--repeats 3 for a measured one. A job that leaks gets no request: its growth rate and "
         "the peak it reached at the trial's length instead (a longer run needs more).",
