@@ -403,19 +403,21 @@ def peak_bases(rep: AgentReport) -> dict[str, Any]:
         "peak_usage_with_cache_source": rep.peak_usage_with_cache_source,
         "peak_basis": rep.held_basis,
     }
-    why = {
+    why = {  # name: (value, why it is higher, why it is lower)
         "cgroup usage with page cache": (
             rep.peak_usage_with_cache_bytes,
-            "the page cache of files it read (reclaimed under a limit) counts there, library "
-            "pages another cgroup had cached do not"),
+            "the page cache of files it read (reclaimed under a limit) counts there",
+            "library pages another cgroup had cached are not charged there"),
         "sampled RSS sum": (rep.peak_rss_sampled_bytes,
-                            "each process counts the shared libraries it maps again"),
+                            "each process counts the shared libraries it maps again",
+                            "the samples missed the peak (a kernel high-water mark has it)"),
     }
     notes = []
-    for name, (value, reason) in why.items():
+    for name, (value, higher, lower) in why.items():
         if value is not None and abs(value - head) > BASES_DIFFER * head:
             notes.append(f"{name} peaked at {limits.format_size(value)} "
-                         f"({100.0 * (value / head - 1):+.0f} %): {reason}")
+                         f"({100.0 * (value / head - 1):+.0f} %): "
+                         f"{higher if value > head else lower}")
     out["peak_bases_note"] = "; ".join(notes) or None
     return out
 
@@ -873,8 +875,9 @@ def _run_command_in(
         "runner_rss_at_spawn_bytes": spawn_rss,
     }  # fmt: skip
     code = _finish(args, summary, report, sig)
-    if summary.get("peak_rss_note") and not args.quiet:  # the tree's peak is not exact
-        print(f"note: {summary['peak_rss_note']}", file=sys.stderr, flush=True)
+    for key in ("peak_rss_note", "peak_bases_note"):  # not exact; other bases far from it
+        if summary.get(key) and not args.quiet:
+            print(f"note: {summary[key]}", file=sys.stderr, flush=True)
     if reader is not None:
         reader.fill_summary(summary, report, seconds, waited["at"] - agent.t0)
     if code == protocol.EXIT_OK and reader is not None and reader.error:

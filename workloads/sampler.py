@@ -373,6 +373,7 @@ class Sampler:
             self.result.held_anon_from = ("cgroup memory.stat" if self._cg_stat is not None
                                           else "statm sum")
         self._file_once = 0  # file pages the tree maps, counted once, from the last slow tick
+        self._last_gap: int | None = None  # the previous sample's cgroup gap (_held_now)
         self._last: dict[int, procfs.ProcSample] = {}
         self._dead = [0.0, 0.0, 0, 0]  # user, system, read, write of exited processes
         self._joined_cpu = 0.0
@@ -575,17 +576,27 @@ class Sampler:
         """
         if self._cg_stat is not None:
             try:
-                usage = int(os.pread(self._cg_usage, 64, 0)) if self._cg_usage is not None else None
-                stat = os.pread(self._cg_stat, 8192, 0)
+                anon, mapped = cgroup_held(os.pread(self._cg_stat, 8192, 0))
+                if self._cg_usage is not None:
+                    usage = int(os.pread(self._cg_usage, 64, 0))
+                    # read again after the usage: a tree freeing memory between the reads
+                    # would make usage less the first read's pages look like page cache
+                    again = cgroup_held(os.pread(self._cg_stat, 8192, 0))
+                    if sum(again) > anon + mapped:
+                        anon, mapped = again
             except (OSError, ValueError):
                 return 0
-            anon, mapped = cgroup_held(stat)
             held = anon + max(self._file_once, mapped)
-            if usage is not None:
-                gap = max(usage - anon - mapped, 0)  # charged, not held: page cache, kernel
+            if self._cg_usage is not None:
+                # Charged, not held: page cache, kernel memory. memory.stat can lag the usage
+                # counter for a moment while the tree allocates fast (its figures are flushed
+                # from per-CPU counters), which reads as a gap that is not there: a gap counts
+                # once two samples in a row show it.
+                gap = max(usage - anon - mapped, 0)
                 res = self.result
-                res.held_gap_bytes = gap if res.held_gap_bytes is None else max(
-                    res.held_gap_bytes, gap)
+                steady = 0 if self._last_gap is None else min(gap, self._last_gap)
+                res.held_gap_bytes = max(res.held_gap_bytes or 0, steady)
+                self._last_gap = gap
             return held
         anon = 0
         for fd in self._statm.values():

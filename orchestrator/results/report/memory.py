@@ -241,6 +241,7 @@ def memory_table(trials: Frame) -> Table | None:
                          f"bases differ from the peak by more than {BASES_DIFFER:.0%}: "
                          + "; ".join(r["other_bases"]) + ". Usage with page cache counts files "
                          "it read (reclaimable) and not library pages another cgroup had "
-                         "cached; the RSS sum counts shared libraries once per process.")
+                         "cached; the RSS sum counts shared libraries once per process, or "
+                         "missed a peak between samples.")
     return Table("Memory per machine and worker count: peaks by phase, memory request",
                  headers, rows, notes)
