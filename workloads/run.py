@@ -29,8 +29,8 @@ kernel reclaims that under a limit):
   file_once_bytes``.
 
 Sampling misses a peak between samples; with a cgroup, its high-water mark less the most
-it was charged besides anonymous and mapped pages (page cache, kernel memory: at any
-sample, and what it still held once the tree was reaped) is a lower bound that catches it
+it was charged besides anonymous and mapped pages (page cache, kernel memory: in two
+samples in a row, and what it still held once the tree was reaped) is a lower bound that catches it
 (source ``held_cgroup``), on the assumption that the page cache did not rise and fall
 between two samples. The largest process's own ``VmHWM`` is a floor (source ``vmhwm``).
 The other bases stay in the summary (``peak_usage_with_cache_bytes``,
