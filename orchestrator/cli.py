@@ -533,6 +533,19 @@ def sweep(
             rich_help_panel=LIMITS,
         ),
     ] = None,
+    prove_limit: Annotated[
+        bool | None,
+        typer.Option("--prove-limit", help="A --command job: after its trials, run one more per "
+                     "worker count under a memory cgroup limit equal to the memory request; the "
+                     "report says whether it ran unchanged or was OOM-killed.",
+                     rich_help_panel=LIMITS),
+    ] = None,
+    find_limit: Annotated[
+        bool | None,
+        typer.Option("--find-limit", help="As --prove-limit, then bisect the smallest limit the "
+                     "job runs under (about 5 more trials per worker count).",
+                     rich_help_panel=LIMITS),
+    ] = None,
     out: Annotated[
         str | None,  # not Path: Typer turns '' into the current directory
         typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", metavar="DIR",
@@ -556,7 +569,7 @@ def sweep(
         "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,
         "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host, "ssh_key": ssh_key,
         "workdir": workdir, "setup": setup, "command": command, "shell": shell, "grid": grid,
-        "profile": _value(profile),
+        "profile": _value(profile), "prove_limit": prove_limit, "find_limit": find_limit,
     }  # fmt: skip
     if resume is not None:
         given = [k for k, v in values.items() if v not in (None, [])]

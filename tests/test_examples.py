@@ -65,6 +65,9 @@ def test_the_leak_example_is_flagged_and_its_fix_is_not(tmp_path):
                                                            trials["leak_verdict"], strict=True)}
     assert verdict["leaky"] == "leak" and verdict["fixed"] != "leak"
     assert set(trials["unit"]) == {"batch"}
+    # a leaking job gets no plain memory request: its growth rate and the peak it reached
+    report = (run / "report.md").read_text()
+    assert "none (leak): grows" in report and "MB/s, reached" in report
 
 
 @pytest.mark.slow

@@ -185,6 +185,9 @@ def test_a_job_reports_units_phases_and_its_output_is_kept(user_project, tmp_pat
     assert [p["name"] for p in s["phases"]] == ["load", "fit"]
     load, fit = s["phases"]
     assert load["peak_rss_bytes"] > fit["peak_rss_bytes"] + 30e6  # the 40 MB lived in load
+    # the phases share the headline's basis (what the tree holds): none above it, and the
+    # phase that holds the peak within 10 % of it
+    assert 0.9 * s["peak_rss_bytes"] <= load["peak_rss_bytes"] <= s["peak_rss_bytes"]
     assert fit["wall_s"] >= 0.35 and load["wall_s"] > 0
     log = (tmp_path / "trial" / "output.log").read_text()
     assert "t1" in log and "cloudprof:" not in log  # protocol lines are read, not logged
@@ -251,6 +254,9 @@ def _check_job_run(run: Path, n_trials: int) -> None:
         assert [p["name"] for p in json.loads(row["phases"])] == ["load", "fit"]
         log = (run / "logs" / f"{row['trial_id']}.log").read_text()
         assert row["trial_id"] in log  # tabulate ran: the dependency arrived
+        # each trial's summary.json is kept, from a cloud VM as from this machine
+        kept = json.loads((run / "summaries" / f"{row['trial_id']}.json").read_text())
+        assert kept["peak_rss_bytes"] == row["peak_rss_bytes"] and kept["phases"]
 
 
 def test_a_user_project_sweeps_on_local_with_setup_once_per_host_and_a_grid(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +16,10 @@ from orchestrator.results.report.memory import (
     DEFAULT_MARGIN,
     MARGIN_SIGMAS,
     MIN_MARGIN,
-    ROUND_TO,
+    ROUND_SHARE,
     memory_request,
     memory_rows,
+    round_step,
 )
 from tests.test_report import write_store
 
@@ -35,9 +40,12 @@ def test_a_request_is_the_peak_plus_a_margin_from_the_spread_rounded_up(peaks: l
     else:
         expected = max(MARGIN_SIGMAS * statistics.stdev(peaks), MIN_MARGIN * max(peaks))
         assert not req.default and req.margin_bytes == pytest.approx(expected)
-    assert req.request_bytes % ROUND_TO == 0
+    step = round_step(req.peak_bytes + req.margin_bytes)
+    assert req.request_bytes % step == 0 and step % MIB == 0
     assert req.peak_bytes + req.margin_bytes <= req.request_bytes
-    assert req.request_bytes < req.peak_bytes + req.margin_bytes + ROUND_TO
+    # rounding adds less than one step, and a step is at most ROUND_SHARE of the request
+    assert req.request_bytes < req.peak_bytes + req.margin_bytes + step
+    assert step <= ROUND_SHARE * (req.peak_bytes + req.margin_bytes)
 
 
 def test_a_wider_spread_asks_for_more() -> None:
@@ -79,3 +87,79 @@ def test_the_report_shows_the_load_peak_as_the_headline_and_a_labelled_default_m
     assert cells["1"][3] == "622 MiB" and cells["1"][4] == "load"
     assert "(default margin)" in cells["2"][-1] and "(default margin)" not in cells["1"][-1]
     assert any("default 20%" in note for note in table.notes)
+
+
+SPIKY = """
+import time
+base = bytearray(16 << 20)
+print("cloudprof:unit tick", flush=True)
+for i in range(30):
+    if i == 12:
+        spike = bytearray(160 << 20)  # 0.3 s far above the rest
+    if i == 15:
+        del spike
+    print("cloudprof:units 1", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def _job_sweep(tmp_path: Path, name: str, text: str, *args: str) -> Path:
+    """A one-trial dry-run sweep of the job ``text`` (file ``name`` in its workdir)."""
+    (tmp_path / "job").mkdir(exist_ok=True)
+    (tmp_path / "job" / name).write_text(text)
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
+           "COLUMNS": "1000"}
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "sweep", "--machine", "n2-highcpu-2",
+         "--dry-run", "--workers", "1", "--repeats", "1", "--workdir", str(tmp_path / "job"),
+         "--command", " ".join(["python", name, *args]), "--out", str(tmp_path / "runs")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    return run
+
+
+def test_a_jobs_spike_reaches_the_report(tmp_path: Path) -> None:
+    run = _job_sweep(tmp_path, "spiky.py", SPIKY)
+    (row,) = memory_rows(report.load_run(run).trials)
+    (spike,) = row["spikes"]
+    assert spike["rss_bytes"] > 160 * MIB and 1.0 < spike["t"] < 3.0
+    kept = json.loads(next((run / "summaries").glob("*.json")).read_text())
+    assert kept["spikes"] == row["spikes"]
+    built = report.build_report(report.load_run(run))
+    (table,) = [t for t in built.tables if t.title.startswith("Memory per machine")]
+    cell = table.rows[0].cells[-2]
+    assert cell.startswith("1: ") and cell.endswith(f"at {spike['t']:.1f} s")
+
+
+READER = """
+import sys
+hold = bytearray(16 << 20)
+with open(sys.argv[1], "rb", buffering=0) as f:
+    while f.read(1 << 20):
+        pass
+"""
+
+
+def test_a_readers_page_cache_is_named_beside_its_peak_not_in_it(tmp_path: Path) -> None:
+    from workloads import cgroup as cgroups
+
+    try:
+        cgroups.TrialCgroup.create().remove()
+    except cgroups.CgroupUnavailable as exc:
+        pytest.skip(f"no writable memory cgroup: {exc}")
+    data = tmp_path / "data.bin"  # not in the workdir: the trial is the first to read it
+    with open(data, "wb") as f:
+        for _ in range(200):
+            f.write(os.urandom(MIB))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    run = _job_sweep(tmp_path, "reader.py", READER, str(data))
+    (row,) = memory_rows(report.load_run(run).trials)
+    assert row["peak_rss_bytes"] < 100 * MIB
+    (other,) = [b for b in row["other_bases"] if b.startswith("cgroup usage with page cache")]
+    built = report.build_report(report.load_run(run))
+    (table,) = [t for t in built.tables if t.title.startswith("Memory per machine")]
+    assert any(other in note and "counts files it read" in note for note in table.notes)

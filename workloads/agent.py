@@ -85,6 +85,11 @@ class AgentReport:
     peak_rss_source: str = "sampled"
     peak_rss_sampled_bytes: int = 0
     peak_rss_upper_bound_bytes: int | None = None  # command mode: sum of per-process peaks
+    # command mode: the tree's cgroup high-water mark (page cache it read included) and its
+    # version; the held split of the headline (anon source, file pages counted once / summed)
+    peak_usage_with_cache_bytes: int | None = None
+    peak_usage_with_cache_source: str | None = None
+    held_basis: dict[str, Any] | None = None
     peak_rss_before_bytes: int | None = None  # in-process: lifetime peak when the trial began
     peak_rss_before_source: str | None = None  # "vmhwm" (or "ru_maxrss" without /proc status)
     budget_limit_bytes: int | None = None
@@ -194,6 +199,7 @@ class Agent:
         children_interval_s: float | None = None,
         gpu: bool = True,
         sched: str = DEFAULT_SCHED,
+        cgroup_stat: str | None = None,
     ) -> None:
         limits.check_sample_hz(sample_hz)
         if sched not in SCHED_POLICIES:
@@ -219,6 +225,7 @@ class Agent:
             units_fd=units.cell.fileno() if units is not None else None,
             rss_fd=self._rss.fileno(),
             sched=sched,
+            cgroup_stat=cgroup_stat if include_children else None,
         )
         self._report = AgentReport(rate_hz_target=self.cfg.sample_hz,
                                    budget_limit_bytes=memory_budget)  # fmt: skip
@@ -295,9 +302,12 @@ class Agent:
         self,
         child_rusage: resource.struct_rusage | None = None,
         tree_peak: tuple[int, str] | None = None,
+        tree_left_bytes: int | None = None,
     ) -> AgentReport:
         """End the trial. ``child_rusage`` is the command's ``wait4`` rusage in command mode;
-        ``tree_peak`` its memory cgroup's high-water mark and version (``workloads.cgroup``)."""
+        ``tree_peak`` its memory cgroup's high-water mark and version (``workloads.cgroup``):
+        page cache included, so kept beside the headline, not as it; ``tree_left_bytes`` what
+        the cgroup was still charged once the tree was reaped (the page cache it left)."""
         t_end = time.perf_counter()
         if self._proc is not None:
             result = self._collect()
@@ -323,7 +333,9 @@ class Agent:
         if self.in_process:
             self._in_process_totals(rep)
         else:
-            self._tree_totals(rep, child_rusage, result.proc_peaks, tree_peak)
+            if tree_left_bytes is not None:  # charged, not held: as the samples' gaps
+                result.held_gap_bytes = max(result.held_gap_bytes or 0, tree_left_bytes)
+            self._tree_totals(rep, child_rusage, result, tree_peak)
         rep.gpu_note = result.gpu_note
         if result.gpu_names is not None:
             rep.gpu = gpu_summary(rep, result.gpu_names)
@@ -442,9 +454,15 @@ class Agent:
         rep.peak_rss_bytes = max(rep.peak_rss_bytes, rep.peak_rss_sampled_bytes)
 
     def _tree_totals(
-        self, rep: AgentReport, ru: resource.struct_rusage | None, peaks: dict[int, int],
+        self, rep: AgentReport, ru: resource.struct_rusage | None, result: SamplerResult,
         tree_peak: tuple[int, str] | None = None,
     ) -> None:
+        """The tree's headline peak: the held series' highest sample (anonymous + mapped
+        file pages, counted once: what a container limit must allow, ``workloads.run``'s
+        docstring says how and with what error), at least the largest process's own kernel
+        peak. The other bases stay beside it: the sampled RSS sum, the sum of per-process
+        peaks, the cgroup's usage high-water mark with page cache."""
+        peaks = result.proc_peaks
         last = rep.rows[-1] if rep.rows else None
         if ru is not None:
             rep.cpu_seconds_total = ru.ru_utime + ru.ru_stime
@@ -452,7 +470,10 @@ class Agent:
         else:
             rep.cpu_seconds_total = (last[2] + last[3]) if last else 0.0
             largest = 0
-        largest = max(largest, *peaks.values()) if peaks else largest
+        # each process's own peak (VmHWM, its samples): ru_maxrss above also holds the
+        # runner's RSS at the fork, which the kernel folds into the child's
+        own = max(peaks.values()) if peaks else 0
+        largest = max(largest, own)
         # No kernel counter holds the peak of a *sum* of processes: the exact per-process
         # peak and the sampled sum are both lower bounds, the sum of per-process peaks an
         # upper bound (those peaks need not coincide).
@@ -461,9 +482,30 @@ class Agent:
             "ru_maxrss" if largest >= rep.peak_rss_sampled_bytes else "sampled_tree"
         )
         if tree_peak is not None:
-            # The kernel's high-water mark of the whole tree (its memory cgroup): exact for
-            # the sum, which the two bounds here only bracket. Pages the tree shares with
-            # the runner (before exec) are the runner's, so they are not in it.
+            # The kernel's high-water mark of the whole tree (its memory cgroup), page cache
+            # it read included and library pages another cgroup had cached excluded.
+            rep.peak_usage_with_cache_bytes, rep.peak_usage_with_cache_source = tree_peak
+        held = [h for h in rep.column("held_bytes") if h is not None]
+        if held:
+            # A peak between two samples: the cgroup's high-water mark less the most it was
+            # charged besides what the tree held at any sample (page cache, kernel memory)
+            # bounds the held peak from below, while that page cache only grew.
+            between = (tree_peak[0] - result.held_gap_bytes
+                       if tree_peak is not None and result.held_gap_bytes is not None else 0)
+            # the largest single process's kernel peak is a floor: its own pages, once (wait4's
+            # ru_maxrss also holds the runner's RSS at the fork: a floor of ~20 MB)
+            rep.peak_rss_bytes, rep.peak_rss_source = max(
+                (max(held), "held"), (between, "held_cgroup"), (own, "vmhwm"),
+                (largest, "ru_maxrss"), key=lambda pair: pair[0])
+            rep.held_basis = {
+                "anon_from": result.held_anon_from,
+                "file_once_bytes": result.held_file_bytes,
+                "file_sum_bytes": result.held_file_sum_bytes,
+                # the cgroup's high-water mark less the most it held besides (None: no cgroup)
+                "cgroup_bound_bytes": between if tree_peak is not None
+                and result.held_gap_bytes is not None else None,
+            }
+        elif tree_peak is not None:  # no held series (no smaps_rollup): the cgroup, as before
             rep.peak_rss_bytes, rep.peak_rss_source = tree_peak
         upper = sum(peaks.values())
         rep.peak_rss_upper_bound_bytes = max(upper, rep.peak_rss_bytes)

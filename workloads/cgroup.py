@@ -1,10 +1,12 @@
-"""A memory cgroup per trial: the kernel's own high-water mark of a whole process tree.
+"""A memory cgroup per trial: the kernel's own count of a whole process tree, and its limit.
 
-No per-process counter holds the peak of a *sum* of processes: a burst of three
-100 MiB children that overlap for a moment is under-reported by sampling (the
-moment falls between samples) and by ``wait4`` (its ``ru_maxrss`` is the largest
-single process). A memory cgroup charges every page the tree touches and keeps
-its maximum: cgroup v2's ``memory.peak``, v1's ``memory.max_usage_in_bytes``.
+No per-process counter holds a *sum* of processes once: shared pages count in each. A
+memory cgroup charges every page the tree touches once, to the cgroup that touched it
+first: its ``memory.stat`` gives the tree's anonymous and mapped-file pages (the held
+series, ``workloads.sampler``), its high-water mark (v2 ``memory.peak``, v1
+``memory.max_usage_in_bytes``) catches a burst between two samples, and its limit (v1
+``memory.limit_in_bytes``, v2 ``memory.max``) is a container's: ``--memory-limit`` runs
+a trial under one and reads the OOM kills.
 
 The runner makes ``cloudprof-<pid>-<n>`` under its own memory cgroup (from
 ``/proc/self/cgroup`` and ``/proc/self/mountinfo``), moves the command's first
@@ -16,9 +18,10 @@ hierarchy, a v2 parent whose ``memory`` controller is not delegated) it says why
 in one line and the runner falls back to sampling. ``CLOUDPROF_NO_CGROUP=1``
 forces that fallback (the tests use it to check both paths on one machine).
 
-Caveat: v1 charges page cache to the cgroup that first read a page, so a tree
-that reads files peaks higher there than its RSS; v2's ``memory.peak`` counts
-page cache too. Both are what a container's memory limit counts.
+Caveat: both versions charge page cache to the cgroup that first read a page, so the
+high-water mark of a tree that reads files is higher than what it holds (the kernel
+reclaims that cache under a limit), and library pages another cgroup had cached are not
+in it: the headline is the held series (``workloads.run``), this mark a bound beside it.
 """
 
 from __future__ import annotations
@@ -146,6 +149,50 @@ class TrialCgroup:
             return int((self.path / name).read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
+
+    @property
+    def stat_path(self) -> Path:
+        """memory.stat: the tree's anonymous and mapped-file pages, each charged once."""
+        return self.path / "memory.stat"
+
+    def set_limit(self, limit_bytes: int) -> None:
+        """Put the tree under a container's memory limit (v1 ``memory.limit_in_bytes``, v2
+        ``memory.max``), with no swap past it where the kernel keeps swap apart (v1
+        ``memory.memsw.limit_in_bytes``, v2 ``memory.swap.max``): a container that swaps
+        instead of dying would make a too-small limit look enough. Raises CgroupUnavailable."""
+        limit = str(int(limit_bytes))
+        files = ((("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit))
+                 if self.version == "cgroup-v1"
+                 else (("memory.max", limit), ("memory.swap.max", "0")))
+        for i, (name, value) in enumerate(files):
+            try:
+                (self.path / name).write_text(value)
+            except OSError as exc:
+                if i == 0 or not isinstance(exc, FileNotFoundError):
+                    raise CgroupUnavailable(f"cannot set {self.path / name}: "
+                                            f"{exc.strerror or exc}") from None
+
+    def usage_bytes(self) -> int | None:
+        """What the cgroup is charged now (v1 ``memory.usage_in_bytes``, v2 ``memory.current``):
+        once the tree is reaped, the page cache it read and left behind."""
+        name = "memory.current" if self.version == "cgroup-v2" else "memory.usage_in_bytes"
+        try:
+            return int((self.path / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def oom_kills(self) -> int | None:
+        """Processes of the tree the kernel's OOM killer killed under the cgroup's limit (v1
+        ``memory.oom_control``, v2 ``memory.events``: ``oom_kill N``); None when unreadable."""
+        name = "memory.oom_control" if self.version == "cgroup-v1" else "memory.events"
+        try:
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            return None
+        return None
 
     def remove(self, wait_s: float = 5.0) -> str | None:
         """Kill what is still in the cgroup (a command's leftover background process), then

@@ -207,9 +207,9 @@ class OutputReader:
         elif verb == "unit" and arg:
             self.unit = arg
         elif verb == "phase" and arg:
-            rss, cpu = tree_snapshot(self.root)
-            self.phases.append({"name": arg, "t": self.clock(), "rss_bytes": rss, "cpu_s": cpu,
-                                "units": self.units_total})
+            rss, cpu, held = tree_snapshot(self.root)
+            self.phases.append({"name": arg, "t": self.clock(), "rss_bytes": held,
+                                "rss_sum_bytes": rss, "cpu_s": cpu, "units": self.units_total})
         else:
             self._fail(f"line {n} of the job's output, {line.strip()!r}: unknown protocol line "
                        "(use cloudprof:units N, cloudprof:unit NAME or cloudprof:phase NAME)")
@@ -233,6 +233,12 @@ class OutputReader:
                                "reason": "a fixed-work job (no units): its growth is its work; "
                                          "the leak test needs a job that loops (reports units)"}
         t, rss = rep.column("t"), rep.column("rss_bytes")
+        held = rep.column("held_bytes")
+        if any(h is not None for h in held):  # the phases share the headline's basis
+            rss = held
+        else:  # no held series: the phase starts' readings must be RSS sums too
+            for phase in self.phases:
+                phase["rss_bytes"] = phase.get("rss_sum_bytes")
         cpu = [u + s for u, s in zip(rep.column("cpu_user_s"), rep.column("cpu_system_s"),
                                      strict=True)]
         summary["phases"] = phase_stats(self.phases, t, rss, cpu, end_t, rep.cpu_seconds_total,
@@ -244,10 +250,21 @@ class OutputReader:
             self.on_error(message)
 
 
-def tree_snapshot(root: int) -> tuple[int | None, float | None]:
-    """RSS (sum) and CPU seconds of ``root`` and its live descendants, read now."""
+def tree_snapshot(root: int) -> tuple[int | None, float | None, int | None]:
+    """RSS (sum), CPU seconds and held memory of ``root`` and its live descendants, now.
+
+    Held is the headline's basis (``workloads.run``): anonymous memory plus the file pages
+    mapped, counted once (the larger of the sum of Pss and the largest process's own)."""
     rss, cpu, seen = 0, 0.0, False
+    anon = pss_file = largest_file = 0
+    held_seen = False
     for pid in [root, *procfs.descendants(root)]:
+        rollup = procfs.read_rollup(pid)
+        if rollup is not None:
+            held_seen = True
+            anon += rollup.anon
+            pss_file += rollup.pss_file
+            largest_file = max(largest_file, rollup.rss_file)
         try:
             reader = procfs.ProcReader(pid)
         except procfs.ProcGone:
@@ -261,7 +278,8 @@ def tree_snapshot(root: int) -> tuple[int | None, float | None]:
         seen = True
         rss += sample.rss_bytes
         cpu += sample.cpu_user_s + sample.cpu_system_s
-    return (rss, round(cpu, 3)) if seen else (None, None)
+    held = anon + max(pss_file, largest_file) if held_seen else None
+    return (rss, round(cpu, 3), held) if seen else (None, None, None)
 
 
 def phase_stats(phases: list[dict[str, Any]], t: Sequence[float], rss: Sequence[int],

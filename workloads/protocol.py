@@ -39,8 +39,9 @@ SUMMARY_KEYS = (
     "seconds",
     "units_per_s",
     "peak_rss_bytes",  # whole lifetime (load + trial): kernel high-water mark or cgroup, exact
-    "peak_rss_source",  # where peak_rss_bytes came from: vmhwm | ru_maxrss | cgroup-v1 |
-    #                     cgroup-v2 | sampled | sampled_tree
+    "peak_rss_source",  # where peak_rss_bytes came from: vmhwm | ru_maxrss | held |
+    #                     held_cgroup (a command's tree, workloads.run) | cgroup-v1 | cgroup-v2
+    #                     (older runners) | sampled | sampled_tree
     "peak_rss_trial_bytes",  # the trial alone (t >= 0); peak_rss_before_trial_bytes: the load
     "peak_phase",  # "load" or "trial": the phase that holds the whole-lifetime peak
     "peak_rss_sampled_bytes",  # max of the sampled series
@@ -123,6 +124,9 @@ TIMESERIES_COLUMNS = (
     "gpu_util",  # nullable, 0..100, the whole device(s)
     "gpu_proc_mem_bytes",  # nullable: used by the trial's processes (where NVML lists them)
     "gpu_proc_util",  # nullable, 0..100 per device, the trial's processes' SM utilisation
+    # nullable: a command's tree only: anonymous + mapped file pages, counted once (the basis
+    # of its headline peak, workloads.run.held_peak)
+    "held_bytes",
 )
 
 PROGRESS_PREFIX = "progress"

@@ -10,6 +10,34 @@ when the trial fails, so a collector never finds half a result.
     python -m workloads.run --workers 2 --duration 4 --out /tmp/trial
     python -m workloads.run --workload memory-leak --param mb_per_s=50 --duration 5 --out /tmp/leak
     python -m workloads.run --memory-budget 2G --out /tmp/t --command -- python train.py
+
+The peak memory of a command's process tree is what a container's memory limit must allow:
+what the tree cannot give back. ``peak_rss_bytes`` (source ``held``) is the highest sample
+of anonymous memory plus the file pages the tree maps (libraries, mmapped data), each page
+counted once across its processes, and not the page cache of files it only read (the
+kernel reclaims that under a limit):
+
+* anonymous: the trial cgroup's ``memory.stat`` (v1 ``total_rss``, v2 ``anon``: each page
+  charged once), else the sum of each process's RssAnon (``statm``), where copy-on-write
+  pages shared after a fork count once per process (an overestimate for forking jobs);
+* file pages counted once: the larger of the sum of ``Pss_File + Pss_Shmem`` and the
+  largest process's own file pages (``Rss − Anonymous``), from ``smaps_rollup`` at most
+  once a second, or the cgroup's mapped file pages where more. Rss would count a library
+  once per process that maps it (four numpy processes: 52 MiB for 13); Pss counts a page
+  shared with processes outside the tree (libc, the interpreter) only in part. Both are
+  lower bounds of the union; the error is at most ``peak_basis.file_sum_bytes −
+  file_once_bytes``.
+
+Sampling misses a peak between samples; with a cgroup, its high-water mark less the most
+it was charged besides anonymous and mapped pages (page cache, kernel memory: in two
+samples in a row, and what it still held once the tree was reaped) is a lower bound that catches it
+(source ``held_cgroup``), on the assumption that the page cache did not rise and fall
+between two samples. The largest process's own ``VmHWM`` is a floor (source ``vmhwm``).
+The other bases stay in the summary (``peak_usage_with_cache_bytes``,
+``peak_rss_sampled_bytes``, ``peak_rss_upper_bound_bytes``) and ``peak_bases_note`` names
+those more than 10 % away. A workload in this process is one process: its ``VmHWM`` is that
+basis already. ``--memory-limit BYTES`` runs the tree under a cgroup limit, as a container,
+and records OOM kills (``memory_limit``).
 """
 
 from __future__ import annotations
@@ -129,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="0 = no background sampling")
     p.add_argument("--memory-budget", type=_size,
                    help="stop the trial above this RSS (2G = 2 GiB, 2GB = 2e9 bytes)")
+    p.add_argument("--memory-limit", type=_size, metavar="BYTES",
+                   help="with --command: run the tree under this memory cgroup limit, as a "
+                   "container would (2G = 2 GiB); an OOM kill there fails the trial")
     p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
     p.add_argument("--out", required=True, type=Path, help="directory for the result files")
     p.add_argument(
@@ -267,6 +298,7 @@ def _timeseries_table(report: AgentReport) -> Any:
         "pss_bytes": pa.int64(), "children": pa.int32(), "units": pa.int64(),
         "gpu_mem_bytes": pa.int64(), "gpu_util": pa.float64(),
         "gpu_proc_mem_bytes": pa.int64(), "gpu_proc_util": pa.float64(),
+        "held_bytes": pa.int64(),
     }  # fmt: skip
     cols = protocol.TIMESERIES_COLUMNS
     arrays = [arrow.nullable(report.column(c), types[c]) for c in cols]
@@ -359,15 +391,52 @@ def peak_fields(rep: AgentReport) -> dict[str, Any]:
     return out
 
 
+BASES_DIFFER = 0.10  # another basis this far from the headline is named in peak_bases_note
+
+
+def peak_bases(rep: AgentReport) -> dict[str, Any]:
+    """The tree's other memory figures beside the headline, and a note naming those more
+    than ``BASES_DIFFER`` away from it, with why they differ."""
+    head = max(rep.peak_rss_bytes, 1)
+    out: dict[str, Any] = {
+        "peak_usage_with_cache_bytes": rep.peak_usage_with_cache_bytes,
+        "peak_usage_with_cache_source": rep.peak_usage_with_cache_source,
+        "peak_basis": rep.held_basis,
+    }
+    why = {  # name: (value, why it is higher, why it is lower)
+        "cgroup usage with page cache": (
+            rep.peak_usage_with_cache_bytes,
+            "the page cache of files it read (reclaimed under a limit) counts there",
+            "library pages another cgroup had cached are not charged there"),
+        "sampled RSS sum": (rep.peak_rss_sampled_bytes,
+                            "each process counts the shared libraries it maps again",
+                            "the samples missed the peak (a kernel high-water mark has it)"),
+    }
+    notes = []
+    for name, (value, higher, lower) in why.items():
+        if value is not None and abs(value - head) > BASES_DIFFER * head:
+            notes.append(f"{name} peaked at {limits.format_size(value)} "
+                         f"({100.0 * (value / head - 1):+.0f} %): "
+                         f"{higher if value > head else lower}")
+    out["peak_bases_note"] = "; ".join(notes) or None
+    return out
+
+
 def fill_measurements(summary: dict[str, Any], rep: AgentReport, cores: int | None) -> None:
     """The agent's figures → summary keys (peak, CPU, leak verdict, spikes, budget, cost)."""
     t, rss = rep.column("t"), rep.column("rss_bytes")
+    held = rep.column("held_bytes")
+    if rep.held_basis is not None:  # a tree: leak and spikes on the headline's basis
+        pairs = [(tt, h) for tt, h in zip(t, held, strict=True) if h is not None]
+        t, rss = [p[0] for p in pairs], [p[1] for p in pairs]
     summary.update(peak_fields(rep))
     summary["peak_rss_sampled_bytes"] = rep.peak_rss_sampled_bytes
     upper = rep.peak_rss_upper_bound_bytes
+    if rep.held_basis is not None or rep.peak_usage_with_cache_bytes is not None:
+        summary.update(peak_bases(rep))
     if upper is not None:
         summary["peak_rss_upper_bound_bytes"] = upper
-        sampled = not rep.peak_rss_source.startswith("cgroup")
+        sampled = rep.peak_rss_source in ("sampled_tree", "ru_maxrss")
         if sampled and upper > TREE_GAP * max(rep.peak_rss_bytes, 1):
             # The processes' own peaks add up to far more than the tree was seen at: they
             # may have peaked together between two samples.
@@ -644,13 +713,45 @@ def _run_command(
                "RAY_ADDRESS": args.ray_address}
         summary["params"]["ray"] = {"nodes": args.ray_nodes, "address": args.ray_address}
     group = _trial_cgroup(summary)
+    if args.memory_limit is not None:
+        _limit(group, args.memory_limit, summary)
     try:
-        return _run_command_in(args, command, summary, sig, env, spawn_rss, group)
+        code = _run_command_in(args, command, summary, sig, env, spawn_rss, group)
+        if args.memory_limit is not None and group is not None:
+            code = _judge_limit(group, args.memory_limit, summary, code)
+        return code
     finally:
         problem = group.remove() if group is not None else None
         if problem is not None:  # a leftover of this trial on the host: say it loudly
             print(f"error: {problem}", file=sys.stderr, flush=True)
             summary.setdefault("cgroup_error", problem)
+
+
+def _limit(group: cgroups.TrialCgroup | None, limit: int, summary: dict[str, Any]) -> None:
+    """``--memory-limit``: the trial's cgroup under it, or a usage error saying why not."""
+    if group is None:
+        raise UsageError("--memory-limit needs a memory cgroup: "
+                         f"{summary.get('peak_rss_note') or 'none could be made'}")
+    try:
+        group.set_limit(limit)
+    except cgroups.CgroupUnavailable as exc:
+        group.remove()
+        raise UsageError(f"--memory-limit: {exc}") from None
+    summary["memory_limit"] = {"limit_bytes": limit, "oom_kills": None, "ran_unchanged": None}
+
+
+def _judge_limit(group: cgroups.TrialCgroup, limit: int, summary: dict[str, Any],
+                 code: int) -> int:
+    """Did the job run under the limit? An OOM kill of any of its processes says no."""
+    kills = group.oom_kills()
+    summary["memory_limit"]["oom_kills"] = kills
+    summary["memory_limit"]["ran_unchanged"] = code == protocol.EXIT_OK and not kills
+    if kills and summary["status"] != "interrupted":
+        summary["status"] = "failed"
+        summary["error"] = (f"the kernel's OOM killer killed {kills} process(es) of the job "
+                            f"under the memory limit of {_human(limit)}")
+        return protocol.EXIT_FAILED
+    return code
 
 
 def _trial_cgroup(summary: dict[str, Any]) -> cgroups.TrialCgroup | None:
@@ -661,9 +762,8 @@ def _trial_cgroup(summary: dict[str, Any]) -> cgroups.TrialCgroup | None:
         return group
     except cgroups.CgroupUnavailable as exc:
         summary["peak_rss_note"] = (
-            f"no memory cgroup ({exc}): the process tree's peak is the larger of its sampled "
-            "sum and its largest process, so a short peak of several processes at once can "
-            "be missed")
+            f"no memory cgroup ({exc}): the tree's anonymous memory is summed per process, "
+            "so pages its processes share after a fork count once per process")
         return None
 
 
@@ -714,6 +814,7 @@ def _run_command_in(
     agent = Agent(
         proc.pid, include_children=True, sample_hz=args.sample_hz,
         memory_budget=args.memory_budget, on_breach=on_breach, units=counter,
+        cgroup_stat=str(group.stat_path) if group is not None else None,
     )  # fmt: skip
     agent.start()
     reader: jobs.OutputReader | None = None
@@ -756,11 +857,11 @@ def _run_command_in(
         if "status" not in waited:  # an exception in our loop: never leave the tree running
             _terminate_tree(proc.pid, proc.pid)
     seconds = waited["at"] - start
-    tree_peak = None
+    tree_peak = left = None
     if group is not None:
-        peak = group.peak_bytes()
+        peak, left = group.peak_bytes(), group.usage_bytes()
         tree_peak = (peak, group.version) if peak is not None else None
-    report = agent.stop(child_rusage=waited["rusage"], tree_peak=tree_peak)
+    report = agent.stop(child_rusage=waited["rusage"], tree_peak=tree_peak, tree_left_bytes=left)
     report.torch_peak_bytes = torch_gpu.read_hook_peak(args.out)
     if reader is not None:
         reader.join()
@@ -774,8 +875,9 @@ def _run_command_in(
         "runner_rss_at_spawn_bytes": spawn_rss,
     }  # fmt: skip
     code = _finish(args, summary, report, sig)
-    if summary.get("peak_rss_note") and not args.quiet:  # the tree's peak is not exact
-        print(f"note: {summary['peak_rss_note']}", file=sys.stderr, flush=True)
+    for key in ("peak_rss_note", "peak_bases_note"):  # not exact; other bases far from it
+        if summary.get(key) and not args.quiet:
+            print(f"note: {summary[key]}", file=sys.stderr, flush=True)
     if reader is not None:
         reader.fill_summary(summary, report, seconds, waited["at"] - agent.t0)
     if code == protocol.EXIT_OK and reader is not None and reader.error:
@@ -869,6 +971,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError(f"--out {str(out)!r} exists and is not a directory")
             if (args.job or args.shell or args.var) and not args.command:
                 raise UsageError("--job, --shell and --var go with --command")
+            if args.memory_limit is not None and not args.command:
+                raise UsageError("--memory-limit goes with --command (a tree in a cgroup)")
             if args.chdir is not None:
                 from workloads import job as jobs
 
@@ -889,6 +993,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "units_target": args.units,
                     "sample_hz": args.sample_hz,
                     "memory_budget_bytes": args.memory_budget,
+                    "memory_limit_bytes": args.memory_limit,
                     "warmup_s": args.warmup,
                     "command": command if args.command else None,
                     "profile": args.profile,

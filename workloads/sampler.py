@@ -99,7 +99,7 @@ class SamplerConfig:
         self, pid: int, tree: bool = False, relative: bool = False, sample_hz: float = 10.0,
         memory_budget: int | None = None, slow_interval_s: float = 1.0,
         children_interval_s: float = 1.0, gpu: bool = True, units_fd: int | None = None,
-        rss_fd: int | None = None, sched: str = DEFAULT_SCHED,
+        rss_fd: int | None = None, sched: str = DEFAULT_SCHED, cgroup_stat: str | None = None,
     ) -> None:  # fmt: skip
         self.pid = pid
         self.tree = tree  # include the target's descendants (a command's process tree)
@@ -112,6 +112,9 @@ class SamplerConfig:
         self.units_fd = units_fd  # a SharedInt with the units done so far
         self.rss_fd = rss_fd  # a SharedInt the sampler keeps at the latest RSS
         self.sched = sched  # the sampler process's CPU policy: one of SCHED_POLICIES
+        # the tree's memory cgroup's memory.stat (workloads.cgroup): its anon and mapped-file
+        # pages, each charged once, for the held series; None: summed from /proc per process
+        self.cgroup_stat = cgroup_stat
 
     def encode(self) -> str:
         """The config as one command-line word (marshal's bytes, in hex)."""
@@ -133,6 +136,8 @@ class SamplerResult:
         proc_peaks: dict[int, int] | None = None, gpu_names: list[str] | None = None,
         gpu_note: str | None = None, budget_breach_t: float | None = None,
         budget_breach_rss_bytes: int | None = None, error: str | None = None,
+        held_file_bytes: int = 0, held_file_sum_bytes: int = 0, held_anon_from: str | None = None,
+        held_gap_bytes: int | None = None,
     ) -> None:  # fmt: skip
         self.rows: list[tuple] = [] if rows is None else rows
         self.scheduled = scheduled  # samples taken on the clock, not the ones at start and stop
@@ -147,6 +152,14 @@ class SamplerResult:
         self.budget_breach_t = budget_breach_t
         self.budget_breach_rss_bytes = budget_breach_rss_bytes
         self.error = error
+        # the held series' file part at its largest (file pages counted once), and the sum of
+        # each process's own file pages at its largest (what counting them per process gives)
+        self.held_file_bytes = held_file_bytes
+        self.held_file_sum_bytes = held_file_sum_bytes
+        self.held_anon_from = held_anon_from  # "cgroup memory.stat" | "statm sum" | None
+        # the most the cgroup was charged besides what the tree held (page cache, kernel
+        # memory) at any sample: its high-water mark less this bounds the held peak from below
+        self.held_gap_bytes = held_gap_bytes
 
     def to_bytes(self) -> bytes:
         return marshal.dumps(vars(self))
@@ -249,7 +262,7 @@ class _Series:
 
     _KINDS = (("t", "d"), ("rss", "q"), ("user", "d"), ("system", "d"), ("cpu", "d"),
               ("tc", "d"), ("threads", "q"), ("rd", "q"), ("wr", "q"),
-              ("units", "q"))  # fmt: skip
+              ("units", "q"), ("held", "q"))  # fmt: skip
 
     def __init__(self, capacity: int = 1024) -> None:
         self.n = 0
@@ -300,12 +313,13 @@ class _Series:
                 used = cpu[i] - cpu[i - 1] - self.joined.get(i, 0.0)
                 pct = 100.0 * used / dt if dt > 0 else 0.0
             uss, pss, children, gpu = self.slow.get(i, (None, None, None, None))
-            rd, wr, units = self.rd[i], self.wr[i], self.units[i]
+            rd, wr, units, held = self.rd[i], self.wr[i], self.units[i], self.held[i]
             out.append((
                 round(t[i] - t0, 6), self.rss[i], round(self.user[i], 3),
                 round(self.system[i], 3), round(max(pct, 0.0), 2), self.threads[i],
                 rd if rd >= 0 else None, wr if wr >= 0 else None, uss, pss, children,
                 units if units >= 0 else None, *(gpu or (None, None, None, None)),
+                held if held > 0 else None,  # 0: not measured (a lone process's lean loop)
             ))  # fmt: skip
         return out
 
@@ -342,6 +356,24 @@ class Sampler:
         self._cpu_clock = None if cfg.tree else procfs.cpu_clock(cfg.pid)
         self._own_pid = os.getpid()
         self._readers: dict[int, procfs.ProcReader] = {}
+        # the held series of a tree: statm per process (anon), or the cgroup's memory.stat
+        self._statm: dict[int, int] = {}
+        self._cg_stat: int | None = None
+        self._cg_usage: int | None = None
+        if cfg.tree and cfg.cgroup_stat:
+            try:
+                self._cg_stat = os.open(cfg.cgroup_stat, os.O_RDONLY)
+                where = cfg.cgroup_stat.rpartition("/")[0]
+                usage = where + "/memory.usage_in_bytes"  # v1; v2: memory.current
+                self._cg_usage = os.open(usage if os.path.exists(usage)
+                                         else where + "/memory.current", os.O_RDONLY)
+            except OSError:
+                self._cg_stat = self._cg_usage = None
+        if cfg.tree:
+            self.result.held_anon_from = ("cgroup memory.stat" if self._cg_stat is not None
+                                          else "statm sum")
+        self._file_once = 0  # file pages the tree maps, counted once, from the last slow tick
+        self._last_gap: int | None = None  # the previous sample's cgroup gap (_held_now)
         self._last: dict[int, procfs.ProcSample] = {}
         self._dead = [0.0, 0.0, 0, 0]  # user, system, read, write of exited processes
         self._joined_cpu = 0.0
@@ -376,6 +408,14 @@ class Sampler:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
+        cg = [fd for fd in (self._cg_stat, self._cg_usage) if fd is not None]
+        for fd in [*self._statm.values(), *cg]:
+            try:  # noqa: SIM105 - no contextlib in the sampler process (see the imports)
+                os.close(fd)
+            except OSError:
+                pass
+        self._statm.clear()
+        self._cg_stat = self._cg_usage = None
         if self._gpu is not None:
             self._gpu.close()
         ser = self._series
@@ -419,6 +459,11 @@ class Sampler:
         except procfs.ProcGone:
             return
         self._readers[pid] = reader
+        if self.cfg.tree and self._cg_stat is None:
+            try:  # noqa: SIM105 - no contextlib in the sampler process (see the imports)
+                self._statm[pid] = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
+            except OSError:
+                pass
         if joined:  # CPU it used before we saw it is real, but not this interval's
             self._joined_cpu += first.cpu_user_s + first.cpu_system_s
 
@@ -482,6 +527,9 @@ class Sampler:
         """A process exited: close its reader and keep its last CPU and I/O in the totals
         (``_dead``); returns them (user, system, read, write)."""
         self._readers.pop(pid).close()
+        statm = self._statm.pop(pid, None)
+        if statm is not None:
+            os.close(statm)
         prev = self._last.pop(pid, None)
         if prev is None:
             return (0.0, 0.0, 0, 0)
@@ -512,7 +560,50 @@ class Sampler:
         cpu, tc = cpu_read_at(lambda: self._cpu_now(tree))
         i = ser.add(now, rss, user - base[0], system - base[1], cpu - self._cpu_base, tc, threads,
                     rd - base[2] if rd >= 0 else -1, wr - base[3] if wr >= 0 else -1, units)
+        if self.cfg.tree:
+            ser.held[i] = self._held_now()
         self._after(i, now, rss)
+
+    def _held_now(self) -> int:
+        """What the tree holds now: anonymous pages + the file pages it maps, counted once.
+
+        Anonymous: the cgroup's own count (each page charged once, copy-on-write pages
+        shared after a fork included once), else the sum of each process's RssAnon (such
+        pages then count once per process that shares them: an overestimate). File pages:
+        the larger of the last slow tick's estimate (``_slow_tick``) and the cgroup's mapped
+        file pages now (exact for the pages this tree read in, blind to pages another cgroup
+        had cached): each is a lower bound of the pages mapped, counted once.
+        """
+        if self._cg_stat is not None:
+            try:
+                anon, mapped = cgroup_held(os.pread(self._cg_stat, 8192, 0))
+                if self._cg_usage is not None:
+                    usage = int(os.pread(self._cg_usage, 64, 0))
+                    # read again after the usage: a tree freeing memory between the reads
+                    # would make usage less the first read's pages look like page cache
+                    again = cgroup_held(os.pread(self._cg_stat, 8192, 0))
+                    if sum(again) > anon + mapped:
+                        anon, mapped = again
+            except (OSError, ValueError):
+                return 0
+            held = anon + max(self._file_once, mapped)
+            if self._cg_usage is not None:
+                # Charged, not held: page cache, kernel memory. memory.stat can lag the usage
+                # counter for a moment while the tree allocates fast (its figures are flushed
+                # from per-CPU counters), which reads as a gap that is not there: a gap counts
+                # once two samples in a row show it.
+                gap = max(usage - anon - mapped, 0)
+                res = self.result
+                steady = 0 if self._last_gap is None else min(gap, self._last_gap)
+                res.held_gap_bytes = max(res.held_gap_bytes or 0, steady)
+                self._last_gap = gap
+            return held
+        anon = 0
+        for fd in self._statm.values():
+            got = procfs.read_anon(fd)
+            if got is not None:
+                anon += got
+        return anon + self._file_once if anon else 0
 
     def _after(self, i: int, now: float, rss: int) -> None:
         """What follows storing sample ``i``: slow values, the shared RSS, the budget."""
@@ -553,12 +644,25 @@ class Sampler:
         got = False
         if now >= self._next_smaps:
             cost = time.thread_time()
+            pss_file = largest_file = file_sum = 0
             for pid in list(self._readers):
-                up = procfs.read_uss_pss(pid)
+                up = procfs.read_rollup(pid)
                 if up is not None:
                     got = True
-                    uss += up[0]
-                    pss += up[1]
+                    uss += up.uss
+                    pss += up.pss
+                    pss_file += up.pss_file
+                    file_sum += up.rss_file
+                    largest_file = max(largest_file, up.rss_file)
+            if got:
+                # File pages counted once lie between the largest process's own (each page
+                # whole) and the sum over processes; the sum of Pss counts each page shared
+                # only within the tree once, and a page shared with processes outside it in
+                # part. The larger of the two lower bounds is the estimate.
+                self._file_once = max(pss_file, largest_file)
+                res = self.result
+                res.held_file_bytes = max(res.held_file_bytes, self._file_once)
+                res.held_file_sum_bytes = max(res.held_file_sum_bytes, file_sum)
             cost = time.thread_time() - cost
             # smaps_rollup walks every page table: ~5 ms for 500 MB resident, far more for
             # tens of GB. Space the reads so they never take more than SMAPS_DUTY of a core.
@@ -571,6 +675,21 @@ class Sampler:
                     peaks[pid] = hwm
         gpu = self._gpu.sample(set(self._readers)) if self._gpu is not None else None
         self._slow = (uss if got else None, pss if got else None, gpu)
+
+
+def cgroup_held(stat: bytes) -> tuple[int, int]:
+    """(anonymous, mapped file) bytes from a memory cgroup's memory.stat: v1's total_rss and
+    total_mapped_file (shmem included), v2's anon and the larger of file_mapped and shmem."""
+    anon = mapped = shmem = 0
+    for line in stat.split(b"\n"):
+        key, _, value = line.partition(b" ")
+        if key in (b"total_rss", b"anon"):
+            anon = int(value)
+        elif key in (b"total_mapped_file", b"file_mapped"):
+            mapped = int(value)
+        elif key == b"shmem":
+            shmem = int(value)
+    return anon, max(mapped, shmem)
 
 
 # -- the sampler process ----------------------------------------------------------------------

@@ -48,7 +48,7 @@ from orchestrator.errors import (
     UsageError,
     one_line,
 )
-from orchestrator.formatting import fmt_usd
+from orchestrator.formatting import fmt_bytes, fmt_usd
 from orchestrator.plan.planner import (
     Plan,
     TrialPlan,
@@ -344,6 +344,8 @@ class _Engine:
         # see ``_stage_once``); set once it has, or failed. No host fetches them before.
         self.stage: Callable[[], None] = lambda: None
         self.staged = threading.Event()
+        # --prove-limit/--find-limit trials (orchestrator.engine.limits): id → what to record
+        self.limit_meta: dict[str, dict[str, Any]] = {}
 
     # -- the whole run ---------------------------------------------------------
 
@@ -664,10 +666,24 @@ class _Engine:
                     for left in trials[i:]:
                         self._record(host, left, None, None, status="failed", error=reason)
                     raise
+            if self.spec.prove_limit or self.spec.find_limit:
+                self._prove_limits(host)
         finally:
             if host.warm is not None:
                 host.warm.stop(host.executor)
                 host.warm = None
+
+    def _prove_limits(self, host: _Host) -> None:
+        """--prove-limit/--find-limit after the machine's trials: orchestrator.engine.limits."""
+        from orchestrator.engine.limits import prove_limits
+
+        def run(trial: TrialPlan, meta: dict[str, Any]) -> bool:
+            self.limit_meta[trial.trial_id] = dict(meta)
+            self._run_trial(host, trial)
+            return bool(self.limit_meta[trial.trial_id].get("ran_unchanged"))
+
+        prove_limits(self.spec, host.vm.machine.name, self.store.trial_rows(), run,
+                     self.progress.log, self.stop.is_set)
 
     def _start_warm(self, host: _Host, trials: list[TrialPlan]) -> None:
         """A warm runner for the host's trials that can use one (see engine/warm_runner.py)."""
@@ -1175,6 +1191,17 @@ class _Engine:
         row = trial_row(summary, host.vm.machine, trial=trial, sweep_id=self.plan.sweep_id,
                         ran_on=ran_on, provider=provider.name, spot=host.vm.spot, status=status,
                         error=error, exit_code=exit_code)
+        if trial.trial_id in self.limit_meta:  # kept apart too: see results/limits.py
+            from orchestrator.results.limits import record_limit
+
+            rec = record_limit(self.store, row, summary, self.limit_meta[trial.trial_id])
+            self.limit_meta[trial.trial_id] = rec
+            shutil.rmtree(self.store.run_dir / ".incoming" / trial.trial_id, ignore_errors=True)
+            mark, what = (("[green]✓[/green]", "ran unchanged") if rec["ran_unchanged"]
+                          else ("[red]✗[/red]", row.get("error") or row.get("status")))
+            self.progress.log(f"  {mark} {trial.trial_id}: {what} "
+                              f"(memory limit {fmt_bytes(rec['limit_bytes'])})")
+            return
         if trial.profiled:  # kept apart from the throughput trials: see results/profiles.py
             from orchestrator.results.profiles import record_profile
 
@@ -1183,6 +1210,7 @@ class _Engine:
             self.progress.trial_done(host.vm.name, row)
             return
         self.store.record_trial(row, ts if ts is not None and ts.is_file() else None)
+        _keep_summary(self.store.run_dir, trial.trial_id)
         log = self.store.run_dir / ".incoming" / trial.trial_id / JOB_LOG
         if log.is_file():
             (self.store.run_dir / "logs").mkdir(exist_ok=True)
@@ -1208,6 +1236,18 @@ def profile_ids(run_dir: Path, done_only: bool = False) -> set[str]:
     from orchestrator.results.profiles import profiled_trial_ids
 
     return profiled_trial_ids(run_dir, done_only=done_only)
+
+
+SUMMARIES_DIR = "summaries"  # summaries/<trial_id>.json: each trial's summary.json, as it came
+
+
+def _keep_summary(run_dir: Path, trial_id: str) -> None:
+    """Keep the trial's summary.json in the store (every provider: a cloud VM's is gone with
+    it), for what trials.parquet does not hold: spikes, the peak's bases, the leak fit."""
+    src = run_dir / ".incoming" / trial_id / protocol.SUMMARY_FILE
+    if src.is_file():
+        (run_dir / SUMMARIES_DIR).mkdir(exist_ok=True)
+        shutil.copyfile(src, run_dir / SUMMARIES_DIR / f"{trial_id}.json")
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
@@ -1362,6 +1402,19 @@ def _settle_status(run_dir: Path) -> None:
             store.set_status("interrupted", finished_at=now_iso())
 
 
+def _limit_note(spec: SweepSpec, console: Console) -> None:
+    """--prove-limit/--find-limit add trials the plan's estimate does not count: say how many."""
+    if spec.find_limit or spec.prove_limit:
+        from orchestrator.engine.limits import MAX_STEPS
+
+        most = 2 + MAX_STEPS if spec.find_limit else 1
+        flag = "--find-limit" if spec.find_limit else "--prove-limit"
+        console.print(f"[yellow]note:[/yellow] {flag} adds up to {most} trial(s) per machine "
+                      "and worker count under a memory limit, after the others; the "
+                      "estimates above do not count them.",
+                      highlight=False)
+
+
 def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path],
          plan_only: bool = False) -> Path | None:
     done: set[str] = set()
@@ -1401,6 +1454,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
         render_plan(plan, console, spec.dry_run, done=done)
         _bucket_note(spec, names, console)
         console.print(f"Time limit: {timeouts.describe(spec)}", highlight=False)
+        _limit_note(spec, console)
         return None
     if not spec.dry_run:
         checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
@@ -1422,6 +1476,7 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     render_plan(plan, console, spec.dry_run, done=done)
     _bucket_note(spec, names, console)
     console.print(f"Time limit: {timeouts.describe(spec)}", highlight=False)
+    _limit_note(spec, console)
 
     if inputs is not None:
         generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs

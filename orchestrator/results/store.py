@@ -84,7 +84,8 @@ EXTRA_COLUMNS = (
     "peak_rss_before_trial_bytes",  # imports, input loading, warm-up: before t = 0
     "peak_rss_trial_bytes",  # the trial alone (t >= 0)
     "peak_phase",  # "load" | "trial": which phase holds peak_rss_bytes
-    "peak_rss_source",  # vmhwm | ru_maxrss | cgroup-v1 | cgroup-v2 | sampled | sampled_tree
+    "peak_rss_source",  # vmhwm | ru_maxrss | held | held_cgroup | cgroup-v1 | cgroup-v2 |
+    #                     sampled | sampled_tree
     "peak_rss_upper_bound_bytes",  # a tree: the sum of its processes' own peaks
     "load_s",  # seconds the trial process ran before t = 0 (that load phase)
     "cpu_percent_mean",
@@ -108,6 +109,10 @@ EXTRA_COLUMNS = (
     "node_peak_rss_sampled_bytes",  # JSON list: the sampled peak of each node's Ray tree
     "node_units_per_s",  # JSON list, one rate per node, or None
     "node_addresses",  # JSON list: the address each node's actor ran at (as Ray has it), or None
+    # A command's tree: peak_rss_bytes is what it holds (anonymous + mapped file pages,
+    # counted once; peak_rss_source "held"); the cgroup's usage with page cache beside it.
+    "peak_usage_with_cache_bytes",
+    "spikes",  # JSON list of the summary's memory spikes ({"t", "rss_bytes", ...}), or None
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
 
@@ -558,6 +563,8 @@ def trial_row(
         "node_peak_rss_sampled_bytes": _per_node(s, "peak_rss_sampled_bytes"),
         "node_units_per_s": _per_node(s, "units_per_s"),
         "node_addresses": _per_node(s, "address"),
+        "peak_usage_with_cache_bytes": _num(s.get("peak_usage_with_cache_bytes")),
+        "spikes": json.dumps(s["spikes"]) if s.get("spikes") else None,
     }
 
 

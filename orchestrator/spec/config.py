@@ -480,6 +480,8 @@ _CONVERTERS: dict[str, Callable[[Any, str], Any]] = {
     "max_peak_memory": parse_peak_gate,
     "sample_hz": _sample_hz,
     "profile": _profile,
+    "prove_limit": _boolean,
+    "find_limit": _boolean,
     "out": _path,
     "dry_run": _boolean,
     "adaptive": _boolean,
@@ -923,6 +925,20 @@ def _check_nodes(spec: SweepSpec) -> None:
     require_ray(max(spec.nodes))
 
 
+def _check_limits(spec: SweepSpec) -> None:
+    """--prove-limit/--find-limit put a command's process tree under a cgroup limit: a
+    workload in the runner's own process would take the runner down with it."""
+    flag = "--find-limit" if spec.find_limit else "--prove-limit" if spec.prove_limit else None
+    if flag is None:
+        return
+    if spec.command is None:
+        raise UsageError(f"{flag} runs a --command job under a memory limit: add --command")
+    if max(spec.nodes, default=1) > 1:
+        raise UsageError(f"{flag} limits one host's process tree: drop --nodes")
+    if spec.adaptive or spec.search:
+        raise UsageError(f"{flag} proves a plain sweep's memory request: drop --adaptive/--search")
+
+
 def validate_spec(spec: SweepSpec) -> SweepSpec:
     """Cross-option checks; fills in the provider, the region (from the zone), ssh machines."""
     _check_search(spec)
@@ -956,6 +972,7 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
     _check_nodes(spec)
     _check_trial_count(spec)
     _check_trial_ids(spec)
+    _check_limits(spec)
     _existing_file(spec.ssh_key, "--ssh-key")
     check_output_dir(spec.out)
     return spec

@@ -55,6 +55,11 @@ class SweepSpec:
     peak_gate: str = "lifetime"
     sample_hz: float = 10.0
     profile: str | None = None  # "cpu" | "memory": one extra profiled trial per worker count
+    # A command job's memory request, proven: one extra trial per worker count under a cgroup
+    # limit equal to it (prove_limit), or a bisection of the smallest limit it runs under
+    # (find_limit, which proves too); kept apart from the tables (orchestrator.engine.limits)
+    prove_limit: bool = False
+    find_limit: bool = False
     out: Path = Path("runs")
     dry_run: bool = False
     hosts_file: Path | None = None

@@ -82,6 +82,7 @@ class AnswerCard:
     request_bytes: float  # the memory request for it (memory.py)
     request_margin: str  # how the request's margin was chosen
     request_default_margin: bool
+    leak_mb_per_s: float = math.nan  # a leaking job's growth (memory.py): no request, its rate
     machine_peak_bytes: float  # the highest peak at any worker count of the machine
     machine_peak_workers: int | None
     runner_up: int | None  # the next best worker count
@@ -148,6 +149,9 @@ class AnswerCard:
             margin = ("default margin: one repeat" if self.request_default_margin
                       else "margin: " + self.request_margin.replace(": ", "; "))
             text += f"; memory request {fmt_bytes(self.request_bytes)} ({margin})"
+        elif is_finite(self.leak_mb_per_s):
+            text += (f"; no memory request: it leaks, growing {self.leak_mb_per_s:.1f} MB/s "
+                     "(a longer run needs more)")
         if (self.machine_peak_workers not in (None, self.workers)
                 and is_finite(self.machine_peak_bytes)
                 and self.machine_peak_bytes > self.peak_bytes):
@@ -269,6 +273,7 @@ def _card(
         request_bytes=_num(mem.get("request_bytes")),
         request_margin=str(mem.get("margin_method") or ""),
         request_default_margin=bool(mem.get("margin_is_default")),
+        leak_mb_per_s=_num((mem.get("leak") or {}).get("slope_mb_per_s")),
         machine_peak_bytes=top_peak, machine_peak_workers=top_workers,
         runner_up=runner_up, runner_up_within_noise=noise,
         workers_tested=tuple(tested),

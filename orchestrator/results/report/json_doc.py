@@ -91,6 +91,8 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
             "memory": _memory(trials),
             # --nodes only: a one-VM sweep's document keeps the keys it always had
             **({"scale_out": scale_out} if (scale_out := _scale_out(trials)) else {}),
+            # --prove-limit / --find-limit only: the memory request under a cgroup limit
+            **({"memory_limits": limits} if (limits := _limits(run.run_dir)) else {}),
         }
     )
 
@@ -100,6 +102,13 @@ def _memory(trials: Frame) -> list[dict[str, Any]]:
     from orchestrator.results.report.memory import memory_rows
 
     return memory_rows(trials)
+
+
+def _limits(run_dir: Any) -> list[dict[str, Any]]:
+    """Per machine and worker count: the proof's outcome and the smallest limit found."""
+    from orchestrator.results.limits import limit_rows
+
+    return limit_rows(run_dir)
 
 
 def _in_measure(row: dict[str, Any], measure: Measure) -> dict[str, Any]:

@@ -1,5 +1,13 @@
 """The report's memory view: peaks by phase, and the memory request a container should ask for.
 
+The peak is on one basis: what a container's memory limit must allow. For a command's
+process tree that is what the tree holds — anonymous memory plus the file pages it maps
+(libraries, mmapped data), counted once across its processes, and not the page cache of
+files it only read, which the kernel reclaims under a limit (``workloads.run`` says how it
+is measured and with what error); for a workload in the runner's own process, that
+process's resident set. Other bases (the cgroup's usage with page cache, the sampled sum of
+the processes' RSS) are named beside it when they differ by more than ``BASES_DIFFER``.
+
 "What does your code need at peak?" is asked before a job is deployed in a
 container or a batch system, and its answer is the whole-lifetime peak: loading
 data is often the highest point, so the trial's own peak is not enough. Per
@@ -14,12 +22,21 @@ which kernel counter or sampler measured it), and adds a margin:
 * with one repeat no spread was measured: a default ``DEFAULT_MARGIN`` of the
   peak, labelled as a default.
 
-The request is rounded up to a whole ``ROUND_TO`` (what a person writes in a
-container spec). Pure functions on numbers, one table builder on the trials.
+The request is rounded up to a whole step: the largest power-of-two number of MiB
+that is at most ``ROUND_SHARE`` of it (1 MiB to ``ROUND_TO``), so rounding adds at most
+1 %, or 1 MiB below 100 MiB (what a person writes in a container spec, without asking for
+64 MiB more than a 300 MiB job needs, as a fixed 64 MiB step did).
+
+A job whose memory keeps growing (the leak verdict of any repeat is "leak") gets no
+plain request: any fixed figure is too small for a longer run. It gets its growth rate
+and the peak it reached at the trial's length instead. Spikes the runner found (short
+excursions above the local median, ``workloads.memory.find_spikes``) are listed per row.
+Pure functions on numbers, one table builder on the trials.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -35,7 +52,18 @@ if TYPE_CHECKING:
 MARGIN_SIGMAS = 3.0
 MIN_MARGIN = 0.05  # of the peak
 DEFAULT_MARGIN = 0.20  # of the peak, when one repeat measured no spread
-ROUND_TO = 64 * 2**20  # a request is a whole number of 64 MiB
+ROUND_TO = 64 * 2**20  # the largest rounding step
+ROUND_SHARE = 0.01  # a step is at most this share of the request
+BASES_DIFFER = 0.10  # another basis this far from the headline peak is named
+MIB = 2**20
+
+
+def round_step(total: float) -> int:
+    """The rounding step for a request of ``total`` bytes: a power-of-two MiB ≤ 1 % of it."""
+    step = MIB
+    while step * 2 <= min(ROUND_SHARE * total, ROUND_TO):
+        step *= 2
+    return step
 
 
 @dataclass(frozen=True)
@@ -64,7 +92,8 @@ def memory_request(peaks: Sequence[float]) -> MemoryRequest | None:
         method = (f"{MARGIN_SIGMAS:g}σ of {len(known)} repeats" if margin > floor
                   else f"{MIN_MARGIN:.0%} floor: 3σ of {len(known)} repeats is less")
         default = False
-    request = int(math.ceil((peak + margin) / ROUND_TO) * ROUND_TO)
+    step = round_step(peak + margin)
+    request = int(math.ceil((peak + margin) / step) * step)
     return MemoryRequest(peak, margin, request, method, default)
 
 
@@ -85,6 +114,7 @@ def memory_rows(trials: Frame) -> list[dict[str, Any]]:
         top = group.rows[idx_max(life)]
         phase = top.get("peak_phase")
         sources = sorted({str(s) for s in group.get("peak_rss_source", []) if isinstance(s, str)})
+        leak = _leak(group, req.peak_bytes)
         rows.append({
             "machine": machine, "ran_on": ran_on, "workers": int(workers),
             "repeats": len(group), "peak_rss_bytes": req.peak_bytes,
@@ -92,9 +122,71 @@ def memory_rows(trials: Frame) -> list[dict[str, Any]]:
             "load_peak_bytes": nanmax(load), "trial_peak_bytes": nanmax(trial),
             "peak_sources": sources, "margin_bytes": req.margin_bytes,
             "margin_method": req.method, "margin_is_default": req.default,
-            "request_bytes": req.request_bytes,
+            "request_bytes": None if leak else req.request_bytes,
+            "leak": leak, "spikes": _spikes(group),
+            "other_bases": _other_bases(group, req.peak_bytes),
         })  # fmt: skip
     return rows
+
+
+def _leak(group: Frame, peak: float) -> dict[str, Any] | None:
+    """A leaking row's growth rate and the peak it reached at the trial's length, or None."""
+    verdicts = group.get("leak_verdict", [])
+    if "leak" not in verdicts:
+        return None
+    slopes = [s for s, v in zip(group.numbers("leak_slope_mb_per_s"), verdicts, strict=True)
+              if v == "leak" and s == s]
+    seconds = [s for s in group.numbers("seconds") if s == s]
+    return {"slope_mb_per_s": max(slopes) if slopes else None, "peak_bytes": peak,
+            "at_s": max(seconds) if seconds else None}
+
+
+def _spikes(group: Frame) -> list[dict[str, Any]]:
+    """Every repeat's spikes (from its summary), the highest first."""
+    found = []
+    for raw in group.get("spikes", []):
+        if isinstance(raw, str) and raw:
+            try:
+                found.extend(s for s in json.loads(raw) if isinstance(s, dict))
+            except ValueError:
+                continue
+    return sorted(found, key=lambda s: -float(s.get("rss_bytes") or 0))
+
+
+def _other_bases(group: Frame, peak: float) -> list[str]:
+    """The other bases that differ from the headline by more than BASES_DIFFER, in words:
+    for a command's tree only (a runner that kept its cgroup's usage, or a held peak)."""
+    usage = [u for u in group.numbers("peak_usage_with_cache_bytes") if u == u]
+    held = any(str(s).startswith("held") for s in group.get("peak_rss_source", []))
+    if not usage and not held:
+        return []
+    out = []
+    for column, name in (("peak_usage_with_cache_bytes", "cgroup usage with page cache"),
+                         ("peak_rss_sampled_bytes", "sampled RSS sum")):
+        value = nanmax(group.numbers(column)) if column in group.columns else None
+        if value is not None and value == value and abs(value - peak) > BASES_DIFFER * peak:
+            out.append(f"{name} {fmt_bytes(value)} ({100.0 * (value / peak - 1):+.0f} %)")
+    return out
+
+
+def _request_cell(r: dict[str, Any]) -> str:
+    leak = r["leak"]
+    if leak is not None:
+        rate = (f"grows {leak['slope_mb_per_s']:.1f} MB/s" if leak["slope_mb_per_s"] is not None
+                else "grows")
+        at = f" at {leak['at_s']:.0f} s" if leak["at_s"] is not None else ""
+        return f"none (leak): {rate}, reached {fmt_bytes(leak['peak_bytes'])}{at}"
+    return fmt_bytes(r["request_bytes"]) + (" (default margin)" if r["margin_is_default"]
+                                            else "")
+
+
+def _spikes_cell(spikes: list[dict[str, Any]]) -> str:
+    if not spikes:
+        return DASH
+    top = spikes[0]
+    where = ("between samples" if top.get("between_samples") or top.get("t") is None
+             else f"at {float(top['t']):.1f} s")
+    return f"{len(spikes)}: {fmt_bytes(top.get('rss_bytes'))} {where}"
 
 
 def memory_table(trials: Frame) -> Table | None:
@@ -112,25 +204,44 @@ def memory_table(trials: Frame) -> Table | None:
             machine_label(r["machine"], r["ran_on"]), str(r["workers"]), str(r["repeats"]),
             fmt_bytes(r["peak_rss_bytes"]), r["peak_phase"] or DASH,
             fmt_bytes(r["load_peak_bytes"]), fmt_bytes(r["trial_peak_bytes"]),
-            ", ".join(r["peak_sources"]) or DASH, margin,
-            fmt_bytes(r["request_bytes"]) + (" (default margin)" if r["margin_is_default"]
-                                             else ""),
+            ", ".join(r["peak_sources"]) or DASH, margin, _spikes_cell(r["spikes"]),
+            _request_cell(r),
         ]))  # fmt: skip
-    headers = ["machine", "workers", "n", "peak RSS", "peak in", "load peak", "trial peak",
-               "measured by", "margin", "memory request"]
+    headers = ["machine", "workers", "n", "peak", "peak in", "load peak", "trial peak",
+               "measured by", "margin", "spikes", "memory request"]
     notes = [
-        "peak RSS = the highest whole-lifetime peak of the n ok repeats: the trial process from "
+        "peak = what a container's memory limit must allow, the highest whole-lifetime peak of "
+        "the n ok repeats. A command's tree (measured by held): anonymous memory plus the file "
+        "pages it maps (libraries, mmapped data) counted once across its processes, sampled; "
+        "page cache of files it only read is not in it (the kernel reclaims that under a "
+        "limit). A workload in the runner's process: that process's resident set, the trial "
+        "process from "
         "its start (imports, loading data, prepare(), warm-up) to its end; load peak and trial "
         "peak are the two phases' own peaks (a job's own phases are in the phases table).",
-        "measured by: vmhwm / ru_maxrss = the kernel's high-water mark of one process; "
-        "cgroup-v1 / cgroup-v2 = the kernel's high-water mark of the trial's memory cgroup "
-        "(a whole process tree, page cache it read included); sampled / sampled_tree = the "
-        "agent's samples (a tree's short peaks between samples can be missed).",
-        f"memory request (for a container or batch job) = peak RSS + margin, rounded up to "
-        f"{fmt_bytes(ROUND_TO)}. margin = {MARGIN_SIGMAS:g} standard deviations of the "
-        f"repeats' peaks, at least {MIN_MARGIN:.0%} of the peak; with one repeat no spread was "
+        "measured by: held = the tree's samples of that basis (a peak shorter than the "
+        "sampling interval can be missed); held_cgroup = a peak between samples, from the "
+        "cgroup's high-water mark less the page cache and kernel memory it held besides; "
+        "vmhwm / ru_maxrss = the kernel's high-water mark of "
+        "one process (for a tree: its largest process was above every sample); cgroup-v1 / "
+        "cgroup-v2 = the trial's memory cgroup's high-water mark (older runners: page cache it "
+        "read included); sampled / sampled_tree = the agent's RSS samples.",
+        f"memory request (for a container or batch job) = peak + margin, rounded up to a "
+        f"power-of-two MiB of at most {ROUND_SHARE:.0%} of it (at least 1 MiB). margin = "
+        f"{MARGIN_SIGMAS:g} standard deviations of the repeats' peaks, at least "
+        f"{MIN_MARGIN:.0%} of the peak; with one repeat no spread was "
         f"measured and the margin is a default {DEFAULT_MARGIN:.0%} (labelled) — run with "
-        "--repeats 3 for a measured one.",
+        "--repeats 3 for a measured one. A job that leaks gets no request: its growth rate and "
+        "the peak it reached at the trial's length instead (a longer run needs more).",
+        "spikes: how many short excursions above the local median the repeats had, and the "
+        "highest.",
     ]
+    for r in found:
+        if r["other_bases"]:
+            notes.append(f"{machine_label(r['machine'], r['ran_on'])} × {r['workers']}: other "
+                         f"bases differ from the peak by more than {BASES_DIFFER:.0%}: "
+                         + "; ".join(r["other_bases"]) + ". Usage with page cache counts files "
+                         "it read (reclaimable) and not library pages another cgroup had "
+                         "cached; the RSS sum counts shared libraries once per process, or "
+                         "missed a peak between samples.")
     return Table("Memory per machine and worker count: peaks by phase, memory request",
                  headers, rows, notes)

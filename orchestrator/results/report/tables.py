@@ -99,6 +99,11 @@ def build_report(run: RunData) -> Report:
     memory = memory_table(run.trials)  # peaks by phase, the memory request
     if memory is not None:
         tables.append(memory)
+    from orchestrator.results.limits import limit_table
+
+    proven = limit_table(run.run_dir)  # --prove-limit / --find-limit: the request under a limit
+    if proven is not None:
+        tables.append(proven)
     scaleout = _scaleout_table(run.trials)
     if scaleout is not None:
         tables.append(scaleout)
