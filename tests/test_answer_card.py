@@ -24,6 +24,7 @@ import pytest
 
 from orchestrator.formatting import fmt_bytes, fmt_rate, fmt_usd
 from orchestrator.results import report
+from orchestrator.results.report.memory import memory_request
 from tests.test_report import N2, md_table, scaling_trials, write_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -271,6 +272,8 @@ def test_one_repeat_of_one_count_without_a_price_says_what_is_missing(tmp_path: 
     assert lines["Best"] == ("2 workers: 50 units/s (one repeat: no interval measured; "
                              "--repeats 3 measures one)")
     assert lines["Cost"] == "– (no price known for m)"
+    request = memory_request([120 * 2**20])
+    assert request is not None and request.request_bytes > 120 * 2**20
     assert lines["Memory"] == (f"peak {fmt_bytes(120 * 2**20)} at 2 workers; memory request "
-                               "192 MiB (default margin: one repeat)")
+                               f"{fmt_bytes(request.request_bytes)} (default margin: one repeat)")
     assert lines["Scaling"].startswith("one worker count tested")

@@ -82,7 +82,7 @@ class AnswerCard:
     request_bytes: float  # the memory request for it (memory.py)
     request_margin: str  # how the request's margin was chosen
     request_default_margin: bool
-    leak_mb_per_s: float = math.nan  # a leaking job's growth (memory.py): no request, its rate
+    leak_mb_per_s: float  # a leaking job's growth (memory.py): no request, its rate (nan: none)
     machine_peak_bytes: float  # the highest peak at any worker count of the machine
     machine_peak_workers: int | None
     runner_up: int | None  # the next best worker count
