@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -366,10 +367,14 @@ def test_profile_in_sweep_toml_plans_one_extra_profiled_trial_per_worker_count(t
     trials = make_plan(spec, "s", [machine()]).vms[0].trials
     plain = [t for t in trials if not t.profiled]
     profiled = [t for t in trials if t.profiled]
-    assert len(plain) == 4 and all("--profile" not in t.runner_args for t in plain)
+    assert len(plain) == 4 and all("--profile" not in t.request.argv() for t in plain)
     assert [t.trial_id for t in profiled] == ["n2-highcpu-8-w1-prof-memory",
                                               "n2-highcpu-8-w2-prof-memory"]  # fmt: skip
-    assert all(t.runner_args[-2:] == ["--profile", "memory"] for t in profiled)
+    assert all(t.request.profile == "memory" for t in profiled)
+    # the same trial as repeat 0 at its worker count, the profiler attached
+    for t in profiled:
+        twin = next(p for p in plain if p.workers == t.workers and p.repeat == 0)
+        assert t.request == replace(twin.request, profile="memory")
 
 
 def test_a_python_command_job_gets_its_peak_call_site_from_memray(tmp_path):

@@ -47,6 +47,7 @@ from workloads.profilers.base import (
     ProfilerUnavailable,
     Target,
     allow_descendants_to_trace,
+    is_own,
     last_line,
 )
 
@@ -174,6 +175,7 @@ def summarize_speedscope(
     exclude_tids: Iterable[int] = (),
     exclude_thread_names: Iterable[str] = (),
     native: bool = True,
+    own_dirs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Shares of samples per class and the top functions, from py-spy's speedscope JSON.
 
@@ -181,11 +183,17 @@ def summarize_speedscope(
     that only joins the workers) are left out by id or name so the shares speak
     about the job. Shares are of *thread samples*: with 4 threads, one second
     of sampling at 100 Hz is 400 samples.
+
+    ``own_dirs``: where the job's own files are. A top function there is marked
+    ``own``, and ``own_functions`` charges each sample to the innermost frame of
+    the job's own code on its stack (the line of the user's that led there, where
+    the leaf is in a library), so the user's functions are named first.
     """
     frames = doc.get("shared", {}).get("frames", [])
     skip_tids, skip_names = set(exclude_tids), set(exclude_thread_names)
     counts: Counter[str] = Counter()
-    leaf_counts: Counter[tuple[str, str, str]] = Counter()
+    leaf_counts: Counter[tuple[str, str, str, bool]] = Counter()
+    own_counts: Counter[tuple[str, str]] = Counter()
     # py-spy may write one thread twice (with and without its name, when it sampled the
     # thread before Python registered it): a thread is excluded if any of its names is.
     for profile in doc.get("profiles", []):
@@ -206,19 +214,30 @@ def summarize_speedscope(
                 continue
             leaf = next((f for f in reversed(stack) if is_python_frame(f)), None)
             if leaf is not None:
-                leaf_counts[(str(leaf.get("name", "")), _site(leaf), cls)] += 1
+                leaf_counts[(str(leaf.get("name", "")), _site(leaf), cls,
+                             is_own(str(leaf.get("file", "")), own_dirs))] += 1
+            mine = next((f for f in reversed(stack)
+                         if is_python_frame(f) and is_own(str(f.get("file", "")), own_dirs)),
+                        None)  # fmt: skip
+            if mine is not None:
+                own_counts[(str(mine.get("name", "")), _site(mine))] += 1
     total = sum(counts.values())
     shares = {c: round(counts[c] / total, 4) if total else 0.0 for c in CLASSES}
     top = [
         {"function": fn, "site": site, "class": cls, "samples": n,
-         "share": round(n / total, 4) if total else 0.0}
-        for (fn, site, cls), n in leaf_counts.most_common(TOP_FUNCTIONS)
+         "share": round(n / total, 4) if total else 0.0, "own": own}
+        for (fn, site, cls, own), n in leaf_counts.most_common(TOP_FUNCTIONS)
     ]  # fmt: skip
     out: dict[str, Any] = {
         "samples": total,
         "threads": len(seen),
         "shares": shares if native else None,
         "top_functions": top,
+        "own_functions": [
+            {"function": fn, "site": site, "samples": n,
+             "share": round(n / total, 4) if total else 0.0}
+            for (fn, site), n in own_counts.most_common(TOP_FUNCTIONS)
+        ],
     }
     if not native:
         out["note"] = ("samples of running threads, without native frames: the split Python / "
@@ -314,6 +333,7 @@ class PySpyProfiler(Profiler):
 
     def _launch(self, exe: str, native: bool) -> subprocess.Popen[bytes]:
         assert self.out is not None and self.target is not None
+        (self.out / SPEEDSCOPE_FILE).unlink(missing_ok=True)  # the file says it finished
         argv = [exe, "record", "--pid", str(self.target.pid), "--format", "speedscope",
                 "--threads", "--rate", str(self.rate_hz),
                 "--output", str(self.out / SPEEDSCOPE_FILE)]  # fmt: skip
@@ -353,7 +373,10 @@ class PySpyProfiler(Profiler):
             deadline = time.monotonic() + 0.5
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
-            if proc.poll() is None:
+            # py-spy also ends here when the job does (a job shorter than this wait): its
+            # file written and exit 0 are a whole profile, not a failure to sample.
+            if proc.poll() is None or (proc.returncode == 0
+                                       and (out / SPEEDSCOPE_FILE).is_file()):
                 self.proc, self.native, self.started_at = proc, native, time.monotonic()
                 return
             reason = self._stderr()
@@ -376,6 +399,7 @@ class PySpyProfiler(Profiler):
         summary = summarize_speedscope(
             doc, exclude_tids=self.target.exclude_tids,
             exclude_thread_names=self.target.exclude_thread_names, native=self.native,
+            own_dirs=self.target.own_dirs,
         )  # fmt: skip
         svg = self.out / FLAMEGRAPH_FILE
         svg.write_text(flamegraph_svg(doc, title=f"py-spy, pid {self.target.pid}"), "utf-8")

@@ -55,6 +55,10 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
         summary = summarise(run.trials)
     trials = run.trials
     n_ok = sum(1 for r in trials if r["status"] == OK)
+    from orchestrator.results.profiles import load_profiles
+
+    profiled = load_profiles(run.run_dir)  # extra trials, counted and listed like the others
+    p_ok = sum(1 for r in profiled if r.get("status") == OK)
     units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
     cheapest, fastest = best_rows(summary)
     return plain(
@@ -67,7 +71,8 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
                 "workload": describe_workload(run) or None,
                 "unit": units[0] if len(units) == 1 else None,
             },
-            "trials": {"total": len(trials), "ok": n_ok, "not_ok": len(trials) - n_ok},
+            "trials": {"total": len(trials) + len(profiled), "ok": n_ok + p_ok,
+                       "not_ok": len(trials) - n_ok + len(profiled) - p_ok},
             "best": {
                 "by_cost": _best(cheapest, "cost_per_million_units"),
                 "by_throughput": _best(fastest, "units_per_s"),
@@ -77,7 +82,7 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
                 {column: row[column] for column in SUMMARY_COLUMNS}
                 for row in summary
             ],
-            "failed_trials": _failed(trials),
+            "failed_trials": _failed(trials) + _failed_profiled(profiled),
             "plan": _plan(run.sweep),
             "memory": _memory(trials),
             # --nodes only: a one-VM sweep's document keeps the keys it always had
@@ -159,7 +164,15 @@ def _scale_out(trials: Frame) -> list[dict[str, Any]] | None:
 def _failed(trials: Frame) -> list[dict[str, Any]]:
     bad = trials.where(lambda r: r["status"] != OK)
     columns = ["trial_id", "machine", "workers", "repeat", "status", "error"]
-    return [{c: r.get(c) for c in columns} for r in bad.sort_by(["machine", "workers", "repeat"])]
+    return [{**{c: r.get(c) for c in columns}, "profiled": False}
+            for r in bad.sort_by(["machine", "workers", "repeat"])]
+
+
+def _failed_profiled(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Profiled trials (kept under profiles/, not in trials.parquet) that did not finish ok."""
+    columns = ["trial_id", "machine", "workers", "repeat", "status", "error"]
+    return [{**{c: r.get(c) for c in columns}, "profiled": True}
+            for r in records if r.get("status") != OK]
 
 
 def _plan(sweep: dict[str, Any]) -> dict[str, Any] | None:
