@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 
 PROFILES_DIR = "profiles"
 RECORD_FILE = "record.json"
-SHARE_LABELS = {"python": "Python", "native": "native", "gil_wait": "GIL wait", "idle": "idle"}
+SHARE_LABELS = {"python": "Python", "native": "native", "gil_wait": "GIL wait",
+                "lock_wait": "lock wait", "idle": "idle"}
 CAUSES = {
     "gil_wait": "of thread time waits for the GIL",
+    "lock_wait": "of thread time waits for a lock another thread holds (contention)",
     "idle": "of thread time is idle or blocked (I/O, locks, sleeping)",
     "native": "of thread time runs native code (GIL released)",
     "python": "of thread time runs Python",
@@ -120,8 +122,10 @@ def dominant_cause(records: list[dict[str, Any]], knee: int | None) -> str | Non
         top = max(int(r["workers"]) for r in usable)
         chosen = [r for r in usable if int(r["workers"]) == top]
         where = f"at {top} worker{'s' if top != 1 else ''}"
-    mean = {k: sum(r["profile"]["shares"][k] for r in chosen) / len(chosen) for k in CAUSES}
-    cause = max(("gil_wait", "idle", "native"), key=lambda k: mean[k])
+    # profiles recorded before lock waits had a class of their own have no lock_wait share
+    mean = {k: sum(r["profile"]["shares"].get(k) or 0.0 for r in chosen) / len(chosen)
+            for k in CAUSES}
+    cause = max(("gil_wait", "lock_wait", "idle", "native"), key=lambda k: mean[k])
     if mean[cause] < 0.05:
         return f"{where}, {fmt_pct(mean['python'])} of thread time runs Python: no waiting to blame"
     return f"{where}, {fmt_pct(mean[cause])} {CAUSES[cause]}"
@@ -224,6 +228,12 @@ def scaling_section(
         "its files), then the innermost frame where that is a library's."
     )
     notes.append(SLOWDOWN_NOTE)
+    counted = [r["profile"] for r in cpu if _no_profile(r) is None]
+    own = sum(int(p.get("cloudprof_samples") or 0) for p in counted)
+    if own:
+        every = own + sum(int(p.get("samples") or 0) for p in counted)
+        notes.append(f"cloudprof's own unit counter (a workload's counter.add) took {own} of "
+                     f"{every} thread samples ({fmt_pct(own / every)}), left out of the shares.")
     if any(_no_profile(r) is None and not r["profile"].get("shares") for r in cpu):
         notes.append("No shares where py-spy read Python frames only (--profile cpu, about 3 % "
                      "cost): the Python / native / GIL-wait split needs --profile gil (about "
@@ -296,7 +306,7 @@ def shares_figure(records: list[dict[str, Any]], machine: str) -> Any:
     ax.xcategories = [str(r["workers"]) for r in mine]
     bottom = [0.0] * len(mine)
     for colour, (key, label) in zip(TAB10, SHARE_LABELS.items(), strict=False):
-        values = [100 * float(r["profile"]["shares"][key]) for r in mine]
+        values = [100 * float(r["profile"]["shares"].get(key) or 0.0) for r in mine]
         ax.bars(values, bottom, colour, label=label)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.xlabel = "workers"
