@@ -148,9 +148,12 @@ def test_a_plan_keeps_requests_in_sweep_json_and_reads_the_older_argument_lists(
         assert argv[argv.index("--profile") + 1] == "cpu" and f"rows={t.grid['rows']}" in argv
     stored = json.loads(json.dumps(plan.to_dict()))
     assert Plan.from_dict(stored).vms[0].trials == trials
-    # a sweep.json written before requests were stored: its argument lists are read back
+    # a sweep.json written before requests were stored: its argument lists are read back,
+    # the --profile they put after a --command's -- included
     for trial in stored["vms"][0]["trials"]:
-        trial["runner_args"] = TrialRequest.from_dict(trial.pop("request")).argv()
+        request = TrialRequest.from_dict(trial.pop("request"))
+        argv = replace(request, profile=None).argv()
+        trial["runner_args"] = argv + (["--profile", "cpu"] if request.profile else [])
     assert Plan.from_dict(stored).vms[0].trials == trials
 
 

@@ -46,9 +46,13 @@ class TrialPlan:
         data = dict(data)
         if "request" in data:
             data["request"] = TrialRequest.from_dict(data["request"])
-        else:
-            data["request"] = TrialRequest.from_argv(data.pop("runner_args"))
-        return cls(**data)
+            return cls(**data)
+        args = list(data.pop("runner_args"))
+        if data.get("profiled") and "--" in args and args[-2:-1] == ["--profile"]:
+            # those lists put a --command's --profile after its --: it is the runner's
+            cut = args.index("--")
+            args = [*args[:cut], *args[-2:], *args[cut:-2]]
+        return cls(**data, request=TrialRequest.from_argv(args))
 
 
 @dataclass

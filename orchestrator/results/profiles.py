@@ -294,7 +294,7 @@ def profile_sections(run_dir: Path, knees: dict[str, int | None] | None = None,
 
 def shares_figure(records: list[dict[str, Any]], machine: str) -> Any:
     """Stacked bars of the CPU shares against worker count for one machine (None: nothing)."""
-    mine = [r for r in records if str(r["machine"]) == machine and _no_profile(r) is None
+    mine = [r for r in records if _where(r) == machine and _no_profile(r) is None
             and (r["profile"].get("shares") or None)]  # fmt: skip
     if not mine:
         return None
@@ -322,7 +322,7 @@ def render_profile_plots(run_dir: Path, out_dir: Path) -> list[tuple[str, str]]:
 
     records = [r for r in load_profiles(run_dir) if (r.get("profile") or {}).get("kind") == "cpu"]
     written = []
-    for machine in sorted({str(r["machine"]) for r in records}):
+    for machine in sorted({_where(r) for r in records}):  # a grid point: a machine of its own
         fig = shares_figure(records, machine)
         if fig is None:
             continue
