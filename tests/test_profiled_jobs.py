@@ -222,3 +222,44 @@ def test_the_runner_hands_the_users_program_only_its_own_arguments(tmp_path):
     summary = json.loads((out / protocol.SUMMARY_FILE).read_text())
     assert summary["profiled"] is True and summary["status"] == "ok"
     assert "['--rows', '7']" in (out / "output.log").read_text()
+
+
+BATCH = textwrap.dedent('''\
+    import multiprocessing
+    import sys
+
+
+    def score(n):
+        total = 0
+        for i in range(n):
+            total += i * i % 7
+        block = bytearray(3_000_000)  # each worker process holds 3 MB here at its peak
+        return total + len(block)
+
+
+    if __name__ == "__main__":
+        with multiprocessing.get_context("fork").Pool(int(sys.argv[1])) as pool:
+            print(sum(pool.map(score, [400_000] * 6)))
+''')
+
+
+@pytest.mark.parametrize("kind", ["cpu", "memory"])
+def test_a_process_tree_job_is_profiled_in_its_worker_processes(tmp_path, kind):
+    (tmp_path / "batch.py").write_text(BATCH)
+    out = tmp_path / "trial"
+    request = TrialRequest(command=("python", "batch.py", "{workers}"), job=True, workers=2,
+                           vars={"trial": f"t-prof-{kind}", "repeat": "0"}, profile=kind,
+                           chdir=str(tmp_path), out=str(out), quiet=True)
+    done = subprocess.run([sys.executable, "-m", "workloads.run", *request.argv()],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    prof = json.loads((out / protocol.SUMMARY_FILE).read_text())["profile"]
+    assert prof["status"] == "ok", prof
+    if kind == "cpu":  # py-spy follows the pool's workers
+        assert "score" in [f["function"] for f in prof["own_functions"][:2]], prof
+    else:  # memray follows the forks: each worker's capture, at its own peak
+        assert len(prof["processes"]) >= 2, prof
+        top = prof["top_sites"][0]
+        assert (top["function"], top["site"], top["own"]) == ("score", "batch.py:9", True)
+        assert top["bytes"] >= 2 * 3_000_000

@@ -123,35 +123,54 @@ def grown_since(reader: Any, since: float) -> list[tuple[int, int, Any]]:
 
 
 def summarize_capture(path: Path, steady_from: float | None = None,
-                      own_dirs: tuple[str, ...] = ()) -> dict[str, Any]:
+                      own_dirs: tuple[str, ...] = (),
+                      children: Sequence[Path] = ()) -> dict[str, Any]:
     """The allocations alive at memray's high-water mark, grouped by call site.
 
     ``steady_from`` (epoch seconds) is when the timed part began, where tracking
     started earlier; without it, everything still alive at the end counts as grown.
+    ``children``: the captures of a command's forked processes (``--follow-fork``),
+    each read at its own high-water mark; their sites join the parent's and
+    ``peak_bytes`` is then the sum of the processes' peaks, an upper bound of the
+    tree's (the peaks need not coincide), with each process's in ``processes``.
     """
     import memray
 
-    reader = memray.FileReader(str(path))
-    peak = int(reader.metadata.peak_memory)
-    allocs = [
-        (int(r.size), int(r.n_allocations), r.stack_trace())
-        for r in reader.get_high_watermark_allocation_records(merge_threads=True)
-    ]
-    if steady_from is not None:
-        grown = grown_since(reader, steady_from)
-    else:
-        grown = [
+    peak, allocs, grown, native = 0, [], [], False
+    processes = []
+    for n, capture in enumerate([path, *children]):
+        try:
+            reader = memray.FileReader(str(capture))
+        except Exception:  # a child killed before its capture's header was written
+            if n == 0:
+                raise
+            continue
+        own_peak = int(reader.metadata.peak_memory)
+        peak += own_peak
+        processes.append({"pid": int(reader.metadata.pid), "peak_bytes": own_peak})
+        native = native or bool(reader.metadata.has_native_traces)
+        allocs += [
             (int(r.size), int(r.n_allocations), r.stack_trace())
-            for r in reader.get_leaked_allocation_records(merge_threads=True)
+            for r in reader.get_high_watermark_allocation_records(merge_threads=True)
         ]
-    return {
+        if steady_from is not None:
+            grown += grown_since(reader, steady_from)
+        else:
+            grown += [
+                (int(r.size), int(r.n_allocations), r.stack_trace())
+                for r in reader.get_leaked_allocation_records(merge_threads=True)
+            ]
+    out = {
         "peak_bytes": peak,
         "attributed_bytes": sum(a[0] for a in allocs),
         "top_sites": top_sites(allocs, peak, own_dirs),
         "grown_bytes": sum(a[0] for a in grown),
         "grown_sites": top_sites(grown, peak, own_dirs),
-        "native_traces": bool(reader.metadata.has_native_traces),
+        "native_traces": native,
     }
+    if len(processes) > 1:
+        out["processes"] = processes
+    return out
 
 
 def wrap_python_command(command: list[str], out: Path,
@@ -229,9 +248,13 @@ class MemrayProfiler(Profiler):
             )
         if self.tracker is not None:
             self.tracker.__exit__(None, None, None)
+        children = sorted(self.out.glob(f"{CAPTURE_FILE}.*")) if self.command else []
         summary = summarize_capture(capture, None if self.command else self.steady_from,
-                                    self.own_dirs)
+                                    self.own_dirs, children)
         summary["covers"] = "whole command" if self.command else WHOLE_PROCESS
+        if summary.get("processes"):
+            summary["covers"] += (f" and its {len(summary['processes']) - 1} forked "
+                                  "processes, each at its own high-water mark")
         files = [CAPTURE_FILE]
         html = self.out / FLAMEGRAPH_FILE
         argv = [sys.executable, "-m", "memray", "flamegraph", "--force", "-o", str(html)]
