@@ -272,6 +272,8 @@ def memory_section(records: list[dict[str, Any]],
                 f"{fmt_bytes(g['bytes'])}: {g['function']} at {g['site']}" for g in grown[:2]
             )
         tool = "" if prof.get("tool") == "memray" else f" ({prof.get('tool')}, Python only)"
+        if len(prof.get("processes") or []) > 1:  # a process tree: each at its own peak
+            tool += f" (sum of {len(prof['processes'])} processes' peaks)"
         rows.append([_where(r), str(r["workers"]), fmt_bytes(prof.get("peak_bytes")) + tool,
                      text, _slowdown(r, slow)])  # fmt: skip
     notes = ["Allocations alive at the profiled trial's high-water mark, by the job's call "
