@@ -187,6 +187,10 @@ def test_a_command_job_with_a_grid_is_profiled_and_named_by_its_own_functions(
     assert len(re.findall(r"\| [+-]\d+% \|", report)) == 2  # each profiled trial's slowdown
     doc = _report_json(run)
     assert doc["trials"] == {"total": 4, "ok": 4, "not_ok": 0} and doc["failed_trials"] == []
+    from orchestrator.results.runs import list_runs
+
+    (listed,) = list_runs(tmp_path / "runs")  # `cloudprof runs`: every planned trial ok
+    assert (listed.trials_ok, listed.trials_planned, listed.trials_failed) == (4, 4, 0)
 
 
 def test_a_profiled_trial_that_fails_fails_the_sweep_and_is_listed(project, tmp_path):
@@ -205,6 +209,10 @@ def test_a_profiled_trial_that_fails_fails_the_sweep_and_is_listed(project, tmp_
     report = (run / "report.md").read_text()
     assert "2 trials: 1 ok, 1 not ok (1 profiled)" in report
     assert "n2-highcpu-2-rows200-w1-prof-cpu" in report.split("Trials that did not finish ok")[1]
+    from orchestrator.results.runs import list_runs
+
+    (listed,) = list_runs(tmp_path / "runs")  # `cloudprof runs`: 1 of 2 planned ok, 1 failed
+    assert (listed.trials_ok, listed.trials_planned, listed.trials_failed) == (1, 2, 1)
 
 
 def test_the_runner_hands_the_users_program_only_its_own_arguments(tmp_path):
