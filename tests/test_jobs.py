@@ -387,7 +387,8 @@ def test_a_grid_multiplies_the_trials_and_reaches_a_workload_as_parameters():
     assert len({t.trial_id for t in vm.trials}) == len(vm.trials)
     trial = next(t for t in vm.trials if t.grid == {"rows": "20", "mode": "b"} and t.workers == 2)
     assert trial.trial_id == "n2-highcpu-2-rows20-modeb-w2-r0"
-    args = trial.runner_args
+    assert trial.request.params == {"mode": "b", "rows": "20"}
+    args = trial.request.argv()
     assert args[args.index("rows=20") - 1:args.index("rows=20") + 1] == ["--param", "rows=20"]
     assert "mode=b" in args and "--command" not in args
 

@@ -55,7 +55,10 @@ def test_make_plan_expands_trials_per_machine_and_estimates() -> None:
     ids = [t.trial_id for t in vm.trials]
     assert len(set(ids)) == 6 and "n2-highcpu-8-w4-r1" in ids
     assert [(t.workers, t.repeat) for t in vm.trials][:3] == [(1, 0), (2, 0), (4, 0)]
-    args = vm.trials[2].runner_args
+    request = vm.trials[2].request
+    assert request.workers == 4 and request.duration_s == 10.0
+    assert dict(request.params) == {"frames": "4"}  # the inputs path is the host's, added there
+    args = request.argv()
     assert args[args.index("--workers") + 1] == "4"
     assert args[args.index("--duration") + 1] == "10"
     assert "frames=4" in args and not any(a.startswith("inputs=") for a in args)
@@ -157,12 +160,12 @@ def test_a_warmup_reaches_the_runner_and_is_counted_in_the_estimate() -> None:
     spec = SweepSpec(repeats=1,
                      machines=["n2-highcpu-8"], workers=[1, 2], duration_s=10.0, warmup_s=5.0)
     vm = make_plan(spec, "20260101-000000-abcd", [machine()], input_bytes=0).vms[0]
-    args = vm.trials[0].runner_args
+    args = vm.trials[0].request.argv()
     assert args[args.index("--warmup") + 1] == "5"
     assert vm.estimate.trials_s == pytest.approx(2 * (10.0 + 5.0 + planner.TRIAL_OVERHEAD_S))
     no_warmup = SweepSpec(repeats=1, machines=["n2-highcpu-8"], workers=[1], duration_s=10.0)
     plain = make_plan(no_warmup, "20260101-000000-abcd", [machine()], input_bytes=0).vms[0]
-    assert "--warmup" not in plain.trials[0].runner_args
+    assert "--warmup" not in plain.trials[0].request.argv()
 def rendered(plan: Plan, **kw) -> str:
     out = io.StringIO()
     render_plan(plan, Console(file=out, width=200), dry_run=kw.pop("dry_run", False), **kw)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ LIBPY = "/usr/lib/libpython3.11.so.1.0"
         ([frame("pthread_cond_timedwait", LIBC), frame("0x7f00", LIBC)], "gil_wait"),
         ([frame("take_gil", LIBPY), frame("pthread_cond_timedwait", LIBC)], "gil_wait"),
         ([frame("time_sleep", LIBPY), frame("clock_nanosleep", LIBC)], "idle"),
-        ([frame("lock_PyThread_acquire_lock", LIBPY), frame("0x7f00", LIBC)], "idle"),
+        ([frame("lock_PyThread_acquire_lock", LIBPY), frame("0x7f00", LIBC)], "lock_wait"),
         ([frame("read", LIBC)], "idle"),
         ([frame("time_time", LIBPY), frame("clock_gettime", LIBC)], "python"),
         ([frame("dgemm_kernel_HASWELL", "/x/libopenblas.so")], "native"),
@@ -58,6 +59,14 @@ LIBPY = "/usr/lib/libpython3.11.so.1.0"
 )
 def test_a_sample_is_classed_by_the_frames_below_its_last_python_frame(tail, expected):
     assert classify([frame("<module>", "/job/main.py", 1), PY, *tail]) == expected
+
+
+def test_a_lock_acquire_is_contention_in_the_jobs_code_and_idle_in_a_wait_primitive():
+    acquire = [frame("lock_PyThread_acquire_lock", LIBPY),
+               frame("PyThread_acquire_lock_timed", LIBPY), frame("sem_clockwait", LIBC)]
+    assert classify([PY, frame("add", "/job/counter.py", 9), *acquire]) == "lock_wait"
+    waiting = frame("wait", "/usr/lib/python3.11/threading.py", 327)  # Event.wait, join...
+    assert classify([PY, waiting, *acquire]) == "idle"
 
 
 def test_the_captured_profile_splits_gil_waiting_numpy_and_sleeping_threads():
@@ -114,6 +123,19 @@ def test_gil_wait_share_grows_from_one_to_two_pure_python_workers(tmp_path):
     assert one["shares"]["gil_wait"] < 0.1 and one["shares"]["python"] > 0.8
     assert two["shares"]["gil_wait"] > one["shares"]["gil_wait"] + 0.25
     assert two["top_functions"][0]["function"].endswith("Spin.run.<locals>.worker")
+
+
+def test_cloudprofs_own_unit_counter_is_left_out_of_the_jobs_profile(tmp_path):
+    out = tmp_path / "tally"
+    proc = run(out, "--workload", f"{WORKLOADS}:Tally", "--workers", "2", "--duration", "1.5",
+               "--profile", "gil")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    prof = summary(out)["profile"]
+    assert prof["status"] == "ok", prof
+    assert prof["cloudprof_samples"] > 0 and prof["samples"] > 0  # measured, and set apart
+    sites = [t["site"] for t in prof["top_functions"]]
+    assert sites and not any(s.startswith("base.py:") for s in sites), sites
+    assert abs(sum(prof["shares"].values()) - 1) < 1e-3
 
 
 def test_the_knee_of_a_gil_bound_workload_is_annotated_with_waiting_for_the_gil(tmp_path):
@@ -366,10 +388,14 @@ def test_profile_in_sweep_toml_plans_one_extra_profiled_trial_per_worker_count(t
     trials = make_plan(spec, "s", [machine()]).vms[0].trials
     plain = [t for t in trials if not t.profiled]
     profiled = [t for t in trials if t.profiled]
-    assert len(plain) == 4 and all("--profile" not in t.runner_args for t in plain)
+    assert len(plain) == 4 and all("--profile" not in t.request.argv() for t in plain)
     assert [t.trial_id for t in profiled] == ["n2-highcpu-8-w1-prof-memory",
                                               "n2-highcpu-8-w2-prof-memory"]  # fmt: skip
-    assert all(t.runner_args[-2:] == ["--profile", "memory"] for t in profiled)
+    assert all(t.request.profile == "memory" for t in profiled)
+    # the same trial as repeat 0 at its worker count, the profiler attached
+    for t in profiled:
+        twin = next(p for p in plain if p.workers == t.workers and p.repeat == 0)
+        assert t.request == replace(twin.request, profile="memory")
 
 
 def test_a_python_command_job_gets_its_peak_call_site_from_memray(tmp_path):

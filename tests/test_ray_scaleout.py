@@ -55,8 +55,9 @@ def test_nodes_multiply_the_trials_keep_ids_unique_and_price_every_node() -> Non
     assert vm.nodes == 4 and vm.node_name(3).endswith("-n3") and vm.node_name(0) == vm.name
     assert vm.estimate.price_per_hour == pytest.approx(4 * machine.price(False))
     four = [t for t in vm.trials if t.nodes == 4]
-    assert all(t.runner_args[-2:] == ["--ray-nodes", "4"] for t in four)
-    assert all("--ray-nodes" not in t.runner_args for t in vm.trials if t.nodes == 1)
+    assert all(t.request.ray_nodes == 4 and t.request.argv()[-2:] == ["--ray-nodes", "4"]
+               for t in four)
+    assert all("--ray-nodes" not in t.request.argv() for t in vm.trials if t.nodes == 1)
 
 
 def test_nodes_are_read_from_the_command_line_and_toml_and_bad_ones_are_one_line(

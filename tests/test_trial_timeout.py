@@ -20,15 +20,17 @@ from orchestrator.engine.progress import STALL_S, RunningTrial, SweepProgress
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.spec.spec import SweepSpec
 from tests.fixtures import sweeps
+from workloads.protocol import TrialRequest
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _trial(workers: int, grid: dict[str, str] | None = None, profiled: bool = False,
            command: bool = False) -> TrialPlan:
-    args = ["--command", "--job", "--", "python", "job.py"] if command else ["--workload", "cube"]
+    request = (TrialRequest(command=("python", "job.py"), job=True, workers=workers) if command
+               else TrialRequest(workload="cube", workers=workers))
     return TrialPlan(trial_id=f"m-w{workers}", machine="m", workers=workers, repeat=0,
-                     runner_args=args, grid=grid or {}, profiled=profiled)
+                     request=request, grid=grid or {}, profiled=profiled)
 
 
 def test_a_trial_of_known_length_gets_a_multiple_of_it_plus_a_floor():

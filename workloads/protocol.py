@@ -8,6 +8,10 @@ Keeping them in one module is what lets both sides change without drifting.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
 SCHEMA = "cloudprof.trial/4"
 """Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes.
 
@@ -175,3 +179,207 @@ def parse_progress(line: str) -> dict[str, float] | None:
         except ValueError:
             return None
     return out
+
+
+# ---------------------------------------------------------------- the trial's request
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Everything one trial of ``python -m workloads.run`` is asked to do, as one typed record.
+
+    The planner builds it, sweep.json keeps it, the engine fills in what only the
+    host knows (``inputs``, ``chdir``, the Ray cluster, ``put``, ``out``) with
+    :func:`dataclasses.replace`, and :meth:`argv` is the one place it becomes the
+    runner's arguments. Spliced argument lists once put ``--profile`` after a
+    ``--command``'s ``--`` (the user's program received it): here the runner's
+    options always precede the ``--`` and the command's words always follow it.
+
+    ``command`` is None for a workload trial, else the command's words (one shell
+    line with ``shell``). Defaults are the runner's own, so ``from_argv(r.argv())``
+    gives ``r`` back.
+    """
+
+    workload: str = "cube"  # a registered name or module:Class (not used with a command)
+    params: Mapping[str, str] = field(default_factory=dict)  # --param KEY=VALUE
+    command: tuple[str, ...] | None = None  # the words after --
+    job: bool = False  # --job: {placeholders}, the cloudprof: stdout protocol, output.log
+    shell: bool = False  # the command is one shell line
+    vars: Mapping[str, str] = field(default_factory=dict)  # --var NAME=VALUE (placeholders)
+    workers: int = 1
+    duration_s: float | None = None  # None: the runner's default (a command: until it exits)
+    units: int | None = None  # stop after this many units
+    warmup_s: float = 0.0
+    sample_hz: float = 10.0
+    memory_budget_bytes: int | None = None
+    memory_limit_bytes: int | None = None  # --memory-limit: the tree under a cgroup limit
+    profile: str | None = None  # one of PROFILE_KINDS: the same trial, a profiler attached
+    ray_nodes: int = 1
+    ray_address: str | None = None  # HOST:PORT of the cluster (the engine's to fill)
+    ray_node_params: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    ray_node_chdirs: Mapping[int, str] = field(default_factory=dict)
+    chdir: str | None = None  # the job's copy on the host
+    put: str | None = None  # a workloads.transfer put manifest on the host
+    out: str | None = None  # the trial's result directory on the host
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.command is not None and not isinstance(self.command, tuple):
+            object.__setattr__(self, "command", tuple(self.command))
+        if self.profile is not None and self.profile not in PROFILE_KINDS:
+            raise ValueError(f"unknown profile {self.profile!r} (choose from "
+                             f"{', '.join(PROFILE_KINDS)})")
+        if self.command is None and (self.job or self.shell or self.vars):
+            raise ValueError("job, shell and vars go with a command")
+
+    @property
+    def is_command(self) -> bool:
+        return self.command is not None
+
+    def with_params(self, **params: str) -> TrialRequest:
+        """This request with more ``--param`` values (the host's inputs path)."""
+        return replace(self, params={**self.params, **params})
+
+    def argv(self) -> list[str]:
+        """The arguments of ``python -m workloads.run`` (after the module name)."""
+        args: list[str] = []
+        if self.command is not None:
+            args += ["--command", *(["--job"] if self.job else []),
+                     *(["--shell"] if self.shell else [])]
+            for name, value in self.vars.items():
+                args += ["--var", f"{name}={value}"]
+        else:
+            args += ["--workload", self.workload]
+        for key, value in self.params.items():
+            args += ["--param", f"{key}={value}"]
+        args += ["--workers", str(self.workers)]
+        if self.duration_s is not None:
+            args += ["--duration", _number(self.duration_s)]
+        if self.units is not None:
+            args += ["--units", str(self.units)]
+        args += ["--sample-hz", _number(self.sample_hz)]
+        if self.warmup_s:
+            args += ["--warmup", _number(self.warmup_s)]
+        if self.memory_budget_bytes is not None:
+            args += ["--memory-budget", str(self.memory_budget_bytes)]
+        if self.memory_limit_bytes is not None:
+            args += ["--memory-limit", str(self.memory_limit_bytes)]
+        if self.profile is not None:
+            args += ["--profile", self.profile]
+        if self.ray_nodes != 1:
+            args += ["--ray-nodes", str(self.ray_nodes)]
+        if self.ray_address is not None:
+            args += ["--ray-address", self.ray_address]
+        for node, params in self.ray_node_params.items():
+            for key, value in params.items():
+                args += ["--ray-node-param", f"{node}:{key}={value}"]
+        for node, path in self.ray_node_chdirs.items():
+            args += ["--ray-node-chdir", f"{node}={path}"]
+        if self.chdir is not None:
+            args += ["--chdir", self.chdir]
+        if self.quiet:
+            args.append("--quiet")
+        if self.put is not None:
+            args += ["--put", self.put]
+        if self.out is not None:
+            args += ["--out", self.out]
+        if self.command is not None:
+            args += ["--", *self.command]
+        return args
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> TrialRequest:
+        """The request behind a runner argument list (``argv``'s inverse; sweep.json files
+        written before requests were stored hold such lists). ValueError for anything the
+        runner's options do not include."""
+        words = list(argv)
+        command: tuple[str, ...] | None = None
+        if "--" in words:
+            command = tuple(words[words.index("--") + 1:])
+            words = words[:words.index("--")]
+        values: dict[str, Any] = {}
+        params: dict[str, str] = {}
+        variables: dict[str, str] = {}
+        node_params: dict[int, dict[str, str]] = {}
+        node_chdirs: dict[int, str] = {}
+        is_command = False
+        i = 0
+        while i < len(words):
+            flag, value = words[i], None
+            if "=" in flag and flag.startswith("--"):
+                flag, value = flag.split("=", 1)
+            if flag in _SWITCHES:
+                if flag == "--command":
+                    is_command = True
+                else:
+                    values[_SWITCHES[flag]] = True
+                i += 1
+                continue
+            if flag not in _VALUED:
+                raise ValueError(f"not a runner option: {words[i]!r}")
+            if value is None:
+                if i + 1 >= len(words):
+                    raise ValueError(f"{flag} wants a value")
+                value = words[i + 1]
+                i += 1
+            i += 1
+            if flag in ("--param", "--var"):
+                key, sep, item = value.partition("=")
+                if not sep:
+                    raise ValueError(f"{flag} wants NAME=VALUE, got {value!r}")
+                (params if flag == "--param" else variables)[key] = item
+            elif flag == "--ray-node-param":
+                node, _, pair = value.partition(":")
+                key, _, item = pair.partition("=")
+                node_params.setdefault(int(node), {})[key] = item
+            elif flag == "--ray-node-chdir":
+                node, _, path = value.partition("=")
+                node_chdirs[int(node)] = path
+            else:
+                name, convert = _VALUED[flag]
+                values[name] = convert(value)
+        if is_command and command is None:
+            command = ()
+        return cls(command=command, params=params, vars=variables,
+                   ray_node_params=node_params, ray_node_chdirs=node_chdirs, **values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (sweep.json's plan); :meth:`from_dict` reads it back."""
+        out = asdict(self)
+        out["command"] = None if self.command is None else list(self.command)
+        out["params"], out["vars"] = dict(self.params), dict(self.vars)
+        out["ray_node_params"] = {str(k): dict(v) for k, v in self.ray_node_params.items()}
+        out["ray_node_chdirs"] = {str(k): v for k, v in self.ray_node_chdirs.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialRequest:
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}  # a newer writer's extra keys
+        if kwargs.get("command") is not None:
+            kwargs["command"] = tuple(kwargs["command"])
+        kwargs["ray_node_params"] = {int(k): dict(v) for k, v
+                                     in (kwargs.get("ray_node_params") or {}).items()}
+        kwargs["ray_node_chdirs"] = {int(k): v for k, v
+                                     in (kwargs.get("ray_node_chdirs") or {}).items()}
+        return cls(**kwargs)
+
+
+def _number(x: float) -> str:
+    """A number as the runner reads it back unchanged (``:g`` rounds to 6 digits)."""
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
+
+
+_SWITCHES = {"--command": "command", "--job": "job", "--shell": "shell", "--quiet": "quiet"}
+_VALUED: dict[str, tuple[str, Any]] = {
+    "--workload": ("workload", str), "--param": ("params", str), "--var": ("vars", str),
+    "--workers": ("workers", int), "--duration": ("duration_s", float),
+    "--units": ("units", int), "--sample-hz": ("sample_hz", float),
+    "--warmup": ("warmup_s", float), "--memory-budget": ("memory_budget_bytes", int),
+    "--memory-limit": ("memory_limit_bytes", int),
+    "--profile": ("profile", str), "--ray-nodes": ("ray_nodes", int),
+    "--ray-address": ("ray_address", str), "--ray-node-param": ("ray_node_params", str),
+    "--ray-node-chdir": ("ray_node_chdirs", str), "--chdir": ("chdir", str),
+    "--put": ("put", str), "--out": ("out", str),
+}  # fmt: skip

@@ -17,9 +17,10 @@ import json
 import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from orchestrator.plan.planner import TrialPlan, runner_args
+from orchestrator.plan.planner import TrialPlan, trial_request
 from orchestrator.results.report.memory import memory_request
 from orchestrator.spec.spec import SweepSpec
 
@@ -33,12 +34,6 @@ def limit_trial_id(machine: str, workers: int, limit: int) -> str:
     """``<machine>-w<workers>-limit-<bytes>``: never equal to a throughput trial's id."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", machine)
     return f"{safe}-w{workers}-limit-{limit}"
-
-
-def _with_limit(args: list[str], limit: int) -> list[str]:
-    """The runner's arguments with ``--memory-limit`` among its own (before ``--``)."""
-    cut = args.index("--") if "--" in args else len(args)
-    return [*args[:cut], "--memory-limit", str(limit), *args[cut:]]
 
 
 def _requests(rows: list[dict[str, Any]], machine: str) -> dict[int, tuple[int, float, dict]]:
@@ -79,8 +74,9 @@ def prove_limits(spec: SweepSpec, machine: str, rows: list[dict[str, Any]],
         def one(limit: int, kind: str, w: int = w, request: int = request, peak: float = peak,
                 grid: dict = grid) -> bool:
             tid = limit_trial_id(machine, w, limit)
-            trial = TrialPlan(tid, machine, w, 0, _with_limit(
-                runner_args(spec, w, tid, 0, grid or None), limit), grid=grid)
+            asked = replace(trial_request(spec, w, tid, 0, grid or None),
+                            memory_limit_bytes=limit)
+            trial = TrialPlan(tid, machine, w, 0, asked, grid=grid)
             return run(trial, {"kind": kind, "limit_bytes": limit, "request_bytes": request,
                                "peak_bytes": peak})
 

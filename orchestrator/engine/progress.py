@@ -210,7 +210,7 @@ class SweepProgress:
         """``limit_s``: the trial's time limit (engine/timeouts.py), shown next to its time."""
         # a --command job need not report units (one complete run): only a workload must
         running = RunningTrial(f"w={trial.workers} r{trial.repeat}", limit_s,
-                               expects_units="--command" not in trial.runner_args)
+                               expects_units=not trial.request.is_command)
         with self._lock:
             self._duration[key] = max(duration_s, 0.001)
             self._running[key] = running

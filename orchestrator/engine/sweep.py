@@ -74,6 +74,7 @@ from orchestrator.results.store import RunStore, now_iso, trial_row
 from orchestrator.spec.spec import SweepSpec
 from workloads import protocol
 from workloads.job import LOG_FILE as JOB_LOG
+from workloads.protocol import TrialRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -709,8 +710,6 @@ class _Engine:
 
     def _form_cluster(self, host: _Host) -> None:
         """Nodes 1..N-1 made ready like node 0 (in parallel), then a Ray cluster over all."""
-        from dataclasses import replace
-
         from orchestrator.engine.ray_cluster import (
             RayCluster,
             RayNode,
@@ -773,18 +772,22 @@ class _Engine:
         for note in cluster.notes:  # a node whose peaks are sampled, not the kernel's
             self.progress.log(escape(f"{vm.machine.name}: {note}"))
 
-    def _ray_args(self, host: _Host, trial: TrialPlan) -> list[str]:
-        """The cluster's address and each node's own copies (inputs, job) for a trial on
-        ``trial.nodes`` nodes: the first n of the machine's."""
-        if trial.nodes <= 1 or host.cluster is None:
-            return []
-        args = ["--ray-address", host.cluster.address]
-        for i, node in enumerate([host, *host.peers][:trial.nodes]):
-            if node.inputs_dir:
-                args += ["--ray-node-param", f"{i}:inputs={node.inputs_dir}"]
-            if node.job_dir:
-                args += ["--ray-node-chdir", f"{i}={node.job_dir}"]
-        return args
+    def _on_host(self, host: _Host, trial: TrialPlan, out_dir: str,
+                 put: str | None) -> TrialRequest:
+        """The trial's request with what only this host knows: its inputs and job copy, the
+        Ray cluster (each node's own copies, for a trial on the first ``trial.nodes`` of
+        the machine's nodes), the put manifest and the result directory."""
+        request = trial.request
+        if host.inputs_dir:
+            request = request.with_params(inputs=host.inputs_dir)
+        if trial.nodes > 1 and host.cluster is not None:
+            nodes = [host, *host.peers][:trial.nodes]
+            request = replace(
+                request, ray_address=host.cluster.address,
+                ray_node_params={i: {"inputs": n.inputs_dir} for i, n in enumerate(nodes)
+                                 if n.inputs_dir},
+                ray_node_chdirs={i: n.job_dir for i, n in enumerate(nodes) if n.job_dir})
+        return replace(request, chdir=host.job_dir or None, put=put, out=out_dir)
 
     def _run_adaptive(self, host: _Host) -> None:
         """``--adaptive``: run what ``plan.search.next_points`` asks for, one trial at a time.
@@ -797,7 +800,7 @@ class _Engine:
         VM (``adaptive`` in sweep.json) and logged.
         """
         from orchestrator.plan.model import fit_usl_with_intervals
-        from orchestrator.plan.planner import runner_args, trial_id
+        from orchestrator.plan.planner import trial_id, trial_request
         from orchestrator.plan.search import ADAPTIVE_BOOT, converged, next_points
 
         vm, machine = host.vm, host.vm.machine.name
@@ -823,7 +826,7 @@ class _Engine:
                     return
                 r = tried.get(w, 0)
                 tid = trial_id(machine, w, r)
-                trial = TrialPlan(tid, machine, w, r, runner_args(self.spec, w, tid, r))
+                trial = TrialPlan(tid, machine, w, r, trial_request(self.spec, w, tid, r))
                 tried[w] = tried.get(w, 0) + 1
                 spent += 1
                 self._run_trial(host, trial)
@@ -1002,16 +1005,9 @@ class _Engine:
             out_dir = posixpath.join(ex.workdir, "trials",
                                      f"{trial.trial_id}-{self.attempt_nonce}-{attempt}")
             last_dir = out_dir
-            args, command = list(trial.runner_args), []
-            if "--" in args:  # a --command job: the runner's own options go before "--"
-                args, command = args[:args.index("--")], args[args.index("--"):]
-            argv = list(args)
-            if host.inputs_dir:
-                argv += ["--param", f"inputs={host.inputs_dir}"]
-            if host.job_dir:
-                argv += ["--chdir", host.job_dir]
             put = self._results_put(host, trial, out_dir)  # the runner puts its own results
-            argv += [*self._ray_args(host, trial), *put.args, "--out", out_dir, *command]
+            request = self._on_host(host, trial, out_dir, put.manifest)
+            argv = request.argv()
             warm = host.warm
             if warm is not None and warm.ready.is_set() and self._warm_eligible(host, trial):
                 argv = warm.argv(argv)
@@ -1248,6 +1244,13 @@ def _keep_summary(run_dir: Path, trial_id: str) -> None:
     if src.is_file():
         (run_dir / SUMMARIES_DIR).mkdir(exist_ok=True)
         shutil.copyfile(src, run_dir / SUMMARIES_DIR / f"{trial_id}.json")
+
+
+def failed_profiles(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of the profiled trials that did not finish ok."""
+    from orchestrator.results.profiles import load_profiles
+
+    return [r for r in load_profiles(run_dir) if r.get("status") != "ok"]
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
@@ -1826,7 +1829,8 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     searched = set((sweep.get("search") or {}).get("tried") or [vm.name for vm in plan.vms])
     planned = {t.trial_id for vm in plan.vms for t in vm.trials
                if not (vms.get(vm.name) or {}).get("adaptive") and vm.name in searched}
-    bad = [r for r in rows if r["status"] != "ok"]
+    # A profiled trial that failed is a failed trial, though it is kept under profiles/
+    bad = [r for r in rows if r["status"] != "ok"] + failed_profiles(run_dir)
     missing = planned - {r["trial_id"] for r in rows} - profile_ids(run_dir)
     partial = bool(failed_machines or len(bad) or missing)
     store.set_status("partial" if partial else "done", finished_at=now_iso())

@@ -11,11 +11,12 @@ import re
 import secrets
 import shlex
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.formatting import fmt_bytes, fmt_usd
 from orchestrator.spec.catalog import STALE_DAYS, MachineType
+from workloads.protocol import TrialRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -29,10 +30,29 @@ class TrialPlan:
     machine: str
     workers: int
     repeat: int
-    runner_args: list[str]  # arguments after `python -m workloads.run` (without --out)
+    request: TrialRequest  # what the runner is asked (the engine adds the host's paths)
     grid: dict[str, str] = field(default_factory=dict)  # this trial's --grid values
     profiled: bool = False  # an extra --profile trial: stored under profiles/, not in the tables
     nodes: int = 1  # a Ray cluster of this many VMs of the machine (the first n of the VM's)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "request": self.request.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialPlan:
+        """A sweep.json trial; one written before requests were stored holds ``runner_args``
+        (the runner's arguments), read back into the request they stand for."""
+        data = dict(data)
+        if "request" in data:
+            data["request"] = TrialRequest.from_dict(data["request"])
+            return cls(**data)
+        args = list(data.pop("runner_args"))
+        if data.get("profiled") and "--" in args and args[-2:-1] == ["--profile"]:
+            # those lists put a --command's --profile after its --: it is the runner's
+            cut = args.index("--")
+            args = [*args[:cut], *args[-2:], *args[cut:-2]]
+        return cls(**data, request=TrialRequest.from_argv(args))
 
 
 @dataclass
@@ -116,6 +136,7 @@ class Plan:
         """JSON-ready form stored in sweep.json, with the estimated totals spelled out."""
         out = asdict(self)
         for vm_dict, vm in zip(out["vms"], self.vms, strict=True):
+            vm_dict["trials"] = [t.to_dict() for t in vm.trials]
             vm_dict["estimate"]["total_s"] = vm.estimate.total_s
             vm_dict["estimate"]["cost_usd"] = vm.estimate.cost_usd
         out["estimated_total_s"] = self.total_s
@@ -138,7 +159,7 @@ class Plan:
                     image=vm.get("image"),
                     spot=bool(vm.get("spot")),
                     labels=dict(vm.get("labels") or {}),
-                    trials=[TrialPlan(**t) for t in vm["trials"]],
+                    trials=[TrialPlan.from_dict(t) for t in vm["trials"]],
                     estimate=Estimate(**est),
                     nodes=int(vm.get("nodes", 1)),
                 )
@@ -239,52 +260,46 @@ def trial_id_clash(grid: dict[str, list[str]], nodes: list[int] | None = None
     return None
 
 
-def profiled_trial_id(machine: str, workers: int, kind: str) -> str:
-    """``<machine>-w<workers>-prof-<kind>``: never equal to a throughput trial's id."""
+def profiled_trial_id(machine: str, workers: int, kind: str,
+                      grid: dict[str, str] | None = None) -> str:
+    """``<machine>[-<grid>]-w<workers>-prof-<kind>``: never equal to a throughput trial's id
+    (without a grid, as before, so older stores resume)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", machine)
-    return f"{safe}-w{workers}-prof-{kind}"
+    point = "".join(f"-{k}{v}" for k, v in (grid or {}).items())
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{safe}{point}-w{workers}-prof-{kind}")
 
 
 def vm_name(sweep_id: str, machine: str) -> str:
     return f"cp-{slug(sweep_id)}-{slug(machine)}"[:63].rstrip("-")
 
 
-def runner_args(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 0,
-                grid: dict[str, str] | None = None, nodes: int = 1) -> list[str]:
-    """Arguments of ``python -m workloads.run`` for one trial, minus ``--out``.
+def trial_request(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 0,
+                  grid: dict[str, str] | None = None, nodes: int = 1,
+                  profile: str | None = None) -> TrialRequest:
+    """What ``python -m workloads.run`` is asked for one trial, less what the host decides.
 
-    ``inputs`` and ``--chdir`` are not here: where the inputs and the job's copy
-    land differs per host, so the engine appends them when it runs the trial.
-    A ``--command`` job gets its placeholder values as ``--var`` (the runner
-    fills them in on the host, where ``{vcpus}`` is known); a workload gets the
-    grid values as parameters.
+    ``inputs``, ``--chdir``, the Ray cluster's address, ``--put`` and ``--out``
+    are not here: where the inputs and the job's copy land differs per host, so
+    the engine fills them in when it runs the trial. A ``--command`` job gets its
+    placeholder values as ``--var`` (the runner fills them in on the host, where
+    ``{vcpus}`` is known); a workload gets the grid values as parameters.
+    ``profile``: the same trial with that profiler attached.
     """
     grid = grid or {}
-    # The Ray cluster's address is the engine's to add (it exists once the VMs do).
-    ray = ["--ray-nodes", str(nodes)] if nodes > 1 else []
     if spec.command is not None:
         from orchestrator.engine.jobs import check_command
 
-        args = ["--command", "--job", *(["--shell"] if spec.shell else []),
-                "--var", f"trial={trial}", "--var", f"repeat={repeat}"]
-        for key, value in grid.items():
-            args += ["--var", f"{key}={value}"]
-        args += ["--workers", str(workers), "--sample-hz", f"{spec.sample_hz:g}", *ray]
-        if spec.stop_after_s is not None:
-            args += ["--duration", f"{spec.stop_after_s:g}"]
-        return [*args, "--", *check_command(spec.command, spec.shell, spec.grid)]
-    args = ["--workload", spec.workload]
-    for key, value in sorted({**spec.workload_params, **grid}.items()):
-        if key != "inputs":  # a path on the laptop; the engine passes the host's copy
-            args += ["--param", f"{key}={value}"]
-    args += [
-        "--workers", str(workers),
-        "--duration", f"{spec.duration_s:g}",
-        "--sample-hz", f"{spec.sample_hz:g}",
-    ]
-    if spec.warmup_s > 0:
-        args += ["--warmup", f"{spec.warmup_s:g}"]
-    return [*args, *ray]
+        return TrialRequest(
+            command=tuple(check_command(spec.command, spec.shell, spec.grid)), job=True,
+            shell=spec.shell, vars={"trial": trial, "repeat": str(repeat), **grid},
+            workers=workers, sample_hz=spec.sample_hz, ray_nodes=nodes,
+            duration_s=spec.stop_after_s, profile=profile,
+        )
+    params = {k: str(v) for k, v in sorted({**spec.workload_params, **grid}.items())
+              if k != "inputs"}  # a path on the laptop; the engine passes the host's copy
+    return TrialRequest(workload=str(spec.workload), params=params, workers=workers,
+                        duration_s=spec.duration_s, sample_hz=spec.sample_hz,
+                        warmup_s=spec.warmup_s, ray_nodes=nodes, profile=profile)
 
 
 def estimate_vm(
@@ -348,7 +363,7 @@ def make_plan(
                 machine=machine.name,
                 workers=w,
                 repeat=r,
-                runner_args=runner_args(spec, w, tid, r, point, n),
+                request=trial_request(spec, w, tid, r, point, n),
                 grid=point,
                 nodes=n,
             )
@@ -358,12 +373,15 @@ def make_plan(
             for w in workers
         ]
         if spec.profile:  # extra trials: a profiler's overhead never reaches the tables
+            # The same trial as repeat 0 of each grid point (command, grid values, workdir,
+            # setup), with the profiler attached; on one node, as before.
             trials += [
                 TrialPlan(
-                    trial_id=profiled_trial_id(machine.name, w, spec.profile),
-                    machine=machine.name, workers=w, repeat=0, profiled=True,
-                    runner_args=[*runner_args(spec, w), "--profile", spec.profile],
+                    trial_id=(tid := profiled_trial_id(machine.name, w, spec.profile, point)),
+                    machine=machine.name, workers=w, repeat=0, profiled=True, grid=point,
+                    request=trial_request(spec, w, tid, 0, point, 1, profile=spec.profile),
                 )
+                for point in grid_points(spec.grid)
                 for w in workers
             ]  # fmt: skip
         # --region/--zone are the cloud's; in a sweep across providers not an SSH host's
@@ -488,7 +506,7 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
     for vm in plan.vms:
         for t in vm.trials:
             if t.trial_id not in done:
-                line = shlex.join(t.runner_args)
+                line = shlex.join(t.request.argv())
                 commands[line] = commands.get(line, 0) + 1
     console.print(f"[bold]Trial commands[/bold] ({left} trial{'' if left == 1 else 's'}; "
                   "each also gets --param inputs=<staged dir> and --chdir <job copy> "

@@ -101,8 +101,12 @@ def read_run(run_dir: Path, *, now: float | None = None) -> RunSummary:
     except Exception as exc:  # pyarrow raises many kinds for a broken file
         run.error = f"{TRIALS_FILE}: {' '.join(str(exc).split())}"
         return run
-    run.trials_ok = sum(1 for r in rows if r["status"] == "ok")
-    run.trials_failed = sum(1 for r in rows if r["status"] not in DONE_STATUSES)
+    from orchestrator.results.profiles import load_profiles
+
+    # profiled trials are planned trials too, kept under profiles/ (not in the table)
+    statuses = [r["status"] for r in rows] + [r.get("status") for r in load_profiles(run_dir)]
+    run.trials_ok = sum(1 for s in statuses if s == "ok")
+    run.trials_failed = sum(1 for s in statuses if s not in DONE_STATUSES)
     run.best = best_result(rows)
     return run
 

@@ -27,6 +27,29 @@ class Target:
     subprocesses: bool = False  # also follow the target's children (--command jobs)
     exclude_tids: set[int] = field(default_factory=set)
     exclude_thread_names: set[str] = field(default_factory=set)
+    # Where the job's own code lives: the runner's working directory when the trial starts,
+    # which is the job's shipped copy (--chdir). Attribution names frames there first.
+    own_dirs: tuple[str, ...] = field(default_factory=lambda: (os.getcwd(),))
+
+
+# Installed code inside a job's directory is still a library: setup's pip target (see
+# workloads.job.SITE_DIR), a virtual environment's site-packages.
+_LIBRARY_PARTS = ("site-packages", "dist-packages", ".cloudprof-site")
+
+
+def is_own(path: str, own_dirs: tuple[str, ...]) -> bool:
+    """Whether a frame's file is the job's own code: under one of ``own_dirs`` (or a relative
+    path, which Python resolves against the working directory), not an installed library."""
+    if not path or path.startswith("<"):
+        return False
+    parts = path.replace("\\", "/").split("/")
+    if any(part in _LIBRARY_PARTS for part in parts):
+        return False
+    if not os.path.isabs(path):
+        return True
+    path = os.path.normpath(path)
+    return any(path == d or path.startswith(d.rstrip(os.sep) + os.sep)
+               for d in (os.path.normpath(o) for o in own_dirs if o))
 
 
 class Profiler(ABC):

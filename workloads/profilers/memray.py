@@ -32,12 +32,12 @@ import sysconfig
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from workloads import protocol
-from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, last_line
+from workloads.profilers.base import Profiler, ProfilerUnavailable, Target, is_own, last_line
 
 CAPTURE_FILE = "memray.bin"
 FLAMEGRAPH_FILE = protocol.MEMRAY_FLAMEGRAPH_FILE
@@ -55,36 +55,49 @@ def is_library(path: str) -> bool:
     return path.startswith(_LIBRARY_DIRS) or path.startswith("<")
 
 
-def call_site(stack: Sequence[tuple[str, str, int]]) -> tuple[str, str, str]:
+def _site_frame(stack: Sequence[tuple[str, str, int]], own_dirs: tuple[str, ...]) -> int:
+    """The index of the frame that names an allocation's site: the innermost of the job's own
+    files (``own_dirs``), else the innermost outside libraries, else the innermost."""
+    for i, (_fn, file, _line) in enumerate(stack):
+        if own_dirs and is_own(file, own_dirs):
+            return i
+    for i, (_fn, file, _line) in enumerate(stack):
+        if not is_library(file):
+            return i
+    return 0
+
+
+def call_site(stack: Sequence[tuple[str, str, int]],
+              own_dirs: tuple[str, ...] = ()) -> tuple[str, str, str]:
     """(function, file:line of the job's frame, the job's function) for a stack, innermost first.
 
     The function is the innermost Python function (``ones``); the site is the
-    innermost frame outside libraries, where the job called it.
+    innermost frame of the job's own files (``own_dirs``), else outside libraries:
+    where the job called it.
     """
     if not stack:
         return "<native>", "<unknown>", "<native>"
-    inner = stack[0][0]
-    for fn, file, line in stack:
-        if not is_library(file):
-            return inner, f"{os.path.basename(file)}:{line}", fn
-    fn, file, line = stack[0]
-    return inner, f"{os.path.basename(file)}:{line}", fn
+    fn, file, line = stack[_site_frame(stack, own_dirs)]
+    return stack[0][0], f"{os.path.basename(file)}:{line}", fn
 
 
 def top_sites(
-    allocations: Iterable[tuple[int, int, Sequence[tuple[str, str, int]]]], peak_bytes: int
+    allocations: Iterable[tuple[int, int, Sequence[tuple[str, str, int]]]], peak_bytes: int,
+    own_dirs: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
-    """Group (bytes, count, stack) at the peak by call site, largest first."""
-    by_site: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    """Group (bytes, count, stack) at the peak by call site, largest first; ``own`` marks a
+    site in the job's own files."""
+    by_site: dict[tuple[str, str, str, bool], list[int]] = defaultdict(lambda: [0, 0])
     for size, count, stack in allocations:
-        acc = by_site[call_site(stack)]
+        own = bool(stack) and is_own(stack[_site_frame(stack, own_dirs)][1], own_dirs)
+        acc = by_site[(*call_site(stack, own_dirs), own)]
         acc[0] += size
         acc[1] += count
     rows = sorted(by_site.items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
     return [
         {"function": fn, "site": site, "caller": caller, "bytes": size, "allocations": count,
-         "share_of_peak": round(size / peak_bytes, 4) if peak_bytes else None}
-        for (fn, site, caller), (size, count) in rows
+         "share_of_peak": round(size / peak_bytes, 4) if peak_bytes else None, "own": own}
+        for (fn, site, caller, own), (size, count) in rows
     ]  # fmt: skip
 
 
@@ -109,49 +122,72 @@ def grown_since(reader: Any, since: float) -> list[tuple[int, int, Any]]:
     return grown
 
 
-def summarize_capture(path: Path, steady_from: float | None = None) -> dict[str, Any]:
+def summarize_capture(path: Path, steady_from: float | None = None,
+                      own_dirs: tuple[str, ...] = (),
+                      children: Sequence[Path] = ()) -> dict[str, Any]:
     """The allocations alive at memray's high-water mark, grouped by call site.
 
     ``steady_from`` (epoch seconds) is when the timed part began, where tracking
     started earlier; without it, everything still alive at the end counts as grown.
+    ``children``: the captures of a command's forked processes (``--follow-fork``),
+    each read at its own high-water mark; their sites join the parent's and
+    ``peak_bytes`` is then the sum of the processes' peaks, an upper bound of the
+    tree's (the peaks need not coincide), with each process's in ``processes``.
     """
     import memray
 
-    reader = memray.FileReader(str(path))
-    peak = int(reader.metadata.peak_memory)
-    allocs = [
-        (int(r.size), int(r.n_allocations), r.stack_trace())
-        for r in reader.get_high_watermark_allocation_records(merge_threads=True)
-    ]
-    if steady_from is not None:
-        grown = grown_since(reader, steady_from)
-    else:
-        grown = [
+    peak, allocs, grown, native = 0, [], [], False
+    processes = []
+    for n, capture in enumerate([path, *children]):
+        try:
+            reader = memray.FileReader(str(capture))
+        except Exception:  # a child killed before its capture's header was written
+            if n == 0:
+                raise
+            continue
+        own_peak = int(reader.metadata.peak_memory)
+        peak += own_peak
+        processes.append({"pid": int(reader.metadata.pid), "peak_bytes": own_peak})
+        native = native or bool(reader.metadata.has_native_traces)
+        allocs += [
             (int(r.size), int(r.n_allocations), r.stack_trace())
-            for r in reader.get_leaked_allocation_records(merge_threads=True)
+            for r in reader.get_high_watermark_allocation_records(merge_threads=True)
         ]
-    return {
+        if steady_from is not None:
+            grown += grown_since(reader, steady_from)
+        else:
+            grown += [
+                (int(r.size), int(r.n_allocations), r.stack_trace())
+                for r in reader.get_leaked_allocation_records(merge_threads=True)
+            ]
+    out = {
         "peak_bytes": peak,
         "attributed_bytes": sum(a[0] for a in allocs),
-        "top_sites": top_sites(allocs, peak),
+        "top_sites": top_sites(allocs, peak, own_dirs),
         "grown_bytes": sum(a[0] for a in grown),
-        "grown_sites": top_sites(grown, peak),
-        "native_traces": bool(reader.metadata.has_native_traces),
+        "grown_sites": top_sites(grown, peak, own_dirs),
+        "native_traces": native,
     }
+    if len(processes) > 1:
+        out["processes"] = processes
+    return out
 
 
-def wrap_python_command(command: list[str], out: Path) -> list[str]:
+def wrap_python_command(command: list[str], out: Path,
+                        env: Mapping[str, str] | None = None) -> list[str]:
     """``python ARGS`` → ``python -m memray run --native ... ARGS`` where memray can run it.
 
     Only a command whose program is a Python interpreter with memray importable
-    is wrapped (checked by running it once); any other command runs unchanged and
-    its trial says there is no memory profile.
+    is wrapped (checked by running it once, with the environment the command gets:
+    a job's ``python`` is the host's venv, first on its PATH); any other command
+    runs unchanged and its trial says there is no memory profile.
     """
     if not command or not re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
         return command
     try:
         probe = subprocess.run([command[0], "-c", "import memray"], capture_output=True,
-                               timeout=60, check=False)  # fmt: skip
+                               timeout=60, check=False,
+                               env=None if env is None else dict(env))  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return command
     if probe.returncode != 0:
@@ -174,12 +210,14 @@ class MemrayProfiler(Profiler):
         self.out: Path | None = None
         self.command = False
         self.steady_from: float | None = None
+        self.own_dirs: tuple[str, ...] = ()
 
     def steady_state_begins(self) -> None:
         self.steady_from = time.time()
 
     def start(self, out: Path, target: Target) -> None:
         self.out = out
+        self.own_dirs = target.own_dirs
         out.mkdir(parents=True, exist_ok=True)
         if not target.in_process:  # a --command: memray runs it (wrap_python_command)
             self.command = True
@@ -210,8 +248,13 @@ class MemrayProfiler(Profiler):
             )
         if self.tracker is not None:
             self.tracker.__exit__(None, None, None)
-        summary = summarize_capture(capture, None if self.command else self.steady_from)
+        children = sorted(self.out.glob(f"{CAPTURE_FILE}.*")) if self.command else []
+        summary = summarize_capture(capture, None if self.command else self.steady_from,
+                                    self.own_dirs, children)
         summary["covers"] = "whole command" if self.command else WHOLE_PROCESS
+        if summary.get("processes"):
+            summary["covers"] += (f" and its {len(summary['processes']) - 1} forked "
+                                  "processes, each at its own high-water mark")
         files = [CAPTURE_FILE]
         html = self.out / FLAMEGRAPH_FILE
         argv = [sys.executable, "-m", "memray", "flamegraph", "--force", "-o", str(html)]

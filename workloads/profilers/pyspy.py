@@ -10,7 +10,7 @@ follows a ``--command`` and its children). What it costs decides how:
 * ``--profile gil`` (mode ``native``): ``--idle --threads --native``, so every
   sample of every thread is kept with its native frames; py-spy must pause the
   job for each (about 20 % of throughput at 100 Hz). Each sample is then put in
-  one of four classes from its stack alone (``classify``):
+  one of five classes from its stack alone (``classify``):
 
 * ``python`` — the thread runs Python (the innermost frames are Python's,
   or interpreter internals that hold the GIL such as ``time.time``);
@@ -19,7 +19,13 @@ follows a ``--command`` and its children). What it costs decides how:
 * ``gil_wait`` — it waits for the GIL: below its last Python frame there is
   only ``take_gil``/``PyEval_RestoreThread`` or, where CPython inlined those,
   only a libc condition wait;
-* ``idle`` — it sleeps or blocks (``time.sleep``, a lock, I/O, a join).
+* ``lock_wait`` — it waits to acquire a lock another thread holds, from the
+  job's code (``with lock:``): contention, which between GIL-bound threads is
+  mostly a holder that lost the GIL inside its critical section, so it is not
+  idle time;
+* ``idle`` — it sleeps or blocks (``time.sleep``, I/O, a join, an
+  ``Event``/``Condition``/``queue`` wait, whose lock acquire is a wait for
+  something to happen).
 
 Without native frames (not asked for, or py-spy cannot unwind them on this
 platform) the native/GIL split is not knowable and the summary says so.
@@ -47,6 +53,7 @@ from workloads.profilers.base import (
     ProfilerUnavailable,
     Target,
     allow_descendants_to_trace,
+    is_own,
     last_line,
 )
 
@@ -63,7 +70,7 @@ SPEEDSCOPE_FILE = protocol.PYSPY_SPEEDSCOPE_FILE
 FLAMEGRAPH_FILE = protocol.PYSPY_FLAMEGRAPH_FILE
 STDERR_FILE = "py-spy.stderr.txt"  # stays on the host, next to the trial's files
 OWN = "cloudprof-"  # prefix of the names of cloudprof's own threads, never the job's
-CLASSES = ("python", "native", "gil_wait", "idle")
+CLASSES = ("python", "native", "gil_wait", "lock_wait", "idle")
 TOP_FUNCTIONS = 10
 
 _THREAD_NAME = re.compile(r'^Thread (?:0x)?(?P<tid>[0-9a-fA-F]+)(?: "(?P<name>.*)")?')
@@ -97,6 +104,14 @@ _WAIT_TOKENS = frozenset(
     ]
 )  # a word of a blocking call's name; "…wait" and "…sleep" words count as well
 _GIL_LIBC_WAITS = ("pthread_cond_", "pthread_mutex_lock", "__lll_lock", "futex", "0x")
+# A Python lock's acquire as CPython implements it (3.8-3.13): below a Python frame it is a
+# wait for a lock, and where that frame is not the standard library's waiting primitives
+# (threading's Condition/Event/join, queue, concurrent.futures), it is contention.
+_LOCK_ACQUIRE = ("lock_PyThread_acquire_lock", "rlock_acquire", "acquire_timed",
+                 "PyThread_acquire_lock_timed", "_PyMutex_LockTimed", "lock_lock")
+_COUNTER = ("add", os.path.join("workloads", "base.py"))  # workloads.base.UnitCounter.add
+_WAITING_MODULES = ("threading.py", "queue.py", os.path.join("concurrent", "futures"),
+                    "multiprocessing", "asyncio", "selectors.py", "subprocess.py")
 _LIBC = ("libc.so", "libpthread", "[vdso]", "ld-linux", "libc-", "libsystem")
 
 
@@ -128,6 +143,13 @@ def _blocks(name: str) -> bool:
     return any(w in _WAIT_TOKENS or w.endswith(("wait", "sleep")) for w in words)
 
 
+def is_cloudprof_counter(stack: Sequence[dict[str, Any]]) -> bool:
+    """A sample inside cloudprof's own per-unit counter (``UnitCounter.add``, its lock
+    included), which a workload's threads call: cloudprof's time, not the job's."""
+    return any(str(f.get("name", "")).endswith(_COUNTER[0])
+               and str(f.get("file", "")).endswith(_COUNTER[1]) for f in stack)
+
+
 def classify(stack: Sequence[dict[str, Any]]) -> str:
     """One sample's class from its frames, outermost first (see the module docstring)."""
     last_py = max((i for i, f in enumerate(stack) if is_python_frame(f)), default=-1)
@@ -145,6 +167,10 @@ def classify(stack: Sequence[dict[str, Any]]) -> str:
         # CPython ≥ 3.9 inlines take_gil into the eval loop: a Python frame directly
         # over a libc condition wait is a thread waiting for the GIL.
         return "gil_wait"
+    if any(name.startswith(_LOCK_ACQUIRE) for name in names) and last_py >= 0:
+        file = str(stack[last_py].get("file") or "")
+        if not any(part in file for part in _WAITING_MODULES):
+            return "lock_wait"
     if any(_blocks(n) for n in names):
         return "idle"
     if all(_is_libc(f) or "libpython" in str(f.get("file", "")) for f in tail):
@@ -174,6 +200,7 @@ def summarize_speedscope(
     exclude_tids: Iterable[int] = (),
     exclude_thread_names: Iterable[str] = (),
     native: bool = True,
+    own_dirs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Shares of samples per class and the top functions, from py-spy's speedscope JSON.
 
@@ -181,11 +208,18 @@ def summarize_speedscope(
     that only joins the workers) are left out by id or name so the shares speak
     about the job. Shares are of *thread samples*: with 4 threads, one second
     of sampling at 100 Hz is 400 samples.
+
+    ``own_dirs``: where the job's own files are. A top function there is marked
+    ``own``, and ``own_functions`` charges each sample to the innermost frame of
+    the job's own code on its stack (the line of the user's that led there, where
+    the leaf is in a library), so the user's functions are named first.
     """
     frames = doc.get("shared", {}).get("frames", [])
     skip_tids, skip_names = set(exclude_tids), set(exclude_thread_names)
     counts: Counter[str] = Counter()
-    leaf_counts: Counter[tuple[str, str, str]] = Counter()
+    leaf_counts: Counter[tuple[str, str, str, bool]] = Counter()
+    own_counts: Counter[tuple[str, str]] = Counter()
+    counter_samples = 0
     # py-spy may write one thread twice (with and without its name, when it sampled the
     # thread before Python registered it): a thread is excluded if any of its names is.
     for profile in doc.get("profiles", []):
@@ -200,25 +234,42 @@ def summarize_speedscope(
         seen.add(tid if tid is not None else f"#{n}")
         for sample in profile.get("samples", []):
             stack = [frames[i] for i in sample]
+            if is_cloudprof_counter(stack):  # cloudprof's bookkeeping, not the job's time
+                counter_samples += 1
+                continue
             cls = classify(stack) if native else "running"  # not knowable without native
             counts[cls] += 1
             if cls == "idle":
                 continue
             leaf = next((f for f in reversed(stack) if is_python_frame(f)), None)
             if leaf is not None:
-                leaf_counts[(str(leaf.get("name", "")), _site(leaf), cls)] += 1
+                leaf_counts[(str(leaf.get("name", "")), _site(leaf), cls,
+                             is_own(str(leaf.get("file", "")), own_dirs))] += 1
+            mine = next((f for f in reversed(stack)
+                         if is_python_frame(f) and is_own(str(f.get("file", "")), own_dirs)),
+                        None)  # fmt: skip
+            if mine is not None:
+                own_counts[(str(mine.get("name", "")), _site(mine))] += 1
     total = sum(counts.values())
     shares = {c: round(counts[c] / total, 4) if total else 0.0 for c in CLASSES}
     top = [
         {"function": fn, "site": site, "class": cls, "samples": n,
-         "share": round(n / total, 4) if total else 0.0}
-        for (fn, site, cls), n in leaf_counts.most_common(TOP_FUNCTIONS)
+         "share": round(n / total, 4) if total else 0.0, "own": own}
+        for (fn, site, cls, own), n in leaf_counts.most_common(TOP_FUNCTIONS)
     ]  # fmt: skip
     out: dict[str, Any] = {
         "samples": total,
+        # thread samples in cloudprof's own unit counter (a workload's counter.add), left out
+        # of every share: measured, so the report can say what cloudprof's counting cost
+        "cloudprof_samples": counter_samples,
         "threads": len(seen),
         "shares": shares if native else None,
         "top_functions": top,
+        "own_functions": [
+            {"function": fn, "site": site, "samples": n,
+             "share": round(n / total, 4) if total else 0.0}
+            for (fn, site), n in own_counts.most_common(TOP_FUNCTIONS)
+        ],
     }
     if not native:
         out["note"] = ("samples of running threads, without native frames: the split Python / "
@@ -314,6 +365,7 @@ class PySpyProfiler(Profiler):
 
     def _launch(self, exe: str, native: bool) -> subprocess.Popen[bytes]:
         assert self.out is not None and self.target is not None
+        (self.out / SPEEDSCOPE_FILE).unlink(missing_ok=True)  # the file says it finished
         argv = [exe, "record", "--pid", str(self.target.pid), "--format", "speedscope",
                 "--threads", "--rate", str(self.rate_hz),
                 "--output", str(self.out / SPEEDSCOPE_FILE)]  # fmt: skip
@@ -353,7 +405,10 @@ class PySpyProfiler(Profiler):
             deadline = time.monotonic() + 0.5
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
-            if proc.poll() is None:
+            # py-spy also ends here when the job does (a job shorter than this wait): its
+            # file written and exit 0 are a whole profile, not a failure to sample.
+            if proc.poll() is None or (proc.returncode == 0
+                                       and (out / SPEEDSCOPE_FILE).is_file()):
                 self.proc, self.native, self.started_at = proc, native, time.monotonic()
                 return
             reason = self._stderr()
@@ -376,6 +431,7 @@ class PySpyProfiler(Profiler):
         summary = summarize_speedscope(
             doc, exclude_tids=self.target.exclude_tids,
             exclude_thread_names=self.target.exclude_thread_names, native=self.native,
+            own_dirs=self.target.own_dirs,
         )  # fmt: skip
         svg = self.out / FLAMEGRAPH_FILE
         svg.write_text(flamegraph_svg(doc, title=f"py-spy, pid {self.target.pid}"), "utf-8")

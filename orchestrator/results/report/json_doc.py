@@ -56,6 +56,10 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
         summary = summarise(run.trials)
     trials = run.trials
     n_ok = sum(1 for r in trials if r["status"] == OK)
+    from orchestrator.results.profiles import load_profiles
+
+    profiled = load_profiles(run.run_dir)  # extra trials, counted and listed like the others
+    p_ok = sum(1 for r in profiled if r.get("status") == OK)
     units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
     cheapest, fastest = best_rows(summary)
     measure = run.measure
@@ -73,7 +77,8 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
             },
             # which unit the rates and costs are in: units/s, or runs/h for a fixed-work job
             "measure": measure.document(),
-            "trials": {"total": len(trials), "ok": n_ok, "not_ok": len(trials) - n_ok},
+            "trials": {"total": len(trials) + len(profiled), "ok": n_ok + p_ok,
+                       "not_ok": len(trials) - n_ok + len(profiled) - p_ok},
             # the card each format opens with, per machine (answer.AnswerCard.to_dict)
             "answer": [card.to_dict() for card in answer_cards(run, summary)],
             "best": {
@@ -86,7 +91,7 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
                  **_in_measure(row, measure)}
                 for row in summary
             ],
-            "failed_trials": _failed(trials),
+            "failed_trials": _failed(trials) + _failed_profiled(profiled),
             "plan": _plan(run.sweep),
             "memory": _memory(trials),
             # --nodes only: a one-VM sweep's document keeps the keys it always had
@@ -192,7 +197,15 @@ def _scale_out(trials: Frame) -> list[dict[str, Any]] | None:
 def _failed(trials: Frame) -> list[dict[str, Any]]:
     bad = trials.where(lambda r: r["status"] != OK)
     columns = ["trial_id", "machine", "workers", "repeat", "status", "error"]
-    return [{c: r.get(c) for c in columns} for r in bad.sort_by(["machine", "workers", "repeat"])]
+    return [{**{c: r.get(c) for c in columns}, "profiled": False}
+            for r in bad.sort_by(["machine", "workers", "repeat"])]
+
+
+def _failed_profiled(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Profiled trials (kept under profiles/, not in trials.parquet) that did not finish ok."""
+    columns = ["trial_id", "machine", "workers", "repeat", "status", "error"]
+    return [{**{c: r.get(c) for c in columns}, "profiled": True}
+            for r in records if r.get("status") != OK]
 
 
 def _plan(sweep: dict[str, Any]) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from orchestrator.formatting import (
@@ -108,7 +109,7 @@ def build_report(run: RunData) -> Report:
     if scaleout is not None:
         tables.append(scaleout)
     tables.extend(job_tables(run.trials))  # a user's job: fixed-work runs, phases
-    failed = _failed_table(run.trials)
+    failed = _failed_table(run.trials, run.run_dir)
     if failed is not None:
         tables.append(failed)
     plan = _plan_table(run.sweep)
@@ -118,7 +119,7 @@ def build_report(run: RunData) -> Report:
 
     knee_at = {m: k.workers for (m, _), k in knee_of.items() if k.reached}
     tables += [Table(s.title, s.headers, [Row(r) for r in s.rows], s.notes)
-               for s in profile_sections(run.run_dir, knee_at)]
+               for s in profile_sections(run.run_dir, knee_at, run.trials)]
     from orchestrator.results.report.answer import answer_cards
 
     return Report(
@@ -156,8 +157,14 @@ def _headlines(
     """The lines above the tables; ``by_machine`` is ``samples(run.trials)``, found once."""
     trials = run.trials
     n_ok = sum(1 for r in trials if r["status"] == OK)
+    from orchestrator.results.profiles import load_profiles
+
+    profiled = load_profiles(run.run_dir)  # a profiled trial that failed is a failed trial
+    p_ok = sum(1 for r in profiled if r.get("status") == OK)
+    total, all_ok = len(trials) + len(profiled), n_ok + p_ok
     lines = [
-        f"{len(trials)} trials: {n_ok} ok, {len(trials) - n_ok} not ok"
+        f"{total} trials: {all_ok} ok, {total - all_ok} not ok"
+        + (f" ({len(profiled)} profiled)" if profiled else "")
         + (f"; sweep status {run.sweep['status']}" if run.sweep.get("status") else "")
     ]
     workload = describe_workload(run)
@@ -566,12 +573,15 @@ def _usl_table(models: dict[tuple[str, str], UslModel | None],
     )
 
 
-def _failed_table(trials: Frame) -> Table | None:
+def _failed_table(trials: Frame, run_dir: Path | None = None) -> Table | None:
+    from orchestrator.results.profiles import load_profiles
+
     bad = trials.where(lambda r: r["status"] != OK)
-    if bad.empty:
+    profiled = [r for r in (load_profiles(run_dir) if run_dir else []) if r.get("status") != OK]
+    if bad.empty and not profiled:
         return None
     rows = []
-    for r in bad.sort_by(["machine", "workers", "repeat"]):
+    for r in [*bad.sort_by(["machine", "workers", "repeat"]), *profiled]:
         error = " ".join(str(r.get("error") or "").split())
         rows.append(
             Row(
