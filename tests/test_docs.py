@@ -207,3 +207,42 @@ def test_a_runnable_command_of_the_docs_exits_0(page, command, tmp_path):
                           capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, f"{page}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert done.stdout.strip(), f"{page}: {command} printed nothing"
+
+
+def _report_json_table() -> dict[str, str]:
+    """The docs' table of ``report --json``'s top-level keys: key -> what it holds."""
+    text = (DOCS / "reference" / "report.md").read_text(encoding="utf-8")
+    table = text.split("| `report --json` key | holds |", 1)[1]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("| `"):
+            break
+        key, holds = line[2:].split(" | ", 1)
+        rows[key.strip("`")] = holds
+    return rows
+
+
+@pytest.mark.slow
+def test_report_json_has_exactly_the_documented_keys(tmp_path):
+    """A real dry run's ``report --json``: its keys are the table's (``scale_out`` comes
+    only with ``--nodes``, as the table says), and a result row's are the ones listed."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "CLOUDPROF_CACHE": str(tmp_path / "cache")}
+    cloudprof = str(bin_dir / "cloudprof")
+    subprocess.run(
+        [cloudprof, "sweep", "--machine", "n2-highcpu-8", "--dry-run", "--workers", "1,2",
+         "--repeats", "1", "--duration", "1", "--frames", "4", "--rows", "100", "--cols", "100",
+         "--dim", "20", "--out", str(tmp_path / "runs")],
+        cwd=tmp_path, env=env, check=True, capture_output=True, timeout=280,
+    )
+    (run,) = (tmp_path / "runs").iterdir()
+    done = subprocess.run([cloudprof, "report", str(run), "--json"], env=env, check=True,
+                          capture_output=True, text=True, timeout=120)
+    import json
+
+    document = json.loads(done.stdout)
+    documented = _report_json_table()
+    assert "--nodes" in documented["scale_out"]
+    assert set(document) == set(documented) - {"scale_out"}
+    listed = set(re.findall(r"`([a-z0-9_]+)`", documented["results"]))
+    assert set(document["results"][0]) <= listed
