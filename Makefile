@@ -2,7 +2,7 @@
 #   make demo   a virtualenv in .venv (Debian's Python refuses `pip install` outside
 #               one, PEP 668), cloudprof installed into it, and the main job as a dry run
 #   make test   what the tests need (OpenSSH server and GNU time from Debian, the
-#               [dev] extra into the same .venv) and the whole suite
+#               [dev] and [docs] extras into the same .venv) and the whole suite
 # CI (.ci/run) runs both in a fresh copy of the checkout. Every target uses .venv
 # (VENV=... picks another); `. .venv/bin/activate` puts `cloudprof` on your PATH.
 PYTHON3 ?= python3
@@ -38,7 +38,7 @@ system-deps:
 	fi
 
 deps: venv system-deps
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev,docs]"
 
 lint:
 	$(PY) -m ruff check .

@@ -770,7 +770,7 @@ def report(
     as_json: Annotated[
         bool,
         typer.Option(
-            "--json", help="Print the report as JSON (stable keys, see README) and write no file."
+            "--json", help="Print the report as JSON (stable keys, see docs) and write no file."
         ),
     ] = False,
 ) -> None:
@@ -791,7 +791,7 @@ def compare(
         list[Path], typer.Argument(help="Two or more run directories.", metavar="RUN...")
     ],
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the comparison as JSON (stable keys, see README).")
+        bool, typer.Option("--json", help="Print the comparison as JSON (stable keys, see docs).")
     ] = False,
 ) -> None:
     """Compare two or more runs side by side, with ratios."""

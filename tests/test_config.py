@@ -522,12 +522,12 @@ def test_resume_reads_the_recorded_spec(tmp_path: Path) -> None:
     assert load_run_spec(tmp_path) == spec
 
 
-def test_the_readme_example_config_is_valid(tmp_path: Path) -> None:
-    """The sweep.toml shown in README's command-line reference reads back as documented."""
+def test_the_documented_example_config_is_valid(tmp_path: Path) -> None:
+    """The sweep.toml shown in the docs' command-line reference reads back as documented."""
     import re
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Command-line reference", 1)[1]
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "commands.md"
+    section = page.read_text().split("## `sweep.toml`", 1)[1]
     example = re.search(r"```toml\n(.*?)```", section, re.S)
     assert example is not None
     config = tmp_path / "sweep.toml"

@@ -520,7 +520,7 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
             "[yellow]note:[/yellow] one repeat per worker count: no spread is measured, and on "
             "replayed surfaces the peak lands within ±10 % in 78 % of cases against 95 % with "
             "the default 3 repeats or 98 % with --adaptive (benchmarks/bench_model.py); "
-            "see README, \"Picking repeats and duration\".", highlight=False)
+            "see \"Picking repeats and duration\" in the docs.", highlight=False)
     if plan.search:
         _render_search(plan, console)
         return

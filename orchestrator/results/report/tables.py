@@ -226,7 +226,7 @@ def _headlines(
     if all(r["repeats"] < 2 for r in summary):
         lines.append(
             "One repeat per worker count: no spread was measured, so nothing here says how sure "
-            "it is; run with --repeats 3 for a spread of each median (README: picking repeats)."
+            "it is; run with --repeats 3 for a spread of each median (docs: picking repeats)."
         )
     estimated = summary.where(lambda r: r["estimate"])
     if not estimated.empty:
