@@ -27,7 +27,7 @@ from rich.console import Console
 from orchestrator.plan.model import KNEE_GAIN
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.results import compare, plots, report
-from orchestrator.results.report.measure import RUNS, UNITS
+from orchestrator.results.report.measure import RUNS, UNITS, trial_rate
 from orchestrator.results.runs import read_run
 from orchestrator.results.store import RunStore, trial_row
 from orchestrator.spec.catalog import MachineType
@@ -324,3 +324,14 @@ def test_a_dry_run_sweep_of_a_fixed_work_job_reports_runs_from_its_measured_time
     (entry,) = json.loads(listed.stdout)
     assert entry["best"]["measure"] == "runs/h" and entry["best"]["workers"] == fastest
     assert entry["best"]["rate"] == pytest.approx(3600 / seconds[fastest])
+
+
+def test_the_strategies_rank_a_fixed_work_trial_by_its_time_not_its_stored_zero(
+        fixed: Path) -> None:
+    """--adaptive and --search read trials.parquet rows as stored (0 units/s for a fixed-work
+    run); trial_rate is what they compare: 1 / seconds, and units/s for a job with units."""
+    for row in pq.read_table(fixed / "trials.parquet").to_pylist():
+        assert row["units_per_s"] == 0.0
+        assert trial_rate(row) == pytest.approx(1 / row["seconds"])
+    assert trial_rate({"job_kind": "units", "units_per_s": 12.5, "seconds": 4.0}) == 12.5
+    assert math.isnan(trial_rate({"job_kind": "fixed_work", "units_per_s": 0.0, "seconds": 0}))

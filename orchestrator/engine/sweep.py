@@ -802,6 +802,7 @@ class _Engine:
         from orchestrator.plan.model import fit_usl_with_intervals
         from orchestrator.plan.planner import trial_id, trial_request
         from orchestrator.plan.search import ADAPTIVE_BOOT, converged, next_points
+        from orchestrator.results.report.measure import trial_rate
 
         vm, machine = host.vm, host.vm.machine.name
         budget = len(vm.trials)
@@ -811,9 +812,9 @@ class _Engine:
         for row in frame[frame["machine"] == machine].to_dict("records"):
             w = int(row["workers"])
             tried[w] = tried.get(w, 0) + 1
-            ups = row.get("units_per_s")
-            if row["status"] == "ok" and ups is not None and math.isfinite(float(ups)):
-                measured.setdefault(w, []).append(float(ups))
+            ups = trial_rate(row)
+            if row["status"] == "ok" and math.isfinite(ups):
+                measured.setdefault(w, []).append(ups)
         spent = sum(tried.values())
         while not self.stop.is_set():
             ok_count = sum(len(v) for v in measured.values())
@@ -833,7 +834,7 @@ class _Engine:
                 done = self.store.trials_frame()
                 row = done[done["trial_id"] == trial.trial_id]
                 if not row.empty and row["status"].iloc[-1] == "ok":
-                    ups = float(row["units_per_s"].iloc[-1])
+                    ups = trial_rate(row.iloc[-1].to_dict())
                     if math.isfinite(ups):
                         measured.setdefault(w, []).append(ups)
         if self.stop.is_set():
@@ -1637,6 +1638,7 @@ def _run_search(engine: _Engine, plan: Plan, store: RunStore,
         peak_throughput,
         search_step,
     )
+    from orchestrator.results.report.measure import trial_rate
 
     assert plan.search is not None
     goal, budget = plan.search["objective"], int(plan.search["budget"])
@@ -1652,7 +1654,8 @@ def _run_search(engine: _Engine, plan: Plan, store: RunStore,
         out = {}
         for name in tried:
             rows = ok[ok["machine"] == vms[name].machine.name]
-            samples = {int(w): [float(u) for u in g["units_per_s"].dropna()]
+            samples = {int(w): [u for u in map(trial_rate, g.to_dict("records"))
+                                if math.isfinite(u)]
                        for w, g in rows.groupby("workers")}
             out[name] = peak_throughput(samples) or 0.0
         return out

@@ -84,6 +84,16 @@ def is_fixed_work(row: dict[str, Any]) -> bool:
     return row.get("job_kind") == FIXED_WORK
 
 
+def trial_rate(row: dict[str, Any]) -> float:
+    """One trial's rate in base units: units/s, or for a fixed-work run 1 / its seconds (the
+    runner records 0 units/s for it); NaN where nothing was measured. What the adaptive and
+    search strategies compare, so they rank a fixed-work job by its time, not by zeros."""
+    if is_fixed_work(row):
+        return 1.0 / _seconds(row) if math.isfinite(_seconds(row)) else math.nan
+    ups = number(row.get("units_per_s"))
+    return ups if math.isfinite(ups) else math.nan
+
+
 def measure_of(trials: Frame | pd.DataFrame) -> Measure:
     """RUNS when every ok trial (every trial, when none is ok) is a fixed-work run; else UNITS.
 
