@@ -118,3 +118,34 @@ def test_each_example_is_one_command_in_readme(name):
     readme = (REPO / "README.md").read_text()
     assert f"cloudprof sweep --config examples/{name}/sweep.toml --dry-run" in readme
     assert (EXAMPLES / name / "sweep.toml").is_file()
+
+
+# Each example as a --command sweep with a --grid under both profilers: the profile names
+# the example's own hot functions (frames in its workdir, marked as the user's code).
+_PROFILED = {
+    "scalene_regression": (["--workers", "1", "--grid", "rows=3000", "--grid", "features=8",
+                            "--grid", "model=mlp"], {"fit_model", "predict_rows", "load_data"}),
+    "batch_pool": (["--workers", "2", "--grid", "records=20000", "--grid", "batch=500"],
+                   {"score_record", "score_batch", "make_records", "merge_scores"}),
+    "numpy_blocks": (["--workers", "1", "--duration", "3", "--grid", "size=1024",
+                      "--grid", "block=128"],
+                     {"smooth_block", "summarise_block", "process_tiles", "make_image"}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["cpu", "memory"])
+@pytest.mark.parametrize("name", sorted(_PROFILED))
+def test_each_example_is_profiled_by_its_own_functions(tmp_path, name, kind):
+    args, functions = _PROFILED[name]
+    run = _run_example(tmp_path, name, *args, "--profile", kind)
+    assert set(_trials(run)["status"]) == {"ok"}
+    records = [json.loads(p.read_text()) for p in (run / "profiles").glob("*/record.json")]
+    assert len(records) == 1 and records[0]["status"] == "ok", records
+    prof = records[0]["profile"]
+    assert prof["status"] == "ok", prof
+    if kind == "cpu":
+        own = [f["function"].split(" ")[0] for f in prof["own_functions"]]
+    else:
+        own = [s["caller"] for s in prof["top_sites"] if s["own"]]
+    assert functions & set(own), (own, prof)  # the example's hot functions, by name
