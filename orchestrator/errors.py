@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 
-# Exit codes (README "Exit codes" lists them).
+# Exit codes (docs/reference/commands.md "Exit codes" lists them).
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_MEMORY_GATE = 3

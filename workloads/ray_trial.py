@@ -400,7 +400,8 @@ def stop_cluster_processes(temp_dir: str, grace_s: float = 5.0) -> int:
 # on by itself when the host has a token (~/.ray/auth_token, which any local `ray.init()`
 # writes), while `ray start --address` does not, so on such a host node 1 was refused by its
 # own head ("InvalidAuthToken"). Off is what `ray start --head` gives on a host without a
-# token; the cluster's ports are open only between the sweep's own VMs (README).
+# token; the cluster's ports are open only between the sweep's own VMs
+# (docs/tutorials/scale-out.md).
 RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
 # A node's raylet starts no idle Python workers ahead of need (by default one per CPU when
 # the driver connects): the trial's actors (num_cpus=0) start their own, and idle workers

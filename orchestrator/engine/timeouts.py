@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from orchestrator.spec.spec import SweepSpec
 
 # The default dry run on a 2-core host at load average ~6 spent about 11 s per 3 s trial,
-# start-up and loading its 800 MB of inputs included (README, "27 trials ... 303 s"):
+# start-up and loading its 800 MB of inputs included
+# (docs/measurement/sweeps.md, "27 trials ... 303 s"):
 # 4 x 3 s + 2 min is ten times that, and still stops a hung trial within minutes.
 MULTIPLE = 4.0
 FLOOR_S = 120.0

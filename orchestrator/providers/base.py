@@ -68,7 +68,7 @@ class VmRequest:
     image: str | None = None  # provider default when None (GCP image family / SSM parameter)
     disk_gb: int = 20
     # A node of a multi-node (Ray) sweep: the provider also opens every TCP/UDP port
-    # between this sweep's own VMs, and to nothing else (README "Providers"): one rule
+    # between this sweep's own VMs, and to nothing else (docs/tutorials/scale-out.md): one rule
     # per sweep, deleted with the sweep's last VM like its SSH rule.
     cluster: bool = False
     node: int = 0  # which node of the machine (0: Ray's head); ssh: the group's i-th host

@@ -7,7 +7,7 @@ stays cheap. Every SDK error is translated here into one-line
 class: a ``CapacityError`` is worth one try in the next zone, a ``QuotaError``
 is not, a ``PermissionDeniedError`` points at ``infra/iam/gcp-roles.md``.
 
-Settings read from the environment (README "Google Cloud"):
+Settings read from the environment (docs/tutorials/google-cloud.md):
 ``CLOUDPROF_GCE_ENDPOINT`` (a Compute REST endpoint, e.g. the tests' fake; no
 credentials are used then), ``CLOUDPROF_SSH_SOURCE_CIDR`` (who may reach port
 22; default: this machine's public address), ``CLOUDPROF_GCS_SIGNER`` (the

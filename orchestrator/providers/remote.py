@@ -16,7 +16,7 @@ Why it looks like this:
   RemoteCommandError, ConnectionLostError) so the engine can decide: next
   machine, or reconnect and retry the trial.
 
-Settings (environment), documented in README "SSH hosts and remote execution":
+Settings (environment), documented in docs/tutorials/ssh-hosts.md:
 ``CLOUDPROF_SSH_ENDPOINT=host:port`` replaces the address a cloud provider
 returns; ``CLOUDPROF_SSH_USER`` the login user; ``CLOUDPROF_SSH_KEY`` a client
 private key to use instead of a generated one; ``CLOUDPROF_SSH_HOST_KEY`` a host

@@ -7,7 +7,7 @@ trusted from a file, and its price is whatever the hosts file says (or none —
 reports then show no cost rather than a made-up one).
 
 Hosts come from a TOML file (``--hosts FILE``) or ``--host user@addr[:port]``.
-The file's schema (README "SSH hosts and remote execution")::
+The file's schema (docs/tutorials/ssh-hosts.md)::
 
     [[hosts]]
     name = "bigbox"                 # what --machine and the reports call it (default: address)

@@ -51,7 +51,7 @@ def plain(value: Any) -> Any:
 
 
 def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any]:
-    """The whole report as a dict of plain values (see the README's "Reports" for the keys)."""
+    """The whole report as a dict of plain values (docs/reference/report.md lists the keys)."""
     if summary is None:
         summary = summarise(run.trials)
     trials = run.trials
