@@ -103,7 +103,7 @@ def test_the_installed_wheel_runs_from_an_empty_directory(
     out = _run([cloudprof, "sweep", "--machine", "n2-highcpu-8", "--dry-run", "--workers", "1",
                 "--repeats", "1", "--duration", "1", "--frames", "4", "--rows", "100",
                 "--cols", "100", "--dim", "20", "--sample-hz", "0"], tmp_path, env)
-    assert "Results store:" in out
+    assert "Report:" in out and "report.html" in out  # the sweep's last line
     (run,) = (tmp_path / "runs").iterdir()
     sweep = json.loads((run / "sweep.json").read_text())
     assert sweep["status"] == "done" and sweep["machines"]["n2-highcpu-8"]["status"] == "done"

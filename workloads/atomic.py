@@ -114,3 +114,17 @@ def atomic_directory(path: Path | str, is_complete: Callable[[Path], bool]) -> I
                 os.rename(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_directory(path: Path | str) -> bool:
+    """Take ``path`` away from its name at once (renamed aside), then delete it; so a
+    reader never finds half a directory under its name. False when it could not be moved
+    (gone already, or in use under a name another process just took)."""
+    path = Path(path)
+    doomed = path.with_name(f".{path.name}.{os.getpid()}.removing")
+    try:
+        os.rename(path, doomed)
+    except OSError:
+        return False
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from workloads import procfs
-from workloads.atomic import atomic_directory
+from workloads.atomic import atomic_directory, remove_directory
 
 PREFIX = "cloudprof:"
 LOG_FILE = "output.log"  # a command job's stdout and stderr, next to summary.json
@@ -365,13 +365,8 @@ def prune(root: Path, keep: Path, max_age_s: float = KEEP_UNUSED_S) -> list[str]
             continue  # not a copy (the archives), or one being removed
         if child == keep or idle <= max_age_s:
             continue
-        doomed = child.with_name(f".{child.name}.{os.getpid()}.removing")
-        try:
-            os.rename(child, doomed)  # gone from its name at once, then deleted
-        except OSError:
-            continue
-        shutil.rmtree(doomed, ignore_errors=True)
-        removed.append(child.name)
+        if remove_directory(child):  # gone from its name at once, then deleted
+            removed.append(child.name)
     return removed
 
 
