@@ -805,6 +805,38 @@ def compare(
     comparing.compare_runs(list(runs), _console())
 
 
+ExportFormat = _choices("ExportFormat", ("k8s", "ray", "dask"))
+
+
+@app.command(cls=_Command)
+def export(
+    run: Annotated[
+        Path, typer.Argument(help="A run directory, e.g. runs/<sweep-id>.", metavar="RUN")
+    ],
+    fmt: Annotated[
+        ExportFormat,  # type: ignore[valid-type]
+        typer.Option("--format", help="k8s: a Job manifest (YAML); ray: task/actor options "
+                     "(JSON); dask: a `dask worker` line."),
+    ],
+    machine: Annotated[
+        str | None,
+        typer.Option(help="The machine (as the report names it; default: the run's best by "
+                     "throughput).", metavar="M"),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="The worker count (default: the one the machine's answer picked).",
+                     metavar="N", min=1),
+    ] = None,
+) -> None:
+    """Print a spec to deploy a measured configuration: CPUs from its workers, memory
+    from its measured peak plus margin, naming the trials it came from."""
+    exporting = _lazy("orchestrator.results.export", "export")
+    reports = _lazy("orchestrator.results.report", "reporting")
+    measured = exporting.measured(reports.load_run(run), machine, workers)
+    sys.stdout.write(exporting.render(measured, _value(fmt)))
+
+
 @app.command(cls=_Command)
 def runs(
     out: Annotated[
