@@ -838,6 +838,49 @@ def export(
 
 
 @app.command(cls=_Command)
+def recommend(
+    runs: Annotated[
+        list[Path], typer.Argument(help="One or more run directories (any clouds).",
+                                   metavar="RUN...")
+    ],
+    deadline: Annotated[
+        str | None,
+        typer.Option(help="Finish within this, e.g. 10m, 2h.", metavar="DURATION"),
+    ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(help="Spend at most this many USD.", metavar="USD", min=0.0),
+    ] = None,
+    memory_margin: Annotated[
+        str, typer.Option(help="Headroom over the measured peak that must fit the machine's "
+                          "memory, e.g. 20%.", metavar="SHARE")
+    ] = "20%",
+    total: Annotated[
+        float | None,
+        typer.Option(help="The job's size: units for a job that reports units, runs for a "
+                     "fixed-work job (default 1 run).", metavar="N", min=0.0),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the recommendation as JSON.")
+    ] = False,
+) -> None:
+    """The cheapest measured machine and worker count that meets a deadline, a cost limit
+    and memory with a margin; the runner-up, and why every other one lost."""
+    from orchestrator.spec.config import parse_duration
+
+    deciding = _lazy("orchestrator.results.recommend", "recommendation")
+    deadline_s = parse_duration(deadline, "--deadline") if deadline is not None else None
+    if total is not None and total <= 0:
+        raise UsageError("--total must be more than 0")
+    rec = deciding.recommend_runs(list(runs), deadline_s, max_cost,
+                                  deciding.parse_margin(memory_margin), total)
+    if as_json:
+        _print_json(rec.to_dict())
+    else:
+        sys.stdout.write(deciding.render(rec))
+
+
+@app.command(cls=_Command)
 def runs(
     out: Annotated[
         Path | None,
