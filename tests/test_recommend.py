@@ -178,3 +178,12 @@ def test_a_dry_run_is_judged_on_the_planned_machines_memory(
     assert choice["machine_bytes"] == gib * 2**30
     assert choice["start_s"] is None  # the local host's start is not the VM's
     assert any("another host" in n for n in doc["notes"])
+
+
+def test_runs_of_different_jobs_do_not_compete(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    cubes = _store(tmp_path / "cubes", GCP, unit="cube")
+    rows = _store(tmp_path / "rows", GCP, unit="row")
+    code, out, err = _recommend(capsys, str(cubes), str(rows), "--total", str(TOTAL))
+    assert code == 2 and out == "" and "different jobs" in err
+    assert len(err.strip().splitlines()) == 1

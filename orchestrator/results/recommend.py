@@ -216,6 +216,7 @@ def _machine_bytes(group: Any, catalog: Any) -> float | None:
 def recommend(runs: list[RunData], deadline_s: float | None, max_cost: float | None,
               margin: float, total: float | None) -> Recommendation:
     """The cheapest candidate over ``runs`` meeting every constraint (see the module)."""
+    _same_job(runs)
     found = [c for run in runs for c in candidates(run, total, margin)]
     if not found:
         raise NothingFitsError("no configuration finished ok in "
@@ -244,6 +245,23 @@ def recommend(runs: list[RunData], deadline_s: float | None, max_cost: float | N
                      "host's: an estimate for the machine")
     return Recommendation(fits[0], fits[1] if len(fits) > 1 else None, rejected, fits[2:],
                           start_included, notes)
+
+
+def _same_job(runs: list[RunData]) -> None:
+    """Runs compete only when they measured the same kind of job in the same unit: a
+    rate in cubes/s and one in rows/s, or a time per run, say nothing of each other."""
+    def kind(run: RunData) -> str:
+        ok = run.trials.where(lambda r: r["status"] == OK)
+        if len(ok) and all(r.get("job_kind") == "fixed_work" for r in ok):
+            return "runs (fixed work)"
+        units = sorted({str(u) for u in ok.get("unit", []) if isinstance(u, str) and u})
+        return "/".join(units) or "units"
+
+    kinds = {str(run.run_dir): kind(run) for run in runs}
+    if len(set(kinds.values())) > 1:
+        shown = ", ".join(f"{path} measures {k}" for path, k in kinds.items())
+        raise UsageError(f"the runs measured different jobs ({shown}): recommend compares "
+                         "runs of one job")
 
 
 def _name(c: Candidate) -> str:
