@@ -805,6 +805,81 @@ def compare(
     comparing.compare_runs(list(runs), _console())
 
 
+ExportFormat = _choices("ExportFormat", ("k8s", "ray", "dask"))
+
+
+@app.command(cls=_Command)
+def export(
+    run: Annotated[
+        Path, typer.Argument(help="A run directory, e.g. runs/<sweep-id>.", metavar="RUN")
+    ],
+    fmt: Annotated[
+        ExportFormat,  # type: ignore[valid-type]
+        typer.Option("--format", help="k8s: a Job manifest (YAML); ray: task/actor options "
+                     "(JSON); dask: a `dask worker` line."),
+    ],
+    machine: Annotated[
+        str | None,
+        typer.Option(help="The machine (as the report names it; default: the run's best by "
+                     "throughput).", metavar="M"),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="The worker count (default: the one the machine's answer picked).",
+                     metavar="N", min=1),
+    ] = None,
+) -> None:
+    """Print a spec to deploy a measured configuration: CPUs from its workers, memory
+    from its measured peak plus margin, naming the trials it came from."""
+    exporting = _lazy("orchestrator.results.export", "export")
+    reports = _lazy("orchestrator.results.report", "reporting")
+    measured = exporting.measured(reports.load_run(run), machine, workers)
+    sys.stdout.write(exporting.render(measured, _value(fmt)))
+
+
+@app.command(cls=_Command)
+def recommend(
+    runs: Annotated[
+        list[Path], typer.Argument(help="One or more run directories (any clouds).",
+                                   metavar="RUN...")
+    ],
+    deadline: Annotated[
+        str | None,
+        typer.Option(help="Finish within this, e.g. 10m, 2h.", metavar="DURATION"),
+    ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(help="Spend at most this many USD.", metavar="USD", min=0.0),
+    ] = None,
+    memory_margin: Annotated[
+        str, typer.Option(help="Headroom over the measured peak that must fit the machine's "
+                          "memory, e.g. 20%.", metavar="SHARE")
+    ] = "20%",
+    total: Annotated[
+        float | None,
+        typer.Option(help="The job's size: units for a job that reports units, runs for a "
+                     "fixed-work job (default 1 run).", metavar="N", min=0.0),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the recommendation as JSON.")
+    ] = False,
+) -> None:
+    """The cheapest measured machine and worker count that meets a deadline, a cost limit
+    and memory with a margin; the runner-up, and why every other one lost."""
+    from orchestrator.spec.config import parse_duration
+
+    deciding = _lazy("orchestrator.results.recommend", "recommendation")
+    deadline_s = parse_duration(deadline, "--deadline") if deadline is not None else None
+    if total is not None and total <= 0:
+        raise UsageError("--total must be more than 0")
+    rec = deciding.recommend_runs(list(runs), deadline_s, max_cost,
+                                  deciding.parse_margin(memory_margin), total)
+    if as_json:
+        _print_json(rec.to_dict())
+    else:
+        sys.stdout.write(deciding.render(rec))
+
+
 @app.command(cls=_Command)
 def runs(
     out: Annotated[

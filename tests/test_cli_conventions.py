@@ -19,7 +19,7 @@ from orchestrator.errors import EXIT_USAGE
 from orchestrator.providers import PROVIDERS
 from workloads.cube_strategies import STRATEGIES
 
-COMMANDS = ["sweep", "catalog", "report", "compare", "cleanup", "runs"]
+COMMANDS = ["sweep", "catalog", "report", "compare", "export", "recommend", "cleanup", "runs"]
 # the console script installed beside this Python (in its venv), whatever $PATH holds:
 # `make test` does not activate the venv
 SCRIPT = str(Path(sys.executable).parent / "cloudprof")
