@@ -84,7 +84,7 @@ def test_the_cube_script_example_counts_cubes_through_the_protocol(tmp_path):
 @pytest.mark.slow
 def test_the_batch_pool_example_measures_a_process_tree_for_each_grid_point(tmp_path):
     run = _run_example(tmp_path, "batch_pool", "--workers", "2",
-                       "--grid", "records=3000", "--grid", "batch=300,1500")
+                       "--grid", "records=100000", "--grid", "batch=300,1500")
     trials = _trials(run)
     assert set(trials["status"]) == {"ok"}, trials["error"].tolist()
     assert len(trials) == 2 and set(trials["job_kind"]) == {"fixed_work"}
@@ -96,7 +96,7 @@ def test_the_batch_pool_example_measures_a_process_tree_for_each_grid_point(tmp_
     two = trials[trials["workers"] == 2]["trial_id"].iloc[0]
     children = pq.read_table(run / "timeseries" / f"{two}.parquet").column("children")
     assert max(c for c in children.to_pylist() if c is not None) >= 2  # the pool's processes
-    assert "scored 3000 records" in (run / "logs" / f"{two}.log").read_text()
+    assert "scored 100000 records" in (run / "logs" / f"{two}.log").read_text()
 
 
 @pytest.mark.slow
