@@ -1000,6 +1000,13 @@ if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
 fi
 "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2
 "$tmp/bin/python" -c 'import workloads, numpy, pyarrow, psutil'
+# The scripts pip wrote (pip, f2py, activate...) name the env by its path: make it the
+# final one, or `pip` in a job's --setup finds no interpreter once the env is renamed.
+for f in "$tmp"/bin/*; do
+    if [ -f "$f" ] && [ ! -L "$f" ] && grep -qF "$tmp" "$f" 2>/dev/null; then
+        sed -i "s|$tmp|$2|g" "$f"
+    fi
+done
 if ! mv -T "$tmp" "$2" 2>/dev/null; then
     if "$2/bin/python" -c 'import workloads, numpy, pyarrow, psutil' >/dev/null 2>&1; then
         rm -rf "$tmp"  # another sweep installed the same wheel meanwhile
