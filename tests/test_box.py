@@ -4,7 +4,8 @@ The box has what a cloud image has and nothing cloudprof needs: python3 without
 venv, pip or numpy. So these tests see the VM side work as it does on a fresh
 VM: the bootstrap installs python3-venv with apt and numpy/pyarrow/psutil from
 the package index into the box, the trials run as the non-root login user, and
-the first-boot script runs for real as root. They need root (CI is root) and
+a Google Cloud and an AWS sweep (the fake Compute Engine, moto) hand their VM's
+first-boot script to a box, which runs it for real as root. They need root (CI is root) and
 the network to Debian's mirror and the package index; they skip only without
 root. The image is built once per machine (minutes) and reused.
 """
@@ -15,7 +16,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -160,54 +163,57 @@ def test_a_command_job_with_setup_runs_on_a_box_as_the_login_user(
     assert {p.lstat().st_uid for p in copy.rglob("*")} == {_login_uid(box)}
 
 
-def test_a_gce_sweep_whose_vm_is_a_box_booted_with_its_startup_script(
-        box: Box, fake_gce, gcs_emulator, tmp_path: Path) -> None:
-    """The fake Compute Engine hands each new instance's startup-script metadata to the
-    box, which runs it as root as the guest agent does at boot; the sweep then waits for
-    the sweep's host key and client key, bootstraps, runs and deletes the VM."""
-    import threading
-    import uuid
+class FirstBoot:
+    """Runs a VM's first-boot script in the box as root, as the guest agent (Google
+    Cloud) or cloud-init (AWS) does once the instance exists."""
 
-    from google.cloud import storage
+    def __init__(self, box: Box) -> None:
+        self.box = box
+        self.runs: list[subprocess.CompletedProcess[str]] = []
+        self.threads: list[threading.Thread] = []
 
+    def __call__(self, script: str) -> None:
+        self.box.path("/root/startup.sh").write_text(script)
+        thread = threading.Thread(target=lambda: self.runs.append(
+            self.box.exec("sh", "/root/startup.sh", check=False)), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+
+def _cloud_sweep(box: Box, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CLOUDPROF_SSH_") or k == "CLOUDPROF_SSH_SOURCE_CIDR"}
+    env["CLOUDPROF_SSH_ENDPOINT"] = f"{box.host}:{box.port}"  # the VM's address is the box
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", *args, *TINY,
+         "--out", str(tmp_path / "runs")],
+        env=env, capture_output=True, text=True, timeout=1000,
+    )  # fmt: skip
+
+
+def _check_vm_sweep(box: Box, tmp_path: Path, boot: FirstBoot,
+                    result: subprocess.CompletedProcess[str]) -> None:
+    """The sweep ran on the box, after the first-boot script set it up as it promises."""
     from orchestrator.engine.sweep import SSH_USER
     from orchestrator.providers.remote import STARTUP_STATE_DIR
 
-    booted: list[subprocess.CompletedProcess[str]] = []
-
-    def boot(instance: dict) -> None:
-        (script,) = [item["value"] for item in instance["metadata"]["items"]
-                     if item["key"] == "startup-script"]
-        box.path("/root/startup.sh").write_text(script)
-        threading.Thread(target=lambda: booted.append(
-            box.exec("sh", "/root/startup.sh", check=False)), daemon=True).start()
-
-    fake_gce.on_insert = boot
-    bucket = f"cp-box-{uuid.uuid4().hex[:10]}"
-    storage.Client().create_bucket(bucket)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROF_SSH_")}
-    env["CLOUDPROF_SSH_SOURCE_CIDR"] = os.environ["CLOUDPROF_SSH_SOURCE_CIDR"]  # fake_gce's
-    env["CLOUDPROF_SSH_ENDPOINT"] = f"{box.host}:{box.port}"  # the VM's address is the box
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", "--provider", "gcp",
-         "--project", "proj", "--zone", "us-central1-a", "--machine", "n2-highcpu-2",
-         "--bucket", f"gs://{bucket}", *TINY, "--out", str(tmp_path / "runs")],
-        env=env, capture_output=True, text=True, timeout=1000,
-    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
     (run,) = list((tmp_path / "runs").iterdir())
     import pandas as pd
 
     trials = pd.read_parquet(run / "trials.parquet")
     assert sorted(trials["workers"]) == [1, 2] and set(trials["status"]) == {"ok"}
-    # The first-boot script ran as root: the login user, python3-venv, the self-destruct.
-    (boot_run,) = booted
-    assert "cloudprof-startup: done" in boot_run.stdout, boot_run.stdout + boot_run.stderr
-    assert "could not" not in boot_run.stdout, boot_run.stdout
+    # It ran once, as root, and did all it says: the sweep's host key and client key
+    # (cloudprof logged in, verifying both), the login user, python3-venv and pip...
+    for thread in boot.threads:
+        thread.join(60)
+    (done,) = boot.runs
+    assert "cloudprof-startup: done" in done.stdout, done.stdout + done.stderr
+    assert "could not" not in done.stdout, done.stdout
     assert _installed(box, "python3-venv")
     assert box.exec("python3", "-m", "pip", "--version").returncode == 0
-    # The self-destruct is scheduled at the sweep's expiry (shutdown -h +N: whole
-    # minutes), and was not carried out: the box ran the sweep.
+    # ...and the self-destruct at the sweep's expiry (shutdown -h +N: whole minutes),
+    # not carried out: the box ran the sweep.
     expires_at = int(box.path(f"{STARTUP_STATE_DIR}/expires_at").read_text())
     ends_at = int(box.path("/run/box-poweroff.at").read_text())
     assert expires_at <= ends_at <= expires_at + 120 and box.running()
@@ -215,4 +221,63 @@ def test_a_gce_sweep_whose_vm_is_a_box_booted_with_its_startup_script(
     log = box.path(f"{home}/.cloudprof/bootstrap.log").read_text().split()
     assert log.count("install") == 1
     assert _uids_under(box, f"{home}/.cloudprof") == {int(box.exec("id", "-u", SSH_USER).stdout)}
+
+
+def test_a_gce_sweep_whose_vm_is_a_box_booted_with_its_startup_script(
+        box: Box, fake_gce, gcs_emulator, tmp_path: Path) -> None:
+    """The fake Compute Engine hands each new instance's startup-script metadata to the
+    box; the sweep waits for it, bootstraps, runs the cube and deletes the VM."""
+    from google.cloud import storage
+
+    boot = FirstBoot(box)
+    fake_gce.on_insert = lambda instance: boot(next(
+        item["value"] for item in instance["metadata"]["items"]
+        if item["key"] == "startup-script"))
+    bucket = f"cp-box-{uuid.uuid4().hex[:10]}"
+    storage.Client().create_bucket(bucket)
+    result = _cloud_sweep(box, tmp_path, "--provider", "gcp", "--project", "proj",
+                          "--zone", "us-central1-a", "--machine", "n2-highcpu-2",
+                          "--bucket", f"gs://{bucket}")
+    _check_vm_sweep(box, tmp_path, boot, result)
     assert fake_gce.instances == {}  # the sweep deleted its VM
+
+
+def test_an_ec2_sweep_whose_vm_is_a_box_booted_with_its_user_data(
+        box: Box, moto_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto keeps each instance's user data; a watcher hands it to the box as soon as the
+    instance exists, as cloud-init runs it at boot."""
+    import base64
+
+    import boto3
+
+    monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "al2023")  # moto serves no Debian parameter
+    bucket = f"cp-box-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    boot = FirstBoot(box)
+    stop = threading.Event()
+
+    def watch() -> None:
+        ec2 = boto3.client("ec2")
+        seen: set[str] = set()
+        while not stop.wait(0.2):
+            for reservation in ec2.describe_instances()["Reservations"]:
+                for instance in reservation["Instances"]:
+                    if instance["InstanceId"] in seen:
+                        continue
+                    seen.add(instance["InstanceId"])
+                    data = ec2.describe_instance_attribute(
+                        InstanceId=instance["InstanceId"], Attribute="userData")
+                    boot(base64.b64decode(data["UserData"]["Value"]).decode())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = _cloud_sweep(box, tmp_path, "--provider", "aws", "--machine", "c6i.large",
+                              "--bucket", f"s3://{bucket}")
+    finally:
+        stop.set()
+        watcher.join(10)
+    _check_vm_sweep(box, tmp_path, boot, result)
+    states = {i["State"]["Name"] for r in boto3.client("ec2").describe_instances()["Reservations"]
+              for i in r["Instances"]}
+    assert states <= {"shutting-down", "terminated"}  # the sweep terminated its VM
