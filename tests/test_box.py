@@ -5,9 +5,9 @@ venv, pip or numpy. So these tests see the VM side work as it does on a fresh
 VM: the bootstrap installs python3-venv with apt and numpy/pyarrow/psutil from
 the package index into the box, the trials run as the non-root login user, and
 a Google Cloud and an AWS sweep (the fake Compute Engine, moto) hand their VM's
-first-boot script to a box, which runs it for real as root. They need root (CI is root) and
-the network to Debian's mirror and the package index; they skip only without
-root. The image is built once per machine (minutes) and reused.
+first-boot script to a box, which runs it for real as root. They need root (CI
+is root) and the network to Debian's mirror and the package index; they skip
+only without root. The image is built once per machine (minutes) and reused.
 """
 
 from __future__ import annotations
