@@ -228,6 +228,13 @@ def vm_name(sweep_id: str, machine: str) -> str:
     return f"cp-{slug(sweep_id)}-{slug(machine)}"[:63].rstrip("-")
 
 
+def _with_profile(args: list[str], kind: str) -> list[str]:
+    """``--profile kind`` among the runner's own options: before a ``--command`` job's
+    ``--``, or it would land in the user's command line (and profile nothing)."""
+    at = args.index("--") if "--" in args else len(args)
+    return [*args[:at], "--profile", kind, *args[at:]]
+
+
 def runner_args(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 0,
                 grid: dict[str, str] | None = None, nodes: int = 1) -> list[str]:
     """Arguments of ``python -m workloads.run`` for one trial, minus ``--out``.
@@ -341,7 +348,7 @@ def make_plan(
                 TrialPlan(
                     trial_id=profiled_trial_id(machine.name, w, spec.profile),
                     machine=machine.name, workers=w, repeat=0, profiled=True,
-                    runner_args=[*runner_args(spec, w), "--profile", spec.profile],
+                    runner_args=_with_profile(runner_args(spec, w), spec.profile),
                 )
                 for w in workers
             ]  # fmt: skip
