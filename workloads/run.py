@@ -685,7 +685,7 @@ def _run_command_in(
     summary["started_at"] = _now()
     try:
         proc = subprocess.Popen(
-            profilers.wrap_command(args.profile, command, args.out),
+            profilers.wrap_command(args.profile, command, args.out, env),
             start_new_session=True, env=env,
             preexec_fn=before_exec if steps else None,
             stdout=subprocess.PIPE if args.job else None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,13 +65,15 @@ def get_profiler(kind: str) -> Profiler:
     return profiler
 
 
-def wrap_command(kind: str | None, command: list[str], out: Path) -> list[str]:
-    """A ``--command``'s argv, run under the profiler where that is how it profiles (memray)."""
+def wrap_command(kind: str | None, command: list[str], out: Path,
+                 env: Mapping[str, str] | None = None) -> list[str]:
+    """A ``--command``'s argv, run under the profiler where that is how it profiles (memray);
+    ``env`` is the one the command runs with (its PATH finds its ``python``)."""
     if kind != "memory":
         return command
     from workloads.profilers.memray import wrap_python_command
 
-    return wrap_python_command(command, out)
+    return wrap_python_command(command, out, env)
 
 
 def start_profile(kind: str | None, out: Path, target: Target) -> Profiler | dict[str, Any] | None:

@@ -32,7 +32,7 @@ import sysconfig
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,18 +140,21 @@ def summarize_capture(path: Path, steady_from: float | None = None) -> dict[str,
     }
 
 
-def wrap_python_command(command: list[str], out: Path) -> list[str]:
+def wrap_python_command(command: list[str], out: Path,
+                        env: Mapping[str, str] | None = None) -> list[str]:
     """``python ARGS`` → ``python -m memray run --native ... ARGS`` where memray can run it.
 
     Only a command whose program is a Python interpreter with memray importable
-    is wrapped (checked by running it once); any other command runs unchanged and
-    its trial says there is no memory profile.
+    is wrapped (checked by running it once, in ``env``, the command's own: on a host
+    the job's ``python`` is the trial env's, first on that PATH only); any other
+    command runs unchanged and its trial says there is no memory profile.
     """
     if not command or not re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
         return command
     try:
         probe = subprocess.run([command[0], "-c", "import memray"], capture_output=True,
-                               timeout=60, check=False)  # fmt: skip
+                               timeout=60, check=False,
+                               env=dict(env) if env is not None else None)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return command
     if probe.returncode != 0:
