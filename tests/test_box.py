@@ -128,13 +128,14 @@ def test_an_ssh_sweep_of_the_cube_bootstraps_a_bare_box_from_the_registries(
     print(f"cube sweep on a bare box, bootstrap included: {took:.0f}s")
 
 
-def test_a_command_job_with_setup_runs_on_a_box_as_the_login_user(
+def test_a_command_job_with_setup_and_a_memory_profile_runs_on_a_box_as_the_login_user(
         box: Box, tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "job.py").write_text(
         "import getpass, sys, time\n"
         "import tabulate\n"
+        "block = bytearray(16 * 1024 * 1024)\n"
         "print('cloudprof:unit row')\n"
         "for _ in range(3):\n"
         "    print(f'cloudprof:units {int(sys.argv[1])}')\n"
@@ -143,7 +144,7 @@ def test_a_command_job_with_setup_runs_on_a_box_as_the_login_user(
     )
     result = _sweep(tmp_path, box, "--workers", "1,2", "--workdir", str(project),
                     "--setup", "pip install --quiet tabulate",
-                    "--command", "python job.py {workers}")
+                    "--command", "python job.py {workers}", "--profile", "memory")
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
     (run,) = list((tmp_path / "runs").iterdir())
     import pandas as pd
@@ -161,6 +162,15 @@ def test_a_command_job_with_setup_runs_on_a_box_as_the_login_user(
     (info,) = (copy / ".cloudprof-site").glob("tabulate-*.dist-info")
     assert not (info / "direct_url.json").exists()  # from the index into the box
     assert {p.lstat().st_uid for p in copy.rglob("*")} == {_login_uid(box)}
+    # --profile memory: memray came from the index into the trial env, and profiled
+    # the job as the login user; its peak call site is the job's own line.
+    log = box.path(f"{WORKDIR}/bootstrap.log").read_text()
+    assert "profiler memray" in log, log
+    records = [json.loads(p.read_text()) for p in (run / "profiles").glob("*/record.json")]
+    assert sorted(r["workers"] for r in records) == [1, 2]
+    for record in records:
+        assert record["profile"]["status"] == "ok", record["profile"]
+        assert record["profile"]["top_sites"][0]["site"] == "job.py:3", record["profile"]
 
 
 class FirstBoot:
