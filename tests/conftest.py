@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.fake_gce",
     "tests.fixtures.fake_billing",
     "tests.fixtures.fake_aws_pricing",
+    "tests.fixtures.box",
 ]
 
 

@@ -420,3 +420,34 @@ def test_a_non_python_command_job_runs_and_says_why_it_has_no_memory_profile(tmp
     assert len(proc.stderr.strip().splitlines()) == 1
     s = summary(out)
     assert s["status"] == "ok" and s["profile"]["status"] == "unavailable"
+
+
+def test_a_command_jobs_profiled_trial_passes_profile_to_the_runner_not_the_command(tmp_path):
+    from orchestrator.plan.planner import make_plan
+    from orchestrator.spec.config import build_spec
+    from tests.test_planner import machine
+
+    toml = tmp_path / "sweep.toml"
+    toml.write_text('machines = ["n2-highcpu-8"]\nworkers = [1]\nprofile = "memory"\n'
+                    'command = "python job.py {workers}"\ndry_run = true\n')  # fmt: skip
+    spec = build_spec({}, toml)
+    (profiled,) = [t for t in make_plan(spec, "s", [machine()]).vms[0].trials if t.profiled]
+    args = profiled.request.argv()
+    separator = args.index("--")
+    assert args[separator + 1:] == ["python", "job.py", "{workers}"]  # as the user gave it
+    assert args[separator - 2:separator] == ["--profile", "memory"]
+
+
+def test_a_jobs_python_is_found_for_memray_on_the_jobs_path_not_the_runners(tmp_path):
+    """On a host the job's ``python`` is the trial env's, first on the job's PATH only (a
+    fresh VM has no other): the memray probe looks there too, or it never wraps the job."""
+    script = tmp_path / "job.py"
+    script.write_text("import time\nblock = bytearray(32 * 1024 * 1024)\ntime.sleep(0.3)\n"
+                      "print('cloudprof:units 1')\n")
+    out = tmp_path / "jobmem"
+    proc = run(out, "--profile", "memory", "--command", "--job", "--workers", "1", "--",
+               "python", str(script), env={"PATH": "/usr/bin:/bin"})  # no `python` there
+    assert proc.returncode == 0, proc.stderr
+    prof = summary(out)["profile"]
+    assert prof["status"] == "ok", prof
+    assert prof["top_sites"][0]["site"] == "job.py:2"

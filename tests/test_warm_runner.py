@@ -134,6 +134,34 @@ def test_a_forked_trial_reports_the_peaks_and_the_units_of_a_fresh_one(tmp_path,
     assert all(s["host"] == fresh[0]["host"] for s in fresh + forked)
 
 
+def _nofile_1024() -> None:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+
+def test_a_forked_sampler_starts_under_an_ssh_sessions_limit_of_1024_open_files(tmp_path):
+    """A cloud VM's SSH session has a soft limit of 1024 open files (pam_limits); the forked
+    sampler once parked its pipes at fd 1024, which fails there, and every trial with it."""
+    name = secrets.token_hex(6)
+    proc = subprocess.Popen([sys.executable, "-m", "workloads.warm", "serve", name],
+                            stdout=subprocess.PIPE, text=True, preexec_fn=_nofile_1024)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().split()[0] == "ready"
+        out = tmp_path / "trial"
+        code, _, err = finished(trial(out, "--workload", "sleep", "--workers", "1",
+                                      "--duration", "0.3", "--quiet", via=name,
+                                      preexec_fn=_nofile_1024))
+        assert code == protocol.EXIT_OK, err
+        got = summary(out)
+        assert got["runner_start"] == "forked from a warm runner" and got["status"] == "ok"
+        assert got["agent"]["samples"] > 0
+    finally:
+        assert warm_client.stop(name) == 0
+        assert proc.wait(timeout=30) == 0
+
+
 def test_a_forked_trials_load_phase_starts_at_its_fork_exactly(tmp_path, server):
     """The server reads the monotonic clock just before the fork: load_s has no 10 ms tick
     of /proc in it, nor the wall clock less the boot time's whole second."""

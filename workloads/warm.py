@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -433,8 +434,12 @@ def _sampler_child(request: dict[str, Any], fds: list[int]) -> None:
             signal.signal(sig, signal.SIG_DFL)
         # stdin, stdout, stderr, then the shared-memory fds at the numbers its config names
         targets = [0, 1, 2, *(int(n) for n in request["fd_numbers"])]
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1024) for fd in fds]
-        os.closerange(0, 1024)
+        # Parked above every target and below the soft limit on open files, which is 1024
+        # in a cloud VM's SSH session (pam_limits): F_DUPFD 1024 fails there (EINVAL).
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        park = 1024 if soft == resource.RLIM_INFINITY else min(1024, soft - len(fds))
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, park) for fd in fds]
+        os.closerange(0, park)
         for fd, target in zip(high, targets, strict=True):
             os.dup2(fd, target)
             os.close(fd)

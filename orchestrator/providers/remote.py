@@ -949,22 +949,64 @@ fi
 exit 1
 """
 
+# A Debian/Ubuntu image's python3 cannot make a venv until python3-venv is installed; a
+# cloud VM's first-boot script installs it, an SSH host (a VM the user made, a login
+# user with passwordless sudo as cloud images have) may lack it: install it with apt
+# when root or sudo without a password allows, else say what to install. $1 workdir,
+# $2 base python.
+_APT_VENV_FUNCTION = r"""
+apt_venv() {
+    command -v apt-get >/dev/null 2>&1 || return 0
+    if [ "$(id -u)" = 0 ]; then as_root=""
+    elif sudo -n true >/dev/null 2>&1; then as_root="sudo -n"
+    else return 0
+    fi
+    # python3-venv brings ensurepip's pip; the interpreter's own pythonX.Y-venv when
+    # that is not Debian's default python3.
+    pkgs=python3-venv
+    v=$("$2" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) &&
+        [ -n "$(apt-cache show "python$v-venv" 2>/dev/null)" ] && pkgs="$pkgs python$v-venv"
+    for wait in 10 20 0; do  # apt may be locked by the image's first-boot upgrades
+        # shellcheck disable=SC2086
+        if $as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+            $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                --no-install-recommends $pkgs >&2; then
+            echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) apt $pkgs" >> "$1/bootstrap.log"
+            return 0
+        fi
+        sleep "$wait"
+    done
+    return 0
+}
+"""
+
 # $1 workdir, $2 env dir, $3 hash, $4 wheel path, $5 base python. Builds the env beside its
 # final name and renames it, so a half-built env is never taken for a good one
 # (and two sweeps bootstrapping one host at once do not trip over each other).
-_INSTALL_SCRIPT = _PRUNE_FUNCTION + r"""
+_INSTALL_SCRIPT = _PRUNE_FUNCTION + _APT_VENV_FUNCTION + r"""
 set -e
 tmp="$2.tmp-$$"
 "$5" -m venv --system-site-packages --without-pip "$tmp" 2>/dev/null || true
 if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
     rm -rf "$tmp"
-    "$5" -m venv --system-site-packages "$tmp" || {
-        echo "$5 cannot create a venv with pip here: install python3-venv python3-pip" >&2
-        exit 1
-    }
+    if ! "$5" -m venv --system-site-packages "$tmp" >/dev/null 2>&1; then
+        rm -rf "$tmp"
+        apt_venv "$1" "$5"
+        "$5" -m venv --system-site-packages "$tmp" || {
+            echo "$5 cannot create a venv with pip here: install python3-venv python3-pip" >&2
+            exit 1
+        }
+    fi
 fi
 "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2
 "$tmp/bin/python" -c 'import workloads, numpy, pyarrow, psutil'
+# The scripts pip wrote (pip, f2py, activate...) name the env by its path: make it the
+# final one, or `pip` in a job's --setup finds no interpreter once the env is renamed.
+for f in "$tmp"/bin/*; do
+    if [ -f "$f" ] && [ ! -L "$f" ] && grep -qF "$tmp" "$f" 2>/dev/null; then
+        sed -i "s|$tmp|$2|g" "$f"
+    fi
+done
 if ! mv -T "$tmp" "$2" 2>/dev/null; then
     if "$2/bin/python" -c 'import workloads, numpy, pyarrow, psutil' >/dev/null 2>&1; then
         rm -rf "$tmp"  # another sweep installed the same wheel meanwhile

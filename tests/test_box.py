@@ -1,0 +1,293 @@
+"""cloudprof against a bare Debian 12 box (tests/fixtures/box.py) as the VM.
+
+The box has what a cloud image has and nothing cloudprof needs: python3 without
+venv, pip or numpy. So these tests see the VM side work as it does on a fresh
+VM: the bootstrap installs python3-venv with apt and numpy/pyarrow/psutil from
+the package index into the box, the trials run as the non-root login user, and
+a Google Cloud and an AWS sweep (the fake Compute Engine, moto) hand their VM's
+first-boot script to a box, which runs it for real as root. They need root (CI
+is root) and the network to Debian's mirror and the package index; they skip
+only without root. The image is built once per machine (minutes) and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.box import LOGIN_USER, Box
+
+pytestmark = [pytest.mark.box, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+TINY = ["--workers", "1,2", "--duration", "1", "--frames", "4", "--rows", "40", "--cols", "50",
+        "--dim", "10"]
+WORKDIR = f"/home/{LOGIN_USER}/.cloudprof"  # cloudprof's default on a host it logs in to
+
+
+def _hosts_file(tmp_path: Path, box: Box) -> Path:
+    path = tmp_path / "hosts.toml"
+    path.write_text("\n".join([
+        "[[hosts]]",
+        'name = "box"',
+        f'address = "{box.host}"',
+        f"port = {box.port}",
+        f'user = "{box.user}"',
+        f'key_file = "{box.client_key}"',
+        f'known_host_key = "{box.host_public}"',
+        "",
+    ]))  # fmt: skip
+    return path
+
+
+def _sweep(tmp_path: Path, box: Box, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROF_SSH_")}
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", "--provider", "ssh",
+         "--hosts", str(_hosts_file(tmp_path, box)), "--machine", "box", *args,
+         "--out", str(tmp_path / "runs")],
+        env=env, capture_output=True, text=True, timeout=1000,
+    )  # fmt: skip
+
+
+def _uids_under(box: Box, inside: str) -> set[int]:
+    return {p.lstat().st_uid for p in box.path(inside).rglob("*")}
+
+
+def _installed(box: Box, package: str) -> bool:
+    status = box.exec("dpkg-query", "-W", "-f", "${Status}", package, check=False).stdout
+    return status == "install ok installed"
+
+
+def _login_uid(box: Box) -> int:
+    return int(box.exec("id", "-u", LOGIN_USER).stdout)
+
+
+def test_a_box_is_a_bare_vm_whose_power_off_ends_only_the_box(box: Box) -> None:
+    # What a cloud image lacks, the box lacks: cloudprof must install it.
+    assert box.exec("python3", "-c", "import numpy", check=False).returncode != 0
+    assert box.exec("python3", "-m", "pip", "--version", check=False).returncode != 0
+    assert not _installed(box, "python3-venv")
+    # The login user is not root and has passwordless sudo, as on a cloud image.
+    assert box.exec("id", "-un", user=LOGIN_USER).stdout.strip() == LOGIN_USER
+    assert box.exec("sudo", "-n", "id", "-u", user=LOGIN_USER).stdout.strip() == "0"
+    # Its own PID namespace: PID 1 is the box's init, and kill -1 reaches only the box.
+    assert box.exec("cat", "/proc/1/cmdline").stdout.startswith("/bin/sh\0/sbin/box-init")
+    outside = subprocess.Popen(["sleep", "60"])
+    try:
+        box.exec("sh", "-c", "kill -9 -1", check=False)
+        time.sleep(0.5)
+        assert outside.poll() is None and box.running()  # PID 1 ignores what it has no trap for
+        box.exec("poweroff", check=False)
+        box.proc.wait(15)  # the box ended...
+        assert outside.poll() is None  # ...and nothing outside it did
+    finally:
+        outside.kill()
+        outside.wait()
+
+
+def test_an_ssh_sweep_of_the_cube_bootstraps_a_bare_box_from_the_registries(
+        box: Box, tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = _sweep(tmp_path, box, *TINY)
+    took = time.monotonic() - start
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    import pandas as pd
+
+    trials = pd.read_parquet(run / "trials.parquet")
+    assert sorted(trials["workers"]) == [1, 2] and set(trials["status"]) == {"ok"}
+    assert (trials["units"] > 0).all()
+    for trial_id in trials["trial_id"]:
+        assert (run / "timeseries" / f"{trial_id}.parquet").stat().st_size > 0
+    # The bootstrap installed python3-venv with apt (sudo), then the wheel and its
+    # dependencies from the index into a venv in the login user's home.
+    log = box.path(f"{WORKDIR}/bootstrap.log").read_text().splitlines()
+    assert any(" apt python3-venv" in line for line in log), log
+    assert sum(" install " in line for line in log) == 1, log
+    assert _installed(box, "python3-venv")
+    (env,) = box.path(WORKDIR).glob("env-*")
+    site = next((env / "lib").glob("python3*/site-packages"))
+    for package in ("numpy", "pyarrow", "psutil"):
+        (info,) = site.glob(f"{package}-*.dist-info")
+        assert (info / "INSTALLER").read_text().strip() == "pip"
+        assert not (info / "direct_url.json").exists()  # from an index, not a local file
+    where = box.exec(f"{WORKDIR}/{env.name}/bin/python", "-c",
+                     "import numpy, pyarrow; print(numpy.__file__, pyarrow.__file__)",
+                     user=LOGIN_USER).stdout.split()
+    assert all(p.startswith(f"{WORKDIR}/{env.name}/") for p in where), where
+    # Everything cloudprof left on the box, the trials' files included, is the login user's.
+    assert _uids_under(box, WORKDIR) == {_login_uid(box)}
+    print(f"cube sweep on a bare box, bootstrap included: {took:.0f}s")
+
+
+def test_a_command_job_with_setup_and_a_memory_profile_runs_on_a_box_as_the_login_user(
+        box: Box, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "job.py").write_text(
+        "import getpass, sys, time\n"
+        "import tabulate\n"
+        "block = bytearray(16 * 1024 * 1024)\n"
+        "print('cloudprof:unit row')\n"
+        "for _ in range(3):\n"
+        "    print(f'cloudprof:units {int(sys.argv[1])}')\n"
+        "    time.sleep(0.1)\n"
+        "print(tabulate.tabulate([['ran-as', getpass.getuser()]]))\n"
+    )
+    result = _sweep(tmp_path, box, "--workers", "1,2", "--workdir", str(project),
+                    "--setup", "pip install --quiet tabulate",
+                    "--command", "python job.py {workers}", "--profile", "memory")
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    import pandas as pd
+
+    trials = pd.read_parquet(run / "trials.parquet")
+    assert sorted(trials["workers"]) == [1, 2] and set(trials["status"]) == {"ok"}
+    assert list(trials.sort_values("workers")["units"]) == [3, 6]
+    for trial_id in trials["trial_id"]:
+        log = (run / "logs" / f"{trial_id}.log").read_text()
+        assert f"ran-as  {LOGIN_USER}" in log  # tabulate arrived; not root
+    sweep = json.loads((run / "sweep.json").read_text())
+    (vm,) = sweep["vms"].values()
+    assert vm["setup"] == "ran"
+    copy = box.path(vm["job"]["dir"])
+    (info,) = (copy / ".cloudprof-site").glob("tabulate-*.dist-info")
+    assert not (info / "direct_url.json").exists()  # from the index into the box
+    assert {p.lstat().st_uid for p in copy.rglob("*")} == {_login_uid(box)}
+    # --profile memory: memray came from the index into the trial env, and profiled
+    # the job as the login user; its peak call site is the job's own line.
+    log = box.path(f"{WORKDIR}/bootstrap.log").read_text()
+    assert "profiler memray" in log, log
+    records = [json.loads(p.read_text()) for p in (run / "profiles").glob("*/record.json")]
+    assert sorted(r["workers"] for r in records) == [1, 2]
+    for record in records:
+        assert record["profile"]["status"] == "ok", record["profile"]
+        assert record["profile"]["top_sites"][0]["site"] == "job.py:3", record["profile"]
+
+
+class FirstBoot:
+    """Runs a VM's first-boot script in the box as root, as the guest agent (Google
+    Cloud) or cloud-init (AWS) does once the instance exists."""
+
+    def __init__(self, box: Box) -> None:
+        self.box = box
+        self.runs: list[subprocess.CompletedProcess[str]] = []
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, script: str) -> None:
+        self.box.path("/root/startup.sh").write_text(script)
+        thread = threading.Thread(target=lambda: self.runs.append(
+            self.box.exec("sh", "/root/startup.sh", check=False)), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+
+def _cloud_sweep(box: Box, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CLOUDPROF_SSH_") or k == "CLOUDPROF_SSH_SOURCE_CIDR"}
+    env["CLOUDPROF_SSH_ENDPOINT"] = f"{box.host}:{box.port}"  # the VM's address is the box
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", *args, *TINY,
+         "--out", str(tmp_path / "runs")],
+        env=env, capture_output=True, text=True, timeout=1000,
+    )  # fmt: skip
+
+
+def _check_vm_sweep(box: Box, tmp_path: Path, boot: FirstBoot,
+                    result: subprocess.CompletedProcess[str]) -> None:
+    """The sweep ran on the box, after the first-boot script set it up as it promises."""
+    from orchestrator.engine.sweep import SSH_USER
+    from orchestrator.providers.remote import STARTUP_STATE_DIR
+
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    import pandas as pd
+
+    trials = pd.read_parquet(run / "trials.parquet")
+    assert sorted(trials["workers"]) == [1, 2] and set(trials["status"]) == {"ok"}
+    # It ran once, as root, and did all it says: the sweep's host key and client key
+    # (cloudprof logged in, verifying both), the login user, python3-venv and pip...
+    for thread in boot.threads:
+        thread.join(60)
+    (done,) = boot.runs
+    assert "cloudprof-startup: done" in done.stdout, done.stdout + done.stderr
+    assert "could not" not in done.stdout, done.stdout
+    assert _installed(box, "python3-venv")
+    assert box.exec("python3", "-m", "pip", "--version").returncode == 0
+    # ...and the self-destruct at the sweep's expiry (shutdown -h +N: whole minutes),
+    # not carried out: the box ran the sweep.
+    expires_at = int(box.path(f"{STARTUP_STATE_DIR}/expires_at").read_text())
+    ends_at = int(box.path("/run/box-poweroff.at").read_text())
+    assert expires_at <= ends_at <= expires_at + 120 and box.running()
+    home = box.exec("sh", "-c", f"getent passwd {SSH_USER} | cut -d: -f6").stdout.strip()
+    log = box.path(f"{home}/.cloudprof/bootstrap.log").read_text().split()
+    assert log.count("install") == 1
+    assert _uids_under(box, f"{home}/.cloudprof") == {int(box.exec("id", "-u", SSH_USER).stdout)}
+
+
+def test_a_gce_sweep_whose_vm_is_a_box_booted_with_its_startup_script(
+        box: Box, fake_gce, gcs_emulator, tmp_path: Path) -> None:
+    """The fake Compute Engine hands each new instance's startup-script metadata to the
+    box; the sweep waits for it, bootstraps, runs the cube and deletes the VM."""
+    from google.cloud import storage
+
+    boot = FirstBoot(box)
+    fake_gce.on_insert = lambda instance: boot(next(
+        item["value"] for item in instance["metadata"]["items"]
+        if item["key"] == "startup-script"))
+    bucket = f"cp-box-{uuid.uuid4().hex[:10]}"
+    storage.Client().create_bucket(bucket)
+    result = _cloud_sweep(box, tmp_path, "--provider", "gcp", "--project", "proj",
+                          "--zone", "us-central1-a", "--machine", "n2-highcpu-2",
+                          "--bucket", f"gs://{bucket}")
+    _check_vm_sweep(box, tmp_path, boot, result)
+    assert fake_gce.instances == {}  # the sweep deleted its VM
+
+
+def test_an_ec2_sweep_whose_vm_is_a_box_booted_with_its_user_data(
+        box: Box, moto_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto keeps each instance's user data; a watcher hands it to the box as soon as the
+    instance exists, as cloud-init runs it at boot."""
+    import base64
+
+    import boto3
+
+    monkeypatch.setenv("CLOUDPROF_AWS_IMAGE", "al2023")  # moto serves no Debian parameter
+    bucket = f"cp-box-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    boot = FirstBoot(box)
+    stop = threading.Event()
+
+    def watch() -> None:
+        ec2 = boto3.client("ec2")
+        seen: set[str] = set()
+        while not stop.wait(0.2):
+            for reservation in ec2.describe_instances()["Reservations"]:
+                for instance in reservation["Instances"]:
+                    if instance["InstanceId"] in seen:
+                        continue
+                    seen.add(instance["InstanceId"])
+                    data = ec2.describe_instance_attribute(
+                        InstanceId=instance["InstanceId"], Attribute="userData")
+                    boot(base64.b64decode(data["UserData"]["Value"]).decode())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = _cloud_sweep(box, tmp_path, "--provider", "aws", "--machine", "c6i.large",
+                              "--bucket", f"s3://{bucket}")
+    finally:
+        stop.set()
+        watcher.join(10)
+    _check_vm_sweep(box, tmp_path, boot, result)
+    states = {i["State"]["Name"] for r in boto3.client("ec2").describe_instances()["Reservations"]
+              for i in r["Instances"]}
+    assert states <= {"shutting-down", "terminated"}  # the sweep terminated its VM
