@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.sweeps import dry_run_sweep
 from workloads import protocol
 from workloads.protocol import TrialRequest
 
@@ -74,13 +75,7 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def _sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
-           "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1",
-                           "--machine", "n2-highcpu-2", "--dry-run", "--workers", "1", *args,
-                           "--out", str(tmp_path / "runs")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+
 
 
 def _report_json(run: Path) -> dict:
@@ -163,7 +158,7 @@ def test_a_plan_keeps_requests_in_sweep_json_and_reads_the_older_argument_lists(
 @pytest.mark.parametrize(("kind", "function"), [("cpu", "fit_model"), ("memory", "build_rows")])
 def test_a_command_job_with_a_grid_is_profiled_and_named_by_its_own_functions(
         project, tmp_path, kind, function):
-    result = _sweep(tmp_path, "--workdir", str(project), "--command",
+    result = dry_run_sweep(tmp_path, "--workdir", str(project), "--command",
                     "python train.py --rows {rows}", "--grid", "rows=300,600", "--profile", kind)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     (run,) = list((tmp_path / "runs").iterdir())
@@ -194,7 +189,7 @@ def test_a_command_job_with_a_grid_is_profiled_and_named_by_its_own_functions(
 
 
 def test_a_profiled_trial_that_fails_fails_the_sweep_and_is_listed(project, tmp_path):
-    result = _sweep(tmp_path, "--workdir", str(project), "--command",
+    result = dry_run_sweep(tmp_path, "--workdir", str(project), "--command",
                     "python train.py --rows {rows} --fail-when-profiled", "--grid", "rows=200",
                     "--profile", "cpu")
     assert result.returncode == 6, result.stderr[-3000:]  # a partial sweep, as with any failure

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,6 +21,7 @@ from orchestrator import cli
 from orchestrator.errors import EXIT_USAGE, ResultsWriteError
 from orchestrator.plan.planner import trial_id_clash
 from orchestrator.results.store import RunStore, TrialsUnreadableError
+from tests.fixtures.sweeps import runner_processes
 from tests.test_store import record
 
 
@@ -110,16 +110,7 @@ def test_an_error_that_escapes_every_status_write_still_settles_sweep_json(
     assert store.read_sweep()["status"] == "done"
 
 
-def _runners(marker: str) -> list[psutil.Process]:
-    """Trial runners of the sweep writing under ``marker`` (warm runners' forks by their
-    working directory)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "cwd"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if ("workloads.run" in cmd or "workloads.warm" in cmd) and (
-                marker in cmd or marker in (proc.info["cwd"] or "")):
-            found.append(proc)
-    return found
+
 
 
 @pytest.mark.slow
@@ -139,7 +130,7 @@ def test_a_table_damaged_mid_sweep_stops_the_sweep_and_keeps_every_result(
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             tables = list(out.glob("*/trials.parquet"))
-            if tables and len(pd.read_parquet(tables[0])) == 1 and _runners(str(out)):
+            if tables and len(pd.read_parquet(tables[0])) == 1 and runner_processes(str(out)):
                 tables[0].write_bytes(damaged)
                 break
             assert proc.poll() is None, proc.communicate()
@@ -161,7 +152,7 @@ def test_a_table_damaged_mid_sweep_stops_the_sweep_and_keeps_every_result(
     assert sweep["status"] == "failed"
     kept = {p.name for p in results.iterdir() if (p / "summary.json").is_file()}
     assert {"n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"} <= kept  # both results, in the bucket
-    assert not _runners(str(out))
+    assert not runner_processes(str(out))
 
 
 # ---------------------------------------------------------------- a foreign file

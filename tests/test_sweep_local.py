@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import psutil
 import pytest
 from rich.console import Console
 
@@ -51,6 +50,7 @@ from orchestrator.providers.base import (
 from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
 from orchestrator.results.store import RunStore
 from orchestrator.spec.spec import SweepSpec
+from tests.fixtures.sweeps import runner_processes
 from workloads import protocol
 from workloads.base import UnitCounter, Workload
 
@@ -367,16 +367,7 @@ def test_bad_parameter_fails_its_trials_with_the_reason(cache: Path, tmp_path: P
     assert row["status"] == "failed" and "bogus" in row["error"]
 
 
-def _runner_processes(marker: str) -> list[psutil.Process]:
-    """Trial runners under ``marker``: fresh ones, warm runners' clients, servers and forks
-    (the last two by their working directory, a host's under the sweep's)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "cwd"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if ("workloads.run" in cmd or "workloads.warm" in cmd) and (
-                marker in cmd or marker in (proc.info["cwd"] or "")):
-            found.append(proc)
-    return found
+
 
 
 def _signal_cli_sweep(out: Path) -> list[str]:
@@ -392,7 +383,7 @@ def _wait_mid_trial(proc: subprocess.Popen, out: Path) -> None:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         files = list(out.glob("*/trials.parquet"))
-        if files and len(pd.read_parquet(files[0])) >= 1 and _runner_processes(str(out)):
+        if files and len(pd.read_parquet(files[0])) >= 1 and runner_processes(str(out)):
             return
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else proc.returncode
         time.sleep(0.1)
@@ -424,7 +415,7 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
         assert proc.returncode == EXIT_INTERRUPTED, output
         assert "tearing down" in output and "--resume" in output
         assert "Traceback" not in output
-        assert not _runner_processes(str(out))  # no trial left running
+        assert not runner_processes(str(out))  # no trial left running
         sweep = json.loads((run_dir / "sweep.json").read_text())
         assert sweep["status"] == "interrupted"
     trials = pd.read_parquet(run_dir / "trials.parquet")
@@ -462,7 +453,7 @@ def test_a_hangup_with_the_terminal_gone_still_tears_down(cache: Path, tmp_path:
     assert proc.returncode == EXIT_INTERRUPTED, errors
     assert "Traceback" not in errors and "Exception ignored" not in errors
     assert errors.strip().splitlines()[-1].startswith("error: interrupted by SIGHUP"), errors
-    assert not _runner_processes(str(out))
+    assert not runner_processes(str(out))
     assert json.loads((only_run(out) / "sweep.json").read_text())["status"] == "interrupted"
 
 

@@ -20,6 +20,7 @@ from orchestrator.engine.progress import STALL_S, RunningTrial, SweepProgress
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.spec.spec import SweepSpec
 from tests.fixtures import sweeps
+from tests.fixtures.sweeps import dry_run_sweep
 from workloads.protocol import TrialRequest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,13 +139,7 @@ HANG = textwrap.dedent('''\
 ''')
 
 
-def _sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
-           "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1",
-                           "--machine", "n2-highcpu-2", "--dry-run", "--workers", "1", *args,
-                           "--out", str(tmp_path / "runs")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+
 
 
 @pytest.mark.slow
@@ -153,8 +148,8 @@ def test_a_stuck_trial_is_failed_at_its_limit_with_one_line_and_the_sweep_goes_o
     root.mkdir()
     (root / "hang.py").write_text(HANG)
     (root / "sweep.toml").write_text('trial_timeout = "3s"\n')
-    result = _sweep(tmp_path, "--config", str(root / "sweep.toml"), "--workdir", str(root),
-                    "--command", "python hang.py {case}", "--grid", "case=stuck,quick")
+    result = dry_run_sweep(tmp_path, "--config", str(root / "sweep.toml"), "--workdir", str(root),
+                           "--command", "python hang.py {case}", "--grid", "case=stuck,quick")
     assert result.returncode == 6, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert "failed: timed out after 3 s (--trial-timeout)" in result.stdout
@@ -171,7 +166,7 @@ def test_a_stuck_trial_is_failed_at_its_limit_with_one_line_and_the_sweep_goes_o
 
 
 def test_a_bad_trial_timeout_is_one_line_before_anything_runs(tmp_path):
-    result = _sweep(tmp_path, "--trial-timeout", "soon")
+    result = dry_run_sweep(tmp_path, "--trial-timeout", "soon", timeout=120)
     assert result.returncode == 2
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert errors == ["error: --trial-timeout: expected a duration such as 5, 30s, 2m or 1h, "
