@@ -278,6 +278,7 @@ class _Host:
     cluster: Any = None
     warm: Any = None  # orchestrator.engine.warm_runner.WarmRunner while its trials run
     node: int = 0  # which node of its machine (peers: 1..N-1; ssh: the group's i-th host)
+    manifests: list[str] = field(default_factory=list)  # signed-URL files put on the host
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
@@ -489,9 +490,20 @@ class _Engine:
         self._stop_cluster(host)
         for node in [host, *host.peers]:
             if node.executor is not None:
+                self._remove_manifests(node)
                 with contextlib.suppress(Exception):
                     node.executor.close()
             self._delete(node)
+
+    def _remove_manifests(self, host: _Host) -> None:
+        """The manifests' signed URLs open the bucket to whoever reads them until they
+        expire: a host that outlives the sweep (ssh, local) keeps none of them. A cloud VM
+        takes them with its disk."""
+        paths, host.manifests = host.manifests, []
+        if not paths or host.provider.creates_machines or host.executor is None:
+            return
+        with contextlib.suppress(Exception):  # teardown goes on; the URLs expire anyway
+            host.executor.run(["rm", "-f", "--", *paths], timeout=30)
 
     def _delete(self, host: _Host) -> None:
         """Delete the host's VM, retried with backoff; after the last try it is left for good
@@ -929,6 +941,8 @@ class _Engine:
     def _put_manifest(self, host: _Host, entries: list[dict[str, Any]], name: str) -> str:
         assert host.executor is not None
         remote = posixpath.join(host.executor.workdir, "manifests", name)
+        if remote not in host.manifests:
+            host.manifests.append(remote)  # before the write: a partial one is removed too
         host.executor.put_bytes(json.dumps(entries).encode(), remote)
         return remote
 
@@ -960,7 +974,8 @@ class _Engine:
         self.progress.state(host.vm.name, "shipping the job")
         host.job_dir, unpacked = jobs.stage_on_host(
             ex, self.job, self._bucket(host),
-            lambda entries, name: self._put_manifest(host, entries, name), self.spec.setup)
+            lambda entries, name: self._put_manifest(host, entries, name), self.spec.setup,
+            url_lifetime_s=self.url_lifetime_s)
         self.store.record_vm(host.vm.name, job={"hash": self.job.hash, "dir": host.job_dir,
                                                 "copy": unpacked})
         if self.spec.setup:
