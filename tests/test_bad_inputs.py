@@ -54,7 +54,8 @@ SWEEP_VALUES: dict[str, list[str]] = {
     "--workers": ["0", "-1", "a", "", "1-", "4-2", "1-10000", "1,,2", "1-64:x1", "1-8:0",
                   "99999", "1;2", "4097"],
     "--nodes": ["0", "-1", "abc", "", "2-1"],
-    "--duration": ["0", "-1", "abc", "", "1e999", "nan", "inf", "99999999999d", "5x", "-5m"],
+    "--duration": ["0", "-1", "abc", "", "1e999", "nan", "inf", "99999999999d", "5x", "-5m",
+                   "0.0000001", "0.05s"],
     "--warmup": ["-1", "abc", "nan", "inf", "99999999999d"],
     "--sample-hz": ["-1", "1000", "nan", "abc", "inf", ""],
     "--max-cost": ["0", "-1", "abc", "nan", ""],
@@ -177,6 +178,8 @@ def _special(tmp: Path, kind: str) -> list[str]:
         (project / ".gitignore").write_bytes(b"\xff\n")
     elif kind == "workdir-name-not-utf8":
         (project / os.fsdecode(b"\xff.py")).write_text("x\n")
+    elif kind == "grid-unused":  # every x would run the same trial
+        return [*job, "--grid", "x=a,b"]
     elif kind == "workdir-empty":
         (project / ".cloudprofignore").write_text("*\n")
     elif kind == "setup-without-workdir":
@@ -213,7 +216,8 @@ SPECIAL_FILES = ["config-fifo", "config-dir", "config-device", "config-deep", "c
                  "config-invalid", "config-huge", "config-missing", "workdir-bang",
                  "workdir-backslash", "workdir-ignore-not-utf8", "workdir-name-not-utf8",
                  "workdir-empty", "setup-without-workdir", "shell-without-command",
-                 "grid-product", "trials-product", "hosts-encrypted-key", "hosts-missing-key"]
+                 "grid-product", "trials-product", "hosts-encrypted-key", "hosts-missing-key",
+                 "grid-unused"]
 
 
 class _Hang(Exception):

@@ -264,7 +264,7 @@ def test_a_user_project_sweeps_on_local_with_setup_once_per_host_and_a_grid(
     result = _sweep(tmp_path, "--machine", "n2-highcpu-2", "--machine", "c6i.large",
                     "--provider", "local", "--dry-run", "--workers", "1,2",
                     "--workdir", str(user_project), "--setup", SETUP,
-                    "--command", "python userjob.py {workers}", "--grid", "size=s,m")
+                    "--command", "python userjob.py {workers} {size}", "--grid", "size=s,m")
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-3000:]
     (run,) = list((tmp_path / "runs").iterdir())
     _check_job_run(run, 2 * 2 * 2)

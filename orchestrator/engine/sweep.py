@@ -92,6 +92,7 @@ TRIAL_ATTEMPTS = 3  # a dropped session is retried on the same VM this many time
 RETRY_BACKOFF_S = 2.0
 TEARDOWN_WAIT_S = 900.0
 SIGNED_URL_MAX_S = 7 * 86400  # S3 (SigV4) and GCS (V4) refuse longer-lived signed URLs
+UNASKED_COST_USD = 100.0  # a plan estimated above this needs --max-cost to start
 DELETE_ATTEMPTS = 4  # a failed VM deletion is tried again after 2, 4, 8 s, then reported
 DELETE_BACKOFF_S = 2.0  # the first retry's delay; CLOUDPROF_DELETE_BACKOFF_S overrides it
 
@@ -1467,6 +1468,11 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                 render_plan(plan, console, spec.dry_run)
             raise BudgetError(f"estimated cost {fmt_usd(cost)} is above --max-cost "
                               f"{fmt_usd(spec.max_cost)}; nothing was started")
+        if (spec.max_cost is None and cost is not None and cost > UNASKED_COST_USD
+                and not (plan_only or spec.dry_run)):  # a large bill is asked for, not assumed
+            raise BudgetError(f"estimated cost {fmt_usd(cost)} is above "
+                              f"{fmt_usd(UNASKED_COST_USD)}: give --max-cost to accept it "
+                              "(--plan shows it); nothing was started")
         store = None
     names = {_exec_provider_name(spec, vm) for vm in plan.vms}
     if plan_only:

@@ -293,11 +293,18 @@ def _input_size(name: str) -> Callable[[Any, str], int]:
     return _integer(1, *INPUT_LIMITS[name])
 
 
+MIN_DURATION_S = 0.1  # one sampling period at the default 10 Hz
+
+
 def _trial_duration(value: Any, where: str) -> float:
     """A trial's length, within what the runner accepts (``workloads.limits``)."""
     from workloads import limits
 
     seconds = parse_duration(value, where)
+    if seconds < MIN_DURATION_S:  # it would end before its first sample: an "ok" of nothing
+        raise UsageError(f"{where}: {value!r} is too short to measure (one sampling period "
+                         f"at the default 10 Hz is {MIN_DURATION_S:g} s); give at least "
+                         f"{MIN_DURATION_S:g} s")
     try:
         return limits.check_duration(seconds)
     except ValueError as exc:
@@ -846,12 +853,52 @@ def _check_job(spec: SweepSpec) -> None:
         from orchestrator.engine.jobs import check_command
 
         check_command(spec.command, spec.shell, spec.grid)
+        _check_grid_used(spec)
         for key, value in spec.grid.items():
             if _SECRET_VALUE_RE.search(key) or any(_SECRET_VALUE_RE.search(v) for v in value):
                 raise UsageError(f"--grid {key}: a value looks like a credential")
     clash = sorted(set(spec.grid) & set(spec.workload_params))
     if clash and spec.command is None:
         raise UsageError(f"--grid {clash[0]} is also given as a workload parameter; give it once")
+
+
+GRID_SCAN_BYTES = 64 * 2**20  # how much of --workdir is read looking for $CLOUDPROF_<NAME>
+
+
+def _check_grid_used(spec: SweepSpec) -> None:
+    """Each --grid name must reach the job: as ``{name}`` in --command or --setup, or as
+    ``CLOUDPROF_<NAME>`` (the job's environment) in the command or the job's files; else
+    every value runs the same trial and the sweep reports differences that are noise.
+    A workdir too big to read through is given the benefit of the doubt."""
+    from workloads.job import placeholders
+
+    used = set(placeholders(spec.command or "")) | set(placeholders(spec.setup or ""))
+    unused = [name for name in spec.grid if name not in used
+              and f"CLOUDPROF_{name.upper()}" not in (spec.command or "")]
+    if not unused or (spec.workdir is not None and _mentioned(spec.workdir, unused)):
+        return
+    name = unused[0]
+    raise UsageError(f"--grid {name}: the command never uses it ({{{name}}} or "
+                     f"$CLOUDPROF_{name.upper()}), so every {name} would run the same trial")
+
+
+def _mentioned(root: Path, names: list[str]) -> bool:
+    """Whether some file under ``root`` names ``CLOUDPROF_<NAME>`` of every one of
+    ``names`` (or the files are too many to tell)."""
+    wanted = {f"CLOUDPROF_{n.upper()}".encode() for n in names}
+    budget = GRID_SCAN_BYTES
+    for path in sorted(root.rglob("*")):
+        try:
+            if not path.is_file() or path.is_symlink():
+                continue
+            data = path.read_bytes()[:budget]
+        except OSError:
+            continue
+        budget -= len(data)
+        wanted = {w for w in wanted if w not in data}
+        if not wanted or budget <= 0:
+            return True
+    return False
 
 
 def _check_trial_count(spec: SweepSpec) -> None:
