@@ -480,6 +480,48 @@ def test_capacity_error_names_the_zones_to_try_next(moto_env) -> None:
     assert zones[0] in str(err)
 
 
+@pytest.mark.parametrize("attempts", [None, "2"])
+def test_transient_describe_errors_while_booting_are_retried_not_fatal(
+    ec2_faults, keys: SshKeys, monkeypatch: pytest.MonkeyPatch, attempts: str | None
+) -> None:
+    """Three 503s from DescribeInstances while the VM boots: botocore's standard retry
+    policy (our default attempts) waits them out; with only two attempts a call (the
+    fixture's) the waiter gives up, and a VM found running after all is still ready."""
+    if attempts is None:
+        monkeypatch.delenv("AWS_MAX_ATTEMPTS")
+    else:
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", attempts)
+    prov = provider()
+    inst = prov.create(make_request(keys))
+    before = len(ec2_faults.calls("DescribeInstances"))
+    ec2_faults.inject("DescribeInstances", "Unavailable", 503, times=3)
+    ready = prov.wait_ready(inst, timeout=120)
+    assert ready.id == inst.id and ready.facts.get("public_ip")
+    assert len(ec2_faults.calls("DescribeInstances")) - before >= 4  # 3 failed, then answered
+    assert not ec2_faults.faults  # every injected error was met
+    prov.delete(inst)
+    assert live_instances("s-test1") == []
+
+
+def test_an_s3_error_while_uploading_is_one_line(
+    ec2_faults, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3 through the fault front, every PUT failing: upload_file's S3UploadFailedError
+    (once a long traceback) is one BucketError line naming the object, after retries."""
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="cp-flaky")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", ec2_faults.endpoint)
+    ec2_faults.inject("PUT", "InternalError", 500)
+    src = tmp_path / "src"
+    write_tree(src, {"a.parquet": b"alpha"})
+    with pytest.raises(BucketError) as info:
+        open_bucket("s3://cp-flaky").upload_dir(src, "s1/inputs")
+    text = assert_one_line(info.value)
+    assert "upload s1/inputs/a.parquet" in text and "s3://cp-flaky" in text, text
+    assert len(ec2_faults.calls("PUT")) == 2  # the fixture's AWS_MAX_ATTEMPTS: retried once
+
+
 def test_capacity_error_from_ec2_then_the_next_zone_works(ec2_faults, keys: SshKeys) -> None:
     ec2_faults.inject("RunInstances", "InsufficientInstanceCapacity", 500, zone="us-east-1a")
     prov = provider()

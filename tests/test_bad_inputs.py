@@ -54,7 +54,8 @@ SWEEP_VALUES: dict[str, list[str]] = {
     "--workers": ["0", "-1", "a", "", "1-", "4-2", "1-10000", "1,,2", "1-64:x1", "1-8:0",
                   "99999", "1;2", "4097"],
     "--nodes": ["0", "-1", "abc", "", "2-1"],
-    "--duration": ["0", "-1", "abc", "", "1e999", "nan", "inf", "99999999999d", "5x", "-5m"],
+    "--duration": ["0", "-1", "abc", "", "1e999", "nan", "inf", "99999999999d", "5x", "-5m",
+                   "0.0000001", "0.05s"],
     "--warmup": ["-1", "abc", "nan", "inf", "99999999999d"],
     "--sample-hz": ["-1", "1000", "nan", "abc", "inf", ""],
     "--max-cost": ["0", "-1", "abc", "nan", ""],
@@ -73,7 +74,8 @@ SWEEP_VALUES: dict[str, list[str]] = {
                "a-b=1"],
     "--param": ["frames=abc", "frames=0", "frames=99999999", "x", "password=abc", "=1",
                 "rows=-5", "token=x"],
-    "--workload": ["nope", "a:b:c", "", "1bad:Cls", "workloads.nope:Cube"],
+    "--workload": ["nope", "a:b:c", "", "1bad:Cls", "workloads.nope:Cube", "os:system",
+                   "json:JSONDecoder", "workloads.base:run_threads"],
     "--strategy": ["nope", "", "a;b"],
     "--profile": ["nope", ""],
     "--provider": ["nope", ""],
@@ -91,6 +93,22 @@ TOML_TYPED = [("repeats", "1000"), ("repeats", "true"), ("repeats", "1.5"), ("fr
               ("machines", "[]"), ("machines", "[1]"), ("no_such_key", "1"),
               ("dry_run", "'yes'"), ("spot", "1"), ("max_cost", "-1"), ("out", "''"),
               ("workdir", "''"), ("params", "'x'"), ("params", "{password = 'x'}")]
+
+# environment settings a sweep reads, each refused by spec validation, not by the VM
+ENV_VALUES: list[tuple[str, str]] = [
+    ("CLOUDPROF_SSH_ENDPOINT", "a b:22"), ("CLOUDPROF_SSH_ENDPOINT", "host:99999"),
+    ("CLOUDPROF_SSH_ENDPOINT", "host;id"), ("CLOUDPROF_SSH_USER", "root;id"),
+    ("CLOUDPROF_SSH_USER", "-oProxyCommand=x"), ("CLOUDPROF_SSH_USER", "a b"),
+    ("CLOUDPROF_SSH_KEY", "/nonexistent/key"), ("CLOUDPROF_SSH_HOST_KEY", "/proc/version"),
+    ("CLOUDPROF_SSH_WORKDIR", "relative/dir"), ("CLOUDPROF_SSH_WORKDIR", "/a b"),
+    ("CLOUDPROF_SSH_PYTHON", "python3; id"), ("CLOUDPROF_SSH_BOOT_TIMEOUT", "abc"),
+    ("CLOUDPROF_SSH_BOOT_TIMEOUT", "-5"), ("CLOUDPROF_SSH_SOURCE_CIDR", "nope"),
+    ("CLOUDPROF_SSH_SOURCE_CIDR", "0.0.0.0/0"), ("CLOUDPROF_AWS_IMAGE", "ubuntu;rm"),
+    ("CLOUDPROF_AWS_IMAGE", "ami-XYZ"), ("CLOUDPROF_GCE_ENDPOINT", "not a url"),
+    ("CLOUDPROF_GCP_BILLING_ENDPOINT", "ftp://x"), ("CLOUDPROF_GCS_SIGNER", "nobody"),
+    ("CLOUDPROF_MAX_WORKDIR", "lots"), ("CLOUDPROF_DELETE_BACKOFF_S", "soon"),
+    ("CLOUDPROF_WARM_RUNNER", "maybe"), ("CLOUDPROF_CATALOG_DIR", "/nonexistent/catalog"),
+]
 
 OTHER_COMMANDS: list[list[str]] = [
     ["cleanup", "--sweep", ""], ["cleanup", "--sweep", " "], ["cleanup", "--sweep", "a;b"],
@@ -121,6 +139,8 @@ def _cases() -> Iterator[Any]:
         yield pytest.param("argv", argv, id=" ".join(repr(a) for a in argv))
     for kind in SPECIAL_FILES:
         yield pytest.param("file", [kind], id=f"file:{kind}")
+    for name, value in ENV_VALUES:
+        yield pytest.param("env", [name, value], id=f"env:{name}={value!r}")
 
 
 def _special(tmp: Path, kind: str) -> list[str]:
@@ -158,6 +178,8 @@ def _special(tmp: Path, kind: str) -> list[str]:
         (project / ".gitignore").write_bytes(b"\xff\n")
     elif kind == "workdir-name-not-utf8":
         (project / os.fsdecode(b"\xff.py")).write_text("x\n")
+    elif kind == "grid-unused":  # every x would run the same trial
+        return [*job, "--grid", "x=a,b"]
     elif kind == "workdir-empty":
         (project / ".cloudprofignore").write_text("*\n")
     elif kind == "setup-without-workdir":
@@ -169,14 +191,33 @@ def _special(tmp: Path, kind: str) -> list[str]:
         return ["sweep", *BASE, "--grid", f"x={values}", "--grid", f"y={values}"]
     elif kind == "trials-product":
         return ["sweep", *BASE, "--workers", "1-2000", "--repeats", "10"]
+    elif kind in ("hosts-encrypted-key", "hosts-missing-key"):
+        key = tmp / "key"
+        if kind == "hosts-encrypted-key":
+            _write_encrypted_key(key)
+        hosts = tmp / "hosts.toml"
+        hosts.write_text(f'[[hosts]]\naddress = "127.0.0.1"\nuser = "me"\nkey_file = "{key}"\n')
+        return ["sweep", "--provider", "ssh", "--hosts", str(hosts), "--workers", "1",
+                "--duration", "0.5", "--repeats", "1"]
     return job
+
+
+def _write_encrypted_key(path: Path) -> None:
+    """An OpenSSH private key under a passphrase, as ssh-keygen -N writes one."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    path.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+        serialization.BestAvailableEncryption(b"secret")))
 
 
 SPECIAL_FILES = ["config-fifo", "config-dir", "config-device", "config-deep", "config-not-utf8",
                  "config-invalid", "config-huge", "config-missing", "workdir-bang",
                  "workdir-backslash", "workdir-ignore-not-utf8", "workdir-name-not-utf8",
                  "workdir-empty", "setup-without-workdir", "shell-without-command",
-                 "grid-product", "trials-product"]
+                 "grid-product", "trials-product", "hosts-encrypted-key", "hosts-missing-key",
+                 "grid-unused"]
 
 
 class _Hang(Exception):
@@ -212,6 +253,9 @@ def test_a_bad_input_is_one_line_and_a_non_zero_exit_and_creates_nothing(
         lines = [f"{k} = {v}" for k, v in BASE_TOML.items() if k != key]
         (tmp_path / "sweep.toml").write_text("\n".join([*lines, given[0]]) + "\n")
         argv = ["sweep", "--out", str(out), "--config", str(tmp_path / "sweep.toml")]
+    elif form == "env":
+        monkeypatch.setenv(given[0], given[1])
+        argv = ["sweep", *BASE, "--out", str(out)]
     elif form == "file":
         argv = _special(tmp_path, given[0])
         if argv[0] == "sweep" and "--config" not in argv:

@@ -160,6 +160,33 @@ def test_max_cost_refuses_to_start(tmp_path: Path, capsys: pytest.CaptureFixture
     assert not out.exists()
 
 
+def test_a_plan_above_a_sane_cost_asks_for_max_cost_before_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real (not dry) sweep estimated above UNASKED_COST_USD stops before credentials are
+    even looked for; --plan still shows it, and --max-cost above it lets it go on (to the
+    credentials check, which this empty HOME fails)."""
+    from orchestrator.engine.sweep import UNASKED_COST_USD
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for key in [k for k in os.environ if k.startswith(("GOOGLE_", "CLOUDSDK_", "GCE_"))]:
+        monkeypatch.delenv(key)
+    out = tmp_path / "runs"
+    argv = ["sweep", "-m", "m1-ultramem-160", "--workers", "1-160", "--duration", "1h",
+            "--repeats", "5", "--project", "p", "--zone", "us-central1-a", "--out", str(out)]
+    code, _, err = run_main(argv, capsys)
+    assert code == EXIT_BUDGET, err
+    (line,) = err.splitlines()
+    estimate = float(line.split("estimated cost $", 1)[1].split(" ", 1)[0].replace(",", ""))
+    assert estimate > UNASKED_COST_USD and "give --max-cost" in line, line
+    assert not out.exists()
+    code, printed, err = run_main([*argv, "--plan"], capsys)
+    assert code == 0 and "estimated cost $" in printed, err
+    code, _, err = run_main([*argv, "--max-cost", str(int(estimate) + 1)], capsys)
+    assert code != EXIT_BUDGET and "--max-cost" not in err, err
+    assert not out.exists()
+
+
 @pytest.mark.slow
 def test_config_errors_and_unwritable_out_through_the_real_script(tmp_path: Path) -> None:
     bad = tmp_path / "sweep.toml"

@@ -341,9 +341,10 @@ def test_a_users_workload_must_be_importable_here_without_running_its_code(
     (package / "mod.py").write_text(
         "import torch  # only the VM has it\n\n"
         "raise SystemExit('module code must not run')\n\n"
-        "class MyWork:\n    pass\n"
+        "class MyWork(Workload):\n    pass\n"
     )
     (tmp_path / "src" / "broken.py").write_text("class MyWork(:\n")
+    (tmp_path / "src" / "plain.py").write_text("def MyWork():\n    pass\n\nclass Bare:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
     user = spec_of(tmp_path, machines=["c6i.large"], workload="mypkg.mod:MyWork", params=["x=1"])
     assert user.workload == "mypkg.mod:MyWork" and user.workload_params == {"x": "1"}
@@ -352,6 +353,9 @@ def test_a_users_workload_must_be_importable_here_without_running_its_code(
         ("mypkg.nope:MyWork", "cannot import 'mypkg.nope'"),
         ("mypkg.mod:Other", f"module 'mypkg.mod' ({package / 'mod.py'}) defines no 'Other'"),
         ("broken:MyWork", "cannot import 'broken'"),
+        ("plain:MyWork", "'MyWork' is a function in"),
+        ("plain:Bare", "'Bare' is a class with no base in"),
+        ("os:system", "'system' is not a subclass of workloads.base.Workload"),
     ):
         with pytest.raises(UsageError) as info:
             spec_of(tmp_path, machines=["c6i.large"], workload=target)

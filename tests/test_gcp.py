@@ -373,6 +373,35 @@ def test_missing_bucket_is_one_line_with_a_create_hint(gcs_emulator: str) -> Non
     assert "gcloud storage buckets create" in _one_line(err)
 
 
+@pytest.mark.parametrize(("times", "status"), [(2, 503), (None, 403)])
+def test_a_gcs_upload_error_is_retried_when_transient_and_else_one_line(
+    gcs_emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    times: int | None, status: int,
+) -> None:
+    """The emulator behind the tests' fault front: two 503s on the upload POSTs are waited
+    out by google-cloud-storage's DEFAULT_RETRY (asked for explicitly: before release 3 an
+    upload retried only under a generation precondition); a refusal is one line."""
+    from tests.fixtures.moto_server import _fault_server
+
+    name = _new_bucket().name
+    server, faults = _fault_server(os.environ["STORAGE_EMULATOR_HOST"])
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", faults.endpoint)
+        faults.inject("POST", "Injected", status, times=times)
+        bucket = open_bucket(f"gs://{name}")
+        files = _tree(tmp_path)
+        if times is not None:
+            assert sorted(bucket.upload_dir(tmp_path, "in")) == sorted(f"in/{k}" for k in files)
+            assert not faults.faults and len(faults.calls("POST")) == len(files) + times
+        else:
+            with pytest.raises(BucketError) as err:
+                bucket.upload_dir(tmp_path, "in")
+            assert "uploading in/" in _one_line(err)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_upload_skips_objects_whose_hash_matches(gcs_emulator: str, tmp_path: Path) -> None:
     bucket = _new_bucket("sweeps")
     files = _tree(tmp_path)

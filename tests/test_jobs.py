@@ -264,7 +264,7 @@ def test_a_user_project_sweeps_on_local_with_setup_once_per_host_and_a_grid(
     result = _sweep(tmp_path, "--machine", "n2-highcpu-2", "--machine", "c6i.large",
                     "--provider", "local", "--dry-run", "--workers", "1,2",
                     "--workdir", str(user_project), "--setup", SETUP,
-                    "--command", "python userjob.py {workers}", "--grid", "size=s,m")
+                    "--command", "python userjob.py {workers} {size}", "--grid", "size=s,m")
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-3000:]
     (run,) = list((tmp_path / "runs").iterdir())
     _check_job_run(run, 2 * 2 * 2)
@@ -373,6 +373,46 @@ def test_a_user_project_sweeps_on_a_cloud_through_its_bucket(cloud_sweep, user_p
     assert vm["setup"] == ("reused" if done_before else "ran")
     assert list(sweep.workdir.glob("jobs/*/.cloudprof-site/tabulate*"))
     assert sweep.live() == []  # the VM and what was made for it are gone
+    # the archive's signed URL lives as long as the sweep's VMs may, not a fixed 6 h
+    from urllib.parse import parse_qs, urlsplit
+
+    from orchestrator.engine.sweep import EXPIRY_MARGIN_S
+
+    (planned,) = json.loads((run / "sweep.json").read_text())["plan"]["vms"]
+    expected = int(planned["estimate"]["total_s"] * 1.5 + EXPIRY_MARGIN_S)
+    (entry,) = json.loads((sweep.workdir / "manifests" / f"job-{vm['job']['hash']}.json")
+                          .read_text())
+    field = "X-Amz-Expires" if sweep.provider == "aws" else "X-Goog-Expires"
+    assert int(parse_qs(urlsplit(entry["url"]).query)[field][0]) == expected < 6 * 3600
+
+
+@pytest.mark.slow
+def test_an_ssh_host_keeps_no_signed_url_manifest_after_the_sweep(
+        sshd, moto_env, user_project, tmp_path, tmp_path_factory):
+    """The job, the inputs and the results go through the bucket by signed URLs in
+    manifests on the host; a host that outlives the sweep keeps none of them."""
+    import boto3
+
+    from tests.fixtures.workloads_env import seed_workloads_env
+    from tests.test_ssh_provider import _loopback_hosts
+
+    boto3.client("s3").create_bucket(Bucket="cp-manifests")
+    hosts = _loopback_hosts(tmp_path, sshd, python=sys.executable)
+    workdir = tmp_path / "host-workdir"
+    seed_workloads_env(workdir, tmp_path_factory)
+    env = _env(tmp_path, CLOUDPROF_SSH_WORKDIR=str(workdir))
+    for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
+        env.pop(key, None)
+    result = _sweep(tmp_path, "--provider", "ssh", "--hosts", str(hosts), "--machine", "box",
+                    "--workers", "1", "--bucket", "s3://cp-manifests",
+                    "--workdir", str(user_project), "--setup", SETUP,
+                    "--command", "python userjob.py {workers}", env=env)
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
+    _check_job_run(max((tmp_path / "runs").iterdir()), 1)
+    keys = boto3.client("s3").list_objects_v2(Bucket="cp-manifests").get("Contents", [])
+    assert any(k["Key"].endswith("workdir.tar.gz") for k in keys), keys  # fetched by signed URL
+    assert (workdir / "manifests").is_dir()  # where they were written
+    assert list((workdir / "manifests").iterdir()) == []
 
 
 def test_a_grid_multiplies_the_trials_and_reaches_a_workload_as_parameters():

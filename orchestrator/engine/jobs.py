@@ -309,12 +309,13 @@ def copy_name(job_hash: str, setup: str | None, ex: Executor) -> str:
 
 def stage_on_host(ex: Executor, job: JobArchive, bucket: Bucket | None,
                   put_manifest: Callable[[list[dict[str, Any]], str], str],
-                  setup: str | None = None) -> tuple[str, str]:
+                  setup: str | None = None, *, url_lifetime_s: int) -> tuple[str, str]:
     """The job's copy in the host's cache, unpacked once per (hash, ``setup``, host):
     (its directory, "unpacked"/"reused").
 
     With a bucket the host fetches the archive itself from a signed URL (as it
-    fetches the inputs); without one it is copied over the executor.
+    fetches the inputs), valid ``url_lifetime_s`` (the sweep's: as long as its VMs may
+    live, not a fixed 6 h); without one it is copied over the executor.
     """
     jobs_dir = posixpath.join(ex.cache_dir, "jobs")
     dest = posixpath.join(jobs_dir, copy_name(job.hash, setup, ex))
@@ -322,7 +323,8 @@ def stage_on_host(ex: Executor, job: JobArchive, bucket: Bucket | None,
     archive = posixpath.join(archive_dir, ARCHIVE_NAME)
     if bucket is not None:
         md5 = bucket.list(job.key).get(job.key)
-        entries = [{"url": bucket.signed_url(job.key), "path": ARCHIVE_NAME, "md5": md5}]
+        entries = [{"url": bucket.signed_url(job.key, expires_s=url_lifetime_s),
+                    "path": ARCHIVE_NAME, "md5": md5}]
         manifest = put_manifest(entries, f"job-{job.hash}.json")
         result = ex.run([ex.python, "-m", "workloads.transfer", "get", manifest, archive_dir],
                         timeout=3600)

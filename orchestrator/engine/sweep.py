@@ -92,6 +92,7 @@ TRIAL_ATTEMPTS = 3  # a dropped session is retried on the same VM this many time
 RETRY_BACKOFF_S = 2.0
 TEARDOWN_WAIT_S = 900.0
 SIGNED_URL_MAX_S = 7 * 86400  # S3 (SigV4) and GCS (V4) refuse longer-lived signed URLs
+UNASKED_COST_USD = 100.0  # a plan estimated above this needs --max-cost to start
 DELETE_ATTEMPTS = 4  # a failed VM deletion is tried again after 2, 4, 8 s, then reported
 DELETE_BACKOFF_S = 2.0  # the first retry's delay; CLOUDPROF_DELETE_BACKOFF_S overrides it
 
@@ -278,6 +279,7 @@ class _Host:
     cluster: Any = None
     warm: Any = None  # orchestrator.engine.warm_runner.WarmRunner while its trials run
     node: int = 0  # which node of its machine (peers: 1..N-1; ssh: the group's i-th host)
+    manifests: list[str] = field(default_factory=list)  # signed-URL files put on the host
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set as the machine thread's very last step. The main thread polls this rather
     # than Thread.join(): on CPython < 3.13 a Ctrl-C landing inside join() can mark a
@@ -489,9 +491,20 @@ class _Engine:
         self._stop_cluster(host)
         for node in [host, *host.peers]:
             if node.executor is not None:
+                self._remove_manifests(node)
                 with contextlib.suppress(Exception):
                     node.executor.close()
             self._delete(node)
+
+    def _remove_manifests(self, host: _Host) -> None:
+        """The manifests' signed URLs open the bucket to whoever reads them until they
+        expire: a host that outlives the sweep (ssh, local) keeps none of them. A cloud VM
+        takes them with its disk."""
+        paths, host.manifests = host.manifests, []
+        if not paths or host.provider.creates_machines or host.executor is None:
+            return
+        with contextlib.suppress(Exception):  # teardown goes on; the URLs expire anyway
+            host.executor.run(["rm", "-f", "--", *paths], timeout=30)
 
     def _delete(self, host: _Host) -> None:
         """Delete the host's VM, retried with backoff; after the last try it is left for good
@@ -929,6 +942,8 @@ class _Engine:
     def _put_manifest(self, host: _Host, entries: list[dict[str, Any]], name: str) -> str:
         assert host.executor is not None
         remote = posixpath.join(host.executor.workdir, "manifests", name)
+        if remote not in host.manifests:
+            host.manifests.append(remote)  # before the write: a partial one is removed too
         host.executor.put_bytes(json.dumps(entries).encode(), remote)
         return remote
 
@@ -960,7 +975,8 @@ class _Engine:
         self.progress.state(host.vm.name, "shipping the job")
         host.job_dir, unpacked = jobs.stage_on_host(
             ex, self.job, self._bucket(host),
-            lambda entries, name: self._put_manifest(host, entries, name), self.spec.setup)
+            lambda entries, name: self._put_manifest(host, entries, name), self.spec.setup,
+            url_lifetime_s=self.url_lifetime_s)
         self.store.record_vm(host.vm.name, job={"hash": self.job.hash, "dir": host.job_dir,
                                                 "copy": unpacked})
         if self.spec.setup:
@@ -1452,6 +1468,11 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                 render_plan(plan, console, spec.dry_run)
             raise BudgetError(f"estimated cost {fmt_usd(cost)} is above --max-cost "
                               f"{fmt_usd(spec.max_cost)}; nothing was started")
+        if (spec.max_cost is None and cost is not None and cost > UNASKED_COST_USD
+                and not (plan_only or spec.dry_run)):  # a large bill is asked for, not assumed
+            raise BudgetError(f"estimated cost {fmt_usd(cost)} is above "
+                              f"{fmt_usd(UNASKED_COST_USD)}: give --max-cost to accept it "
+                              "(--plan shows it); nothing was started")
         store = None
     names = {_exec_provider_name(spec, vm) for vm in plan.vms}
     if plan_only:

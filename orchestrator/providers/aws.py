@@ -269,6 +269,29 @@ def _session(region: str | None = None) -> boto3.session.Session:
     return boto3.session.Session(botocore_session=core, region_name=region)
 
 
+RETRY_ATTEMPTS = 6  # tries of one call in all: 5 retries, backoff capped at 20 s each
+
+
+def retry_config(**extra: Any) -> Any:
+    """botocore's own retry policy for every client: ``standard`` mode retries throttling,
+    5xx answers and dropped connections with exponential backoff and jitter (``adaptive``
+    adds client-side rate limiting), so three transient DescribeInstances errors while a
+    VM boots are waited out instead of failing the machine. ``AWS_RETRY_MODE`` and
+    ``AWS_MAX_ATTEMPTS`` still choose, as boto3 documents; a Config would otherwise win.
+    """
+    from botocore.config import Config
+
+    mode = os.environ.get("AWS_RETRY_MODE", "").strip()
+    if mode not in ("standard", "adaptive"):
+        mode = "standard"  # legacy mode retries fewer errors
+    try:
+        attempts = int(os.environ.get("AWS_MAX_ATTEMPTS", ""))
+    except ValueError:
+        attempts = RETRY_ATTEMPTS
+    # total_max_attempts counts the first try, as AWS_MAX_ATTEMPTS does (max_attempts would not)
+    return Config(retries={"mode": mode, "total_max_attempts": max(1, attempts)}, **extra)
+
+
 def resolve_region(explicit: str | None = None) -> str:
     """--region, else AWS_REGION/AWS_DEFAULT_REGION or the profile's region, else us-east-1."""
     return explicit or _session().region_name or DEFAULT_REGION
@@ -283,7 +306,7 @@ def check_credentials(session: boto3.session.Session | None = None) -> str:
         creds = session.get_credentials()
         if creds is None or not creds.get_frozen_credentials().access_key:
             raise CredentialsError(f"no AWS credentials found; {CREDENTIALS_HELP}")
-        identity = session.client("sts").get_caller_identity()
+        identity = session.client("sts", config=retry_config()).get_caller_identity()
     except (BotoCoreError, ClientError) as err:
         # Rejected keys are a CredentialsError with setup help; no network is not.
         raise translate_error(err, "checking AWS credentials") from err
@@ -643,7 +666,8 @@ class AwsProvider(Provider):
         key = (service, region or self.region)
         with self._lock:
             if key not in self._clients:
-                self._clients[key] = self.session.client(service, region_name=key[1])
+                self._clients[key] = self.session.client(service, region_name=key[1],
+                                                         config=retry_config())
             return self._clients[key]
 
     def _region_for(self, zone: str | None, region: str | None = None) -> str:
@@ -700,7 +724,10 @@ class AwsProvider(Provider):
             try:
                 _wait(ec2, "instance_running", [inst.id], timeout)
             except WaiterError as err:
-                raise self._not_running(ec2, inst, timeout) from err
+                # An error that outlived the client's retries ends the waiter too; a VM
+                # that is running by now is ready all the same.
+                if not _is_running(ec2, inst.id):
+                    raise self._not_running(ec2, inst, timeout) from err
             described = _describe_one(ec2, inst.id)
         ready = _to_instance(described, region)
         ready.user = inst.user
@@ -964,6 +991,13 @@ class AwsProvider(Provider):
         return ProviderError(f"{line}: {code or 'no reason given'} {message}".strip())
 
 
+def _is_running(ec2: Any, instance_id: str) -> bool:
+    try:
+        return bool(_describe_one(ec2, instance_id)["State"]["Name"] == "running")
+    except Exception:  # the caller reports why it is not
+        return False
+
+
 def _region_of(zone: str | None) -> str | None:
     """us-east-1 from us-east-1b (and from local zones like us-west-2-lax-1a)."""
     if not zone:
@@ -1093,12 +1127,19 @@ class S3Bucket(Bucket):
 
     @contextmanager
     def _calls(self, action: str) -> Iterator[None]:
+        from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             yield
         except (BotoCoreError, ClientError) as err:
             raise self._bucket_error(err, action) from err
+        except Boto3Error as err:  # upload_file's S3UploadFailedError wraps the S3 error
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, (BotoCoreError, ClientError)):
+                raise self._bucket_error(cause, action) from err
+            raise BucketError(f"cannot {action} in s3://{self.name}: "
+                              f"{' '.join(str(err).split())}") from err
 
     @property
     def client(self) -> Any:
@@ -1109,12 +1150,11 @@ class S3Bucket(Bucket):
             return self._client
 
     def _open(self) -> Any:
-        from botocore.config import Config
         from botocore.exceptions import ClientError
 
         # SigV4 everywhere: presigned URLs then sign only the host, so a VM's
         # plain HTTP PUT works whatever Content-Type it sends.
-        config = Config(signature_version="s3v4", retries={"mode": "standard"})
+        config = retry_config(signature_version="s3v4")
         region = resolve_region(None)
         client = self.session.client("s3", region_name=region, config=config)
         with self._calls(_OPEN):

@@ -160,6 +160,15 @@ def _api_errors() -> tuple[type[BaseException], ...]:
     return GoogleAPICallError, GoogleAuthError, requests.RequestException
 
 
+def _upload_retry() -> Any:
+    """google-cloud-storage's own policy (backoff on 429, 5xx and dropped connections) for
+    uploads: its default retries an upload only under a generation precondition, so one
+    transient 503 failed the staging; rewriting an object with the same bytes is safe."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return DEFAULT_RETRY
+
+
 def translate_api_error(exc: BaseException, what: str) -> Exception:
     """An SDK exception (HTTP error from a call) as one cloudprof error."""
     import requests
@@ -908,7 +917,7 @@ class GcsBucket(Bucket):
             path, key = item
             try:
                 self._client().bucket(self.name).blob(self._key(key)).upload_from_filename(
-                    str(path), checksum="md5")
+                    str(path), checksum="md5", retry=_upload_retry())
             except _api_errors() as exc:
                 raise self._error(exc, f"uploading {key}") from None
             if progress is not None:  # the client reports no bytes mid-file: one call a file

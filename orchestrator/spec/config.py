@@ -293,11 +293,18 @@ def _input_size(name: str) -> Callable[[Any, str], int]:
     return _integer(1, *INPUT_LIMITS[name])
 
 
+MIN_DURATION_S = 0.1  # one sampling period at the default 10 Hz
+
+
 def _trial_duration(value: Any, where: str) -> float:
     """A trial's length, within what the runner accepts (``workloads.limits``)."""
     from workloads import limits
 
     seconds = parse_duration(value, where)
+    if seconds < MIN_DURATION_S:  # it would end before its first sample: an "ok" of nothing
+        raise UsageError(f"{where}: {value!r} is too short to measure (one sampling period "
+                         f"at the default 10 Hz is {MIN_DURATION_S:g} s); give at least "
+                         f"{MIN_DURATION_S:g} s")
     try:
         return limits.check_duration(seconds)
     except ValueError as exc:
@@ -783,11 +790,55 @@ def _check_workload_params(spec: SweepSpec) -> None:
             check_workload_target(spec.workload, [spec.workdir] if spec.workdir else ())
         except ValueError as exc:
             raise UsageError(f"--workload {spec.workload}: {exc}") from None
+        _check_installed_workload(spec)
         return
     try:
         load_workload(spec.workload)(**{k: str(v) for k, v in spec.workload_params.items()})
     except WorkloadInputError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _check_installed_workload(spec: SweepSpec) -> None:
+    """A ``module:Class`` must name a ``workloads.base.Workload`` subclass: ``os:system`` is
+    refused here, not by the runner on a VM that was paid for.
+
+    A module of the standard library or of cloudprof's ``workloads`` (or one already
+    imported) is imported and the class checked. A user's module is not run here (it
+    may need what only the VM has): its source is read, and a function, or a class with
+    no base at all, is refused; anything else only the import on the VM can tell.
+    """
+    import ast
+    import importlib
+
+    from workloads.base import Workload
+    from workloads.limits import _find_module
+
+    module, _, attr = spec.workload.partition(":")
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top == "workloads" or module in sys.modules:
+        try:
+            found = getattr(importlib.import_module(module), attr, None)
+        except Exception:  # the VM's Python may differ; its runner says so
+            return
+        if not (isinstance(found, type) and issubclass(found, Workload)):
+            raise UsageError(f"--workload {spec.workload}: {attr!r} is not a subclass of "
+                             "workloads.base.Workload")
+        return
+    found_spec = _find_module(module, [str(spec.workdir)] if spec.workdir else [])
+    origin = found_spec.origin if found_spec is not None else None
+    if not origin or not origin.endswith(".py"):
+        return
+    try:
+        tree = ast.parse(Path(origin).read_bytes(), filename=origin)
+    except (OSError, SyntaxError, ValueError):
+        return  # check_workload_target has said so already
+    for node in tree.body:
+        plain_class = isinstance(node, ast.ClassDef) and not node.bases and not node.keywords
+        function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if getattr(node, "name", None) == attr and (plain_class or function):
+            what = "a function" if function else "a class with no base"
+            raise UsageError(f"--workload {spec.workload}: {attr!r} is {what} in {origin}, "
+                             "not a subclass of workloads.base.Workload")
 
 
 def _check_job(spec: SweepSpec) -> None:
@@ -802,12 +853,52 @@ def _check_job(spec: SweepSpec) -> None:
         from orchestrator.engine.jobs import check_command
 
         check_command(spec.command, spec.shell, spec.grid)
+        _check_grid_used(spec)
         for key, value in spec.grid.items():
             if _SECRET_VALUE_RE.search(key) or any(_SECRET_VALUE_RE.search(v) for v in value):
                 raise UsageError(f"--grid {key}: a value looks like a credential")
     clash = sorted(set(spec.grid) & set(spec.workload_params))
     if clash and spec.command is None:
         raise UsageError(f"--grid {clash[0]} is also given as a workload parameter; give it once")
+
+
+GRID_SCAN_BYTES = 64 * 2**20  # how much of --workdir is read looking for $CLOUDPROF_<NAME>
+
+
+def _check_grid_used(spec: SweepSpec) -> None:
+    """Each --grid name must reach the job: as ``{name}`` in --command or --setup, or as
+    ``CLOUDPROF_<NAME>`` (the job's environment) in the command or the job's files; else
+    every value runs the same trial and the sweep reports differences that are noise.
+    A workdir too big to read through is given the benefit of the doubt."""
+    from workloads.job import placeholders
+
+    used = set(placeholders(spec.command or "")) | set(placeholders(spec.setup or ""))
+    unused = [name for name in spec.grid if name not in used
+              and f"CLOUDPROF_{name.upper()}" not in (spec.command or "")]
+    if not unused or (spec.workdir is not None and _mentioned(spec.workdir, unused)):
+        return
+    name = unused[0]
+    raise UsageError(f"--grid {name}: the command never uses it ({{{name}}} or "
+                     f"$CLOUDPROF_{name.upper()}), so every {name} would run the same trial")
+
+
+def _mentioned(root: Path, names: list[str]) -> bool:
+    """Whether some file under ``root`` names ``CLOUDPROF_<NAME>`` of every one of
+    ``names`` (or the files are too many to tell)."""
+    wanted = {f"CLOUDPROF_{n.upper()}".encode() for n in names}
+    budget = GRID_SCAN_BYTES
+    for path in sorted(root.rglob("*")):
+        try:
+            if not path.is_file() or path.is_symlink():
+                continue
+            data = path.read_bytes()[:budget]
+        except OSError:
+            continue
+        budget -= len(data)
+        wanted = {w for w in wanted if w not in data}
+        if not wanted or budget <= 0:
+            return True
+    return False
 
 
 def _check_trial_count(spec: SweepSpec) -> None:
@@ -864,7 +955,23 @@ def _check_ssh_machines(spec: SweepSpec, names: list[str] | None = None) -> list
     machines = names or known
     for name in machines:
         provider.check_node_count(name, max(spec.nodes, default=1))
+    _check_host_keys(spec, [h for m in machines for h in provider.machine_hosts(m)])
     return machines
+
+
+def _check_host_keys(spec: SweepSpec, hosts: list[Any]) -> None:
+    """Each host's own ``key_file`` readable, a private key, not encrypted: found now, not
+    when the first trial logs in."""
+    from orchestrator.providers.remote import public_line
+
+    for host in hosts:
+        if host.key_file is None:
+            continue
+        try:
+            public_line(Path(host.key_file))
+        except UsageError as exc:
+            where = f"hosts file {spec.hosts_file}, " if spec.hosts_file else ""
+            raise UsageError(f"{where}host {host.name}: {exc}") from None
 
 
 def search_candidates(spec: SweepSpec) -> list[str]:
@@ -941,6 +1048,9 @@ def _check_limits(spec: SweepSpec) -> None:
 
 def validate_spec(spec: SweepSpec) -> SweepSpec:
     """Cross-option checks; fills in the provider, the region (from the zone), ssh machines."""
+    from orchestrator.spec.environment import check_environment
+
+    check_environment()
     _check_search(spec)
     for name in spec.machines:
         check_name(name)
@@ -974,6 +1084,10 @@ def validate_spec(spec: SweepSpec) -> SweepSpec:
     _check_trial_ids(spec)
     _check_limits(spec)
     _existing_file(spec.ssh_key, "--ssh-key")
+    if spec.ssh_key is not None:
+        from orchestrator.providers.remote import public_line
+
+        public_line(Path(spec.ssh_key).expanduser())  # a private key, and not encrypted
     check_output_dir(spec.out)
     return spec
 
