@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +60,7 @@ from orchestrator.providers.base import (
     Resource,
     VmRequest,
     creator_label,
+    file_md5,
 )
 
 if TYPE_CHECKING:
@@ -735,6 +735,19 @@ class AwsProvider(Provider):
 
         return _across_regions(regions_to_search(self.region, self._regions), list_one)
 
+    def list_resources(self, labels: dict[str, str] | None = None) -> list[Resource]:
+        """Instances, key pairs, security groups and inter-node rules carrying ``labels``,
+        in the regions ``list`` searches (see the module's ``list_resources``)."""
+        regions = regions_to_search(self.region, self._regions)
+        clients = {where: self._client("ec2", where) for where in regions}  # made here, once
+        return list(_across_regions(
+            regions, lambda where: _list_region(labels or {}, where, clients[where])))
+
+    def delete_resources(self, resources: Sequence[Resource]) -> None:
+        """Delete what ``list_resources`` found, instances first (the module's function)."""
+        delete_resources([r for r in resources if isinstance(r, AwsResource)],
+                         session=self.session)
+
     # -- per-sweep key pair and security group
 
     def _ensure_key_pair(self, ec2: Any, req: VmRequest, tags: dict[str, str]) -> str:
@@ -1027,14 +1040,6 @@ def validate_bucket_name(name: str) -> None:
         raise BucketError(f"invalid bucket name {url!r}: reserved prefix or suffix")
 
 
-def _md5_file(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class S3Bucket(Bucket):
     """``s3://name[/prefix]``: keys given to and returned by the methods are below the prefix."""
 
@@ -1158,7 +1163,7 @@ class S3Bucket(Bucket):
         todo: list[tuple[Path, str, str]] = []
         for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
             key = self._relative(base + path.relative_to(local_dir).as_posix())
-            md5 = _md5_file(path)
+            md5 = file_md5(path)
             if existing.get(key) != md5:
                 todo.append((path, key, md5))
         client = self.client

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import getpass
+import hashlib
 import json
 import posixpath
 import re
@@ -98,7 +99,7 @@ class Instance:
 
 class Resource:
     """Something a sweep made in a cloud (an instance, key pair, security group, firewall
-    rule), as a cloud module's ``list_resources`` returns it and ``delete_resources`` takes it.
+    rule), as a provider's ``list_resources`` returns it and ``delete_resources`` takes it.
 
     ``cloudprof cleanup`` handles every cloud's leftovers through this one shape
     (``aws.AwsResource``, ``gcp.GcpResource`` are dataclasses deriving from it; so is
@@ -107,7 +108,7 @@ class Resource:
     """
 
     kind: str  # "instance", a per-sweep "key-pair", "security-group", "firewall", or
-    # "bucket-prefix" (LabelledPrefix: a bucket module lists it, not a cloud module)
+    # "bucket-prefix" (LabelledPrefix: a bucket lists it, not a provider)
     id: str
     name: str
     state: str
@@ -164,6 +165,27 @@ class CommandResult:
     exit_code: int
     stdout_tail: str  # last lines, for error messages
     stderr_tail: str
+
+    def last_line(self, default: str = "(no output)",
+                  skip: Callable[[str], bool] | None = None) -> str:
+        """The last non-blank line of stderr (of stdout when stderr is empty), stripped.
+
+        The one line a failed command's error message quotes; ``skip`` drops lines that
+        are not the command's own words (the runner's progress lines).
+        """
+        lines = [ln.strip() for ln in (self.stderr_tail or self.stdout_tail or "").splitlines()
+                 if ln.strip() and not (skip is not None and skip(ln))]
+        return lines[-1] if lines else default
+
+
+def file_md5(path: Path, chunk: int = 1 << 20) -> str:
+    """The md5 (hex) of a file's content, read in chunks: how every bucket tells an object
+    that is already there (its stored md5) from one that must be sent again."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class Executor(abc.ABC):
@@ -250,6 +272,10 @@ class Provider(abc.ABC):
 
     name: ClassVar[str]
     creates_machines: ClassVar[bool] = True  # False for local and ssh: nothing to delete
+    # Whether the sweep may work on several of this provider's machines at once. The
+    # local provider says no: its "machines" share this one computer, so trials run
+    # one machine after another and each measures alone.
+    concurrent_machines: ClassVar[bool] = True
 
     @abc.abstractmethod
     def check_credentials(self) -> None:
@@ -279,6 +305,27 @@ class Provider(abc.ABC):
         """Before anything is created: refuse (UsageError) a machine that cannot be ``nodes``
         nodes of one cluster; the warnings to print. A cloud makes any number alike."""
         return []
+
+    # -- leftovers: what ``cloudprof cleanup`` and a failed teardown's message list
+
+    def list_resources(self, labels: dict[str, str] | None = None) -> list[Resource]:
+        """Everything this provider made that carries all of ``labels`` (every cloudprof
+        resource when None or empty): instances and what was made for them (key pairs,
+        security groups, firewall rules), each a :class:`Resource` with its labels.
+
+        By default nothing: a provider that makes no machines (local, ssh) leaves
+        nothing behind in a cloud. A cloud overrides it and :meth:`delete_resources`.
+        """
+        return []
+
+    def delete_resources(self, resources: Sequence[Resource]) -> None:
+        """Delete what :meth:`list_resources` returned: instances first, then what they
+        used; absent is fine. A failure raises a ProviderError subclass.
+
+        By default there is never anything to delete (see :meth:`list_resources`).
+        """
+        if resources:
+            raise NotImplementedError(f"{self.name} lists no resources, so deletes none")
 
 
 class Bucket(abc.ABC):

@@ -23,13 +23,12 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import functools
-import hashlib
 import json
 import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from orchestrator.providers.base import (
     ProviderOptions,
     Resource,
     VmRequest,
+    file_md5,
 )
 
 ENDPOINT_ENV = "CLOUDPROF_GCE_ENDPOINT"
@@ -234,16 +234,14 @@ class GcpResource(Resource):
 
 
 def list_resources(labels: dict[str, str] | None = None,
-                   project: str | None = None) -> list[GcpResource]:
+                   project: str | None = None) -> list[Resource]:
     """What cloudprof made in the project carrying all of ``labels`` (all of it when empty)."""
-    return GcpProvider(ProviderOptions(project=project)).list_resources(labels or {})
+    return GcpProvider(ProviderOptions(project=project)).list_resources(labels)
 
 
-def delete_resources(resources: list[GcpResource], project: str | None = None) -> None:
+def delete_resources(resources: Sequence[Resource], project: str | None = None) -> None:
     """Delete what ``list_resources`` found: instances first, then the rules they used."""
-    provider = GcpProvider(ProviderOptions(project=project))
-    for res in sorted(resources, key=lambda r: r.kind != "instance"):
-        provider.delete_resource(res)
+    GcpProvider(ProviderOptions(project=project)).delete_resources(resources)
 
 
 class GcpProvider(Provider):
@@ -704,11 +702,12 @@ class GcpProvider(Provider):
         except _api_errors() as exc:
             raise translate_api_error(exc, "listing instances") from None
 
-    def list_resources(self, labels: dict[str, str]) -> list[GcpResource]:
+    def list_resources(self, labels: dict[str, str] | None = None) -> list[Resource]:
         """Instances and firewall rules (SSH, inter-node) carrying ``labels``, for
         ``cloudprof cleanup``."""
-        found = [GcpResource("instance", i.id, i.name, i.zone, i.state, i.labels)
-                 for i in self.list(labels)]
+        labels = labels or {}
+        found: list[Resource] = [GcpResource("instance", i.id, i.name, i.zone, i.state, i.labels)
+                                 for i in self.list(labels)]
         wanted = gce_labels(labels)
         try:
             rules = list(self._client("FirewallsClient").list(project=self.project))
@@ -727,7 +726,12 @@ class GcpProvider(Provider):
                                          rule_labels))
         return found
 
-    def delete_resource(self, res: GcpResource) -> None:
+    def delete_resources(self, resources: Sequence[Resource]) -> None:
+        """Delete what ``list_resources`` found: instances first, then the rules they used."""
+        for res in sorted(resources, key=lambda r: r.kind != "instance"):
+            self.delete_resource(res)
+
+    def delete_resource(self, res: Resource) -> None:
         """Delete one thing ``list_resources`` found (absent is fine)."""
         if res.kind == "instance":
             self.delete(Instance(provider=self.name, id=res.id, name=res.name, machine="",
@@ -786,14 +790,6 @@ def _emulator_signing_credentials() -> Any:
                 "private_key": pem, "token_uri": "https://oauth2.googleapis.com/token",
                 "project_id": "emulator"})
         return _emulator_signer
-
-
-def _md5_file(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class GcsBucket(Bucket):
@@ -901,7 +897,7 @@ class GcsBucket(Bucket):
         todo: list[tuple[Path, str]] = []
         for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
             key = f"{prefix.strip('/')}/{path.relative_to(local_dir).as_posix()}".lstrip("/")
-            if existing.get(key) != _md5_file(path):
+            if existing.get(key) != file_md5(path):
                 todo.append((path, key))
 
         def upload(item: tuple[Path, str]) -> str:
@@ -925,7 +921,7 @@ class GcsBucket(Bucket):
         def download(item: tuple[str, str]) -> Path:
             key, md5 = item
             target = local_dir / (key[len(prefix):].lstrip("/") if prefix else key)
-            if target.is_file() and md5 and _md5_file(target) == md5:
+            if target.is_file() and md5 and file_md5(target) == md5:
                 return target
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
