@@ -1,9 +1,11 @@
 """The one interface every provider and bucket implements.
 
 A provider makes machines exist (``create``/``delete``/``list``) and reachable
-(``wait_ready``/``connect``); an :class:`Executor` runs commands and moves files
-on one machine. The sweep engine (``orchestrator.engine.sweep``) only talks to these
-classes, so a new cloud is one new module in this package plus a line in
+(``wait_ready``/``connect``), and lists and deletes what its sweeps left in a cloud
+(``list_resources``/``delete_resources``, for ``cloudprof cleanup``); an
+:class:`Executor` runs commands and moves files on one machine. The sweep engine
+(``orchestrator.engine.sweep``) and cleanup only talk to these classes, so a new
+cloud is one new module in this package plus a line in
 ``orchestrator.providers.__init__``.
 """
 
