@@ -60,7 +60,6 @@ from orchestrator.providers.base import (
     Resource,
     VmRequest,
     creator_label,
-    file_md5,
 )
 
 if TYPE_CHECKING:
@@ -1153,48 +1152,19 @@ class S3Bucket(Bucket):
                     out[self._relative(obj["Key"])] = etag
         return out
 
-    def upload_dir(self, local_dir: Path, prefix: str,
-                   progress: Callable[[int], None] | None = None) -> list[str]:
-        local_dir = Path(local_dir)
-        if not local_dir.is_dir():
-            raise BucketError(f"nothing to upload: {local_dir} is not a directory")
-        existing = self.list(prefix)
-        base = self._prefix(prefix)
-        todo: list[tuple[Path, str, str]] = []
-        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
-            key = self._relative(base + path.relative_to(local_dir).as_posix())
-            md5 = file_md5(path)
-            if existing.get(key) != md5:
-                todo.append((path, key, md5))
-        client = self.client
+    # upload_dir and download_dir: Bucket's, over these two
 
-        def upload(item: tuple[Path, str, str]) -> str:
-            path, key, md5 = item
-            with self._calls(f"upload {key}"):
-                client.upload_file(
-                    str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}},
-                    Callback=progress,  # boto3 calls it with the bytes of each chunk sent
-                )
-            return key
+    def put_file(self, path: Path, key: str, md5: str,
+                 progress: Callable[[int], None] | None) -> None:
+        with self._calls(f"upload {key}"):
+            self.client.upload_file(
+                str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}},
+                Callback=progress,  # boto3 calls it with the bytes of each chunk sent
+            )
 
-        with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
-            return list(pool.map(upload, todo))
-
-    def download_dir(self, prefix: str, local_dir: Path) -> list[Path]:
-        local_dir = Path(local_dir)
-        root = self._prefix(prefix)
-        root_rel = self._relative(root) if root else ""
-        keys = list(self.list(prefix))
-        client = self.client
-
-        def download(key: str) -> Path:
-            target = local_dir / key[len(root_rel) :]
-            with atomic_path(target) as tmp, self._calls(f"download {key}"):
-                client.download_file(self.name, self._full(key), str(tmp))
-            return target
-
-        with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
-            return list(pool.map(download, keys))
+    def get_file(self, key: str, target: Path) -> None:
+        with atomic_path(target) as tmp, self._calls(f"download {key}"):
+            self.client.download_file(self.name, self._full(key), str(tmp))
 
     def signed_url(self, key: str, method: str = "GET", expires_s: int = 6 * 3600) -> str:
         operations = {"GET": "get_object", "PUT": "put_object"}

@@ -334,8 +334,8 @@ class Bucket(abc.ABC):
     """Object storage for a sweep's inputs and results."""
 
     url: str  # "gs://name", "s3://name" or a local directory path
+    workers: int = 8  # parallel transfers of upload_dir/download_dir
 
-    @abc.abstractmethod
     def upload_dir(self, local_dir: Path, prefix: str,
                    progress: Callable[[int], None] | None = None) -> list[str]:
         """Upload every file below ``local_dir`` under ``prefix`` (in parallel).
@@ -343,11 +343,70 @@ class Bucket(abc.ABC):
         Skips objects whose content hash already matches; returns the keys uploaded.
         ``progress`` is called (from any thread) with each number of bytes sent, as
         they are sent, for a display of bytes and MB/s.
-        """
 
-    @abc.abstractmethod
+        Written once over :meth:`put_file`, so that what is skipped and how keys are
+        formed is the same in every cloud; a bucket with no objects to send (the local
+        one) overrides it.
+        """
+        from orchestrator.errors import BucketError
+
+        local_dir = Path(local_dir)
+        if not local_dir.is_dir():
+            raise BucketError(f"nothing to upload: {local_dir} is not a directory")
+        existing = self.list(prefix)
+        todo: list[tuple[Path, str, str]] = []
+        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+            key = f"{prefix.strip('/')}/{path.relative_to(local_dir).as_posix()}".lstrip("/")
+            md5 = file_md5(path)
+            if existing.get(key) != md5:
+                todo.append((path, key, md5))
+
+        def upload(item: tuple[Path, str, str]) -> str:
+            path, key, md5 = item
+            self.put_file(path, key, md5, progress)
+            return key
+
+        return self._parallel(upload, todo)
+
     def download_dir(self, prefix: str, local_dir: Path) -> list[Path]:
-        """Download every object below ``prefix``; returns the local paths."""
+        """Download every object below ``prefix``; returns the local paths.
+
+        A local file whose md5 is already the object's is kept as it is; the others are
+        written whole or not at all (:meth:`get_file`). Written once over ``get_file``;
+        the local bucket overrides it.
+        """
+        local_dir = Path(local_dir)
+        root = prefix.strip("/")
+
+        def download(item: tuple[str, str]) -> Path:
+            key, md5 = item
+            target = local_dir / (key[len(root):].lstrip("/") if root else key)
+            if not (md5 and target.is_file() and file_md5(target) == md5):
+                self.get_file(key, target)
+            return target
+
+        return self._parallel(download, sorted(self.list(prefix).items()))
+
+    def put_file(self, path: Path, key: str, md5: str,
+                 progress: Callable[[int], None] | None) -> None:
+        """Send one file to ``key`` (``md5``: its content hash, stored where the store's own
+        does not say it); report the bytes sent to ``progress``. One cloud call, the one
+        to retry; a bucket that uses ``upload_dir`` as written here implements it."""
+        raise NotImplementedError(f"{type(self).__name__} uploads through its own upload_dir")
+
+    def get_file(self, key: str, target: Path) -> None:
+        """Write object ``key`` to ``target`` atomically (parents made); a bucket that uses
+        ``download_dir`` as written here implements it."""
+        raise NotImplementedError(f"{type(self).__name__} downloads through its own "
+                                  "download_dir")
+
+    def _parallel(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``fn`` over ``items`` on ``workers`` threads, results in order; the first error
+        raised is raised."""
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(fn, items))
 
     @abc.abstractmethod
     def list(self, prefix: str) -> dict[str, str]:

@@ -19,7 +19,6 @@ service account that signs GCS URLs when ADC cannot sign), plus the standard
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import contextlib
 import datetime as dt
 import functools
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.atomic import atomic_path
 from orchestrator.errors import (
     BucketError,
     CapacityError,
@@ -55,7 +55,6 @@ from orchestrator.providers.base import (
     ProviderOptions,
     Resource,
     VmRequest,
-    file_md5,
 )
 
 ENDPOINT_ENV = "CLOUDPROF_GCE_ENDPOINT"
@@ -870,10 +869,6 @@ class GcsBucket(Bucket):
     def _rel(self, name: str) -> str:
         return name[len(self.prefix) + 1:] if self.prefix else name
 
-    def _pool(self, fn: Any, items: list[Any]) -> list[Any]:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(pool.map(fn, items))
-
     # ---- Bucket interface
 
     def list(self, prefix: str) -> dict[str, str]:
@@ -888,50 +883,25 @@ class GcsBucket(Bucket):
         return {self._rel(b.name): base64.b64decode(b.md5_hash).hex() if b.md5_hash else ""
                 for b in blobs}
 
-    def upload_dir(self, local_dir: Path, prefix: str,
-                   progress: Callable[[int], None] | None = None) -> list[str]:
-        local_dir = Path(local_dir)
-        if not local_dir.is_dir():
-            raise BucketError(f"nothing to upload: {local_dir} is not a directory")
-        existing = self.list(prefix)
-        todo: list[tuple[Path, str]] = []
-        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
-            key = f"{prefix.strip('/')}/{path.relative_to(local_dir).as_posix()}".lstrip("/")
-            if existing.get(key) != file_md5(path):
-                todo.append((path, key))
+    # upload_dir and download_dir: Bucket's, over these two
 
-        def upload(item: tuple[Path, str]) -> str:
-            path, key = item
-            try:
-                self._client().bucket(self.name).blob(self._key(key)).upload_from_filename(
-                    str(path), checksum="md5")
-            except _api_errors() as exc:
-                raise self._error(exc, f"uploading {key}") from None
-            if progress is not None:  # the client reports no bytes mid-file: one call a file
-                progress(path.stat().st_size)
-            return key
+    def put_file(self, path: Path, key: str, md5: str,
+                 progress: Callable[[int], None] | None) -> None:
+        try:
+            self._client().bucket(self.name).blob(self._key(key)).upload_from_filename(
+                str(path), checksum="md5")
+        except _api_errors() as exc:
+            raise self._error(exc, f"uploading {key}") from None
+        if progress is not None:  # the client reports no bytes mid-file: one call a file
+            progress(path.stat().st_size)
 
-        return self._pool(upload, todo)
-
-    def download_dir(self, prefix: str, local_dir: Path) -> list[Path]:
-        local_dir = Path(local_dir)
-        prefix = prefix.strip("/")
-        keys = self.list(prefix)
-
-        def download(item: tuple[str, str]) -> Path:
-            key, md5 = item
-            target = local_dir / (key[len(prefix):].lstrip("/") if prefix else key)
-            if target.is_file() and md5 and file_md5(target) == md5:
-                return target
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
+    def get_file(self, key: str, target: Path) -> None:
+        try:
+            with atomic_path(target) as tmp:
                 self._client().bucket(self.name).blob(self._key(key)).download_to_filename(
-                    str(target))
-            except _api_errors() as exc:
-                raise self._error(exc, f"downloading {key}") from None
-            return target
-
-        return self._pool(download, sorted(keys.items()))
+                    str(tmp))
+        except _api_errors() as exc:
+            raise self._error(exc, f"downloading {key}") from None
 
     def signed_url(self, key: str, method: str = "GET", expires_s: int = 6 * 3600) -> str:
         """A V4 signed URL for one object and one method: all the VM ever gets.
@@ -986,7 +956,7 @@ class GcsBucket(Bucket):
                 raise self._error(exc, f"deleting {key}") from None
             return 1
 
-        return sum(self._pool(delete, keys))
+        return sum(self._parallel(delete, keys))
 
     def put_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
         blob = self._bucket().blob(self._key(key))
