@@ -957,7 +957,17 @@ def _print_runs_table(found: list[Any]) -> None:
                   "(the run's report has its measured VM time).", highlight=False)
 
 
-@app.command(cls=_Command)
+_CLEANUP_HELP = (
+    "List (and with --yes delete) leftover resources carrying cloudprof's labels.\n\n"
+    "Due by default: what is past its expiry label, and every instance, key pair, security "
+    "group and firewall rule of a sweep whose run directory (under --out) no process is "
+    "running, a killed one included (its sweep.json may still say running; the run's lock "
+    "tells). A sweep running here deletes its own; one with no run directory here waits "
+    "for its expiry. Bucket prefixes keep their retention (--resume reads them)."
+)
+
+
+@app.command(cls=_Command, help=_CLEANUP_HELP)
 def cleanup(
     provider: Annotated[
         CleanupProvider | None,  # type: ignore[valid-type]
@@ -967,7 +977,8 @@ def cleanup(
         str | None,
         typer.Option(
             help="Only resources created longer ago than this: 30m, 2h, 1d "
-            "(default: those whose expiry label has passed).",
+            "(default: those whose expiry label has passed, and those of a sweep "
+            "under --out that no process is running any more).",
             metavar="TIME",
         ),
     ] = None,
@@ -992,8 +1003,9 @@ def cleanup(
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option(help=f"Runs directory whose sweeps' buckets are looked in "
-                     f"(default: {_DEFAULTS.out}).", metavar="DIR"),
+        typer.Option(help=f"Runs directory whose sweeps' buckets are looked in, and whose "
+                     f"ended sweeps' resources are due (default: {_DEFAULTS.out}).",
+                     metavar="DIR"),
     ] = None,
     config: Annotated[
         Path | None,
@@ -1020,10 +1032,9 @@ def cleanup(
     runs_dirs.append(out or Path(settings.get("out") or _DEFAULTS.out))
     found = [*([settings["bucket"]] if settings.get("bucket") else []),
              *recorded_buckets(runs_dirs)]
-    # Bucket arguments only when there are buckets: cleanup's 5-argument call stays as is.
-    buckets = {"given_buckets": given, "found_buckets": found} if given or found else {}
     module = _lazy("orchestrator.engine.cleanup", "cleanup")
-    module.cleanup(provider, older_than_s, sweep_id, yes, _console(), **buckets)
+    module.cleanup(provider, older_than_s, sweep_id, yes, _console(), given_buckets=given,
+                   found_buckets=found, runs_dirs=runs_dirs)
 
 
 def _sweep_id_of(value: str) -> str:

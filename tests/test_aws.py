@@ -637,6 +637,13 @@ def test_upload_skips_matching_hashes_download_list_delete(moto_env, tmp_path: P
     assert (out / "sub" / "b.parquet").read_bytes() == files["sub/b.parquet"]
     assert (out / "big.bin").read_bytes() == big
     assert (out / "a.parquet").read_bytes() == b"changed"
+    # Again: a file that already has the object's md5 is kept (same inode, not rewritten,
+    # the multipart one by its metadata md5), one that differs is replaced whole.
+    inodes = {name: (out / name).stat().st_ino for name in ("big.bin", "sub/b.parquet")}
+    (out / "a.parquet").write_bytes(b"edited here")
+    bucket.download_dir("s1/inputs", out)
+    assert {name: (out / name).stat().st_ino for name in inodes} == inodes
+    assert (out / "a.parquet").read_bytes() == b"changed"
 
     assert bucket.delete_prefix("s1/inputs") == 3
     assert bucket.list("") == {}

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -223,6 +224,63 @@ def test_nothing_to_clean_is_one_clear_line(clouds: FakeGce, keys, capsys) -> No
     assert "nothing to clean up: no cloudprof resources past their expiry in aws, gcp" in out
     assert "│" not in out  # no table
     assert aws_left("s-live") == ["instance", "key-pair", "security-group"]
+
+
+def _sweep_process(run_dir: Path, sweep: str) -> subprocess.Popen[str]:
+    """A process that holds ``run_dir``'s lock as a sweep does (``RunStore.running``),
+    with a sweep.json that says ``running``; returns once the lock is held."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "sweep.json").write_text(json.dumps({"sweep_id": sweep, "status": "running"}))
+    code = ("import sys, time; from pathlib import Path; "
+            "from orchestrator.results.store import RunStore\n"
+            "with RunStore(Path(sys.argv[1])).running():\n"
+            "    print('held', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_plain_cleanup_takes_a_killed_sweeps_resources_and_spares_a_running_one(
+    clouds: FakeGce, keys, capsys, tmp_path: Path
+) -> None:
+    """Neither sweep is past its expiry: what tells them apart is whether a process still
+    runs the sweep (holds its run directory's lock), whatever sweep.json says."""
+    make_aws(keys, "s-killed", created_ago=60, expires_in=HOUR)
+    make_gcp("s-killed", created_ago=60, expires_in=HOUR)
+    make_aws(keys, "s-running", created_ago=3 * HOUR, expires_in=-HOUR)  # even past expiry
+    make_gcp("s-running", created_ago=60, expires_in=HOUR)
+    make_aws(keys, "s-elsewhere", created_ago=60, expires_in=HOUR)  # no run directory here
+    killed = _sweep_process(tmp_path / "runs" / "s-killed", "s-killed")
+    os.kill(killed.pid, signal.SIGKILL)  # no finally: sweep.json still says running
+    killed.wait(30)
+    running = _sweep_process(tmp_path / "runs" / "s-running", "s-running")
+    try:
+        code, listed, err = run(capsys)
+        assert code == 0, err
+        rows = [[c.strip() for c in ln.split("│")[1:]] for ln in listed.splitlines()
+                if ln.count("│") > 5]
+        assert sorted((r[0], r[1], r[4]) for r in rows) == [
+            ("aws", "instance", "s-killed"), ("aws", "key-pair", "s-killed"),
+            ("aws", "security-group", "s-killed"), ("gcp", "firewall", "s-killed"),
+            ("gcp", "instance", "s-killed")], listed
+        assert "or of a sweep no longer running" in listed and "nothing was deleted" in listed
+        assert aws_left("s-killed") == ["instance", "key-pair", "security-group"]
+
+        code, out, err = run(capsys, "--yes")
+    finally:
+        running.kill()
+        running.wait(30)
+
+    assert code == 0, err
+    assert json.loads((tmp_path / "runs" / "s-killed" / "sweep.json").read_text())[
+        "status"] == "running"
+    assert aws_left("s-killed") == [] and gcp_left(clouds, "s-killed") == []
+    assert aws_left("s-running") == ["instance", "key-pair", "security-group"]
+    assert gcp_left(clouds, "s-running") == ["firewall", "instance"]
+    assert aws_left("s-elsewhere") == ["instance", "key-pair", "security-group"]
+    assert "deleted 5 of 5 resources" in out, out
+    assert "left alone: 8 resources not due" in out, out
 
 
 def _no_google_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -318,7 +318,7 @@ def test_cleanup_passes_its_options(
     calls: list[tuple[Any, ...]] = []
     fake_module(
         "orchestrator.engine.cleanup",
-        cleanup=lambda provider, older_than_s, sweep_id, yes, console: (
+        cleanup=lambda provider, older_than_s, sweep_id, yes, console, **_: (
             calls.append((provider, older_than_s, sweep_id, yes)) or 0
         ),
     )

@@ -5,8 +5,8 @@ expiry time, but a SIGKILLed laptop, a delete call that failed, or a key pair
 outliving its instance still leave things behind that cost money or clutter an
 account. Everything a sweep makes carries cloudprof's labels (sweep id,
 creator, creation and expiry time), so this module finds it with each cloud
-module's own ``list_resources``, picks what is due, shows it, and only with
-``--yes`` deletes it with the same module's ``delete_resources``. It makes no
+provider's own ``list_resources``, picks what is due, shows it, and only with
+``--yes`` deletes it with the same provider's ``delete_resources``. It makes no
 cloud call of its own: one place per cloud knows how to list and delete.
 
 Bucket prefixes a sweep wrote (``results/<sweep>/``, ``inputs/<hash>/``) carry
@@ -18,24 +18,33 @@ line and skipped, unless it was given with ``--bucket``.
 
 What is due: with ``--sweep``, everything of that sweep; with
 ``--older-than``, what was created longer ago than that; otherwise what is
-past its expiry label. A per-sweep resource (key pair, security group,
-firewall rule) also goes with the last instance of its sweep, and never while
-an instance of its sweep that is not due still runs (it would still need it).
+past its expiry label, and every cloud resource (instance, key pair, security
+group, firewall rule) of a sweep that has ended: one with a run directory under
+``--out`` (or the ``--sweep`` one) that no process is running, whatever its
+sweep.json says (a SIGKILLed sweep's still says ``running``; the run's lock,
+held by the sweep's process, is what tells). A resource of a sweep that a
+process here is running is not due by that rule nor by its expiry: the sweep
+deletes it itself. A sweep with no run directory here (another computer's, or
+one whose directory is gone) is judged by its expiry label alone.
+
+A per-sweep resource (key pair, security group, firewall rule) also goes with
+the last instance of its sweep, and never while an instance of its sweep that
+is not due still runs (it would still need it).
 A bucket prefix stays while an instance of a sweep using it is kept, or while a
 sweep using it (other than the ``--sweep`` one) has not expired: the inputs cache
-is shared. Instances are deleted first, bucket prefixes last; a failure is
-reported in one line and the rest still go.
+is shared; a sweep having ended does not make its prefixes due (``--resume``
+collects results from them), their retention does. Instances are deleted
+first, bucket prefixes last; a failure is reported in one line and the rest
+still go.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import (
@@ -46,8 +55,8 @@ from orchestrator.errors import (
     one_line,
 )
 from orchestrator.plan.planner import slug
-from orchestrator.providers import PROVIDERS, get_provider, open_bucket
-from orchestrator.providers.base import LABEL_SWEEP, Bucket, LabelledPrefix, Resource
+from orchestrator.providers import get_provider, open_bucket
+from orchestrator.providers.base import LABEL_SWEEP, Bucket, LabelledPrefix, Provider, Resource
 from orchestrator.results.runs import fmt_age
 
 if TYPE_CHECKING:
@@ -107,13 +116,16 @@ def cleanup(
     console: Console,
     given_buckets: Sequence[str] = (),
     found_buckets: Sequence[str] = (),
+    runs_dirs: Sequence[Path] = (),
 ) -> int:
     """List what is due (and delete it with ``yes``); 0 when all went well.
 
     Labelled prefixes are looked for in ``given_buckets`` (--bucket: one that cannot
     be listed is an error) and ``found_buckets`` (from the config file and run
-    directories: skipped with one line). A failed deletion raises ProviderError after
-    every other resource was tried, so the CLI exits non-zero with one line.
+    directories: skipped with one line). ``runs_dirs`` are run directories, or
+    directories of them, whose sweeps are looked at (``sweep_activity``). A failed
+    deletion raises ProviderError after every other resource was tried, so the CLI
+    exits non-zero with one line.
     """
     now = time.time()
     sweep_label = slug(sweep_id) if sweep_id else None  # the engine labels with slug(id)
@@ -121,8 +133,9 @@ def cleanup(
     buckets = Buckets(given, [u for u in dict.fromkeys(found_buckets) if u not in given])
     listed, searched, failures = _list_everywhere(provider, sweep_label, console)
     _list_buckets(buckets, provider, sweep_label, console, listed, searched, failures)
-    due, kept = choose(listed, now, older_than_s, sweep_label)
-    what = _selection(older_than_s, sweep_id)
+    live, ended = sweep_activity(runs_dirs)
+    due, kept = choose(listed, now, older_than_s, sweep_label, live=live, ended=ended)
+    what = _selection(older_than_s, sweep_id, ended)
 
     if not due:
         if searched:
@@ -159,11 +172,6 @@ def cleanup(
 # ---------------------------------------------------------------- finding
 
 
-def _cloud_module(name: str) -> ModuleType:
-    """The module holding ``name``'s ``list_resources``/``delete_resources`` (routing's map)."""
-    return importlib.import_module(PROVIDERS[name].partition(":")[0])
-
-
 def _list_everywhere(
     provider: str | None, sweep_label: str | None, console: Console
 ) -> tuple[list[Leftover], list[str], list[str]]:
@@ -179,15 +187,16 @@ def _list_everywhere(
     searched: list[str] = []
     failures: list[str] = []
     for name in names:
+        cloud = get_provider(name)
         try:
-            get_provider(name).check_credentials()
+            cloud.check_credentials()
         except (CredentialsError, UsageError) as exc:
             if provider is not None:
                 raise
             _line(console, f"{name}: skipped, not set up here ({exc})")
             continue
         try:
-            found = _cloud_module(name).list_resources(labels)
+            found = cloud.list_resources(labels)
         except CloudprofError as exc:
             if provider is not None:
                 raise
@@ -234,13 +243,49 @@ def _local_dir(url: str) -> Path:
 
 
 
+def sweep_activity(paths: Iterable[Path]) -> tuple[set[str], set[str]]:
+    """The sweeps (by label: the slug of their id) of the run directories at ``paths``
+    that a process is running now, and those that ended (module docstring).
+
+    A path is a run directory or a directory of them; one that cannot be read is no
+    run. A sweep id found in several directories is running if any of them is.
+    """
+    import json
+
+    from orchestrator.results.store import SWEEP_FILE, run_in_progress
+
+    live: set[str] = set()
+    seen: set[str] = set()
+    for path in map(Path, paths):
+        runs = [path] if (path / SWEEP_FILE).is_file() else sorted(path.glob("*"))
+        for run_dir in runs:
+            try:
+                sweep = json.loads((run_dir / SWEEP_FILE).read_text(encoding="utf-8"))
+                label = slug(str(sweep["sweep_id"]))
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+            if not label:
+                continue
+            seen.add(label)
+            if run_in_progress(run_dir):
+                live.add(label)
+    return live, seen - live
+
+
 def choose(
     listed: Iterable[Leftover],
     now: float,
     older_than_s: float | None = None,
     sweep_label: str | None = None,
+    *,
+    live: set[str] | frozenset[str] = frozenset(),
+    ended: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[list[Leftover], list[Leftover]]:
-    """Split ``listed`` into what is due for deletion and what is kept (module docstring)."""
+    """Split ``listed`` into what is due for deletion and what is kept (module docstring).
+
+    ``live`` and ``ended`` (from ``sweep_activity``) are used without ``--sweep`` and
+    ``--older-than`` only, and for cloud resources only, never for bucket prefixes.
+    """
 
     def due_alone(item: Leftover) -> bool:
         res = item.resource
@@ -250,6 +295,10 @@ def choose(
             created = res.created_at
             return created is not None and now - created >= older_than_s
         if sweep_label is not None:
+            return True
+        if item.bucket is None and res.sweep_id in live:
+            return False  # its sweep is running here: the sweep deletes it
+        if item.bucket is None and res.sweep_id in ended:
             return True
         expires = res.expires_at
         return expires is not None and expires <= now
@@ -291,7 +340,7 @@ def _ordered(items: list[Leftover]) -> list[Leftover]:
 def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
     """Delete ``due``: each cloud's instances first, then the per-sweep resources.
 
-    Instances go in one call per cloud (its module terminates them together and
+    Instances go in one call per cloud (its provider terminates them together and
     waits once); if that call fails they are retried one by one, so the line
     says which one failed. A per-sweep resource whose sweep still has an
     instance that could not be deleted is left (it is still in use).
@@ -300,19 +349,19 @@ def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
     failures: list[str] = []
     prefixes = [i for i in due if i.bucket is not None]
     for name in sorted({i.provider for i in due if i.bucket is None}):
-        module = _cloud_module(name)
+        cloud = get_provider(name)
         mine = [i for i in due if i.provider == name and i.bucket is None]
         instances = [i for i in mine if i.is_instance]
         stuck: set[tuple[str, str | None]] = set()
         if instances:
             try:
-                module.delete_resources([i.resource for i in instances])
+                cloud.delete_resources([i.resource for i in instances])
                 for item in instances:
                     _line(console, f"deleted {item.describe()}")
                 deleted += len(instances)
             except CloudprofError:
                 for item in instances:
-                    if _delete_one(module, item, console, failures):
+                    if _delete_one(cloud, item, console, failures):
                         deleted += 1
                     else:
                         stuck.add(item.sweep_key)
@@ -324,7 +373,7 @@ def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
                            f"{item.resource.sweep_id} could not be deleted")
                 _line(console, message)
                 failures.append(message)
-            elif _delete_one(module, item, console, failures):
+            elif _delete_one(cloud, item, console, failures):
                 deleted += 1
     for item in prefixes:  # after the instances that could still write to them
         if _delete_one(None, item, console, failures):
@@ -332,7 +381,7 @@ def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
     return deleted, failures
 
 
-def _delete_one(module: ModuleType | None, item: Leftover, console: Console,
+def _delete_one(cloud: Provider | None, item: Leftover, console: Console,
                 failures: list[str]) -> bool:
     """Delete one resource (a bucket prefix through its bucket); a failure is one line."""
     try:
@@ -345,8 +394,8 @@ def _delete_one(module: ModuleType | None, item: Leftover, console: Console,
             count = item.bucket.delete_labelled(item.resource.id)
             done = f" ({count} object{'' if count == 1 else 's'})"
         else:
-            assert module is not None
-            module.delete_resources([item.resource])
+            assert cloud is not None
+            cloud.delete_resources([item.resource])
             done = ""
     except (CloudprofError, OSError) as exc:
         message = f"could not delete {item.describe()}: {one_line(exc)}"
@@ -402,7 +451,8 @@ def _duration_arg(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _selection(older_than_s: float | None, sweep_id: str | None) -> str:
+def _selection(older_than_s: float | None, sweep_id: str | None,
+               ended: set[str] | frozenset[str] = frozenset()) -> str:
     parts = []
     if sweep_id:
         parts.append(f"of sweep {sweep_id}")
@@ -410,6 +460,8 @@ def _selection(older_than_s: float | None, sweep_id: str | None) -> str:
         parts.append(f"created more than {_duration_arg(older_than_s)} ago")
     elif not sweep_id:
         parts.append("past their expiry")
+        if ended:
+            parts.append("or of a sweep no longer running")
     return " ".join(parts)
 
 

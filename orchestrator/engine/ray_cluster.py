@@ -232,7 +232,6 @@ def _run(ex: Executor, argv: list[str], what: str,
          timeout: float = START_TIMEOUT_S) -> CommandResult:
     result = ex.run(argv, timeout=timeout)
     if result.exit_code != 0:
-        tail = (result.stderr_tail or result.stdout_tail or "").strip().splitlines()
         raise RemoteCommandError(f"{what} failed (exit {result.exit_code}): "
-                                 f"{tail[-1] if tail else '(no output)'}")
+                                 f"{result.last_line()}")
     return result

@@ -355,7 +355,7 @@ class _Engine:
     def execute(self, todo: dict[str, list[TrialPlan]]) -> bool:
         """Run every machine with trials left; False when interrupted."""
         vms = [vm for vm in self.plan.vms if todo.get(vm.name)]
-        concurrent = all(getattr(self._provider(vm), "concurrent_machines", True) for vm in vms)
+        concurrent = all(self._provider(vm).concurrent_machines for vm in vms)
         gate = threading.Semaphore(len(vms) if concurrent else 1)
         threads = []
         for vm in vms:
@@ -1280,9 +1280,8 @@ def _read_summary(path: Path) -> dict[str, Any] | None:
 
 
 def _last_line(result: CommandResult) -> str:
-    lines = [ln for ln in (result.stderr_tail or result.stdout_tail or "").splitlines()
-             if ln.strip() and protocol.parse_progress(ln) is None]
-    return lines[-1].strip() if lines else "(no output)"
+    """The runner's last words, its progress lines left out."""
+    return result.last_line(skip=lambda ln: protocol.parse_progress(ln) is not None)
 
 
 def _exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
@@ -1780,12 +1779,7 @@ def _leftovers(host: _Host, sweep_label: str) -> list[str]:
     fallback = [f"instance {inst.id} ({inst.name}) in {inst.zone or host.vm.region}"]
     labels = {LABEL_SWEEP: sweep_label}
     try:
-        lister = getattr(host.provider, "list_resources", None)
-        if lister is None:
-            import importlib
-
-            lister = importlib.import_module(type(host.provider).__module__).list_resources
-        found = lister(labels)
+        found = host.provider.list_resources(labels)
     except Exception:  # the cloud is failing: say what is known
         return fallback
     lines = []

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -762,6 +761,19 @@ class AwsProvider(Provider):
 
         return _across_regions(regions_to_search(self.region, self._regions), list_one)
 
+    def list_resources(self, labels: dict[str, str] | None = None) -> list[Resource]:
+        """Instances, key pairs, security groups and inter-node rules carrying ``labels``,
+        in the regions ``list`` searches (see the module's ``list_resources``)."""
+        regions = regions_to_search(self.region, self._regions)
+        clients = {where: self._client("ec2", where) for where in regions}  # made here, once
+        return list(_across_regions(
+            regions, lambda where: _list_region(labels or {}, where, clients[where])))
+
+    def delete_resources(self, resources: Sequence[Resource]) -> None:
+        """Delete what ``list_resources`` found, instances first (the module's function)."""
+        delete_resources([r for r in resources if isinstance(r, AwsResource)],
+                         session=self.session)
+
     # -- per-sweep key pair and security group
 
     def _ensure_key_pair(self, ec2: Any, req: VmRequest, tags: dict[str, str]) -> str:
@@ -1061,14 +1073,6 @@ def validate_bucket_name(name: str) -> None:
         raise BucketError(f"invalid bucket name {url!r}: reserved prefix or suffix")
 
 
-def _md5_file(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class S3Bucket(Bucket):
     """``s3://name[/prefix]``: keys given to and returned by the methods are below the prefix."""
 
@@ -1188,48 +1192,19 @@ class S3Bucket(Bucket):
                     out[self._relative(obj["Key"])] = etag
         return out
 
-    def upload_dir(self, local_dir: Path, prefix: str,
-                   progress: Callable[[int], None] | None = None) -> list[str]:
-        local_dir = Path(local_dir)
-        if not local_dir.is_dir():
-            raise BucketError(f"nothing to upload: {local_dir} is not a directory")
-        existing = self.list(prefix)
-        base = self._prefix(prefix)
-        todo: list[tuple[Path, str, str]] = []
-        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
-            key = self._relative(base + path.relative_to(local_dir).as_posix())
-            md5 = _md5_file(path)
-            if existing.get(key) != md5:
-                todo.append((path, key, md5))
-        client = self.client
+    # upload_dir and download_dir: Bucket's, over these two
 
-        def upload(item: tuple[Path, str, str]) -> str:
-            path, key, md5 = item
-            with self._calls(f"upload {key}"):
-                client.upload_file(
-                    str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}},
-                    Callback=progress,  # boto3 calls it with the bytes of each chunk sent
-                )
-            return key
+    def put_file(self, path: Path, key: str, md5: str,
+                 progress: Callable[[int], None] | None) -> None:
+        with self._calls(f"upload {key}"):
+            self.client.upload_file(
+                str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}},
+                Callback=progress,  # boto3 calls it with the bytes of each chunk sent
+            )
 
-        with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
-            return list(pool.map(upload, todo))
-
-    def download_dir(self, prefix: str, local_dir: Path) -> list[Path]:
-        local_dir = Path(local_dir)
-        root = self._prefix(prefix)
-        root_rel = self._relative(root) if root else ""
-        keys = list(self.list(prefix))
-        client = self.client
-
-        def download(key: str) -> Path:
-            target = local_dir / key[len(root_rel) :]
-            with atomic_path(target) as tmp, self._calls(f"download {key}"):
-                client.download_file(self.name, self._full(key), str(tmp))
-            return target
-
-        with concurrent.futures.ThreadPoolExecutor(self.workers) as pool:
-            return list(pool.map(download, keys))
+    def get_file(self, key: str, target: Path) -> None:
+        with atomic_path(target) as tmp, self._calls(f"download {key}"):
+            self.client.download_file(self.name, self._full(key), str(tmp))
 
     def signed_url(self, key: str, method: str = "GET", expires_s: int = 6 * 3600) -> str:
         operations = {"GET": "get_object", "PUT": "put_object"}

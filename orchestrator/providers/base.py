@@ -1,9 +1,11 @@
 """The one interface every provider and bucket implements.
 
 A provider makes machines exist (``create``/``delete``/``list``) and reachable
-(``wait_ready``/``connect``); an :class:`Executor` runs commands and moves files
-on one machine. The sweep engine (``orchestrator.engine.sweep``) only talks to these
-classes, so a new cloud is one new module in this package plus a line in
+(``wait_ready``/``connect``), and lists and deletes what its sweeps left in a cloud
+(``list_resources``/``delete_resources``, for ``cloudprof cleanup``); an
+:class:`Executor` runs commands and moves files on one machine. The sweep engine
+(``orchestrator.engine.sweep``) and cleanup only talk to these classes, so a new
+cloud is one new module in this package plus a line in
 ``orchestrator.providers.__init__``.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import getpass
+import hashlib
 import json
 import posixpath
 import re
@@ -98,7 +101,7 @@ class Instance:
 
 class Resource:
     """Something a sweep made in a cloud (an instance, key pair, security group, firewall
-    rule), as a cloud module's ``list_resources`` returns it and ``delete_resources`` takes it.
+    rule), as a provider's ``list_resources`` returns it and ``delete_resources`` takes it.
 
     ``cloudprof cleanup`` handles every cloud's leftovers through this one shape
     (``aws.AwsResource``, ``gcp.GcpResource`` are dataclasses deriving from it; so is
@@ -107,7 +110,7 @@ class Resource:
     """
 
     kind: str  # "instance", a per-sweep "key-pair", "security-group", "firewall", or
-    # "bucket-prefix" (LabelledPrefix: a bucket module lists it, not a cloud module)
+    # "bucket-prefix" (LabelledPrefix: a bucket lists it, not a provider)
     id: str
     name: str
     state: str
@@ -164,6 +167,27 @@ class CommandResult:
     exit_code: int
     stdout_tail: str  # last lines, for error messages
     stderr_tail: str
+
+    def last_line(self, default: str = "(no output)",
+                  skip: Callable[[str], bool] | None = None) -> str:
+        """The last non-blank line of stderr (of stdout when stderr is empty), stripped.
+
+        The one line a failed command's error message quotes; ``skip`` drops lines that
+        are not the command's own words (the runner's progress lines).
+        """
+        lines = [ln.strip() for ln in (self.stderr_tail or self.stdout_tail or "").splitlines()
+                 if ln.strip() and not (skip is not None and skip(ln))]
+        return lines[-1] if lines else default
+
+
+def file_md5(path: Path, chunk: int = 1 << 20) -> str:
+    """The md5 (hex) of a file's content, read in chunks: how every bucket tells an object
+    that is already there (its stored md5) from one that must be sent again."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class Executor(abc.ABC):
@@ -250,6 +274,10 @@ class Provider(abc.ABC):
 
     name: ClassVar[str]
     creates_machines: ClassVar[bool] = True  # False for local and ssh: nothing to delete
+    # Whether the sweep may work on several of this provider's machines at once. The
+    # local provider says no: its "machines" share this one computer, so trials run
+    # one machine after another and each measures alone.
+    concurrent_machines: ClassVar[bool] = True
 
     @abc.abstractmethod
     def check_credentials(self) -> None:
@@ -280,13 +308,34 @@ class Provider(abc.ABC):
         nodes of one cluster; the warnings to print. A cloud makes any number alike."""
         return []
 
+    # -- leftovers: what ``cloudprof cleanup`` and a failed teardown's message list
+
+    def list_resources(self, labels: dict[str, str] | None = None) -> list[Resource]:
+        """Everything this provider made that carries all of ``labels`` (every cloudprof
+        resource when None or empty): instances and what was made for them (key pairs,
+        security groups, firewall rules), each a :class:`Resource` with its labels.
+
+        By default nothing: a provider that makes no machines (local, ssh) leaves
+        nothing behind in a cloud. A cloud overrides it and :meth:`delete_resources`.
+        """
+        return []
+
+    def delete_resources(self, resources: Sequence[Resource]) -> None:
+        """Delete what :meth:`list_resources` returned: instances first, then what they
+        used; absent is fine. A failure raises a ProviderError subclass.
+
+        By default there is never anything to delete (see :meth:`list_resources`).
+        """
+        if resources:
+            raise NotImplementedError(f"{self.name} lists no resources, so deletes none")
+
 
 class Bucket(abc.ABC):
     """Object storage for a sweep's inputs and results."""
 
     url: str  # "gs://name", "s3://name" or a local directory path
+    workers: int = 8  # parallel transfers of upload_dir/download_dir
 
-    @abc.abstractmethod
     def upload_dir(self, local_dir: Path, prefix: str,
                    progress: Callable[[int], None] | None = None) -> list[str]:
         """Upload every file below ``local_dir`` under ``prefix`` (in parallel).
@@ -294,11 +343,70 @@ class Bucket(abc.ABC):
         Skips objects whose content hash already matches; returns the keys uploaded.
         ``progress`` is called (from any thread) with each number of bytes sent, as
         they are sent, for a display of bytes and MB/s.
-        """
 
-    @abc.abstractmethod
+        Written once over :meth:`put_file`, so that what is skipped and how keys are
+        formed is the same in every cloud; a bucket with no objects to send (the local
+        one) overrides it.
+        """
+        from orchestrator.errors import BucketError
+
+        local_dir = Path(local_dir)
+        if not local_dir.is_dir():
+            raise BucketError(f"nothing to upload: {local_dir} is not a directory")
+        existing = self.list(prefix)
+        todo: list[tuple[Path, str, str]] = []
+        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+            key = f"{prefix.strip('/')}/{path.relative_to(local_dir).as_posix()}".lstrip("/")
+            md5 = file_md5(path)
+            if existing.get(key) != md5:
+                todo.append((path, key, md5))
+
+        def upload(item: tuple[Path, str, str]) -> str:
+            path, key, md5 = item
+            self.put_file(path, key, md5, progress)
+            return key
+
+        return self._parallel(upload, todo)
+
     def download_dir(self, prefix: str, local_dir: Path) -> list[Path]:
-        """Download every object below ``prefix``; returns the local paths."""
+        """Download every object below ``prefix``; returns the local paths.
+
+        A local file whose md5 is already the object's is kept as it is; the others are
+        written whole or not at all (:meth:`get_file`). Written once over ``get_file``;
+        the local bucket overrides it.
+        """
+        local_dir = Path(local_dir)
+        root = prefix.strip("/")
+
+        def download(item: tuple[str, str]) -> Path:
+            key, md5 = item
+            target = local_dir / (key[len(root):].lstrip("/") if root else key)
+            if not (md5 and target.is_file() and file_md5(target) == md5):
+                self.get_file(key, target)
+            return target
+
+        return self._parallel(download, sorted(self.list(prefix).items()))
+
+    def put_file(self, path: Path, key: str, md5: str,
+                 progress: Callable[[int], None] | None) -> None:
+        """Send one file to ``key`` (``md5``: its content hash, stored where the store's own
+        does not say it); report the bytes sent to ``progress``. One cloud call, the one
+        to retry; a bucket that uses ``upload_dir`` as written here implements it."""
+        raise NotImplementedError(f"{type(self).__name__} uploads through its own upload_dir")
+
+    def get_file(self, key: str, target: Path) -> None:
+        """Write object ``key`` to ``target`` atomically (parents made); a bucket that uses
+        ``download_dir`` as written here implements it."""
+        raise NotImplementedError(f"{type(self).__name__} downloads through its own "
+                                  "download_dir")
+
+    def _parallel(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``fn`` over ``items`` on ``workers`` threads, results in order; the first error
+        raised is raised."""
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(fn, items))
 
     @abc.abstractmethod
     def list(self, prefix: str) -> dict[str, str]:

@@ -19,21 +19,20 @@ service account that signs GCS URLs when ADC cannot sign), plus the standard
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import contextlib
 import datetime as dt
 import functools
-import hashlib
 import json
 import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.atomic import atomic_path
 from orchestrator.errors import (
     BucketError,
     CapacityError,
@@ -243,16 +242,14 @@ class GcpResource(Resource):
 
 
 def list_resources(labels: dict[str, str] | None = None,
-                   project: str | None = None) -> list[GcpResource]:
+                   project: str | None = None) -> list[Resource]:
     """What cloudprof made in the project carrying all of ``labels`` (all of it when empty)."""
-    return GcpProvider(ProviderOptions(project=project)).list_resources(labels or {})
+    return GcpProvider(ProviderOptions(project=project)).list_resources(labels)
 
 
-def delete_resources(resources: list[GcpResource], project: str | None = None) -> None:
+def delete_resources(resources: Sequence[Resource], project: str | None = None) -> None:
     """Delete what ``list_resources`` found: instances first, then the rules they used."""
-    provider = GcpProvider(ProviderOptions(project=project))
-    for res in sorted(resources, key=lambda r: r.kind != "instance"):
-        provider.delete_resource(res)
+    GcpProvider(ProviderOptions(project=project)).delete_resources(resources)
 
 
 class GcpProvider(Provider):
@@ -713,11 +710,12 @@ class GcpProvider(Provider):
         except _api_errors() as exc:
             raise translate_api_error(exc, "listing instances") from None
 
-    def list_resources(self, labels: dict[str, str]) -> list[GcpResource]:
+    def list_resources(self, labels: dict[str, str] | None = None) -> list[Resource]:
         """Instances and firewall rules (SSH, inter-node) carrying ``labels``, for
         ``cloudprof cleanup``."""
-        found = [GcpResource("instance", i.id, i.name, i.zone, i.state, i.labels)
-                 for i in self.list(labels)]
+        labels = labels or {}
+        found: list[Resource] = [GcpResource("instance", i.id, i.name, i.zone, i.state, i.labels)
+                                 for i in self.list(labels)]
         wanted = gce_labels(labels)
         try:
             rules = list(self._client("FirewallsClient").list(project=self.project))
@@ -736,7 +734,12 @@ class GcpProvider(Provider):
                                          rule_labels))
         return found
 
-    def delete_resource(self, res: GcpResource) -> None:
+    def delete_resources(self, resources: Sequence[Resource]) -> None:
+        """Delete what ``list_resources`` found: instances first, then the rules they used."""
+        for res in sorted(resources, key=lambda r: r.kind != "instance"):
+            self.delete_resource(res)
+
+    def delete_resource(self, res: Resource) -> None:
         """Delete one thing ``list_resources`` found (absent is fine)."""
         if res.kind == "instance":
             self.delete(Instance(provider=self.name, id=res.id, name=res.name, machine="",
@@ -795,14 +798,6 @@ def _emulator_signing_credentials() -> Any:
                 "private_key": pem, "token_uri": "https://oauth2.googleapis.com/token",
                 "project_id": "emulator"})
         return _emulator_signer
-
-
-def _md5_file(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class GcsBucket(Bucket):
@@ -883,10 +878,6 @@ class GcsBucket(Bucket):
     def _rel(self, name: str) -> str:
         return name[len(self.prefix) + 1:] if self.prefix else name
 
-    def _pool(self, fn: Any, items: list[Any]) -> list[Any]:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(pool.map(fn, items))
-
     # ---- Bucket interface
 
     def list(self, prefix: str) -> dict[str, str]:
@@ -901,50 +892,25 @@ class GcsBucket(Bucket):
         return {self._rel(b.name): base64.b64decode(b.md5_hash).hex() if b.md5_hash else ""
                 for b in blobs}
 
-    def upload_dir(self, local_dir: Path, prefix: str,
-                   progress: Callable[[int], None] | None = None) -> list[str]:
-        local_dir = Path(local_dir)
-        if not local_dir.is_dir():
-            raise BucketError(f"nothing to upload: {local_dir} is not a directory")
-        existing = self.list(prefix)
-        todo: list[tuple[Path, str]] = []
-        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
-            key = f"{prefix.strip('/')}/{path.relative_to(local_dir).as_posix()}".lstrip("/")
-            if existing.get(key) != _md5_file(path):
-                todo.append((path, key))
+    # upload_dir and download_dir: Bucket's, over these two
 
-        def upload(item: tuple[Path, str]) -> str:
-            path, key = item
-            try:
-                self._client().bucket(self.name).blob(self._key(key)).upload_from_filename(
-                    str(path), checksum="md5", retry=_upload_retry())
-            except _api_errors() as exc:
-                raise self._error(exc, f"uploading {key}") from None
-            if progress is not None:  # the client reports no bytes mid-file: one call a file
-                progress(path.stat().st_size)
-            return key
+    def put_file(self, path: Path, key: str, md5: str,
+                 progress: Callable[[int], None] | None) -> None:
+        try:
+            self._client().bucket(self.name).blob(self._key(key)).upload_from_filename(
+                str(path), checksum="md5", retry=_upload_retry())
+        except _api_errors() as exc:
+            raise self._error(exc, f"uploading {key}") from None
+        if progress is not None:  # the client reports no bytes mid-file: one call a file
+            progress(path.stat().st_size)
 
-        return self._pool(upload, todo)
-
-    def download_dir(self, prefix: str, local_dir: Path) -> list[Path]:
-        local_dir = Path(local_dir)
-        prefix = prefix.strip("/")
-        keys = self.list(prefix)
-
-        def download(item: tuple[str, str]) -> Path:
-            key, md5 = item
-            target = local_dir / (key[len(prefix):].lstrip("/") if prefix else key)
-            if target.is_file() and md5 and _md5_file(target) == md5:
-                return target
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
+    def get_file(self, key: str, target: Path) -> None:
+        try:
+            with atomic_path(target) as tmp:
                 self._client().bucket(self.name).blob(self._key(key)).download_to_filename(
-                    str(target))
-            except _api_errors() as exc:
-                raise self._error(exc, f"downloading {key}") from None
-            return target
-
-        return self._pool(download, sorted(keys.items()))
+                    str(tmp))
+        except _api_errors() as exc:
+            raise self._error(exc, f"downloading {key}") from None
 
     def signed_url(self, key: str, method: str = "GET", expires_s: int = 6 * 3600) -> str:
         """A V4 signed URL for one object and one method: all the VM ever gets.
@@ -999,7 +965,7 @@ class GcsBucket(Bucket):
                 raise self._error(exc, f"deleting {key}") from None
             return 1
 
-        return sum(self._pool(delete, keys))
+        return sum(self._parallel(delete, keys))
 
     def put_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
         blob = self._bucket().blob(self._key(key))

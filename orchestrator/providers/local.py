@@ -11,7 +11,6 @@ minus the network.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ from orchestrator.providers.base import (
     Provider,
     ProviderOptions,
     VmRequest,
+    file_md5,
 )
 from workloads import warm_client
 
@@ -322,14 +322,6 @@ class LocalProvider(Provider):
 
     def list(self, labels: dict[str, str]) -> list[Instance]:
         return []
-
-
-def file_md5(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 MD5_CACHE = ".md5-cache.json"

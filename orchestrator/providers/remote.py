@@ -740,8 +740,7 @@ class SshExecutor(Executor):
         """Run ``argv``; its stdout, or RemoteCommandError with the last stderr line."""
         result = self.run(argv, timeout=timeout)
         if result.exit_code != 0:
-            last = (result.stderr_tail or result.stdout_tail).strip().splitlines()
-            reason = last[-1] if last else f"exit code {result.exit_code}"
+            reason = result.last_line(f"exit code {result.exit_code}")
             raise RemoteCommandError(f"{what} on {self.target.label} failed: {reason}")
         return result.stdout_tail
 
@@ -889,8 +888,7 @@ class SshExecutor(Executor):
                            package, what], timeout=900)  # fmt: skip
         if result.exit_code == 0:
             return None
-        tail = (result.stderr_tail or result.stdout_tail or "").strip().splitlines()
-        why = tail[-1] if tail else "no output"
+        why = result.last_line("no output")
         return f"cannot install {package} on {self.target.label}: {why}"
 
     def close(self) -> None:

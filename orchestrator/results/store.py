@@ -140,6 +140,32 @@ def recorded_buckets(paths: Iterable[Path]) -> list[str]:
     return found
 
 
+def run_in_progress(run_dir: Path) -> bool:
+    """Whether a process holds ``run_dir``'s lock now (``RunStore.running``): a sweep is
+    running exactly while it does, and a killed one released it with its process, though
+    its sweep.json may still say ``running``.
+
+    Asked with a shared lock taken and dropped at once (the kernel's word, not a pid that
+    may have been reused); a lock file that cannot be opened for another reason than its
+    absence counts as held, so that a doubt never makes a live sweep's resources due.
+    """
+    import fcntl
+
+    try:
+        fh = open(run_dir / LOCK_FILE, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False  # never run, or from before the lock: nothing holds it
+    except OSError:
+        return True
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
 # The columns every trials table cloudprof ever wrote has: a Parquet file without them is
 # someone else's, and a store built on it would take nothing in it as done.
 REQUIRED_COLUMNS = ("trial_id", "machine", "workers", "status")
