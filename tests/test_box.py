@@ -190,9 +190,11 @@ class FirstBoot:
         self.threads.append(thread)
 
 
-def _cloud_sweep(box: Box, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cloud_sweep(box: Box, tmp_path: Path, *args: str,
+                 env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("CLOUDPROF_SSH_") or k == "CLOUDPROF_SSH_SOURCE_CIDR"}
+    env.update(env_extra or {})
     env["CLOUDPROF_SSH_ENDPOINT"] = f"{box.host}:{box.port}"  # the VM's address is the box
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", *args, *TINY,
@@ -291,3 +293,94 @@ def test_an_ec2_sweep_whose_vm_is_a_box_booted_with_its_user_data(
     states = {i["State"]["Name"] for r in boto3.client("ec2").describe_instances()["Reservations"]
               for i in r["Instances"]}
     assert states <= {"shutting-down", "terminated"}  # the sweep terminated its VM
+
+
+def test_a_gce_sweep_whose_box_never_answers_ssh_fails_it_in_bounded_time_and_deletes_it(
+        box: Box, fake_gce, gcs_emulator, tmp_path: Path) -> None:
+    """The VM never becomes reachable: the box's sshd is gone and its first-boot script
+    never runs. The sweep gives up on that machine after CLOUDPROF_SSH_BOOT_TIMEOUT (the
+    300 s default bounded to a test's wait), says so in one line naming the machine and
+    what it waited for, exits non-zero and deletes the VM."""
+    from google.cloud import storage
+
+    box.exec("pkill", "-x", "sshd")
+    for _ in range(50):
+        if box.exec("pgrep", "-x", "sshd", check=False).returncode != 0:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the box's sshd did not end")
+    inserted: list[str] = []
+    fake_gce.on_insert = lambda instance: inserted.append(instance["name"])
+    bucket = f"cp-box-{uuid.uuid4().hex[:10]}"
+    storage.Client().create_bucket(bucket)
+    bound = 20
+    start = time.monotonic()
+    result = _cloud_sweep(box, tmp_path, "--provider", "gcp", "--project", "proj",
+                          "--zone", "us-central1-a", "--machine", "n2-highcpu-2",
+                          "--bucket", f"gs://{bucket}",
+                          env_extra={"CLOUDPROF_SSH_BOOT_TIMEOUT": str(bound)})
+    took = time.monotonic() - start
+    print(f"unreachable box: the sweep ended after {took:.0f}s (SSH wait bound {bound}s)")
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert inserted and box.running()  # a VM was made; the box was there, sshd was not
+    lines = [line for line in (result.stderr + result.stdout).splitlines()
+             if f"{box.host}:{box.port}" in line and "over SSH after" in line]
+    assert lines, result.stderr[-3000:] + result.stdout[-2000:]
+    assert "n2-highcpu-2 failed" in lines[0] and "connection refused" in lines[0], lines
+    waited = int(lines[0].split("over SSH after ")[1].split("s")[0])
+    assert bound <= waited <= bound + 15, lines[0]
+    assert took < bound + 120  # the wait, plus making and deleting the VM
+    assert fake_gce.instances == {}  # the sweep deleted its VM
+
+
+def test_two_boxes_form_a_ray_cluster_installed_from_the_index(
+        box: Box, box_image, tmp_path: Path) -> None:
+    """Two bare boxes as the nodes of one machine (the second at another loopback address,
+    so each node has an address of its own): the bootstrap installs Ray into each box's
+    venv from the package index, ``ray start`` runs over SSH on each, and the 2-node
+    trial runs on the cluster with a memory peak per node."""
+    from tests.fixtures.box import remove_box, run_box
+    from tests.fixtures.sshd import SECOND_HOST
+
+    second = run_box(box_image, tmp_path / "second", "box2", SECOND_HOST)
+    try:
+        hosts = tmp_path / "hosts.toml"
+        hosts.write_text("".join(
+            "[[hosts]]\n"
+            f'name = "{b.name}"\naddress = "{b.host}"\nport = {b.port}\nuser = "{b.user}"\n'
+            f'key_file = "{b.client_key}"\nknown_host_key = "{b.host_public}"\n'
+            'machine = "pair"\n'
+            for b in (box, second)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROF_SSH_")}
+        start = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "sweep", "--provider", "ssh",
+             "--hosts", str(hosts), "--machine", "pair", "--nodes", "1,2", "--workload",
+             "sleep", "--param", "unit_ms=10", "--workers", "2", "--repeats", "1",
+             "--duration", "3", "--out", str(tmp_path / "runs")],
+            env=env, capture_output=True, text=True, timeout=1000)
+        took = time.monotonic() - start
+        print(f"two-box Ray sweep, bootstrap and Ray install included: {took:.0f}s")
+        assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+        (run,) = list((tmp_path / "runs").iterdir())
+        import pandas as pd
+
+        trials = pd.read_parquet(run / "trials.parquet").set_index("nodes")
+        assert set(trials["status"]) == {"ok"}, trials["error"].tolist()
+        assert json.loads(trials.loc[2, "node_addresses"])[1] == SECOND_HOST
+        for each in (box, second):
+            (venv,) = each.path(WORKDIR).glob("env-*")
+            site = next((venv / "lib").glob("python3*/site-packages"))
+            (info,) = site.glob("ray-*.dist-info")
+            assert not (info / "direct_url.json").exists()  # from the index into the box
+        from orchestrator.results.report.json_doc import report_document
+        from orchestrator.results.report.model import load_run
+
+        rows = report_document(load_run(run))["scale_out"]
+        two = next(r for r in rows if r["nodes"] == 2)
+        assert len(two["node_peaks"]) == 2 and all(p > 0 for p in two["node_peaks"]), two
+    finally:
+        second.stop()
+        remove_box(second)
