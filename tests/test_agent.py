@@ -480,3 +480,27 @@ def test_host_facts_from_proc_agree_with_psutil():
     facts = host_facts()
     assert facts["cores_physical"] == psutil.cpu_count(logical=False)
     assert facts["memory_bytes"] == psutil.virtual_memory().total
+
+
+def test_a_tree_started_by_a_big_process_is_not_headlined_as_that_process():
+    """wait4's ru_maxrss of a child holds its parent's high-water mark from before exec (the
+    kernel folds it in): a tree forked by a 400 MiB process must not read as 400 MiB."""
+    launcher = (
+        "import os, subprocess, sys\n"
+        "big = bytearray(400 * 1024 * 1024)\n"
+        "big[::4096] = b'x' * len(big[::4096])  # resident, not just reserved\n"
+        "from workloads.agent import Agent\n"
+        "child = 'import time; b = bytearray(48 * 1024 * 1024); time.sleep(1.2)'\n"
+        "parent = ('import subprocess, sys; ps = [subprocess.Popen([sys.executable, \"-c\", '\n"
+        "          + repr(child) + ']) for _ in range(2)]; [p.wait() for p in ps]')\n"
+        "proc = subprocess.Popen([sys.executable, '-c', parent])\n"
+        "agent = Agent(proc.pid, include_children=True, sample_hz=20).start()\n"
+        "_pid, _status, rusage = os.wait4(proc.pid, 0)\n"
+        "rep = agent.stop(child_rusage=rusage)\n"
+        "print(rep.peak_rss_source, rep.peak_rss_bytes, rusage.ru_maxrss * 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    source, peak, ru_maxrss = out[0], int(out[1]), int(out[2])
+    assert ru_maxrss > 400 * MIB  # the kernel's figure holds the launcher's size
+    assert source != "ru_maxrss" and 2 * 48 * MIB < peak < 300 * MIB, (source, peak / MIB)

@@ -492,11 +492,13 @@ class Agent:
             # bounds the held peak from below, while that page cache only grew.
             between = (tree_peak[0] - result.held_gap_bytes
                        if tree_peak is not None and result.held_gap_bytes is not None else 0)
-            # the largest single process's kernel peak is a floor: its own pages, once (wait4's
-            # ru_maxrss also holds the runner's RSS at the fork: a floor of ~20 MB)
+            # the largest single process's own kernel peak (VmHWM, which exec resets) is a
+            # floor: its own pages, once. Not wait4's ru_maxrss: the kernel folds the forking
+            # process's high-water mark into it at exec, so a job started by a big process
+            # (a 400 MiB parent) would read as that process's size.
             rep.peak_rss_bytes, rep.peak_rss_source = max(
                 (max(held), "held"), (between, "held_cgroup"), (own, "vmhwm"),
-                (largest, "ru_maxrss"), key=lambda pair: pair[0])
+                key=lambda pair: pair[0])
             rep.held_basis = {
                 "anon_from": result.held_anon_from,
                 "file_once_bytes": result.held_file_bytes,
