@@ -191,8 +191,10 @@ def test_a_file_name_that_is_not_utf8_is_one_line_naming_it(project: Path) -> No
 
 @pytest.mark.parametrize("what", ["file", "directory"])
 def test_a_file_or_directory_that_cannot_be_read_is_one_line_naming_it(what: str) -> None:
-    """Not silently left out (the job would run without it): the sweep stops first. Run as
-    an unprivileged user where the tests run as root, who reads everything."""
+    """Not silently left out (the job would run without it): the sweep stops first. Where the
+    tests run as root, who reads everything, the sweep runs as root without capabilities
+    (no CAP_DAC_OVERRIDE): a mode-0 file is then unreadable, while the checkout and its
+    venv (root's own, wherever the clone lives) stay readable."""
     import os
     import shutil
     import subprocess
@@ -212,7 +214,7 @@ def test_a_file_or_directory_that_cannot_be_read_is_one_line_naming_it(what: str
             path.chmod(0o644)
         hidden = project / "src" if what == "directory" else project / "src" / "model.py"
         hidden.chmod(0)
-        as_user = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        as_user = (["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
                    if os.geteuid() == 0 else [])
         repo = Path(__file__).resolve().parents[1]
         proc = subprocess.run(
