@@ -26,13 +26,13 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.formatting import fmt_bytes, fmt_usd
 from orchestrator.results.report.model import OK, RunData, load_run, one_node
+from orchestrator.results.report.tables import parse_time
 
 MIN_BILLED_S = 60.0  # per-second billing with a one-minute minimum (GCE and EC2 Linux)
 GIB = 2**30
@@ -110,20 +110,11 @@ def vm_start_seconds(sweep: dict[str, Any]) -> dict[str, float]:
     for vm in (sweep.get("vms") or {}).values():
         if not isinstance(vm, dict):
             continue
-        start, staged = _when(vm.get("requested_at") or vm.get("created_at")), \
-            _when(vm.get("inputs_staged_at"))
+        start = parse_time(vm.get("requested_at") or vm.get("created_at"))
+        staged = parse_time(vm.get("inputs_staged_at"))
         if start is not None and staged is not None and staged >= start and vm.get("machine"):
             spans.setdefault(str(vm["machine"]), []).append((staged - start).total_seconds())
     return {m: statistics.median(s) for m, s in spans.items()}
-
-
-def _when(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def candidates(run: RunData, total: float | None, margin: float) -> list[Candidate]:

@@ -663,7 +663,7 @@ def _plan_table(sweep: dict[str, Any]) -> Table | None:
 
 
 def _vm_time_and_cost(record: dict[str, Any], price: Any) -> tuple[str, str]:
-    start, end = _parse_time(record.get("requested_at")), _parse_time(record.get("deleted_at"))
+    start, end = parse_time(record.get("requested_at")), parse_time(record.get("deleted_at"))
     if start is None:
         return DASH, DASH
     if end is None:
@@ -675,7 +675,8 @@ def _vm_time_and_cost(record: dict[str, Any], price: Any) -> tuple[str, str]:
     return fmt_duration(seconds), fmt_usd(cost)
 
 
-def _parse_time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
+    """An ISO time from sweep.json (``Z`` or an offset), or None when absent or malformed."""
     if not isinstance(value, str):
         return None
     try:
