@@ -25,10 +25,11 @@ draws one noisy throughput at one worker count.
    worker (λ 700–1,400 units/s), USL σ (0–0.08) and peak N* (12–120 workers),
    price per vCPU-hour (0.02–0.06 USD) and memory per vCPU; a machine's
    measured peak is its true peak over 1..2v workers with 2–5 % noise. The
-   search (``plan.search.search_step``, budget ``default_budget`` = a third of
-   the 28 candidates, rounded down) against as many machines as it tried, drawn at random
-   (interleaved, same worlds): share of replays whose pick is within 5 % of the
-   truly cheapest cost per unit (target ≥ 90 % with ≤ a third of the grid),
+   search (``plan.search.search_step``, budget ``default_budget`` = 3 spread
+   over the 28 candidates plus ⌈√28⌉ = 6 the model picks) against as many
+   machines as it tried, drawn at random (interleaved, same worlds): share of
+   replays whose pick is within 5 % of the truly cheapest cost per unit
+   (target ≥ 90 % with ≤ a third of the grid),
    machines tried, and the confidence reported. With ``--store``, stores with
    several machines are replayed too: each replay draws every machine's repeats
    with replacement, the search runs on those, and its pick is scored against
@@ -119,8 +120,10 @@ def adaptive_replay(
     truth = peak_workers(s["sigma"], s["kappa"])
     model = fit_usl_with_intervals(measured, n_boot=100)
     assert model is not None
+    lo, hi = model.intervals["n_star"]
     return {
         "err": rel_error(model.fit.n_star, truth),
+        "covered": float(lo <= truth <= hi),
         "stopped": float(converged(model)),
         "trials": float(trials_spent(measured)),
         "grid_trials": float(budget),
@@ -187,11 +190,12 @@ def bench_adaptive(cases: list[dict[str, float]], seed: int) -> None:
                 pct(within(ada)),
                 pct(within(grid)),
                 pct(share(ada, "stopped")),
+                pct(share(ada, "covered")),
             ]
         )
     print_table(
         ["repeats", "replays", "adaptive trials", "grid trials", "adaptive/grid",
-         "adaptive ±10%", "grid ±10%", "stopped on ±10%"],
+         "adaptive ±10%", "grid ±10%", "stopped on ±10%", "95% CI holds N*"],
         rows,
         title="--adaptive (start 1, v/4, v, 2v; budget = the grid's trials) vs the default grid",
     )
@@ -314,7 +318,7 @@ def bench_search(replays: int, seed: int, stores: list[Path]) -> None:
          "machines tried (mean)",
          "candidates", "tried / grid", "confidence (mean)"],
         rows,
-        title="--search cost over machine types (budget: a third of the candidates, >= 3)",
+        title="--search cost over machine types (budget: 3 spread + sqrt(candidates) picks)",
     )
 
 

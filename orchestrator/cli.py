@@ -311,8 +311,9 @@ def sweep(
     ] = None,
     budget: Annotated[
         int | None,
-        typer.Option(help="--search tries at most N machines (default: a third of the "
-                     "candidates, at least 3).", metavar="N", rich_help_panel=SEARCH),
+        typer.Option(help="--search tries at most N machines (default: 3 spread over the "
+                     "candidates plus √candidates, at least 2, chosen by the model).",
+                     metavar="N", rich_help_panel=SEARCH),
     ] = None,
     family: Annotated[
         list[str] | None,

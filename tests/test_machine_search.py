@@ -105,3 +105,10 @@ def test_the_confidence_is_never_shown_as_certain():
 
     assert describe_confidence(1.0) == "over 99%" and describe_confidence(0.0) == "under 1%"
     assert describe_confidence(0.734) == "73%"
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 9, 14, 28, 100])
+def test_the_default_budget_leaves_the_model_picks_past_its_initial_spread(n):
+    budget = default_budget(n)
+    assert budget <= n
+    assert budget >= min(n, INITIAL_MACHINES + 2)

@@ -148,6 +148,7 @@ def _noise_variance(model: UslModel) -> float:
 
 OBJECTIVES = ("cost", "throughput")
 INITIAL_MACHINES = 3  # spread over the candidates before the GP has anything to say
+MODEL_PICKS = 2  # at least this many machines chosen by the model, past the initial spread
 EI_STOP = 0.01  # stop when no untried machine is expected to improve the best by ≥ 1 %
 CONFIDENCE_SAMPLES = 2000  # joint posterior draws behind "P(the pick is the best)"
 
@@ -203,8 +204,17 @@ def objective_value(objective: str, price_per_hour: float, units_per_s: float) -
 
 
 def default_budget(n_candidates: int) -> int:
-    """A third of the candidates (rounded down), never fewer than the initial design."""
-    return min(n_candidates, max(INITIAL_MACHINES, n_candidates // 3))
+    """The initial spread plus at least two picks the model makes, growing as √candidates.
+
+    A budget equal to the initial spread (what "a third of 9" gave) ends the
+    search before the Gaussian process has chosen anything. The budget is a
+    cap: the expected-improvement rule usually stops first. Replayed on
+    synthetic worlds (``bench_model.py --search``): with no cap at all the search
+    tried 5.7 of 14 machines and 7.9 of 28; this cap (7 and 9) rarely binds,
+    where a third of 14 (4) picked within 5 % of the best in 47 % of replays.
+    """
+    extra = max(MODEL_PICKS, math.ceil(math.sqrt(n_candidates)))
+    return min(n_candidates, INITIAL_MACHINES + extra)
 
 
 def search_step(
