@@ -20,7 +20,7 @@ from nbclient import NotebookClient
 from rich.console import Console
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "analysis.ipynb"
-SMALL = {"frames": 8, "rows": 100, "cols": 100}
+SMALL = {"frames": 8, "rows": 100, "cols": 100, "dim": 20}
 
 
 def sweep(runs: Path, **spec: object) -> Path:
@@ -48,10 +48,15 @@ def test_the_notebook_as_shipped_keeps_runs_apart_and_matches_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = tmp_path / "checkout"  # laid out like a checkout: the shipped RUNS = "runs"
-    grid = sweep(repo / "runs", workers=[1, 2], grid={"dim": ["20", "40"]},
-                 workload_params=SMALL)
+    job = tmp_path / "job"
+    job.mkdir()  # a --command job whose grid point size=0 makes nothing: a zero rate
+    (job / "job.py").write_text(
+        "import os, sys\n"
+        "print('cloudprof:units', int(sys.argv[1]) * int(os.environ['CLOUDPROF_WORKERS']))\n")
+    grid = sweep(repo / "runs", workers=[1, 2], grid={"size": ["0", "5"]}, workdir=job,
+                 command="python job.py {size}")
     numpy = sweep(repo / "runs" / "strategies", workers=[1],
-                  workload_params={**SMALL, "dim": 20, "strategy": "numpy"})
+                  workload_params={**SMALL, "strategy": "numpy"})
     (repo / "notebooks").mkdir()
     shutil.copy(NOTEBOOK, repo / "notebooks" / NOTEBOOK.name)
     cloudprof_kernel(tmp_path, monkeypatch)
@@ -77,7 +82,8 @@ def test_the_notebook_as_shipped_keeps_runs_apart_and_matches_the_report(
             if r["run"] == report["run"]["id"]}
     assert mine == pytest.approx({(r["machine"], r["workers"]): r["units_per_s"]
                                   for r in report["results"]})
-    assert {m for m, _ in mine} == {"n2-highcpu-8 · dim=20", "n2-highcpu-8 · dim=40"}
+    assert {m for m, _ in mine} == {"n2-highcpu-8 · size=0", "n2-highcpu-8 · size=5"}
+    assert [mine["n2-highcpu-8 · size=0", w] for w in (1, 2)] == [0, 0]
     series = {r["series"] for r in rows}
     assert len(series) == 3 and not any("fast" in s for s in series)  # no default label
     assert sum("strategy=numpy" in s and numpy.name in s for s in series) == 1
@@ -89,9 +95,11 @@ def test_the_notebook_as_shipped_keeps_runs_apart_and_matches_the_report(
     assert strategies["numpy"]["units_per_s"] == pytest.approx(numpy_rate)
     assert strategies["numpy"]["article_units_per_s"] == 76.26
     assert strategies["naive"]["units_per_s"] is None and "fast" not in strategies
-    for chart, field in zip(map(json.loads, printed[1:3]), ("units_per_s", "peak_mib"),
-                            strict=True):
+    zero = sum(r["units_per_s"] <= 0 for r in rows)
+    for chart, field, points in zip(map(json.loads, printed[1:3]), ("units_per_s", "peak_mib"),
+                                    (len(rows) - zero, len(rows)), strict=True):
         values = [v for data in chart["datasets"].values() for v in data]
-        assert len(values) == len(rows)  # every point, one per row: none was at zero
-        assert all(v[field] > 0 for v in values)  # nothing at zero on a log axis
+        assert len(values) == points and all(v[field] > 0 for v in values)  # none at zero
         assert (chart.get("layer") or [chart])[0]["encoding"]["y"]["scale"]["type"] == "log"
+    said = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert f"{zero} point(s) without a positive units_per_s left out" in said
