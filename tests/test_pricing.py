@@ -349,6 +349,12 @@ def test_a_git_copy_of_skypilot_catalog_dates_each_price_by_its_commit(
     line = next(x for x in out.splitlines() if " c7i.large " in f" {x} ")
     age = (date.today() - date(2026, 11, 2)).days
     assert f"skypilot-catalog@{commit[:7]} [" in line and f"2026-11-02 ({age} d" in line
+    # the checkout it was cloned from reads the same: the file is clean at that commit
+    code, out, err = run_main(["catalog", "refresh", "--provider", "aws", "--from", "skypilot",
+                               str(tmp_path / "work")], capsys)
+    assert code == 0, err
+    assert f"(skypilot-catalog@{commit[:7]}, 2026-11-02)" in out
+    assert lookup("c7i.large", region="us-east-1").price_date == "2026-11-02"
 
 
 def test_a_refresh_merges_by_region_and_machine_into_the_users_file(

@@ -97,7 +97,7 @@ def read_git_dir(provider: str, git_dir: Path) -> tuple[str, Origin, str]:
         if text is not None and origin is not None:
             return text, origin, f"{git_dir}:{inside}"
     raise CatalogError(f"no SkyPilot catalog for {provider} in the git repository {git_dir} "
-                       "(looked for catalogs/v*/{provider}/vms.csv at HEAD)")
+                       f"(looked for catalogs/v*/{provider}/vms.csv at HEAD)")
 
 
 def find_vms_csv(provider: str, path: Path | None = None) -> Path:
@@ -143,7 +143,9 @@ def load(provider: str, path: Path | None = None) -> tuple[list[MachineType], st
     with fh:
         origin = origin_of(vms)
         rows = import_vms_csv(provider, fh, origin, str(vms))
-    return rows, f"SkyPilot catalog {vms} ({origin.label}, {origin.day})"
+    dated = (f"{origin.label}, {origin.day}" if origin.label.startswith(REPO_NAME)
+             else f"modified {origin.day}")
+    return rows, f"SkyPilot catalog {vms} ({dated})"
 
 
 def import_vms_csv(provider: str, lines: Iterable[str], origin: Origin,
