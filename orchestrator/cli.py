@@ -715,7 +715,8 @@ def catalog_refresh(
             failures.append(exc)
             continue
         typer.echo(f"{name}: {len(done.rows)} prices in {done.regions} region(s) written to "
-                   f"{done.path} (from {done.source}; fetched {done.rows[0].fetched_at})")
+                   f"{done.path} (from {done.source}; fetched {done.rows[0].fetched_at})"
+                   + (f"; {done.kept} kept from earlier refreshes" if done.kept else ""))
         if done.missing:
             shown = ", ".join(done.missing[:8]) + (
                 f" and {len(done.missing) - 8} more" if len(done.missing) > 8 else "")
@@ -737,7 +738,9 @@ def _fmt_price(price: float | None) -> str:
 
 
 def _print_catalog_table(rows: list[Any]) -> None:
-    """A rich table; each distinct price source is printed once, below it, as a note."""
+    """A rich table with each row's source and price date (its age in days, ``!`` past
+    STALE_DAYS); each distinct source's full text is printed once, below it, as a note."""
+    from rich.markup import escape
     from rich.table import Table
 
     notes: dict[tuple[str, str], int] = {}
@@ -746,17 +749,25 @@ def _print_catalog_table(rows: list[Any]) -> None:
     table = Table(title="Machine types (USD per hour, Linux)", box=None, pad_edge=False)
     for column, justify in (
         ("cloud", "left"), ("machine type", "left"), ("vCPUs", "right"), ("GiB", "right"),
-        ("region", "left"), ("on-demand", "right"), ("spot", "right"), ("source", "right"),
+        ("region", "left"), ("on-demand", "right"), ("spot", "right"), ("source", "left"),
+        ("price date", "left"),
     ):  # fmt: skip
         table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for m in rows:
+        age = m.age_days()
         table.add_row(
             m.provider, m.name, str(m.vcpus), f"{m.memory_gib:g}", m.region,
             _fmt_price(m.price_on_demand), _fmt_price(m.price_spot),
-            f"[{notes[(m.price_source, m.price_date)]}]",
+            escape(f"{m.source_name} [{notes[(m.price_source, m.price_date)]}]"),
+            m.price_date + ("" if age is None else f" ({age} d{' !' if m.stale() else ''})"),
         )  # fmt: skip
     console = _console()
     console.print(table)
+    if any(m.stale() for m in rows):
+        from orchestrator.spec.catalog import STALE_DAYS
+
+        console.print(f"[yellow]warning:[/yellow] prices marked ! are over {STALE_DAYS} days "
+                      "old: run `cloudprof catalog refresh` for current ones", highlight=False)
     console.print("Price sources (offline estimates are not fetched: run `cloudprof catalog "
                   "refresh` for dated provider prices):", highlight=False)
     for (source, day), number in notes.items():

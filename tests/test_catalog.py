@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -325,3 +326,42 @@ def parse_row_like(*, name: str, region: str, day: str, source: str) -> catalog.
     return catalog.MachineType(provider="gcp", name=name, family="x", vcpus=1, memory_gib=1,
                                region=region, price_on_demand=1.0, price_spot=None,
                                price_source=source, price_date=day)
+
+
+def test_prices_are_stale_only_past_90_days_from_their_own_date() -> None:
+    today = date.today()  # the clock's date, as the plan and the table use it
+    for days, stale in ((0, False), (catalog.STALE_DAYS, False), (catalog.STALE_DAYS + 1, True)):
+        day = (today - timedelta(days=days)).isoformat()
+        row = parse_row_like(name="x-1", region="r1", day=day, source="skypilot-catalog@abc1234 "
+                             "(highest of 2 zone(s))")
+        assert (row.age_days(), row.stale()) == (days, stale), days
+        assert row.source_name == "skypilot-catalog@abc1234"
+    assert catalog.STALE_DAYS == 90
+    assert lookup("c6i.large").source_name == "offline estimate"
+
+
+def test_the_shipped_files_can_be_regenerated_from_a_git_copy_of_skypilot_catalog(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.spec.pricing import shipped
+    from tests.test_pricing import git_catalog
+
+    bare = git_catalog(tmp_path, {
+        "gcp": ["n2-standard-2,,,2.0,8.0,,0.097118,0.0235,us-central1,us-central1-a",
+                "n2-standard-2,,,2.0,8.0,,0.097118,0.0235,us-east1,us-east1-b",
+                "n2-custom-9,,,9.0,8.0,,0.3,0.1,us-central1,us-central1-a"],
+        "aws": ["c7i.metal-24xl,,,96.0,192.0,,4.284,1.9,us-east-1,use1-az1"],
+    }, "2026-10-30T23:30:00-02:00")
+    texts = shipped.skypilot_texts(bare)
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+    gcp = {(m.name, m.region): m for m in parse_catalog_file(tmp_path / "gcp.csv", "gcp")}
+    real = gcp["n2-standard-2", "us-central1"]
+    assert real.price_source.startswith("skypilot-catalog@") and real.fetched
+    assert (real.price_on_demand, real.price_date) == (0.097118, "2026-10-31")  # UTC date
+    assert ("n2-standard-2", "us-east1") not in gcp  # only the shipped regions
+    assert gcp["n2-custom-9", "us-central1"].vcpus == 9  # the source's shape, appended
+    assert "offline estimate" in gcp["n2-standard-4", "us-central1"].price_source
+    aws = parse_catalog_file(tmp_path / "aws.csv", "aws")
+    assert aws[-1].name == "c7i.metal-24xl" and aws[-1].memory_gib == 192
+    assert len(aws) == len(shipped.aws_rows()) + 1

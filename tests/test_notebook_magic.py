@@ -37,6 +37,12 @@ def test_a_cell_magic_profiles_the_cell_and_returns_its_run_directory(tmp_path, 
     outputs = [cell.outputs for cell in nb.cells]
     assert not [o for cell in outputs for o in cell if o.output_type == "error"]
     (run,) = list(runs.iterdir())
+    # while it ran: a line per trial as it ended, before the table
+    streamed = "".join(o.get("text", "") for o in outputs[1] if o.output_type == "stream")
+    assert "running; each trial is listed as it ends" in streamed
+    assert "✓ n2-highcpu-8-w1-r0: " in streamed and "✓ n2-highcpu-8-w2-r0: " in streamed
+    kinds = [o.output_type for o in outputs[1]]
+    assert kinds.index("display_data") > max(i for i, k in enumerate(kinds) if k == "stream")
     shown = [o for o in outputs[1] if o.output_type == "display_data"]
     assert shown and "text/html" in shown[0]["data"]  # the summary table, inline
     assert "n2-highcpu-8" in shown[0]["data"]["text/plain"]

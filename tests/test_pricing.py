@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from datetime import date
 from pathlib import Path
 
@@ -311,3 +312,71 @@ def test_a_gcp_refresh_can_be_limited_to_regions(
     # n2-highcpu-2/8/80 and n2-standard-4: no other family has SKUs in europe-west1
     assert "gcp: 4 prices in 1 region(s)" in out
     assert "no price found for" in err and "t2a in europe-west1" in err
+
+
+def git_catalog(root: Path, lines_by_provider: dict[str, list[str]], when: str) -> Path:
+    """A bare git copy of a skypilot-catalog-shaped repository, committed at ``when``."""
+    work = root / "work"
+    for provider, lines in lines_by_provider.items():
+        sky_catalog(work / "catalogs", "v7", provider, lines)
+    env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when,
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "prices"]):
+        subprocess.run(["git", "-C", str(work), *argv], check=True, env=env)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(root / "bare.git")],
+                   check=True)
+    return root / "bare.git"
+
+
+def test_a_git_copy_of_skypilot_catalog_dates_each_price_by_its_commit(
+    tmp_path: Path, user_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = git_catalog(tmp_path, {"aws": [
+        "c7i.large,,,2.0,4.0,,0.08925,0.0321,us-east-1,use1-az1",
+        "c7i.large,,,2.0,4.0,,0.08925,0.0402,us-east-1,use1-az2",
+    ]}, "2026-11-02T10:00:00+00:00")
+    commit = subprocess.run(["git", f"--git-dir={bare}", "rev-parse", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    code, out, err = run_main(["catalog", "refresh", "--provider", "aws", "--from", "skypilot",
+                               str(bare)], capsys)
+    assert code == 0, err
+    c7i = lookup("c7i.large", region="us-east-1")
+    assert c7i.price_source.startswith(f"skypilot-catalog@{commit[:7]} (highest of 2 zone(s)")
+    assert (c7i.price_date, c7i.fetched_at) == ("2026-11-02", "2026-11-02T10:00:00Z")
+    assert (c7i.price_on_demand, c7i.price_spot) == (0.08925, 0.0402)
+    code, out, _ = run_main(["catalog", "--family", "c7i", "--region", "us-east-1"], capsys)
+    line = next(x for x in out.splitlines() if " c7i.large " in f" {x} ")
+    age = (date.today() - date(2026, 11, 2)).days
+    assert f"skypilot-catalog@{commit[:7]} [" in line and f"2026-11-02 ({age} d" in line
+    # the checkout it was cloned from reads the same: the file is clean at that commit
+    code, out, err = run_main(["catalog", "refresh", "--provider", "aws", "--from", "skypilot",
+                               str(tmp_path / "work")], capsys)
+    assert code == 0, err
+    assert f"(skypilot-catalog@{commit[:7]}, 2026-11-02)" in out
+    assert lookup("c7i.large", region="us-east-1").price_date == "2026-11-02"
+
+
+def test_a_refresh_merges_by_region_and_machine_into_the_users_file(
+    tmp_path: Path, user_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = sky_catalog(tmp_path / "a", "v7", "aws", [
+        "c6i.large,,,2.0,4.0,,0.085,0.03,us-east-1,use1-az1",
+        "c6i.large,,,2.0,4.0,,0.085,0.03,us-west-2,usw2-az1",
+        "m6i.large,,,2.0,8.0,,0.096,0.04,us-east-1,use1-az1",
+    ])
+    second = sky_catalog(tmp_path / "b", "v7", "aws", [
+        "c6i.large,,,2.0,4.0,,0.09,0.05,us-east-1,use1-az1",
+    ])
+    for vms in (first, second):
+        code, out, err = run_main(["catalog", "refresh", "--provider", "aws", "--from",
+                                   "skypilot", str(vms)], capsys)
+        assert code == 0, err
+    assert "; 2 kept from earlier refreshes" in out
+    mine = {(m.name, m.region): m for m in catalog.parse_catalog_file(user_cache / "aws.csv",
+                                                                     "aws")}
+    assert set(mine) == {("c6i.large", "us-east-1"), ("c6i.large", "us-west-2"),
+                         ("m6i.large", "us-east-1")}
+    assert mine["c6i.large", "us-east-1"].price_on_demand == 0.09  # replaced
+    assert str(second) in mine["c6i.large", "us-east-1"].price_source
+    assert str(first) in mine["c6i.large", "us-west-2"].price_source  # kept

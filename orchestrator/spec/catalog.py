@@ -36,7 +36,7 @@ from orchestrator.spec.pricing.families import ARCHES, arch_of
 
 CATALOG_ENV = "CLOUDPROF_CATALOG_DIR"
 CACHE_ENV = "CLOUDPROF_CACHE"  # the user's cache root, shared with the local bucket
-STALE_DAYS = 30  # the plan warns about prices older than this
+STALE_DAYS = 90  # the plan warns about prices older than this (from their price_date)
 CATALOG_PROVIDERS = ("gcp", "aws")  # one file each: infra/catalog/<provider>.csv
 COLUMNS = (
     "provider",
@@ -110,8 +110,15 @@ class MachineType:
             return f"shipped offline estimate of {self.price_date}{old}"
         return f"{self.price_source or 'price'} of {self.price_date}{old}"
 
+    @property
+    def source_name(self) -> str:
+        """The price source in a few words (``skypilot-catalog@1a2b3c4``, ``offline
+        estimate``) for a table column; ``price_source`` keeps the whole sentence."""
+        return re.split(r" \(|: |; |, ", self.price_source, maxsplit=1)[0] or "-"
+
     def stale(self, today: date | None = None) -> bool:
-        """Older than STALE_DAYS (the plan warns: prices change, spot ones by the hour)."""
+        """Older than STALE_DAYS, counted from the price's own date, not from when it was
+        read: a list price dated months ago has likely moved (spot prices by the hour)."""
         age = self.age_days(today)
         return age is not None and age > STALE_DAYS
 

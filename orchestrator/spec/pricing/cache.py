@@ -55,6 +55,24 @@ def edited(path: Path) -> bool:
         return True  # no (readable) record of writing it: someone else's file
 
 
+def existing_rows(provider: str, directory: Path | None = None) -> list[MachineType]:
+    """The rows of the user's ``<provider>.csv`` to merge a refresh into; none when there
+    is no file or it no longer parses (the edit check then decides whether to replace it)."""
+    path = (directory or user_catalog_dir()) / f"{provider}.csv"
+    if not path.is_file():
+        return []
+    try:
+        return parse_catalog_file(path, provider)
+    except CatalogError:
+        return []
+
+
+def merge_rows(new: Sequence[MachineType], old: Sequence[MachineType]) -> list[MachineType]:
+    """``new``, then the rows of ``old`` whose provider, region and machine ``new`` lacks."""
+    keys = {(m.provider, m.region, m.name) for m in new}
+    return [*new, *(m for m in old if (m.provider, m.region, m.name) not in keys)]
+
+
 def write_catalog(provider: str, rows: Sequence[MachineType], source: str, *,
                   force: bool = False, directory: Path | None = None) -> Path:
     """Write ``rows`` as the user's ``<provider>.csv``; returns its path.

@@ -3,6 +3,10 @@
 One function per source, one result shape, so the CLI only prints. A source
 that cannot price some machines says which (``missing``); those keep the
 shipped estimate, which sweeps then label as such.
+
+A refresh merges into the user's file: its rows replace those of the same
+machine type and region, and every other row stays, so refreshing one region
+(or importing another source for it) never drops the prices of the others.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 
 from orchestrator.errors import UsageError
 from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, MachineType
-from orchestrator.spec.pricing.cache import now_utc, write_catalog
+from orchestrator.spec.pricing.cache import existing_rows, merge_rows, now_utc, write_catalog
 
 SOURCES = REFRESH_SOURCES
 AWS_DEFAULT_REGIONS = ("us-east-1", "us-west-2", "eu-west-1")  # the shipped catalog's
@@ -26,6 +30,7 @@ class Refreshed:
     rows: list[MachineType]
     missing: list[str]
     source: str
+    kept: int = 0  # rows of earlier refreshes (other machines or regions) left in the file
 
     @property
     def regions(self) -> int:
@@ -40,11 +45,10 @@ def fetch_rows(provider: str, *, source: str = "api", path: Path | None = None,
     if source == "skypilot":
         from orchestrator.spec.pricing import skypilot
 
-        vms = skypilot.find_vms_csv(provider, path)
-        rows = skypilot.import_vms_csv(provider, vms)
+        rows, described = skypilot.load(provider, path)
         if regions:
             rows = [m for m in rows if m.region in regions]
-        return rows, [], f"SkyPilot catalog {vms}"
+        return rows, [], described
     if source != "api":
         raise UsageError(f"--from: choose {' or '.join(SOURCES)}, not {source!r}")
     if provider == "gcp":
@@ -69,5 +73,6 @@ def refresh(provider: str, *, source: str = "api", path: Path | None = None,
                          f"not {provider!r}")
     rows, missing, described = fetch_rows(provider, source=source, path=path,
                                           regions=regions, project=project)
-    written = write_catalog(provider, rows, described, force=force)
-    return Refreshed(provider, written, rows, missing, described)
+    merged = merge_rows(rows, existing_rows(provider))
+    written = write_catalog(provider, merged, described, force=force)
+    return Refreshed(provider, written, rows, missing, described, kept=len(merged) - len(rows))

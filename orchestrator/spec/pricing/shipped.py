@@ -16,6 +16,13 @@ The rates are from memory of the providers' public price pages around
 ``ESTIMATE_DATE`` (not fetched). ``cloudprof catalog refresh`` replaces them
 with fetched prices in the user's cache. Regenerate the files after editing:
 ``python -m orchestrator.spec.pricing.shipped``.
+
+With a git copy of ``skypilot-org/skypilot-catalog`` (a checkout or a bare
+clone), ``python -m orchestrator.spec.pricing.shipped --skypilot GIT_DIR``
+writes its prices instead: every machine type of the covered families in the
+shipped regions, each row sourced ``skypilot-catalog@<commit>`` and dated by
+that commit, with the source's vCPUs and memory; a shipped machine the copy
+lacks keeps its estimate, labelled as such.
 """
 
 from __future__ import annotations
@@ -184,10 +191,38 @@ def shipped_texts() -> dict[str, str]:
     return {"gcp.csv": render(gcp_rows()), "aws.csv": render(aws_rows())}
 
 
-def main() -> None:
-    """Rewrite ``infra/catalog/*.csv`` from the tables above."""
+def imported_rows(provider: str, estimates: list[dict[str, str]],
+                  git_dir: Path) -> list[dict[str, str]]:
+    """``estimates`` with each (machine, region) the SkyPilot copy prices replaced by its
+    row, then the copy's other machines of the same regions (names in natural order)."""
+    from orchestrator.spec.catalog import _name_key, to_cells
+    from orchestrator.spec.pricing import skypilot
+
+    regions = list(GCP_REGIONS if provider == "gcp" else AWS_REGIONS)
+    rows, _ = skypilot.load(provider, git_dir)
+    found = {(m.name, m.region): to_cells(m) for m in rows if m.region in regions}
+    out = [found.pop((r["instance_type"], r["region"]), r) for r in estimates]
+    extra = sorted(found, key=lambda key: (_name_key(key[0]), regions.index(key[1])))
+    return out + [found[key] for key in extra]
+
+
+def skypilot_texts(git_dir: Path) -> dict[str, str]:
+    """File name -> the shipped file's text with the prices of a skypilot-catalog copy."""
+    return {"gcp.csv": render(imported_rows("gcp", gcp_rows(), git_dir)),
+            "aws.csv": render(imported_rows("aws", aws_rows(), git_dir))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Rewrite ``infra/catalog/*.csv`` from the tables above, or from SkyPilot's catalog."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--skypilot", type=Path, metavar="GIT_DIR",
+                        help="a git copy of skypilot-org/skypilot-catalog to take prices from")
+    args = parser.parse_args(argv)
+    texts = shipped_texts() if args.skypilot is None else skypilot_texts(args.skypilot)
     target = Path(__file__).resolve().parents[3] / "infra" / "catalog"
-    for name, text in shipped_texts().items():
+    for name, text in texts.items():
         (target / name).write_text(text, encoding="utf-8")
         print(f"wrote {target / name} ({text.count(chr(10)) - 1} rows)")
 
