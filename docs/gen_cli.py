@@ -10,6 +10,10 @@ Used two ways:
   ``reference/cli.md`` to every build, so the site always documents the code it was
   built from and nothing generated is committed;
 * as a script: ``python docs/gen_cli.py`` prints the same Markdown.
+
+``on_page_markdown`` also fills the tables of sweep options and ``sweep.toml`` keys
+that ``reference/commands.md`` marks, from ``orchestrator/spec/options.py``, where
+each option is declared once.
 """
 
 from __future__ import annotations
@@ -134,6 +138,29 @@ def render() -> str:
             out += [f"**{panel}**", "", "| option | meaning | default |", "| --- | --- | --- |"]
             out += [_row(p, ctx) for p in params] + [""]
     return "\n".join(out).rstrip() + "\n"
+
+
+TABLES = {  # marker in a page -> the function of orchestrator.spec.options that writes it
+    "<!-- generated: sweep options -->": "options_table",
+    "<!-- generated: sweep.toml keys -->": "config_keys_table",
+}
+
+
+def fill_tables(markdown: str) -> str:
+    """A page with each table marker replaced by the table, from the options' one table."""
+    if not any(marker in markdown for marker in TABLES):
+        return markdown
+    _app_command()  # puts this checkout on sys.path
+    from orchestrator.spec import options
+
+    for marker, name in TABLES.items():
+        markdown = markdown.replace(marker, getattr(options, name)())
+    return markdown
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs hook: the option tables of the reference pages, generated at every build."""
+    return fill_tables(markdown)
 
 
 def on_files(files: Any, config: Any) -> Any:

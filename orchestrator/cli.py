@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import enum
 import importlib
+import inspect
 import os
 import sys
 import threading
@@ -30,14 +31,10 @@ from orchestrator.errors import (
     UsageError,
     interrupt_again,
 )
-from orchestrator.plan.search import OBJECTIVES
-from orchestrator.providers import PROVIDERS
 from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
+from orchestrator.spec.options import SWEEP_OPTIONS, SweepOption, flag_name
 from orchestrator.spec.spec import SweepSpec
 from workloads.base import REGISTRY
-from workloads.cube_strategies import STRATEGIES
-from workloads.limits import MAX_SAMPLE_HZ, MIN_SAMPLE_HZ
-from workloads.protocol import PROFILE_KINDS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,22 +45,19 @@ def _choices(name: str, values: object) -> type[enum.Enum]:
     return enum.Enum(name, {str(v): str(v) for v in values}, type=str)  # type: ignore[return-value]
 
 
-ProviderChoice = _choices("ProviderChoice", PROVIDERS)
 CatalogProvider = _choices("CatalogProvider", CATALOG_PROVIDERS)
 CleanupProvider = _choices("CleanupProvider", ("gcp", "aws"))
-Strategy = _choices("Strategy", STRATEGIES)
 SortKey = _choices("SortKey", SORT_KEYS)
 TableFormat = _choices("TableFormat", ("table", "csv"))
-ProfileKind = _choices("ProfileKind", PROFILE_KINDS)
 RefreshSource = _choices("RefreshSource", REFRESH_SOURCES)
-SearchGoal = _choices("SearchGoal", OBJECTIVES)
 _SOURCE_DEFAULT = RefreshSource("api")
 _SORT_DEFAULT = SortKey("name")
 _FORMAT_DEFAULT = TableFormat("table")
 
 
-def _value(choice: enum.Enum | None) -> str | None:
-    return None if choice is None else str(choice.value)
+def _value(given: Any) -> Any:
+    """A choice's string (Typer hands an Enum member); any other value unchanged."""
+    return str(given.value) if isinstance(given, enum.Enum) else given
 
 
 class _ClickConventions:
@@ -155,12 +149,6 @@ app = typer.Typer(
 )
 
 _DEFAULTS = SweepSpec(machines=[])  # help texts show the spec's own defaults
-SWEEP = "Sweep"
-SEARCH = "Search over machine types"
-WORKLOAD = "Workload"
-JOB = "Your own job"
-CLOUD = "Provider"
-LIMITS = "Limits and output"
 
 
 PIPED_WIDTH = 160  # columns of output that goes to a file or a pipe
@@ -227,362 +215,50 @@ def _complete_machine(incomplete: str) -> list[str]:
     return sorted(n for n in names if n.startswith(incomplete))
 
 
-@app.command(cls=_Command)
-def sweep(
-    machine: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--machine",
-            "-m",
-            help="Machine type (repeatable), e.g. n2-highcpu-80, c6i.large.",
-            metavar="TYPE",
-            autocompletion=_complete_machine,
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    workers: Annotated[
-        str | None,
-        typer.Option(
-            help="Worker counts: 1,2,4,8 or 1-8 or 1-64:x2 (default: powers of two up to the "
-            "vCPUs, the vCPUs, one oversubscribed).",
-            metavar="COUNTS",
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    nodes: Annotated[
-        str | None,
-        typer.Option(
-            help="Scale out: node counts such as 1,2,4 (default 1). Each trial also runs on a "
-            "Ray cluster of that many VMs of the machine; needs cloudprof[ray].",
-            metavar="COUNTS",
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    repeats: Annotated[
-        int | None,
-        typer.Option(
-            help=f"Trials per worker count (default: {_DEFAULTS.repeats}).", metavar="N",
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    duration: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Time per trial: 5, 30s, 2m (default: {_DEFAULTS.duration_s:g}s).",
-            metavar="TIME",
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    warmup: Annotated[
-        str | None,
-        typer.Option(
-            help="Untimed warm-up before each trial, e.g. 5s: workers allocate their buffers "
-            "before the clock and the memory sampler start (default: none).",
-            metavar="T", rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    trial_timeout: Annotated[
-        str | None,
-        typer.Option(
-            help="Stop and fail a trial that runs longer than this, e.g. 600 or 10m "
-            "(default: from the plan: 4 x the trial's length + 2 min; a fixed-work --command "
-            "job: 4 x its slowest finished trial + 2 min, 1 h before the first).",
-            metavar="SECONDS", rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    adaptive: Annotated[
-        bool | None,
-        typer.Option(
-            "--adaptive/--no-adaptive",
-            help="Per machine, start at 1, v/4, v and 2v workers and add the counts that narrow "
-            "the predicted peak (USL fit) until it is known within ±10% or the grid's trial "
-            "count is spent.",
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    search: Annotated[
-        SearchGoal | None,  # type: ignore[valid-type]
-        typer.Option(
-            help="Try the candidate machines one at a time, each next one chosen from what "
-            "was measured (a Gaussian process, expected improvement), for the lowest cost per "
-            "unit or the highest throughput; report the pick and how sure it is.",
-            rich_help_panel=SEARCH,
-        ),
-    ] = None,
-    budget: Annotated[
-        int | None,
-        typer.Option(help="--search tries at most N machines (default: 3 spread over the "
-                     "candidates plus √candidates, at least 2, chosen by the model).",
-                     metavar="N", rich_help_panel=SEARCH),
-    ] = None,
-    family: Annotated[
-        list[str] | None,
-        typer.Option(help="--search candidates: catalog family or name prefix, e.g. "
-                     "n2-highcpu,c3 (repeatable).", metavar="FAMILY", rich_help_panel=SEARCH),
-    ] = None,
-    vcpus: Annotated[
-        str | None,
-        typer.Option(help="--search candidates: vCPUs, e.g. 8-80.", metavar="MIN-MAX",
-                     rich_help_panel=SEARCH),
-    ] = None,
-    max_price: Annotated[
-        float | None,
-        typer.Option(help="--search candidates: at most this many USD per hour.", metavar="USD",
-                     rich_help_panel=SEARCH),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            "-c",
-            help="sweep.toml with any of these options; flags override it.",
-            metavar="FILE",
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    dry_run: Annotated[
-        bool | None,
-        typer.Option(
-            "--dry-run/--no-dry-run",
-            help="Print the plan and cost, then run the whole "
-            "pipeline on this machine: no cloud call, no credentials.",
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    plan: Annotated[
-        bool,
-        typer.Option(
-            "--plan",
-            help="Print the plan and its estimated time and cost, then stop: no VM, no "
-            "credentials, no input generated, nothing run or written.",
-            rich_help_panel=SWEEP,
-        ),
-    ] = False,
-    resume: Annotated[
-        Path | None,
-        typer.Option(
-            help="Run only the missing trials of the run directory RUN.",
-            metavar="RUN",
-            rich_help_panel=SWEEP,
-        ),
-    ] = None,
-    workload: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Registered workload or module:Class (default: {_DEFAULTS.workload}).",
-            metavar="NAME",
-            autocompletion=_complete_workload,
-            rich_help_panel=WORKLOAD,
-        ),
-    ] = None,
-    frames: Annotated[
-        int | None,
-        typer.Option(help="Input frames (Parquet files).", metavar="N", rich_help_panel=WORKLOAD),
-    ] = None,
-    dim: Annotated[
-        int | None, typer.Option(help="Cube side.", metavar="N", rich_help_panel=WORKLOAD)
-    ] = None,
-    rows: Annotated[
-        int | None, typer.Option(help="Rows per frame.", metavar="N", rich_help_panel=WORKLOAD)
-    ] = None,
-    cols: Annotated[
-        int | None,
-        typer.Option(help="Columns per frame.", metavar="N", rich_help_panel=WORKLOAD),
-    ] = None,
-    strategy: Annotated[
-        Strategy | None,  # type: ignore[valid-type]
-        typer.Option(help="How the cube workload reads its inputs.", rich_help_panel=WORKLOAD),
-    ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(help="Input generator seed.", metavar="N", rich_help_panel=WORKLOAD),
-    ] = None,
-    param: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--param",
-            "-p",
-            help="key=value for the workload (repeatable).",
-            metavar="KEY=VALUE",
-            rich_help_panel=WORKLOAD,
-        ),
-    ] = None,
-    workdir: Annotated[
-        str | None,  # not Path: Typer turns '' into the current directory
-        typer.Option(
-            help="Your project directory, shipped to every machine (honours .gitignore and "
-            ".cloudprofignore); trials run in its copy.",
-            metavar="DIR", rich_help_panel=JOB,
-        ),
-    ] = None,
-    setup: Annotated[
-        str | None,
-        typer.Option(
-            help="Shell command run in the copy once per (command, workdir, host) and reused "
-            "by later sweeps there, e.g. "
-            "'pip install -r requirements.txt'.",
-            metavar="CMD", rich_help_panel=JOB,
-        ),
-    ] = None,
-    command: Annotated[
-        str | None,
-        typer.Option(
-            help="Profile this command at each worker count; {workers} {vcpus} {trial} "
-            "{repeat} and grid names are filled in.",
-            metavar="CMD", rich_help_panel=JOB,
-        ),
-    ] = None,
-    shell: Annotated[
-        bool | None,
-        typer.Option("--shell/--no-shell", help="Run --command through sh -c.",
-                     rich_help_panel=JOB),
-    ] = None,
-    grid: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--grid",
-            help="A parameter swept on top of machines x workers (repeatable).",
-            metavar="NAME=V1,V2,...", rich_help_panel=JOB,
-        ),
-    ] = None,
-    provider: Annotated[
-        ProviderChoice | None,  # type: ignore[valid-type]
-        typer.Option(
-            help="Where the machines come from (default: each machine's provider in the "
-            "catalog, an SSH host's ssh: one sweep may span them).",
-            rich_help_panel=CLOUD,
-        ),
-    ] = None,
-    region: Annotated[
-        str | None,
-        typer.Option(help="Region (default: the catalog's first; one cloud only).",
-                     metavar="REGION",
-                     rich_help_panel=CLOUD),
-    ] = None,
-    zone: Annotated[
-        str | None,
-        typer.Option(help="Zone (sets the region).", metavar="ZONE", rich_help_panel=CLOUD),
-    ] = None,
-    project: Annotated[
-        str | None, typer.Option(help="GCP project.", metavar="ID", rich_help_panel=CLOUD)
-    ] = None,
-    bucket: Annotated[
-        str | None,
-        typer.Option(
-            help="gs://name, s3://name or a directory for the inputs.", metavar="URL",
-            rich_help_panel=CLOUD,
-        ),
-    ] = None,
-    spot: Annotated[
-        bool | None,
-        typer.Option("--spot/--no-spot", help="Spot/preemptible VMs.", rich_help_panel=CLOUD),
-    ] = None,
-    hosts: Annotated[
-        str | None,  # not Path: Typer turns '' into the current directory
-        typer.Option(
-            "--hosts", help="TOML file of SSH hosts (provider ssh, or beside cloud machines).",
-            metavar="FILE",
-            rich_help_panel=CLOUD,
-        ),
-    ] = None,
-    host: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--host", help="An SSH host (repeatable; provider ssh, or beside cloud machines).",
-            metavar="USER@ADDRESS[:PORT]", rich_help_panel=CLOUD,
-        ),
-    ] = None,
-    ssh_key: Annotated[
-        str | None,  # not Path: Typer turns '' into the current directory
-        typer.Option(
-            help="Private key for --host (instead of a per-sweep key).", metavar="FILE",
-            rich_help_panel=CLOUD,
-        ),
-    ] = None,
-    max_cost: Annotated[
-        float | None,
-        typer.Option(
-            help="Refuse to start when the estimate is above this many USD.", metavar="USD",
-            rich_help_panel=LIMITS,
-        ),
-    ] = None,
-    max_peak_memory: Annotated[
-        str | None,
-        typer.Option(
-            help="Memory gate: exit 3 when a trial process peaks above this over its whole "
-            "lifetime, loading included (2G, 512MiB); trial:SIZE gates the trial alone.",
-            metavar="[trial:]SIZE",
-            rich_help_panel=LIMITS,
-        ),
-    ] = None,
-    sample_hz: Annotated[
-        float | None,
-        typer.Option(
-            help=f"Profiling samples per second, {MIN_SAMPLE_HZ:g} to {MAX_SAMPLE_HZ:g} (0: only "
-            f"the kernel's peak; default: {_DEFAULTS.sample_hz:g}).",
-            metavar="HZ",
-            rich_help_panel=LIMITS,
-        ),
-    ] = None,
-    profile: Annotated[
-        ProfileKind | None,  # type: ignore[valid-type]
-        typer.Option(
-            help="Also run one extra profiled trial per worker count: cpu (py-spy: top functions, "
-            "~3 % cost), gil (py-spy with native frames: Python / native / GIL-wait shares, why "
-            "scaling stops, ~20 % cost) or memory (memray: where the peak comes from). Kept out "
-            "of throughput tables.",
-            rich_help_panel=LIMITS,
-        ),
-    ] = None,
-    prove_limit: Annotated[
-        bool | None,
-        typer.Option("--prove-limit", help="A --command job: after its trials, run one more per "
-                     "worker count under a memory cgroup limit equal to the memory request; the "
-                     "report says whether it ran unchanged or was OOM-killed.",
-                     rich_help_panel=LIMITS),
-    ] = None,
-    find_limit: Annotated[
-        bool | None,
-        typer.Option("--find-limit", help="As --prove-limit, then bisect the smallest limit the "
-                     "job runs under (about 5 more trials per worker count).",
-                     rich_help_panel=LIMITS),
-    ] = None,
-    out: Annotated[
-        str | None,  # not Path: Typer turns '' into the current directory
-        typer.Option(help=f"Results directory (default: {_DEFAULTS.out}).", metavar="DIR",
-                     rich_help_panel=LIMITS),
-    ] = None,
-) -> None:
-    """Run a workload at several worker counts on each machine type and record the results."""
-    from orchestrator.spec.config import build_spec, flag_name, load_run_spec
+_COMPLETIONS = {"machine": _complete_machine, "workload": _complete_workload}
 
-    values: dict[str, Any] = {
-        "machines": machine, "workers": workers, "nodes": nodes, "repeats": repeats,
-        "duration": duration,
-        "warmup": warmup, "trial_timeout": trial_timeout,
-        "adaptive": adaptive, "search": _value(search), "budget": budget,
-        "family": family, "vcpus": vcpus, "max_price": max_price,
-        "workload": workload, "frames": frames,
-        "dim": dim, "rows": rows, "cols": cols, "strategy": _value(strategy), "seed": seed,
-        "params": param,
-        "provider": _value(provider),
-        "region": region, "zone": zone, "project": project, "bucket": bucket, "spot": spot,
-        "max_cost": max_cost, "max_peak_memory": max_peak_memory, "sample_hz": sample_hz,
-        "out": out, "dry_run": dry_run, "hosts_file": hosts, "hosts": host, "ssh_key": ssh_key,
-        "workdir": workdir, "setup": setup, "command": command, "shell": shell, "grid": grid,
-        "profile": _value(profile), "prove_limit": prove_limit, "find_limit": find_limit,
-    }  # fmt: skip
+
+def _sweep_parameter(option: SweepOption) -> inspect.Parameter:
+    """One ``cloudprof sweep`` parameter, as Typer reads it from a signature."""
+    kind: Any = {"text": str, "path": str, "int": int, "float": float, "texts": list[str],
+                 "flag": bool, "switch": bool}.get(option.kind)
+    if option.kind == "choice":
+        kind = _choices(option.param.title(), option.choices)
+    # not Path for paths: Typer turns '' into the current directory
+    info = typer.Option(
+        *option.names, help=option.help, metavar=option.metavar,
+        rich_help_panel=option.panel,
+        autocompletion=_COMPLETIONS.get(option.complete or ""),
+    )
+    default = False if option.kind == "switch" and not option.in_config else None
+    annotation = Annotated[kind if default is False else kind | None, info]  # type: ignore[index]
+    return inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
+
+
+def sweep(**given: Any) -> None:
+    """Run a workload at several worker counts on each machine type and record the results."""
+    from orchestrator.spec.config import build_spec, load_run_spec
+
+    values = {o.key: _value(given[o.param]) for o in SWEEP_OPTIONS if o.in_config}
+    resume, config = given["resume"], given["config"]
     if resume is not None:
-        given = [k for k, v in values.items() if v not in (None, [])]
-        if given or config is not None:
-            flags = ", ".join(flag_name(k) for k in given) or "--config"
+        named = [k for k, v in values.items() if v not in (None, [])]
+        if named or config is not None:
+            flags = ", ".join(flag_name(k) for k in named) or "--config"
             raise UsageError(f"--resume takes the spec from RUN/sweep.json; drop {flags}")
-        spec = load_run_spec(resume)
+        spec = load_run_spec(Path(resume))
     else:
-        spec = build_spec(values, config)
+        spec = build_spec(values, Path(config) if config is not None else None)
     engine = _lazy("orchestrator.engine.sweep", "the sweep engine")
     # prints the plan, then (unless --plan) the report and where the store is
-    engine.run_sweep(spec, resume=resume, console=_console(), plan_only=plan)
+    engine.run_sweep(spec, resume=None if resume is None else Path(resume), console=_console(),
+                     plan_only=given["plan"])
+
+
+sweep.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [_sweep_parameter(o) for o in SWEEP_OPTIONS])
+app.command(cls=_Command)(sweep)
 
 
 catalog_app = typer.Typer(
@@ -878,7 +554,7 @@ def recommend(
 ) -> None:
     """The cheapest measured machine and worker count that meets a deadline, a cost limit
     and memory with a margin; the runner-up, and why every other one lost."""
-    from orchestrator.spec.config import parse_duration
+    from orchestrator.spec.values import parse_duration
 
     deciding = _lazy("orchestrator.results.recommend", "recommendation")
     deadline_s = parse_duration(deadline, "--deadline") if deadline is not None else None
@@ -1028,7 +704,8 @@ def cleanup(
     """List (and with --yes delete) leftover resources carrying cloudprof's labels."""
     from orchestrator.results.store import recorded_buckets
     from orchestrator.spec.catalog import check_name
-    from orchestrator.spec.config import check_bucket, parse_duration, read_config
+    from orchestrator.spec.config import read_config
+    from orchestrator.spec.values import check_bucket, parse_duration
 
     provider = _value(provider)
     older_than_s = parse_duration(older_than, "--older-than") if older_than is not None else None

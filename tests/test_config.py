@@ -9,20 +9,18 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import BucketError, UnknownMachineError, UsageError
-from orchestrator.spec.config import (
-    CONFIG_KEYS,
-    build_spec,
+from orchestrator.spec.config import build_spec, load_run_spec, read_config
+from orchestrator.spec.options import CONFIG_KEYS
+from orchestrator.spec.spec import SweepSpec
+from orchestrator.spec.values import (
     check_bucket,
     check_output_dir,
-    load_run_spec,
     parse_duration,
     parse_host,
     parse_param,
     parse_size,
     parse_workers,
-    read_config,
 )
-from orchestrator.spec.spec import SweepSpec
 
 
 def spec_of(tmp_path: Path, config: Path | None = None, **cli: Any) -> SweepSpec:
@@ -272,7 +270,7 @@ def test_provider_defaults_and_conflicts(tmp_path: Path) -> None:
 def test_one_sweep_across_clouds_and_ssh_hosts(tmp_path: Path) -> None:
     """Without --provider the machines may span GCP, AWS and the SSH hosts: each runs on its
     own provider; --region/--zone name one cloud's place, so only one cloud may be in it."""
-    from orchestrator.spec.config import machine_providers
+    from orchestrator.spec.validate import machine_providers
 
     spec = spec_of(tmp_path, machines=["c6i.large", "n2-highcpu-2"], hosts=["me@10.0.0.5"])
     assert spec.provider is None

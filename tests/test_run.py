@@ -358,7 +358,7 @@ def test_sigterm_stops_cleanly_with_an_interrupted_summary(tmp_path):
      ("1.5GiB", int(1.5 * 1024**3)), ("4294967296", 4 * 1024**3)],
 )
 def test_a_size_means_the_same_to_the_runner_and_to_the_sweep(tmp_path, text, expected):
-    from orchestrator.spec.config import parse_size
+    from orchestrator.spec.values import parse_size
 
     assert parse_size(text) == expected  # cloudprof sweep --max-peak-memory
     proc = run(tmp_path, "--workload", "sleep", "--units", "1", "--sample-hz", "0",

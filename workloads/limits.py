@@ -2,7 +2,7 @@
 
 A sweep must refuse before any VM is billed every value that the runner on
 that VM would refuse after it. ``workloads`` never imports ``orchestrator``,
-so the definitions live here and ``orchestrator.spec.config`` calls them: the
+so the definitions live here and ``orchestrator.spec.values`` calls them: the
 sample-rate range, the longest trial, sizes, and whether ``module:Class``
 can be found. Every check raises ``ValueError`` with a message that names the
 value; each caller adds its own flag and error type. This module imports only

@@ -87,7 +87,7 @@ def max_bytes() -> int:
     text = os.environ.get(MAX_BYTES_ENV)
     if not text:
         return MAX_BYTES
-    from orchestrator.spec.config import parse_size
+    from orchestrator.spec.values import parse_size
 
     return parse_size(text, MAX_BYTES_ENV)
 

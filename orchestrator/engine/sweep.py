@@ -226,7 +226,7 @@ def lookup_machines(spec: SweepSpec) -> list[MachineType]:
     """Catalog rows of the spec's machines; local/ssh machines may be off-catalog."""
     from orchestrator.errors import UnknownMachineError
     from orchestrator.spec.catalog import MachineType, lookup
-    from orchestrator.spec.config import machine_providers
+    from orchestrator.spec.validate import machine_providers
 
     out = []
     owners = machine_providers(spec)  # one provider, or several in one sweep
