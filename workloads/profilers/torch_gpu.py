@@ -7,7 +7,7 @@ the job's tensors needed at most. Both go into summary.json's ``gpu``.
 * A workload runs in the runner's process: ``torch_peak_in_process`` asks torch
   directly, if the job imported it and used CUDA (never imports torch itself).
 * A ``--command`` gets an environment hook on machines with an NVIDIA driver:
-  ``torch_hook/sitecustomize.py`` first on its PYTHONPATH, which writes the peak
+  ``hook/sitecustomize.py`` first on its PYTHONPATH, which writes the peak
   to a file in the trial's directory twice a second and at exit (a command
   stopped by SIGTERM at the end of its duration still leaves its last figure).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 PEAK_FILE = "torch_gpu_peak.json"
 ENV_FILE = "CLOUDPROF_TORCH_PEAK_FILE"
-HOOK_DIR = Path(__file__).resolve().with_name("torch_hook")
+HOOK_DIR = Path(__file__).resolve().with_name("hook")
 DRIVER_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia/version")  # an NVIDIA driver is loaded
 
 
