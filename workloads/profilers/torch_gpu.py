@@ -22,7 +22,6 @@ from pathlib import Path
 
 PEAK_FILE = "torch_gpu_peak.json"
 ENV_FILE = "CLOUDPROF_TORCH_PEAK_FILE"
-HOOK_DIR = Path(__file__).resolve().with_name("hook")
 DRIVER_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia/version")  # an NVIDIA driver is loaded
 
 
@@ -47,9 +46,10 @@ def hook_env(
     new = dict(env)
     if not any(os.path.exists(node) for node in driver_nodes):
         return new
+    from workloads.profilers.hook import with_hook
+
     out.mkdir(parents=True, exist_ok=True)  # the command runs before the runner writes there
-    rest = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p]
-    new["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR), *rest])
+    new = with_hook(new)
     new[ENV_FILE] = str(out / PEAK_FILE)
     return new
 
