@@ -13,6 +13,7 @@ import pytest
 
 from workloads import protocol
 from workloads.profilers import torch_gpu
+from workloads.profilers.hook import HOOK_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -101,14 +102,14 @@ def test_the_command_hook_is_only_added_where_there_is_an_nvidia_driver(tmp_path
     node = tmp_path / "nvidiactl"
     node.touch()
     present = torch_gpu.hook_env({"PYTHONPATH": "/job"}, tmp_path, (str(tmp_path / "x"), str(node)))
-    assert present["PYTHONPATH"].split(os.pathsep) == [str(torch_gpu.HOOK_DIR), "/job"]
+    assert present["PYTHONPATH"].split(os.pathsep) == [str(HOOK_DIR), "/job"]
     assert present[torch_gpu.ENV_FILE] == str(tmp_path / torch_gpu.PEAK_FILE)
 
 
 def test_the_command_hook_reports_a_torch_jobs_allocator_peak_through_a_file(tmp_path):
     """A stand-in ``torch`` (CUDA initialised, a known peak): no GPU needed, the hook is real."""
     fake = stand_in_torch(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(torch_gpu.HOOK_DIR), str(fake)]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(fake)]),
            torch_gpu.ENV_FILE: str(tmp_path / torch_gpu.PEAK_FILE)}  # fmt: skip
     done = subprocess.run([sys.executable, "-c", "import torch"], env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip
@@ -120,7 +121,7 @@ def test_the_command_hook_keeps_the_jobs_own_sitecustomize(tmp_path):
     own = tmp_path / "own"
     own.mkdir()
     (own / "sitecustomize.py").write_text("import builtins\nbuiltins.JOB_SITE = 'loaded'\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(torch_gpu.HOOK_DIR), str(own)]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(own)]),
            torch_gpu.ENV_FILE: str(tmp_path / torch_gpu.PEAK_FILE)}  # fmt: skip
     done = subprocess.run([sys.executable, "-c", "print(JOB_SITE)"], env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip

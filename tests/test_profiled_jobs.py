@@ -177,8 +177,11 @@ def test_a_command_job_with_a_grid_is_profiled_and_named_by_its_own_functions(
             # build_rows holds rows * 4 pages of 4 KiB at the peak
             rows = int(json.loads(record["grid"])["rows"])
             assert own[0]["bytes"] >= rows * 4 * 4096
+            assert prof["heap"]["top_types"]  # what is on it: tests/test_heap.py
     report = (run / "report.md").read_text()
     assert function in report.replace("\\", "") and "your code" in report and "Slowdown" in report
+    if kind == "memory":
+        assert "On the heap at the peak" in report
     assert len(re.findall(r"\| [+-]\d+% \|", report)) == 2  # each profiled trial's slowdown
     doc = _report_json(run)
     assert doc["trials"] == {"total": 4, "ok": 4, "not_ok": 0} and doc["failed_trials"] == []

@@ -706,6 +706,10 @@ def _run_command(
     if args.chdir is not None:  # the job's processes import from its copy (and site dir)
         env = jobs.with_pythonpath(env if env is not None else os.environ, args.job_paths)
     env = torch_gpu.hook_env(env if env is not None else os.environ, args.out)
+    if args.profile == "memory":  # what is on each Python process's heap at its peak
+        from workloads.profilers.heap import heap_env
+
+        env = heap_env(env, args.out)
     if args.ray_address:  # the user's own Ray program joins the sweep's cluster as its driver
         from workloads.ray_trial import RAY_ENV
 

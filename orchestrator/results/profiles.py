@@ -253,7 +253,7 @@ def memory_section(records: list[dict[str, Any]],
     for r in mem:
         missing = _no_profile(r)
         if missing:
-            rows.append([_where(r), str(r["workers"]), "–", missing, _slowdown(r, slow)])
+            rows.append([_where(r), str(r["workers"]), "–", missing, "–", _slowdown(r, slow)])
             continue
         prof = r["profile"]
         # the job's own call sites first (largest first), then the libraries'
@@ -275,13 +275,31 @@ def memory_section(records: list[dict[str, Any]],
         if len(prof.get("processes") or []) > 1:  # a process tree: each at its own peak
             tool += f" (sum of {len(prof['processes'])} processes' peaks)"
         rows.append([_where(r), str(r["workers"]), fmt_bytes(prof.get("peak_bytes")) + tool,
-                     text, _slowdown(r, slow)])  # fmt: skip
+                     text, _heap_text(prof.get("heap")), _slowdown(r, slow)])  # fmt: skip
     notes = ["Allocations alive at the profiled trial's high-water mark, by the job's call "
              "site, traced over the trial process's whole life (prepare() included; memray, "
              "native allocations included, unless marked otherwise); the job's own call "
-             "sites (in its files) first.", SLOWDOWN_NOTE]  # fmt: skip
-    headers = ["Machine", "Workers", "Peak (traced)", "Top call sites", "Slowdown"]
+             "sites (in its files) first.", HEAP_NOTE, SLOWDOWN_NOTE]  # fmt: skip
+    headers = ["Machine", "Workers", "Peak (traced)", "Top call sites", "On the heap at the peak",
+               "Slowdown"]
     return Section("Where the peak comes from", headers, rows, notes)
+
+
+HEAP_NOTE = ("On the heap: Python objects alive at the highest resident memory a census saw "
+             "(taken each time it grew by 5 % or 1 MiB), by type with sys.getsizeof; an array "
+             "counts the buffer it owns. For a process tree, the process with the highest "
+             "resident memory.")
+
+
+def _heap_text(heap: dict[str, Any] | None) -> str:
+    """The heap census's largest types, as "38 MiB dict ×200,000"; "–" when none was taken."""
+    if not heap or not heap.get("top_types"):
+        return "–"
+    text = "; ".join(f"{fmt_bytes(t['bytes'])} {t['type']} ×{t['count']:,}"
+                     for t in heap["top_types"][:TOP_SITES_SHOWN])
+    if (heap.get("processes") or 1) > 1:
+        text += f" (of {heap['processes']} processes, the largest)"
+    return text
 
 
 def profile_sections(run_dir: Path, knees: dict[str, int | None] | None = None,

@@ -185,9 +185,10 @@ def wrap_python_command(command: list[str], out: Path,
     if not command or not re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
         return command
     try:
+        probe_env = {k: v for k, v in (os.environ if env is None else env).items()
+                     if k != "CLOUDPROF_HEAP_FILE"}  # the probe's own heap is nobody's census
         probe = subprocess.run([command[0], "-c", "import memray"], capture_output=True,
-                               timeout=60, check=False,
-                               env=None if env is None else dict(env))  # fmt: skip
+                               timeout=60, check=False, env=probe_env)
     except (OSError, subprocess.TimeoutExpired):
         return command
     if probe.returncode != 0:
@@ -211,6 +212,7 @@ class MemrayProfiler(Profiler):
         self.command = False
         self.steady_from: float | None = None
         self.own_dirs: tuple[str, ...] = ()
+        self.heap: Any = None  # the heap census thread of an in-process trial
 
     def steady_state_begins(self) -> None:
         self.steady_from = time.time()
@@ -220,8 +222,11 @@ class MemrayProfiler(Profiler):
         self.own_dirs = target.own_dirs
         out.mkdir(parents=True, exist_ok=True)
         if not target.in_process:  # a --command: memray runs it (wrap_python_command)
-            self.command = True
+            self.command = True  # and the start-up hook takes each process's heap census
             return
+        from workloads.profilers.heap import watch_in_process
+
+        self.heap = watch_in_process()
         try:
             import memray
         except ImportError:
@@ -235,6 +240,16 @@ class MemrayProfiler(Profiler):
         self.activate = self.tracker.__enter__
 
     def stop(self) -> dict[str, Any]:
+        summary = self._stop()
+        from workloads.profilers.heap import read_heap
+
+        assert self.out is not None
+        heap = self.heap.stop() if self.heap is not None else read_heap(self.out)
+        if heap is not None:
+            summary["heap"] = heap
+        return summary
+
+    def _stop(self) -> dict[str, Any]:
         assert self.out is not None
         if self.fallback is not None:
             summary = self.fallback.stop()

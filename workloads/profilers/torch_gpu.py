@@ -7,7 +7,7 @@ the job's tensors needed at most. Both go into summary.json's ``gpu``.
 * A workload runs in the runner's process: ``torch_peak_in_process`` asks torch
   directly, if the job imported it and used CUDA (never imports torch itself).
 * A ``--command`` gets an environment hook on machines with an NVIDIA driver:
-  ``torch_hook/sitecustomize.py`` first on its PYTHONPATH, which writes the peak
+  ``hook/sitecustomize.py`` first on its PYTHONPATH, which writes the peak
   to a file in the trial's directory twice a second and at exit (a command
   stopped by SIGTERM at the end of its duration still leaves its last figure).
 """
@@ -22,7 +22,6 @@ from pathlib import Path
 
 PEAK_FILE = "torch_gpu_peak.json"
 ENV_FILE = "CLOUDPROF_TORCH_PEAK_FILE"
-HOOK_DIR = Path(__file__).resolve().with_name("torch_hook")
 DRIVER_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia/version")  # an NVIDIA driver is loaded
 
 
@@ -47,9 +46,10 @@ def hook_env(
     new = dict(env)
     if not any(os.path.exists(node) for node in driver_nodes):
         return new
+    from workloads.profilers.hook import with_hook
+
     out.mkdir(parents=True, exist_ok=True)  # the command runs before the runner writes there
-    rest = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p]
-    new["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR), *rest])
+    new = with_hook(new)
     new[ENV_FILE] = str(out / PEAK_FILE)
     return new
 

@@ -1,7 +1,9 @@
-"""cloudprof's hook in a --command's Python: report PyTorch's CUDA allocator peak.
+"""cloudprof's hook in a --command's Python: PyTorch's CUDA allocator peak, the heap's census.
 
-Loaded because cloudprof put this folder first on PYTHONPATH (only on machines
-with an NVIDIA driver). It never imports torch: a thread looks twice a second
+Loaded because cloudprof put this folder first on PYTHONPATH: on machines with
+an NVIDIA driver, and for ``--profile memory`` trials, whose processes each
+write what is on their heap at their high-water mark to $CLOUDPROF_HEAP_FILE.<pid>
+(``cloudprof_heap.py``, beside this file). It never imports torch: a thread looks twice a second
 whether the job did and initialised CUDA, and then writes
 ``torch.cuda.max_memory_allocated`` (all devices) to $CLOUDPROF_TORCH_PEAK_FILE,
 atomically, when it changed, and once more at exit. A sitecustomize the job
@@ -70,4 +72,8 @@ def _chain():
 
 if os.environ.get("CLOUDPROF_TORCH_PEAK_FILE"):
     _install(os.environ["CLOUDPROF_TORCH_PEAK_FILE"])
+if os.environ.get("CLOUDPROF_HEAP_FILE"):
+    import cloudprof_heap
+
+    cloudprof_heap.install(os.environ["CLOUDPROF_HEAP_FILE"])
 _chain()
