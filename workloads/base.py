@@ -77,6 +77,12 @@ class Workload(abc.ABC):
         """The resolved parameters, recorded in summary.json."""
         return {}
 
+    def bytes_per_unit(self) -> int | None:
+        """The bytes one unit must at least move through memory, once prepared; None when
+        the workload has no such floor. A plain copy of that many bytes, timed on the same
+        host (``workloads.bound``), is the speed limit the report measures units against."""
+        return None
+
 
 def load_workload(name: str) -> type[Workload]:
     """A registered name (``cube``) or ``module:Class`` for a user's own workload."""

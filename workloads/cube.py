@@ -246,6 +246,11 @@ class CubeWorkload(Workload):
             )
         return out
 
+    def bytes_per_unit(self) -> int | None:
+        """A cube's float64 values: each is read from a frame and written once, at least."""
+        s = self.strategy
+        return None if s is None else s.frames * self.dim * self.dim * 8
+
     def unit_detail(self) -> str:
         """ "one cube of 100×100×100 float64 (8 MB) delivered as a strided view": one unit."""
         s = self._ready()

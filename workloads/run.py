@@ -543,6 +543,12 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
     # load_s also holds: what the user's code costs before its clock, not cloudprof's start-up
     summary["prepare_s"] = round(time.perf_counter() - prepare_started, 6)
     params["workload_resolved"] = workload.describe()
+    per_unit = workload.bytes_per_unit()
+    if per_unit:  # the unit's speed limit on this host, once per host (workloads/bound.py)
+        from workloads.bound import bound_at, host_bound
+
+        found = host_bound(per_unit)
+        summary["bound"] = {**found, "units_per_s": bound_at(found, args.workers)}
     if args.warmup > 0:
         _drive(workload, args.workers, args.warmup, None, sig, None, None)
     if sig.received:
