@@ -73,3 +73,14 @@ def test_a_flag_and_its_sweep_toml_key_give_the_same_spec(tmp_path):
     assert from_file == from_flags
     assert from_file.duration_s == 2.0 and from_file.peak_gate == "trial"
     assert set(read_config(toml)) <= set(CONFIG_KEYS)
+
+
+def test_validating_a_spec_returns_a_new_one_and_leaves_the_given_one_as_it_was(tmp_path):
+    from orchestrator.spec.validate import validate_spec
+
+    given = SweepSpec(machines=["n2-highcpu-8"], zone="us-central1-a", out=tmp_path / "runs")
+    before = dataclasses.asdict(given)
+    valid = validate_spec(given)
+    assert (valid.provider, valid.region) == ("gcp", "us-central1")
+    assert dataclasses.asdict(given) == before and given.provider is None
+    assert validate_spec(given) == valid  # the same answer twice

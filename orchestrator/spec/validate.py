@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -426,10 +427,15 @@ def _check_limits(spec: SweepSpec) -> None:
         raise UsageError(f"{flag} proves a plain sweep's memory request: drop --adaptive/--search")
 
 
-def validate_spec(spec: SweepSpec) -> SweepSpec:
-    """Cross-option checks; fills in the provider, the region (from the zone), ssh machines."""
+def validate_spec(given: SweepSpec) -> SweepSpec:
+    """Cross-option checks; a new spec with the provider, the region (from the zone) and the
+    machines (--search's candidates, the ssh hosts) filled in. ``given`` is left as it was:
+    a caller may validate the same spec twice, or keep what the user asked for."""
     from orchestrator.spec.environment import check_environment
 
+    spec = replace(given, machines=list(given.machines), hosts=list(given.hosts),
+                   family=list(given.family), grid=dict(given.grid),
+                   workload_params=dict(given.workload_params))
     check_environment()
     _check_search(spec)
     for name in spec.machines:
