@@ -40,6 +40,7 @@ from orchestrator.results.whole_job import (
     MIN_BILLED_S,
     Question,
     billed_cost,
+    duration,
     totals,
     vm_start_seconds,
 )
@@ -257,7 +258,7 @@ def recommend(runs: list[RunData], deadline_s: float | None, max_cost: float | N
                                + ", ".join(str(r.run_dir) for r in runs))
     for c in found:
         if deadline_s is not None and c.seconds > deadline_s:
-            c.reasons.append(f"{_duration(c.seconds)} misses the {_duration(deadline_s)} deadline")
+            c.reasons.append(f"{duration(c.seconds)} misses the {duration(deadline_s)} deadline")
         if max_cost is not None and c.cost == c.cost and c.cost > max_cost:
             c.reasons.append(f"{fmt_usd(c.cost)} is over the {fmt_usd(max_cost)} limit")
     fits = sorted((c for c in found if not c.reasons),
@@ -302,17 +303,9 @@ def _name(c: Candidate) -> str:
     return f"{c.machine} × {c.workers}" + (f" × {c.nodes} VMs" if c.nodes > 1 else "")
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def describe(c: Candidate) -> str:
     """One line: the configuration, its time (with the start where measured), cost, memory."""
-    start = (f" incl. {_duration(c.start_s)} VM start" if c.start_s is not None
+    start = (f" incl. {duration(c.start_s)} VM start" if c.start_s is not None
              else " (VM start not included)")
     est = " (est.: measured on " + c.ran_on + ")" if c.measured_elsewhere else ""
     if c.basis == "forecast":
@@ -320,7 +313,7 @@ def describe(c: Candidate) -> str:
     memory = (f"; peak {fmt_bytes(c.peak_bytes)} of {fmt_bytes(c.machine_bytes)}"
               if c.peak_bytes is not None and c.machine_bytes is not None else "")
     cloud = f"{c.provider} " if c.provider != "-" else ""
-    return (f"{cloud}{_name(c)}: {_duration(c.seconds)}{start}, {fmt_usd(c.cost)}{est}"
+    return (f"{cloud}{_name(c)}: {duration(c.seconds)}{start}, {fmt_usd(c.cost)}{est}"
             f"{memory} [run {c.run}]")
 
 

@@ -20,13 +20,13 @@ Every figure is labelled with where it comes from: ``basis`` "measured" or "fore
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import UsageError
 from orchestrator.formatting import fmt_bytes, fmt_usd
+from orchestrator.results.report.jobs import _grid_values as _grid  # one reader of a grid
 from orchestrator.results.report.model import OK, RunData
 from orchestrator.results.report.rows import Frame, median, missing, nanmax
 
@@ -77,14 +77,6 @@ def question(target: str | None, size: str | None, total: float | None) -> Quest
 def billed_cost(seconds: float, price_per_hour: float, vms: int = 1) -> float:
     """USD for ``vms`` VMs, each billed per second for ``seconds``, at least a minute."""
     return vms * math.ceil(max(seconds, MIN_BILLED_S)) * price_per_hour / 3600.0
-
-
-def _grid(text: Any) -> dict[str, str]:
-    try:
-        values = json.loads(text) if isinstance(text, str) and text else {}
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in values.items()} if isinstance(values, dict) else {}
 
 
 def _number(text: str) -> float | None:
@@ -327,7 +319,8 @@ def _unit(run: RunData) -> str:
         (units[0] if len(units) == 1 else "units")
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """ "4.21 s", "93.0 s", "8.4 min", "2.5 h": a time in the unit that reads best."""
     if seconds < 120:
         return f"{seconds:.1f} s" if seconds >= 10 else f"{seconds:.2f} s"
     if seconds < 7200:
@@ -337,11 +330,12 @@ def _duration(seconds: float) -> str:
 
 def _span(low: float, high: float) -> str:
     """ "[8.1–8.8 min]" in one unit: the unit of the high end."""
-    text = _duration(high)
+    text = duration(high)
     value, unit = text.split(" ", 1)
     scale = {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
     digits = len(value.split(".")[1]) if "." in value else 0
-    return f"[{low / scale:.{digits}f}–{value} {unit}]"
+    shown = f"{low / scale:.{digits}f}"
+    return "(no spread measured)" if shown == value else f"[{shown}–{value} {unit}]"
 
 
 def _amount(t: dict[str, Any]) -> str:
@@ -358,12 +352,14 @@ def _amount(t: dict[str, Any]) -> str:
 
 def total_text(t: dict[str, Any]) -> str:
     """ "1,000,000 cubes: 8.4 min [8.1–8.8 min], $0.62 on n2-highcpu-80 × 60": one line."""
-    cost = DASH_COST if t["cost_usd"] is None else (
-        f"{fmt_usd(t['cost_usd'])} [{fmt_usd(t['cost_low'])}–{fmt_usd(t['cost_high'])}]"
-        + (" (est.)" if t["estimate"] else ""))
-    start = (f"incl. {_duration(t['start_s'])} VM start" if t["start_s"] is not None
+    cost = DASH_COST
+    if t["cost_usd"] is not None:
+        low, high = fmt_usd(t["cost_low"]), fmt_usd(t["cost_high"])
+        cost = fmt_usd(t["cost_usd"]) + ("" if low == high else f" [{low}–{high}]") \
+            + (" (est.)" if t["estimate"] else "")
+    start = (f"incl. {duration(t['start_s'])} VM start" if t["start_s"] is not None
              else "VM start not measured")
-    return (f"{_amount(t)}: {_duration(t['seconds'])} {_span(t['seconds_low'], t['seconds_high'])}"
+    return (f"{_amount(t)}: {duration(t['seconds'])} {_span(t['seconds_low'], t['seconds_high'])}"
             f", {cost} on {t['label']} ({t['basis']}; {start})")
 
 
@@ -374,7 +370,7 @@ def forecast_text(e: dict[str, Any]) -> str:
     """One configuration's forecast in a line, with where it comes from."""
     parts = []
     if e["seconds"] is not None:
-        parts.append(f"{_duration(e['seconds'])} per run "
+        parts.append(f"{duration(e['seconds'])} per run "
                      f"{_span(e['seconds_low'], e['seconds_high'])}")
     elif e["units_per_s"] is not None:
         parts.append(f"{e['units_per_s']:,.4g} units/s [{e['units_per_s_low']:,.4g}–"
@@ -430,22 +426,20 @@ def card_text(run: RunData, trials: Frame, workers: int) -> str:
 
     With a target size the card of the largest measured size carries the forecast's total.
     """
-    q = getattr(run, "question", None)
+    q = run.question
     if q is None or not q.asked or not len(trials):
         return ""
     row = {**trials.rows[0], "workers": workers}
+    fc = forecasts(run, q)  # resolves q.size
     size = q.size if q.target is not None else None
+    machine, ran_on, _, _, other = _config(row, size)
     if size is not None:
-        forecasts(run, q)  # resolves q.size
-        size = q.size
-        entry = next((e for e in forecasts(run, q)
-                      if _config(row, size)[:3] == (e["machine"], e["ran_on"], e["workers"])
-                      and (e["grid"] or "") == _config(row, size)[4]), None)
-        value = _number(_grid(row.get("grid")).get(size or "", ""))
-        if entry is None or value != max(entry["sizes_measured"]):
-            return ""
-    key = _config(row, size)
+        entry = next((e for e in fc if (e["machine"], e["ran_on"], e["workers"], e["grid"] or "")
+                      == (machine, ran_on, workers, other)), None)
+        if entry is None or _number(_grid(row.get("grid")).get(size, "")) \
+                != max(entry["sizes_measured"]):
+            return ""  # the card of the largest measured size carries the forecast
     mine = sorted((t for t in totals(run, q)
                    if (t["machine"], t["ran_on"], t["workers"], t["grid"] or "")
-                   == (key[0], key[1], key[2], key[4])), key=lambda t: t["nodes"])
+                   == (machine, ran_on, workers, other)), key=lambda t: t["nodes"])
     return "; ".join(total_text(t) for t in mine)

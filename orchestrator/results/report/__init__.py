@@ -116,6 +116,10 @@ def _asked(run_dir: str | Path, question: Any) -> RunData:
     """The store, with the user's --target/--total (``whole_job.Question``) when given."""
     run = load_run(run_dir)
     run.question = question
+    if question is not None and question.target is not None:
+        from orchestrator.results.whole_job import size_name
+
+        question.size = size_name(run, question.size)  # a bad --target: said before the report
     return run
 
 
