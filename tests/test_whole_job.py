@@ -112,7 +112,7 @@ def test_a_known_growth_is_forecast_with_its_law_and_a_run_of_it_is_priced(
     code, doc, _ = _cli(capsys, "report", str(run), "--target", "rows=80000", "--json")
     assert code == 0
     (entry,) = doc["forecast"]
-    assert entry["model"].startswith("power") and entry["peak_model"] == "linear"
+    assert entry["model"] == "n²" and entry["peak_model"] == "linear"
     assert entry["seconds"] == pytest.approx(_seconds(80000), rel=0.02)
     assert entry["peak_rss_bytes"] == pytest.approx(_peak(80000), rel=0.02)
     assert entry["extrapolation"] == pytest.approx(10.0) and not entry["beyond_10x"]
