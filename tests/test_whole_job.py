@@ -32,13 +32,15 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]
 
 
 def _billed(seconds: float, price: float, vms: int = 1) -> float:
+    """``vms`` VMs at ``price`` each, each billed per second with a one-minute minimum."""
     return vms * math.ceil(max(seconds, 60.0)) * price / 3600.0
 
 
 def _units_store(tmp_path: Path) -> Path:
-    """n2-highcpu-8 × 8 at 1000 cubes/s on 1, 2 and 4 VMs (2000, 3600 cubes/s), $0.40/h."""
+    """n2-highcpu-8 × 8 at 1000 cubes/s on 1, 2 and 4 VMs (2000, 3600 cubes/s), $0.40/h each
+    (a --nodes trial's price is that of all its VMs, as the store records it)."""
     trials = [{"machine": "n2-highcpu-8", "workers": 8, "nodes": nodes, "repeat": r,
-               "units_per_s": rate, "price_per_hour": 0.40, "unit": "cube",
+               "units_per_s": rate, "price_per_hour": 0.40 * nodes, "unit": "cube",
                "job_kind": "throughput", "trial_id": f"t-{nodes}-{r}"}
               for nodes, rate in ((1, 1000.0), (2, 2000.0), (4, 3600.0)) for r in range(3)]
     return write_store(tmp_path / "units", trials, sweep={"sweep_id": "units", "vms": VMS},

@@ -74,9 +74,10 @@ def question(target: str | None, size: str | None, total: float | None) -> Quest
     return Question(target=value, size=name or size, total=total)
 
 
-def billed_cost(seconds: float, price_per_hour: float, vms: int = 1) -> float:
-    """USD for ``vms`` VMs, each billed per second for ``seconds``, at least a minute."""
-    return vms * math.ceil(max(seconds, MIN_BILLED_S)) * price_per_hour / 3600.0
+def billed_cost(seconds: float, price_per_hour: float) -> float:
+    """USD for ``seconds`` of VMs costing ``price_per_hour`` together (a --nodes trial's price
+    is that of all its VMs), each billed per second with a one-minute minimum."""
+    return math.ceil(max(seconds, MIN_BILLED_S)) * price_per_hour / 3600.0
 
 
 def _number(text: str) -> float | None:
@@ -300,9 +301,8 @@ def totals(run: RunData, q: Question) -> list[dict[str, Any]]:
         per, per_low, per_high = w.pop("per")
         lead = start or 0.0
         seconds = (lead + amount * per, lead + amount * per_low, lead + amount * per_high)
-        price = w["price_per_hour"]
-        cost = [billed_cost(s, price, w["nodes"]) if price is not None else None
-                for s in seconds]
+        price = w["price_per_hour"]  # a --nodes trial's is the price of all its VMs
+        cost = [billed_cost(s, price) if price is not None else None for s in seconds]
         out.append({**w, "amount": amount,
                     "amount_unit": "runs" if w["fixed_work"] else _unit(run),
                     "size_name": q.size if q.target is not None else None,
