@@ -21,9 +21,12 @@ optimiser, and a few hundred bootstrap refits cost milliseconds.
 
 Which law: leave-one-out over the sizes. Each size is held out in turn, the law fitted to
 the others and its prediction at the held-out size compared with the measurement (the log
-of their ratio); of the laws whose root-mean-square error is within ``PARSIMONY`` of the
-smallest, the simplest wins (linear, then n log n, then n², then the power law, whose extra
-exponent fits noise as readily as growth). A law is cross-validated only where every
+of their ratio), and the root-mean-square of those is the law's error. The power law wins
+only where its error is under half the best two-parameter law's (``EXPONENT_PRICE``): its
+free exponent fits noise, or a second growth mixed in, as readily as the growth itself, and
+an exponent between the classes pinned by a few noisy points extrapolates worse than the
+nearest class. Otherwise, of the two-parameter laws within ``PARSIMONY`` of the best, the
+simplest wins (linear, then n log n, then n²). A law is cross-validated only where every
 fold keeps as many sizes as it has parameters (linear and n log n from three sizes, the
 power law from four); with two sizes only the linear law is fitted, and it says so.
 
@@ -52,6 +55,7 @@ LINEAR, NLOGN, SQUARE, POWER = "linear", "n log n", "n²", "power"
 MODELS = (LINEAR, NLOGN, SQUARE, POWER)  # in order of simplicity
 PARAMS = {LINEAR: 2, NLOGN: 2, SQUARE: 2, POWER: 3}
 K_GRID = (0.25, 3.0, 0.01)  # the power law's exponents tried: start, stop, step
+EXPONENT_PRICE = 2.0  # the power law must halve the best 2-parameter law's CV error to win
 PARSIMONY = (1.10, 0.01)  # within 10 % or 0.01 of the best CV error: the simpler law wins
 SEED = 20261126
 RESAMPLES = 400
@@ -179,15 +183,19 @@ def _rms(errors: list[float]) -> float:
 
 
 def choose(sizes: list[float], values: list[float]) -> tuple[str, dict[str, list[float]]]:
-    """The simplest law whose leave-one-out error is within ``PARSIMONY`` of the smallest,
-    and every law's held-out errors."""
+    """The law by leave-one-out error (the power law where it halves the best class law's
+    error, else the simplest class law near the best), and every law's held-out errors."""
     errors = {m: cv_errors(m, sizes, values) for m in MODELS}
     scored = {m: _rms(e) for m, e in errors.items() if e}
     if not scored:
         return LINEAR, errors
-    best = min(scored.values())
+    two = [m for m in scored if PARAMS[m] == 2]
+    if POWER in scored and (not two or scored[POWER] * EXPONENT_PRICE
+                            < min(scored[m] for m in two)):
+        return POWER, errors
+    best = min(scored[m] for m in two)
     # the simplest law (MODELS is in order of simplicity) whose error is near the best's
-    return next(m for m in MODELS if m in scored
+    return next(m for m in MODELS if m in two
                 and scored[m] <= max(PARSIMONY[0] * best, best + PARSIMONY[1])), errors
 
 
