@@ -208,3 +208,30 @@ def test_the_interval_is_reproducible_and_brackets_the_forecast() -> None:
     assert (first.low, first.high) == (again.low, again.high)
     assert first.low < first.value < first.high
     assert first.low <= _seconds(80000) <= first.high
+
+
+def test_a_job_that_reports_units_is_forecast_in_units_per_second_and_totalled(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # seconds per row grow with the table: 1e-4 + 1e-9 × rows; rows/s is its inverse
+    def per_row(rows: float) -> float:
+        return 1e-4 + 1e-9 * rows
+
+    trials = [{"machine": "n2-highcpu-8", "workers": 4, "repeat": r, "unit": "row",
+               "job_kind": "throughput", "units_per_s": 1.0 / per_row(rows),
+               "price_per_hour": 0.40, "grid": json.dumps({"rows": str(rows)}),
+               "trial_id": f"t-{rows}-{r}"}
+              for rows in (10000, 20000, 40000, 80000) for r in range(2)]
+    run = write_store(tmp_path / "rows", trials, sweep={"sweep_id": "rows", "vms": VMS},
+                      timeseries=False)
+    code, doc, _ = _cli(capsys, "report", str(run), "--target", "800000", "--json")
+    assert code == 0 and doc["total"] == []  # no --total: a rate has no whole job
+    (entry,) = doc["forecast"]
+    assert entry["seconds"] is None and entry["model"] == "linear"
+    assert entry["units_per_s"] == pytest.approx(1.0 / per_row(800000), rel=0.02)
+    assert entry["units_per_s_low"] <= entry["units_per_s"] <= entry["units_per_s_high"]
+    code, doc, _ = _cli(capsys, "report", str(run), "--target", "800000", "--total", "800000",
+                        "--json")
+    (total,) = doc["total"]
+    assert total["amount_unit"] == "rows"
+    assert total["seconds"] == pytest.approx(START_S + 800000 * per_row(800000), rel=0.02)
+    assert total["cost_usd"] == pytest.approx(_billed(total["seconds"], 0.40), rel=0.02)
