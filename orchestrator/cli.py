@@ -32,7 +32,14 @@ from orchestrator.errors import (
     interrupt_again,
 )
 from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
-from orchestrator.spec.options import SWEEP_OPTIONS, SweepOption, flag_name
+from orchestrator.spec.options import (
+    SIZE_HELP,
+    SWEEP_OPTIONS,
+    TARGET_HELP,
+    TOTAL_HELP,
+    SweepOption,
+    flag_name,
+)
 from orchestrator.spec.spec import SweepSpec
 from workloads.base import REGISTRY
 
@@ -242,6 +249,7 @@ def sweep(**given: Any) -> None:
 
     values = {o.key: _value(given[o.param]) for o in SWEEP_OPTIONS if o.in_config}
     resume, config = given["resume"], given["config"]
+    asked = _question(given["target"], given["size"], given["total"])  # checked before anything
     if resume is not None:
         named = [k for k, v in values.items() if v not in (None, [])]
         if named or config is not None:
@@ -250,15 +258,55 @@ def sweep(**given: Any) -> None:
         spec = load_run_spec(Path(resume))
     else:
         spec = build_spec(values, Path(config) if config is not None else None)
+    if asked is not None and asked.target is not None:
+        _check_size_in_grid(asked.size, spec.grid)
     engine = _lazy("orchestrator.engine.sweep", "the sweep engine")
     # prints the plan, then (unless --plan) the report and where the store is
-    engine.run_sweep(spec, resume=None if resume is None else Path(resume), console=_console(),
-                     plan_only=given["plan"])
+    run_dir = engine.run_sweep(spec, resume=None if resume is None else Path(resume),
+                               console=_console(), plan_only=given["plan"])
+    if asked is not None and run_dir is not None:
+        _print_whole_job(run_dir, asked)
 
 
 sweep.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [_sweep_parameter(o) for o in SWEEP_OPTIONS])
 app.command(cls=_Command)(sweep)
+
+
+def _question(target: str | None, size: str | None, total: float | None) -> Any:
+    """--target/--size/--total as a ``whole_job.Question`` (None when none given)."""
+    if target is None and size is None and total is None:
+        return None
+    return _lazy("orchestrator.results.whole_job", "forecasts").question(target, size, total)
+
+
+def _check_size_in_grid(size: str | None, grid: dict[str, list[str]]) -> None:
+    """A sweep's --target needs a numeric --grid variable to forecast along: said now."""
+    def numeric(values: list[str]) -> bool:
+        try:
+            return all(float(v) > 0 for v in values)
+        except ValueError:
+            return False
+
+    sizes = [name for name, values in grid.items() if numeric(values)]
+    if size is not None and size not in sizes:
+        raise UsageError(f"--target: no numeric --grid {size} to forecast along "
+                         f"(numeric grid variables: {', '.join(sizes) or 'none'})")
+    if size is None and len(sizes) != 1:
+        raise UsageError("--target: " + ("several --grid variables are numbers: say which is "
+                                         "the size, e.g. --size rows" if sizes else
+                                         "sweep a size to forecast along, e.g. "
+                                         "--grid rows=1000,2000,4000,8000"))
+
+
+def _print_whole_job(run_dir: Path, asked: Any) -> None:
+    """The forecast and whole-job lines after a sweep's report."""
+    whole_job = _lazy("orchestrator.results.whole_job", "forecasts")
+    reports = _lazy("orchestrator.results.report", "reporting")
+    console = _console()
+    for line in whole_job.render_lines(reports.load_run(run_dir), asked):
+        console.print(line, highlight=False, markup=False,
+                      style="bold red" if line.startswith("WARNING") else None)
 
 
 catalog_app = typer.Typer(
@@ -461,14 +509,18 @@ def report(
             "--json", help="Print the report as JSON (stable keys, see docs) and write no file."
         ),
     ] = False,
+    size: Annotated[str | None, typer.Option(help=SIZE_HELP, metavar="NAME")] = None,
+    target: Annotated[str | None, typer.Option(help=TARGET_HELP, metavar="[NAME=]SIZE")] = None,
+    total: Annotated[float | None, typer.Option(help=TOTAL_HELP, metavar="N")] = None,
 ) -> None:
     """Print a run's summary and write report.html, report.md and plots/ into it."""
+    asked = _question(target, size, total)
     reports = _lazy("orchestrator.results.report", "reporting")
     if as_json:
-        reports.print_json(run, sys.stdout)
+        reports.print_json(run, sys.stdout, asked)
         return
     console = _console()
-    written = reports.report_run(run, console)
+    written = reports.report_run(run, console, asked)
     for path in written if isinstance(written, list | tuple) else [written]:
         console.print(f"wrote {path}", soft_wrap=True)  # a path folded by rich cannot be pasted
 
@@ -548,6 +600,13 @@ def recommend(
         typer.Option(help="The job's size: units for a job that reports units, runs for a "
                      "fixed-work job (default 1 run).", metavar="N", min=0.0),
     ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(help="Judge every configuration at this data size, forecast from the "
+                     "sizes swept (e.g. rows=4000000): time, cost and peak.",
+                     metavar="[NAME=]SIZE"),
+    ] = None,
+    size: Annotated[str | None, typer.Option(help=SIZE_HELP, metavar="NAME")] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the recommendation as JSON.")
     ] = False,
@@ -560,8 +619,9 @@ def recommend(
     deadline_s = parse_duration(deadline, "--deadline") if deadline is not None else None
     if total is not None and total <= 0:
         raise UsageError("--total must be more than 0")
+    asked = _question(target, size, total) if target is not None or size is not None else None
     rec = deciding.recommend_runs(list(runs), deadline_s, max_cost,
-                                  deciding.parse_margin(memory_margin), total)
+                                  deciding.parse_margin(memory_margin), total, asked)
     if as_json:
         _print_json(rec.to_dict())
     else:

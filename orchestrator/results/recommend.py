@@ -16,6 +16,10 @@ candidate, and each is judged on its measured figures alone:
   memory (``memory_gib`` of the trials, else the catalog's); a leaking configuration does
   not fit any machine for a longer run and is rejected as such.
 
+With ``--target rows=4000000`` every configuration is judged at that data size instead:
+its time per run (or rate) and peak forecast from the sizes swept (``whole_job``,
+``forecast``), each --nodes count a candidate of its own with every VM billed.
+
 The cheapest candidate that meets every constraint wins (the faster on a tie); the next
 is the runner-up, and every other candidate says in one line why it lost. A store measured
 on another host than its machine (a dry run) says so: its times are that host's.
@@ -32,10 +36,17 @@ from typing import Any
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.formatting import fmt_bytes, fmt_usd
 from orchestrator.results.report.model import OK, RunData, load_run, one_node
-from orchestrator.results.report.tables import parse_time
+from orchestrator.results.whole_job import (
+    MIN_BILLED_S,
+    Question,
+    billed_cost,
+    duration,
+    totals,
+    vm_start_seconds,
+)
 
-MIN_BILLED_S = 60.0  # per-second billing with a one-minute minimum (GCE and EC2 Linux)
 GIB = 2**30
+__all__ = ["MIN_BILLED_S", "billed_cost", "recommend", "recommend_runs", "render"]
 
 
 class NothingFitsError(CloudprofError):
@@ -62,6 +73,8 @@ class Candidate:
     needs_bytes: float | None  # peak × (1 + margin)
     measured_elsewhere: bool
     reasons: list[str] = field(default_factory=list)  # why it was rejected; empty: it fits
+    nodes: int = 1  # VMs (a --nodes sweep's cluster), each billed
+    basis: str = "measured"  # "forecast": time and peak forecast at --target's size
 
     def to_dict(self) -> dict[str, Any]:
         """Base units (seconds, USD, bytes); unknown figures are null, never NaN."""
@@ -86,11 +99,6 @@ class Recommendation:
                 "start_included": self.start_included, "notes": self.notes}
 
 
-def billed_cost(seconds: float, price_per_hour: float) -> float:
-    """USD for ``seconds`` of one VM billed per second, at least a minute."""
-    return math.ceil(max(seconds, MIN_BILLED_S)) * price_per_hour / 3600.0
-
-
 def parse_margin(text: str) -> float:
     """``20%`` or ``0.2`` → 0.2 (a share of the peak, at least 0)."""
     raw = str(text).strip()
@@ -102,19 +110,6 @@ def parse_margin(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise UsageError(f"--memory-margin: must be 0 or more, got {text!r}")
     return value
-
-
-def vm_start_seconds(sweep: dict[str, Any]) -> dict[str, float]:
-    """Machine type → median measured seconds from asking for a VM to its inputs staged."""
-    spans: dict[str, list[float]] = {}
-    for vm in (sweep.get("vms") or {}).values():
-        if not isinstance(vm, dict):
-            continue
-        start = parse_time(vm.get("requested_at") or vm.get("created_at"))
-        staged = parse_time(vm.get("inputs_staged_at"))
-        if start is not None and staged is not None and staged >= start and vm.get("machine"):
-            spans.setdefault(str(vm["machine"]), []).append((staged - start).total_seconds())
-    return {m: statistics.median(s) for m, s in spans.items()}
 
 
 def candidates(run: RunData, total: float | None, margin: float) -> list[Candidate]:
@@ -163,19 +158,61 @@ def candidates(run: RunData, total: float | None, margin: float) -> list[Candida
             peak_bytes=peak, machine_bytes=machine_bytes,
             needs_bytes=peak * (1.0 + margin) if peak is not None else None,
             measured_elsewhere=elsewhere)
-        if mem is not None and mem["leak"] is not None:
-            cand.reasons.append("its memory grows (leak verdict): no fixed memory is enough "
-                                "for a longer run")
-        elif peak is None:
-            cand.reasons.append("no peak memory measured")
-        elif machine_bytes is None:
-            cand.reasons.append(f"{base}'s memory is not in the catalog")
-        elif cand.needs_bytes is not None and cand.needs_bytes > machine_bytes:
-            cand.reasons.append(f"peak {fmt_bytes(peak)} + {margin:.0%} = "
-                                f"{fmt_bytes(cand.needs_bytes)} does not fit its "
-                                f"{fmt_bytes(machine_bytes)}")
-        if price != price:
-            cand.reasons.append(f"no price known for {base}")
+        _judge_memory(cand, base, margin, leaks=mem is not None and mem["leak"] is not None)
+        out.append(cand)
+    return out
+
+
+def _judge_memory(cand: Candidate, base: str, margin: float, leaks: bool) -> None:
+    """Add why ``cand`` is out on memory or price: a leak, an unknown peak or memory, a peak
+    plus margin over the machine's memory, no price."""
+    peak, machine_bytes = cand.peak_bytes, cand.machine_bytes
+    what = "forecast peak" if cand.basis == "forecast" else "peak"
+    if leaks:
+        cand.reasons.append("its memory grows (leak verdict): no fixed memory is enough "
+                            "for a longer run")
+    elif peak is None:
+        cand.reasons.append("no peak memory measured" if what == "peak" else "no peak forecast")
+    elif machine_bytes is None:
+        cand.reasons.append(f"{base}'s memory is not in the catalog")
+    elif cand.needs_bytes is not None and cand.needs_bytes > machine_bytes:
+        cand.reasons.append(f"{what} {fmt_bytes(peak)} + {margin:.0%} = "
+                            f"{fmt_bytes(cand.needs_bytes)} does not fit its "
+                            f"{fmt_bytes(machine_bytes)}")
+    if cand.price_per_hour != cand.price_per_hour:
+        cand.reasons.append(f"no price known for {base}")
+
+
+def forecast_candidates(run: RunData, q: Question, margin: float) -> list[Candidate]:
+    """Every configuration of ``run`` at ``q``'s target size: the whole job's time and cost
+    (``whole_job.totals``: VM start as measured + the forecast work, every VM billed) and its
+    forecast peak, judged like the measured candidates."""
+    from orchestrator.results.whole_job import forecasts
+
+    peaks = {(e["machine"], e["ran_on"], e["workers"], e["nodes"], e["grid"]): e
+             for e in forecasts(run, q)}
+    ok = run.trials.where(lambda r: r["status"] == OK)
+    out = []
+    for t in totals(run, q):
+        key = (t["machine"], t["ran_on"], t["workers"], t["nodes"], t["grid"])
+        peak = peaks[key]["peak_rss_bytes"]
+        base = str(t["machine"])
+        mine = ok.where(lambda r, b=base: str(r.get("machine_type") or r["machine"]) == b)
+        catalog = _catalog_row(base)
+        machine_bytes = (catalog.memory_gib * GIB if catalog else None) if t["estimate"] \
+            else _machine_bytes(mine, catalog)
+        provider = catalog.provider if t["estimate"] and catalog else _first_str(mine, "provider")
+        price = t["price_per_hour"] if t["price_per_hour"] is not None else math.nan
+        cand = Candidate(
+            run=run.name, provider=provider,
+            machine=base + (f" · {t['grid']}" if t["grid"] else ""), ran_on=t["ran_on"],
+            workers=t["workers"], trials=sorted(str(i) for i in mine["trial_id"] if i),
+            work_s=t["work_s"], start_s=t["start_s"], seconds=t["seconds"],
+            price_per_hour=price, cost=t["cost_usd"] if t["cost_usd"] is not None else math.nan,
+            peak_bytes=peak, machine_bytes=machine_bytes,
+            needs_bytes=peak * (1.0 + margin) if peak is not None else None,
+            measured_elsewhere=bool(t["estimate"]), nodes=t["nodes"], basis="forecast")
+        _judge_memory(cand, base, margin, leaks=False)
         out.append(cand)
     return out
 
@@ -205,16 +242,23 @@ def _machine_bytes(group: Any, catalog: Any) -> float | None:
 
 
 def recommend(runs: list[RunData], deadline_s: float | None, max_cost: float | None,
-              margin: float, total: float | None) -> Recommendation:
-    """The cheapest candidate over ``runs`` meeting every constraint (see the module)."""
+              margin: float, total: float | None,
+              question: Question | None = None) -> Recommendation:
+    """The cheapest candidate over ``runs`` meeting every constraint (see the module);
+    with a target size in ``question``, at that size (``forecast_candidates``)."""
     _same_job(runs)
-    found = [c for run in runs for c in candidates(run, total, margin)]
+    if question is not None and question.target is not None:
+        found = [c for run in runs
+                 for c in forecast_candidates(run, Question(question.target, question.size,
+                                                            total), margin)]
+    else:
+        found = [c for run in runs for c in candidates(run, total, margin)]
     if not found:
         raise NothingFitsError("no configuration finished ok in "
                                + ", ".join(str(r.run_dir) for r in runs))
     for c in found:
         if deadline_s is not None and c.seconds > deadline_s:
-            c.reasons.append(f"{_duration(c.seconds)} misses the {_duration(deadline_s)} deadline")
+            c.reasons.append(f"{duration(c.seconds)} misses the {duration(deadline_s)} deadline")
         if max_cost is not None and c.cost == c.cost and c.cost > max_cost:
             c.reasons.append(f"{fmt_usd(c.cost)} is over the {fmt_usd(max_cost)} limit")
     fits = sorted((c for c in found if not c.reasons),
@@ -256,26 +300,20 @@ def _same_job(runs: list[RunData]) -> None:
 
 
 def _name(c: Candidate) -> str:
-    return f"{c.machine} × {c.workers}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+    return f"{c.machine} × {c.workers}" + (f" × {c.nodes} VMs" if c.nodes > 1 else "")
 
 
 def describe(c: Candidate) -> str:
     """One line: the configuration, its time (with the start where measured), cost, memory."""
-    start = (f" incl. {_duration(c.start_s)} VM start" if c.start_s is not None
+    start = (f" incl. {duration(c.start_s)} VM start" if c.start_s is not None
              else " (VM start not included)")
     est = " (est.: measured on " + c.ran_on + ")" if c.measured_elsewhere else ""
+    if c.basis == "forecast":
+        est += " (forecast)"
     memory = (f"; peak {fmt_bytes(c.peak_bytes)} of {fmt_bytes(c.machine_bytes)}"
               if c.peak_bytes is not None and c.machine_bytes is not None else "")
     cloud = f"{c.provider} " if c.provider != "-" else ""
-    return (f"{cloud}{_name(c)}: {_duration(c.seconds)}{start}, {fmt_usd(c.cost)}{est}"
+    return (f"{cloud}{_name(c)}: {duration(c.seconds)}{start}, {fmt_usd(c.cost)}{est}"
             f"{memory} [run {c.run}]")
 
 
@@ -295,6 +333,8 @@ def render(rec: Recommendation) -> str:
 
 
 def recommend_runs(paths: list[Path], deadline_s: float | None, max_cost: float | None,
-                   margin: float, total: float | None) -> Recommendation:
+                   margin: float, total: float | None,
+                   question: Question | None = None) -> Recommendation:
     """:func:`recommend` over the stores at ``paths``."""
-    return recommend([load_run(p) for p in paths], deadline_s, max_cost, margin, total)
+    return recommend([load_run(p) for p in paths], deadline_s, max_cost, margin, total,
+                     question)

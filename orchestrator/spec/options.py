@@ -30,6 +30,13 @@ JOB = "Your own job"
 CLOUD = "Provider"
 LIMITS = "Limits and output"
 
+SIZE_HELP = ("Which --grid variable is the data size (rows, samples, features) for --target; "
+             "default: the only numeric one.")
+TARGET_HELP = ("Forecast time and peak memory at this size from the sizes swept (e.g. "
+               "rows=4000000), per machine, workers and nodes; with --total, the whole job.")
+TOTAL_HELP = ("The whole job: N units (runs for a job that reports none); prints its wall time "
+              "and dollars per configuration, VM start included.")
+
 KINDS = ("text", "path", "int", "float", "texts", "flag", "switch", "choice")
 _DEFAULTS = SweepSpec(machines=[])  # help texts show the spec's own defaults
 
@@ -227,6 +234,17 @@ SWEEP_OPTIONS: tuple[SweepOption, ...] = (
          kind="texts", flags=("--grid",), metavar="NAME=V1,V2,...", convert=v.grid_table,
          doc="a parameter swept on top of machines × workers (repeatable; TOML `[grid]`); "
          "with `--command`, each name must reach the job as `{name}` or `$CLOUDPROF_NAME`"),
+    _opt("size", SIZE_HELP, JOB, metavar="NAME",
+         doc="which `--grid` variable is the data size for `--target` (default: the only "
+         "numeric one)"),
+    _opt("target", TARGET_HELP, JOB, metavar="[NAME=]SIZE",
+         doc="after the sweep, forecast time and peak memory at this size from the sizes "
+         "swept, per machine, workers and nodes (see [Forecasts](../measurement/forecast.md)); "
+         "checked before anything starts: the grid must sweep a numeric size"),
+    _opt("total", TOTAL_HELP, JOB, kind="float", metavar="N",
+         doc="after the sweep, the whole job of N units (runs for a fixed-work job): wall time "
+         "and dollars per configuration, the measured VM start included, billed per second "
+         "with a one-minute minimum"),
     _opt("provider", "Where the machines come from (default: each machine's provider in the "
          "catalog, an SSH host's ssh: one sweep may span them).", CLOUD, kind="choice",
          choices=v.PROVIDER_NAMES, convert=v.provider_name,

@@ -112,7 +112,18 @@ def print_summary(run_dir: str | Path, console: Console) -> Report:
     return report
 
 
-def report_run(run_dir: str | Path, console: Console) -> Path:
+def _asked(run_dir: str | Path, question: Any) -> RunData:
+    """The store, with the user's --target/--total (``whole_job.Question``) when given."""
+    run = load_run(run_dir)
+    run.question = question
+    if question is not None and question.target is not None:
+        from orchestrator.results.whole_job import size_name
+
+        question.size = size_name(run, question.size)  # a bad --target: said before the report
+    return run
+
+
+def report_run(run_dir: str | Path, console: Console, question: Any = None) -> Path:
     """Print the terminal summary, then write the report files; returns report.html's path.
 
     What ``cloudprof report`` and the end of a sweep do. The store is read and the
@@ -120,9 +131,15 @@ def report_run(run_dir: str | Path, console: Console) -> Path:
     the summary is printed before the plots are drawn, so the user reads the
     results while the figures are drawn.
     """
-    run = load_run(run_dir)
+    run = _asked(run_dir, question)
     report = build_report(run)
     render_console(report, console)
+    if question is not None:  # --target / --total: the forecast and the whole job's figures
+        from orchestrator.results.whole_job import render_lines
+
+        for line in render_lines(run, question):
+            console.print(line, highlight=False, markup=False,
+                          style="bold red" if line.startswith("WARNING") else None)
     return _write_files(run, report)
 
 
@@ -152,8 +169,8 @@ def _write_files(run: RunData, report: Report) -> Path:
     return html_path
 
 
-def print_json(run_dir: str | Path, out: TextIO) -> dict[str, Any]:
+def print_json(run_dir: str | Path, out: TextIO, question: Any = None) -> dict[str, Any]:
     """``cloudprof report --json``: the report document on ``out``; writes no file."""
-    document = report_document(load_run(run_dir))
+    document = report_document(_asked(run_dir, question))
     out.write(render_json(document))
     return document

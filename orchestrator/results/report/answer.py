@@ -21,7 +21,7 @@ renderer prints as they are.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from orchestrator.formatting import (
@@ -94,11 +94,14 @@ class AnswerCard:
     vcpus: int | None
     why: str  # why scaling stops, in words (the profile's shares where profiled)
     shares: dict[str, float] | None  # the profile's mean thread-time shares behind ``why``
+    whole_job: str = ""  # --total / --target: the whole job's time and cost (whole_job.py)
 
     def lines(self) -> list[tuple[str, str]]:
         """(label, text) pairs: what every renderer prints, in this order."""
         out = [("Best", self._best()), ("Cost", self._cost()), ("Memory", self._memory()),
                ("Scaling", self._scaling())]
+        if self.whole_job:
+            out.append(("Whole job", self.whole_job))
         if self.measured_elsewhere:
             out.append(("Hardware", self._hardware()))
         return out
@@ -204,6 +207,10 @@ def answer_cards(
         mine = ok.where(lambda r, k=key: (str(r["machine"]), str(r["ran_on"])) == k)
         card = _card(key, group, mine, knee_of.get(key), by_machine.get(key, {}), memory,
                      profiles)
+        if card is not None and getattr(run, "question", None) is not None:
+            from orchestrator.results.whole_job import card_text
+
+            card = replace(card, whole_job=card_text(run, mine, card.workers))
         if card is not None:
             cards.append(card)
     return cards

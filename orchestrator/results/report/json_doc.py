@@ -98,8 +98,25 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
             **({"scale_out": scale_out} if (scale_out := _scale_out(trials)) else {}),
             # --prove-limit / --find-limit only: the memory request under a cgroup limit
             **({"memory_limits": limits} if (limits := _limits(run.run_dir)) else {}),
+            # --target / --total only: the forecast at a size and the whole job's time and cost
+            **_whole_job(run),
         }
     )
+
+
+def _whole_job(run: RunData) -> dict[str, Any]:
+    """``forecast`` (--target) and ``total`` (--total or --target): empty when not asked."""
+    q = run.question
+    if q is None or not q.asked:
+        return {}
+    from orchestrator.results import whole_job
+
+    out: dict[str, Any] = {}
+    if q.target is not None:
+        out["forecast"] = whole_job.forecasts(run, q)
+        out["forecast_warnings"] = whole_job.warnings(run, q)
+    out["total"] = whole_job.totals(run, q)
+    return out
 
 
 def _memory(trials: Frame) -> list[dict[str, Any]]:

@@ -70,6 +70,7 @@ class RunData:
     run_dir: Path
     sweep: dict[str, Any]
     trials: Frame  # all trials, TRIAL_COLUMNS (missing optional ones filled)
+    question: Any = None  # whole_job.Question: --target/--total, when the user asked them
 
     @property
     def measure(self) -> Measure:
