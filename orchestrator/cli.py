@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from orchestrator import __version__
+from orchestrator.analysis.search import OBJECTIVES
 from orchestrator.engine import signals
 from orchestrator.errors import (
     EXIT_INTERRUPTED,
@@ -30,7 +31,6 @@ from orchestrator.errors import (
     UsageError,
     interrupt_again,
 )
-from orchestrator.plan.search import OBJECTIVES
 from orchestrator.providers import PROVIDERS
 from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
 from orchestrator.spec.spec import SweepSpec

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from orchestrator.plan.model import KNEE_GAIN
+from orchestrator.analysis.model import KNEE_GAIN
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.results import compare, plots, report
 from orchestrator.results.report.measure import RUNS, UNITS, trial_rate

@@ -410,7 +410,7 @@ def make_plan(
         )
     search = None
     if spec.search:
-        from orchestrator.plan.search import default_budget
+        from orchestrator.analysis.search import default_budget
 
         budget = min(len(vms), spec.budget or default_budget(len(vms)))
         search = {"objective": spec.search, "budget": budget, "candidates": len(vms)}
@@ -543,7 +543,7 @@ def _single_repeat(plan: Plan) -> bool:
 
 def _render_search(plan: Plan, console: Console) -> None:
     """A search's bounds: how many of the candidates at most, and what that can cost."""
-    from orchestrator.plan.search import EI_STOP
+    from orchestrator.analysis.search import EI_STOP
 
     assert plan.search is not None
     s = plan.search
