@@ -23,6 +23,7 @@ import typer
 
 from orchestrator import __version__
 from orchestrator.analysis.search import OBJECTIVES
+from orchestrator.catalog.machines import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
 from orchestrator.engine import signals
 from orchestrator.errors import (
     EXIT_INTERRUPTED,
@@ -32,7 +33,6 @@ from orchestrator.errors import (
     interrupt_again,
 )
 from orchestrator.providers import PROVIDERS
-from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
 from orchestrator.spec.spec import SweepSpec
 from workloads.base import REGISTRY
 from workloads.cube_strategies import STRATEGIES
@@ -218,7 +218,7 @@ def _complete_workload(incomplete: str) -> list[str]:
 
 def _complete_machine(incomplete: str) -> list[str]:
     """Machine types of the catalog (read only when the shell asks)."""
-    from orchestrator.spec.catalog import load_catalog
+    from orchestrator.catalog.machines import load_catalog
 
     try:
         names = {m.name for m in load_catalog(None)}
@@ -629,7 +629,7 @@ def catalog(
     """List machine types with vCPUs, memory, prices per hour, and where each price comes from."""
     if ctx.invoked_subcommand is not None:
         return
-    from orchestrator.spec import catalog as cat
+    from orchestrator.catalog import machines as cat
 
     provider = _value(provider)
     if as_json and fmt.value != "table":
@@ -694,8 +694,8 @@ def catalog_refresh(
     ] = False,
 ) -> None:
     """Fetch dated prices (your credentials) into ~/.cache/cloudprof/catalog; sweeps use them."""
-    from orchestrator.spec import catalog as cat
-    from orchestrator.spec.pricing import refresh as pricing
+    from orchestrator.catalog import machines as cat
+    from orchestrator.catalog.pricing import refresh as pricing
 
     provider, source = _value(provider), str(source.value)
     if path is not None and source != "skypilot":
@@ -1014,8 +1014,8 @@ def cleanup(
     ] = None,
 ) -> None:
     """List (and with --yes delete) leftover resources carrying cloudprof's labels."""
+    from orchestrator.catalog.machines import check_name
     from orchestrator.results.store import recorded_buckets
-    from orchestrator.spec.catalog import check_name
     from orchestrator.spec.config import check_bucket, parse_duration, read_config
 
     provider = _value(provider)

@@ -1134,9 +1134,9 @@ def test_the_report_says_what_one_unit_delivered(
     """The real runner records the cube's consumer; the store keeps it; the report says it."""
     import os
 
+    from orchestrator.catalog.machines import MachineType
     from orchestrator.plan.planner import TrialPlan
     from orchestrator.results.store import RunStore
-    from orchestrator.spec.catalog import MachineType
 
     params = {"frames": "4", "rows": "40", "cols": "50", "dim": "10", "consumer": consumer}
     out = tmp_path / "trial"

@@ -79,7 +79,7 @@ from workloads.protocol import TrialRequest
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.spec.catalog import MachineType
+    from orchestrator.catalog.machines import MachineType
 
 SSH_USER = "cloudprof"
 EXPIRY_MARGIN_S = 1800.0  # a VM outlives its estimate by 50% plus this, then deletes itself
@@ -224,8 +224,8 @@ def generate_inputs(inputs: StagedInputs, console: Console | None = None) -> Pat
 
 def lookup_machines(spec: SweepSpec) -> list[MachineType]:
     """Catalog rows of the spec's machines; local/ssh machines may be off-catalog."""
+    from orchestrator.catalog.machines import MachineType, lookup
     from orchestrator.errors import UnknownMachineError
-    from orchestrator.spec.catalog import MachineType, lookup
     from orchestrator.spec.config import machine_providers
 
     out = []

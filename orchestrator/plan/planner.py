@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.catalog.machines import STALE_DAYS, MachineType
 from orchestrator.formatting import fmt_bytes, fmt_usd
-from orchestrator.spec.catalog import STALE_DAYS, MachineType
 from workloads.protocol import TrialRequest
 
 if TYPE_CHECKING:

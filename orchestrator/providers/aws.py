@@ -362,7 +362,7 @@ def image_parameter(image: str | None, machine: str) -> str | None:
             f"unknown AWS image {image!r}: use one of {', '.join(IMAGES)}, "
             "an SSM parameter path (/aws/service/...) or an AMI id (ami-...)"
         )
-    from orchestrator.spec.catalog import machine_arch
+    from orchestrator.catalog.machines import machine_arch
 
     return IMAGES[image][machine_arch("aws", machine)]  # Graviton machines boot arm64
 
@@ -391,7 +391,7 @@ def regions_to_search(primary: str, extra: set[str] | None = None) -> list[str]:
     default) plus ``extra``, so cleanup and resume find a sweep's machines even
     when the shell's default region is another one.
     """
-    from orchestrator.spec.catalog import load_catalog
+    from orchestrator.catalog.machines import load_catalog
 
     try:
         catalog = {m.region for m in load_catalog("aws") if m.region}

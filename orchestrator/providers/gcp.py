@@ -488,7 +488,7 @@ class GcpProvider(Provider):
         """``projects/P/global/images/...`` as is; ``P/family`` or a debian-cloud family;
         none: Debian 12 for the machine's architecture (catalog ``arch`` column)."""
         if not image:
-            from orchestrator.spec.catalog import machine_arch
+            from orchestrator.catalog.machines import machine_arch
 
             return DEFAULT_IMAGES[machine_arch("gcp", machine)]
         if image.startswith(("projects/", "https://")):

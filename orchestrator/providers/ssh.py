@@ -45,9 +45,9 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.catalog.machines import MachineType, check_name
 from orchestrator.errors import UsageError
 from orchestrator.providers.base import Executor, Instance, Provider, ProviderOptions, VmRequest
-from orchestrator.spec.catalog import MachineType, check_name
 
 if TYPE_CHECKING:
     from orchestrator.providers.remote import SshExecutor

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.catalog.machines import check_name, load_catalog, lookup, suggest
 from orchestrator.errors import BucketError, UsageError
-from orchestrator.spec.catalog import check_name, load_catalog, lookup, suggest
 from orchestrator.spec.spec import SweepSpec
 
 if sys.version_info >= (3, 11):
@@ -977,7 +977,7 @@ def _check_host_keys(spec: SweepSpec, hosts: list[Any]) -> None:
 def search_candidates(spec: SweepSpec) -> list[str]:
     """``--search``'s machine types: the --machine names plus the catalog rows matching
     --family, --vcpus and --max-price (provider and region as given), once each."""
-    from orchestrator.spec.catalog import filter_catalog, sort_catalog
+    from orchestrator.catalog.machines import filter_catalog, sort_catalog
 
     names = list(spec.machines)
     if spec.family or spec.vcpus or spec.max_price is not None:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from orchestrator.spec.catalog import MachineType
-from orchestrator.spec.pricing.families import ARCHES, AWS_FAMILIES, X86, covered, family_of
+from orchestrator.catalog.machines import MachineType
+from orchestrator.catalog.pricing.families import ARCHES, AWS_FAMILIES, X86, covered, family_of
 
 PRICING_REGION = "us-east-1"
 PRODUCT_FILTERS = {  # one Linux on-demand price per instance type and region

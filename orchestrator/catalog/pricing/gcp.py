@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.catalog.machines import MachineType
+from orchestrator.catalog.pricing.families import GCP_FAMILIES, arch_of, family_of
 from orchestrator.errors import CredentialsError
-from orchestrator.spec.catalog import MachineType
-from orchestrator.spec.pricing.families import GCP_FAMILIES, arch_of, family_of
 
 BILLING_ENDPOINT_ENV = "CLOUDPROF_GCP_BILLING_ENDPOINT"
 COMPUTE_SERVICE = "services/6F81-5844-456A"  # Compute Engine in the Cloud Billing catalog

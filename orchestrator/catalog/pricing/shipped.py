@@ -15,7 +15,7 @@ every machine from the per-family rates below (one place to correct a rate):
 The rates are from memory of the providers' public price pages around
 ``ESTIMATE_DATE`` (not fetched). ``cloudprof catalog refresh`` replaces them
 with fetched prices in the user's cache. Regenerate the files after editing:
-``python -m orchestrator.spec.pricing.shipped``.
+``python -m orchestrator.catalog.pricing.shipped``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import csv
 import io
 from pathlib import Path
 
-from orchestrator.spec.catalog import COLUMNS
-from orchestrator.spec.pricing.families import AWS_FAMILIES, GCP_FAMILIES, arch_of
+from orchestrator.catalog.machines import COLUMNS
+from orchestrator.catalog.pricing.families import AWS_FAMILIES, GCP_FAMILIES, arch_of
 
 ESTIMATE_DATE = "2025-06-01"
 SHIPPED_MARK = "offline estimate"  # in every shipped row's price_source
