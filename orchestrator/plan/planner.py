@@ -287,7 +287,7 @@ def trial_request(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 
     """
     grid = grid or {}
     if spec.command is not None:
-        from orchestrator.engine.jobs import check_command
+        from orchestrator.spec.job import check_command
 
         return TrialRequest(
             command=tuple(check_command(spec.command, spec.shell, spec.grid)), job=True,
