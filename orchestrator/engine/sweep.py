@@ -16,7 +16,6 @@ import errno
 import hashlib
 import json
 import math
-import os
 import posixpath
 import shutil
 import signal
@@ -27,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import settings
 from orchestrator.engine import timeouts
 from orchestrator.engine.progress import SweepProgress
 from orchestrator.engine.signals import current as current_signals
@@ -100,7 +100,7 @@ DELETE_BACKOFF_S = 2.0  # the first retry's delay; CLOUDPROF_DELETE_BACKOFF_S ov
 def delete_backoff_s() -> float:
     """The first deletion retry's delay: the environment's when it is a sane number (the
     tests shorten it; a user whose cloud needs longer may lengthen it), else the default."""
-    raw = os.environ.get("CLOUDPROF_DELETE_BACKOFF_S", "")
+    raw = settings.DELETE_BACKOFF_S.get() or ""
     try:
         value = float(raw)
     except ValueError:

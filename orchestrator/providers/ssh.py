@@ -45,6 +45,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator import settings
 from orchestrator.catalog.machines import MachineType, check_name
 from orchestrator.errors import UsageError
 from orchestrator.providers.base import Executor, Instance, Provider, ProviderOptions, VmRequest
@@ -326,7 +327,7 @@ class SshProvider(Provider):
             return host.key_file
         if self.options.ssh_key is not None:
             return Path(self.options.ssh_key).expanduser()
-        env = os.environ.get("CLOUDPROF_SSH_KEY")
+        env = settings.SSH_KEY.get()
         return Path(env).expanduser() if env else None
 
     def check_credentials(self) -> None:
