@@ -148,3 +148,13 @@ def test_the_check_sees_function_local_imports(tmp_path: Path) -> None:
     assert wrong_way({"orchestrator.spec.demo": found}) == {
         ("orchestrator.spec.demo", t) for t in found}
     assert not wrong_way({"orchestrator.engine.demo": {"orchestrator.spec.spec"}})
+
+
+if __name__ == "__main__":  # python tests/test_layers.py: the stage graph, arrows counted
+    import collections
+
+    arrows: collections.Counter[tuple[str, str]] = collections.Counter(
+        (_stage(m), _stage(t)) for m, ts in import_graph().items() for t in ts
+        if _stage(t) not in (_stage(m), "orchestrator") and _stage(t) not in FOUNDATION)
+    for (src, dst), count in sorted(arrows.items()):
+        print(f"{src:>10} -> {dst:<10} {count:3d}")
