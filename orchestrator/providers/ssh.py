@@ -70,7 +70,8 @@ HOST_KEYS = {
     "machine",
 }
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*|[0-9A-Fa-f:]+)$")
-_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
+# a login name; spec.environment checks CLOUDPROF_SSH_USER by it too
+LOGIN_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 _SPEC_RE = re.compile(r"^(?:([^@\s]+)@)?(\[[^\]]+\]|[^:@\s]+)(?::(\d+))?$")
 
 # A host that is up but refuses or drops the connection is misconfigured, not
@@ -123,7 +124,7 @@ def _check_port(port: object, where: str) -> int:
 
 
 def _check_user(user: object, where: str) -> str:
-    if not isinstance(user, str) or not _USER_RE.match(user):
+    if not isinstance(user, str) or not LOGIN_RE.match(user):
         raise UsageError(f"{where}: invalid user {user!r}")
     return user
 

@@ -32,9 +32,9 @@ def _ssh_endpoint(name: str, value: str) -> None:
 
 
 def _ssh_user(name: str, value: str) -> None:
-    from orchestrator.providers.ssh import _USER_RE
+    from orchestrator.providers.ssh import LOGIN_RE
 
-    if not _USER_RE.match(value):
+    if not LOGIN_RE.match(value):
         raise UsageError(f"{name}={value!r} is not a login name (letters, digits, '_', '.', "
                          "'-'; at most 32)")
 
