@@ -25,7 +25,7 @@ draws one noisy throughput at one worker count.
    worker (λ 700–1,400 units/s), USL σ (0–0.08) and peak N* (12–120 workers),
    price per vCPU-hour (0.02–0.06 USD) and memory per vCPU; a machine's
    measured peak is its true peak over 1..2v workers with 2–5 % noise. The
-   search (``plan.search.search_step``, budget ``default_budget`` = 3 spread
+   search (``analysis.search.search_step``, budget ``default_budget`` = 3 spread
    over the 28 candidates plus ⌈√28⌉ = 6 the model picks) against as many
    machines as it tried, drawn at random (interleaved, same worlds): share of
    replays whose pick is within 5 % of the truly cheapest cost per unit
@@ -46,9 +46,14 @@ from pathlib import Path
 import numpy as np
 from _common import machine_line, print_table
 
-from orchestrator.plan.model import fit_usl, fit_usl_with_intervals, knee_range, peak_workers, usl
-from orchestrator.plan.planner import default_workers
-from orchestrator.plan.search import (
+from orchestrator.analysis.model import (
+    fit_usl,
+    fit_usl_with_intervals,
+    knee_range,
+    peak_workers,
+    usl,
+)
+from orchestrator.analysis.search import (
     Candidate,
     converged,
     default_budget,
@@ -58,6 +63,7 @@ from orchestrator.plan.search import (
     search_step,
     trials_spent,
 )
+from orchestrator.plan.planner import default_workers
 
 VCPUS = (8, 16, 32, 64, 96)
 

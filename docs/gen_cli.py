@@ -11,9 +11,9 @@ Used two ways:
   built from and nothing generated is committed;
 * as a script: ``python docs/gen_cli.py`` prints the same Markdown.
 
-``on_page_markdown`` also fills the tables of sweep options and ``sweep.toml`` keys
-that ``reference/commands.md`` marks, from ``orchestrator/spec/options.py``, where
-each option is declared once.
+``on_page_markdown`` also fills the tables the reference pages mark: the sweep
+options and ``sweep.toml`` keys (``orchestrator/spec/options.py``, where each option
+is declared once) and the environment settings (``orchestrator/settings.py``).
 """
 
 from __future__ import annotations
@@ -140,21 +140,28 @@ def render() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-TABLES = {  # marker in a page -> the function of orchestrator.spec.options that writes it
-    "<!-- generated: sweep options -->": "options_table",
-    "<!-- generated: sweep.toml keys -->": "config_keys_table",
+TABLES = {  # marker in a page -> (module, function, arguments) that write its table
+    "<!-- generated: sweep options -->": ("orchestrator.spec.options", "options_table", ()),
+    "<!-- generated: sweep.toml keys -->": ("orchestrator.spec.options", "config_keys_table", ()),
+    "<!-- generated: settings user -->": ("orchestrator.settings", "markdown_table", ("user",)),
+    "<!-- generated: settings host -->": ("orchestrator.settings", "markdown_table", ("host",)),
+    "<!-- generated: settings test seam -->": ("orchestrator.settings", "markdown_table",
+                                               ("test seam",)),
 }
 
 
 def fill_tables(markdown: str) -> str:
-    """A page with each table marker replaced by the table, from the options' one table."""
+    """A page with each table marker replaced by the table, from the code's one list of it
+    (the sweep options, the environment settings)."""
     if not any(marker in markdown for marker in TABLES):
         return markdown
-    _app_command()  # puts this checkout on sys.path
-    from orchestrator.spec import options
+    import importlib
 
-    for marker, name in TABLES.items():
-        markdown = markdown.replace(marker, getattr(options, name)())
+    _app_command()  # puts this checkout on sys.path
+    for marker, (module, name, args) in TABLES.items():
+        if marker in markdown:
+            table = getattr(importlib.import_module(module), name)(*args)
+            markdown = markdown.replace(marker, table)
     return markdown
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from orchestrator import __version__
+from orchestrator.catalog.machines import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
 from orchestrator.engine import signals
 from orchestrator.errors import (
     EXIT_INTERRUPTED,
@@ -31,7 +32,6 @@ from orchestrator.errors import (
     UsageError,
     interrupt_again,
 )
-from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, SORT_KEYS
 from orchestrator.spec.options import (
     SIZE_HELP,
     SWEEP_OPTIONS,
@@ -213,7 +213,7 @@ def _complete_workload(incomplete: str) -> list[str]:
 
 def _complete_machine(incomplete: str) -> list[str]:
     """Machine types of the catalog (read only when the shell asks)."""
-    from orchestrator.spec.catalog import load_catalog
+    from orchestrator.catalog.machines import load_catalog
 
     try:
         names = {m.name for m in load_catalog(None)}
@@ -354,7 +354,7 @@ def catalog(
     """List machine types with vCPUs, memory, prices per hour, and where each price comes from."""
     if ctx.invoked_subcommand is not None:
         return
-    from orchestrator.spec import catalog as cat
+    from orchestrator.catalog import machines as cat
 
     provider = _value(provider)
     if as_json and fmt.value != "table":
@@ -419,8 +419,8 @@ def catalog_refresh(
     ] = False,
 ) -> None:
     """Fetch dated prices (your credentials) into ~/.cache/cloudprof/catalog; sweeps use them."""
-    from orchestrator.spec import catalog as cat
-    from orchestrator.spec.pricing import refresh as pricing
+    from orchestrator.catalog import machines as cat
+    from orchestrator.catalog.pricing import refresh as pricing
 
     provider, source = _value(provider), str(source.value)
     if path is not None and source != "skypilot":
@@ -488,7 +488,7 @@ def _print_catalog_table(rows: list[Any]) -> None:
     console = _console()
     console.print(table)
     if any(m.stale() for m in rows):
-        from orchestrator.spec.catalog import STALE_DAYS
+        from orchestrator.catalog.machines import STALE_DAYS
 
         console.print(f"[yellow]warning:[/yellow] prices marked ! are over {STALE_DAYS} days "
                       "old: run `cloudprof catalog refresh` for current ones", highlight=False)
@@ -762,8 +762,8 @@ def cleanup(
     ] = None,
 ) -> None:
     """List (and with --yes delete) leftover resources carrying cloudprof's labels."""
+    from orchestrator.catalog.machines import check_name
     from orchestrator.results.store import recorded_buckets
-    from orchestrator.spec.catalog import check_name
     from orchestrator.spec.config import read_config
     from orchestrator.spec.values import check_bucket, parse_duration
 

@@ -53,6 +53,6 @@ def empty_working_directory(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(autouse=True)
 def _shipped_catalog_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests read the shipped catalog, never a catalog the user refreshed into ~/.cache."""
-    from orchestrator.spec.catalog import CATALOG_ENV, shipped_dir
+    from orchestrator.catalog.machines import CATALOG_ENV, shipped_dir
 
     monkeypatch.setenv(CATALOG_ENV, str(shipped_dir()))

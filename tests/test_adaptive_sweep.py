@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from orchestrator.analysis.search import initial_points
 from orchestrator.engine.sweep import run_sweep
-from orchestrator.plan.search import initial_points
 from orchestrator.results import report
 from orchestrator.results.store import SWEEP_FILE, TRIALS_FILE
 from orchestrator.spec.spec import SweepSpec

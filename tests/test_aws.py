@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.catalog.images import aws_image_parameter as image_parameter
 from orchestrator.errors import (
     BucketError,
     CapacityError,
@@ -34,14 +35,12 @@ from orchestrator.plan.planner import slug
 from orchestrator.providers import get_provider, open_bucket
 from orchestrator.providers.aws import (
     AwsProvider,
-    S3Bucket,
     delete_resources,
-    image_parameter,
     list_resources,
     resource_tags,
     sweep_resource_name,
-    translate_error,
 )
+from orchestrator.providers.aws_storage import S3Bucket
 from orchestrator.providers.base import (
     LABEL_CREATED,
     LABEL_CREATOR,
@@ -51,6 +50,7 @@ from orchestrator.providers.base import (
     VmRequest,
 )
 from orchestrator.providers.remote import SshKeys, startup_script
+from orchestrator.sdk.aws import translate_error
 from tests.fixtures.moto_server import FAKE_ACCESS_KEY, FAKE_SECRET_KEY
 from tests.test_sweep_local import assert_inputs_labelled
 
@@ -354,7 +354,7 @@ def test_sessions_share_the_service_models_but_read_credentials_and_region_afres
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Cleanup and resume make a session per region: each parsed EC2's model again (~0.5 s)."""
-    from orchestrator.providers.aws import _session
+    from orchestrator.sdk.aws import new_session as _session
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "first-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import UnknownMachineError, UsageError
-from orchestrator.spec import catalog
-from orchestrator.spec.catalog import (
+from orchestrator.catalog import machines as catalog
+from orchestrator.catalog.machines import (
     COLUMNS,
     CatalogError,
     check_name,
@@ -22,6 +21,7 @@ from orchestrator.spec.catalog import (
     sort_catalog,
     suggest,
 )
+from orchestrator.errors import UnknownMachineError, UsageError
 
 GOOD_ROW = {
     "provider": "gcp",
@@ -249,14 +249,14 @@ def test_sorts() -> None:
 
 def test_the_shipped_files_are_exactly_what_the_one_rate_table_generates() -> None:
     """A hand edit of a shipped price (instead of its family's rate) is caught here."""
-    from orchestrator.spec.pricing.shipped import shipped_texts
+    from orchestrator.catalog.pricing.shipped import shipped_texts
 
     for name, text in shipped_texts().items():
         assert (catalog.shipped_dir() / name).read_text(encoding="utf-8") == text, name
 
 
 def test_the_shipped_catalog_covers_every_family_of_the_issue_with_its_architecture() -> None:
-    from orchestrator.spec.pricing.families import AWS_FAMILIES, GCP_FAMILIES
+    from orchestrator.catalog.pricing.families import AWS_FAMILIES, GCP_FAMILIES
 
     for provider, families in (("gcp", GCP_FAMILIES), ("aws", AWS_FAMILIES)):
         rows = load_catalog(provider)
@@ -343,7 +343,7 @@ def test_prices_are_stale_only_past_90_days_from_their_own_date() -> None:
 def test_the_shipped_files_can_be_regenerated_from_a_git_copy_of_skypilot_catalog(
     tmp_path: Path,
 ) -> None:
-    from orchestrator.spec.pricing import shipped
+    from orchestrator.catalog.pricing import shipped
     from tests.test_pricing import git_catalog
 
     bare = git_catalog(tmp_path, {

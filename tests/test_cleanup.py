@@ -26,7 +26,7 @@ from rich.console import Console
 from orchestrator import cli
 from orchestrator.engine import cleanup
 from orchestrator.providers import aws, gcp
-from orchestrator.providers.aws import S3Bucket
+from orchestrator.providers.aws_storage import S3Bucket
 from orchestrator.providers.base import (
     LABEL_CREATED,
     LABEL_EXPIRES,

@@ -257,7 +257,7 @@ def test_catalog_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_broken_catalog_file_is_one_line_naming_file_and_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from orchestrator.spec.catalog import CATALOG_ENV, catalog_dir
+    from orchestrator.catalog.machines import CATALOG_ENV, catalog_dir
 
     for name in ("gcp.csv", "aws.csv"):
         (tmp_path / name).write_text((catalog_dir() / name).read_text())
@@ -541,7 +541,7 @@ def test_catalog_price_sources_are_printed_as_written(
     """A source is the catalog file's text, not markup: ``[internal]`` stays."""
     import csv
 
-    from orchestrator.spec.catalog import CATALOG_ENV, catalog_dir
+    from orchestrator.catalog.machines import CATALOG_ENV, catalog_dir
 
     for name in ("gcp.csv", "aws.csv"):
         with (catalog_dir() / name).open(newline="") as fh:

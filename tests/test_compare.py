@@ -181,7 +181,7 @@ def test_overlapping_runs_say_no_clear_difference_with_the_interval(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from orchestrator import cli
-    from orchestrator.plan.model import compare_groups
+    from orchestrator.analysis.model import compare_groups
 
     noisy_a = {4: [9030, 11000, 13659, 10500, 12100]}
     noisy_b = {4: [9500, 11800, 13000, 10100, 12600]}

@@ -24,13 +24,13 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from orchestrator.plan.model import KNEE_GAIN
+from orchestrator.analysis.model import KNEE_GAIN
+from orchestrator.catalog.machines import MachineType
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.results import compare, plots, report
 from orchestrator.results.report.measure import RUNS, UNITS, trial_rate
 from orchestrator.results.runs import read_run
 from orchestrator.results.store import RunStore, trial_row
-from orchestrator.spec.catalog import MachineType
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -42,7 +42,6 @@ from orchestrator.providers.gcp import (
     GCE_DELETE_LEAD_S,
     GCP_PERMISSIONS,
     GcpProvider,
-    GcsBucket,
     delete_resources,
     firewall_name,
     label_value,
@@ -50,6 +49,7 @@ from orchestrator.providers.gcp import (
     resource_name,
     sweep_tag,
 )
+from orchestrator.providers.gcp_storage import GcsBucket
 from tests.fixtures.fake_gce import PERMISSION, QUOTA, STOCKOUT, UNAVAILABLE, FakeGce
 from tests.test_sweep_local import assert_inputs_labelled
 
@@ -315,7 +315,7 @@ def _http_error(status: int, message: str, reason: str) -> Exception:
      "cannot reach Google"),
 ])
 def test_synchronous_errors_translate_to_one_line(exc, cls, text: str) -> None:
-    from orchestrator.providers.gcp import translate_api_error
+    from orchestrator.sdk.gcp import translate_api_error
 
     err = translate_api_error(exc(), "n2-highcpu-2 in us-central1-a")
     assert type(err) is cls

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from workloads import protocol
-from workloads.profilers.heap import HEAP_FILE, heap_env, read_heap, watch_in_process
+from workloads.profilers.heap import HEAP_FILE, heap_env, read_heap
 from workloads.profilers.hook import cloudprof_heap
 from workloads.protocol import TrialRequest
 
@@ -46,16 +46,24 @@ def test_a_census_counts_objects_the_collector_does_not_track():
 
 
 def test_an_in_process_watch_keeps_the_census_at_the_highest_resident_memory():
-    import time
+    # in a process of its own: a census walks the whole heap, and a long-lived test
+    # process's (thousands of tests' objects) would make this test about its size
+    code = textwrap.dedent('''\
+        import json, os, time
+        from workloads.profilers.heap import watch_in_process
 
-    watch = watch_in_process()
-    time.sleep(0.4)
-    rows = [bytearray(8192) for _ in range(16_000)]  # 128 MiB: well above the test process's
-    time.sleep(3)
-    del rows
-    found = watch.stop()
-    assert found is not None and found["pid"] == os.getpid()
-    assert _bytearrays(found)["count"] >= 16_000 and _bytearrays(found)["bytes"] >= 16_000 * 8192
+        watch = watch_in_process()
+        time.sleep(0.4)
+        rows = [bytearray(8192) for _ in range(4000)]
+        time.sleep(3)
+        del rows
+        print(json.dumps({**watch.stop(), "me": os.getpid()}))
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=True)
+    found = json.loads(done.stdout)
+    assert found["pid"] == found["me"]
+    assert _bytearrays(found)["count"] >= 4000 and _bytearrays(found)["bytes"] >= 4000 * 8192
     assert found["rss_bytes"] <= found["peak_rss_bytes"] and found["censuses"] >= 1
 
 

@@ -416,8 +416,8 @@ def test_an_ssh_host_keeps_no_signed_url_manifest_after_the_sweep(
 
 
 def test_a_grid_multiplies_the_trials_and_reaches_a_workload_as_parameters():
+    from orchestrator.catalog.machines import lookup
     from orchestrator.plan.planner import make_plan
-    from orchestrator.spec.catalog import lookup
     from orchestrator.spec.spec import SweepSpec
 
     spec = SweepSpec(machines=["n2-highcpu-2"], workers=[1, 2], repeats=2, workload="mine:Job",

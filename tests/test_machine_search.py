@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.plan.model import usl
-from orchestrator.plan.search import (
+from orchestrator.analysis.model import usl
+from orchestrator.analysis.search import (
     INITIAL_MACHINES,
     Candidate,
     default_budget,
@@ -101,7 +101,7 @@ def test_the_peak_is_the_best_median_over_worker_counts():
 
 
 def test_the_confidence_is_never_shown_as_certain():
-    from orchestrator.plan.search import describe_confidence
+    from orchestrator.analysis.search import describe_confidence
 
     assert describe_confidence(1.0) == "over 99%" and describe_confidence(0.0) == "under 1%"
     assert describe_confidence(0.734) == "73%"

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.plan.model import (
+from orchestrator.analysis.model import (
     MIN_REPEATS_FOR_CI,
     SEED,
     compare_groups,
@@ -215,7 +215,7 @@ def test_the_predicted_peak_is_never_below_one_worker(sigma, kappa, n_star):
 
 
 def test_the_knee_ranges_median_is_numpys_to_the_last_bit():
-    from orchestrator.plan.model import _median_of_finite
+    from orchestrator.analysis.model import _median_of_finite
 
     rng = np.random.default_rng(3)
     for size in range(1, 9):
@@ -229,7 +229,7 @@ def _knee_range_one_resample_at_a_time(samples, gain=0.10, n_boot=1000, seed=SEE
     resample, each worker count's finite repeats drawn with replacement by its own
     ``rng.integers`` call, the knee found on the medians; then the share and the 2.5/97.5 %
     ranks. ``knee_range`` must return exactly this."""
-    from orchestrator.plan.model import KneeRange
+    from orchestrator.analysis.model import KneeRange
 
     data = {}
     for n, values in sorted((int(n), v) for n, v in samples.items()):

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.catalog.machines import lookup
 from orchestrator.errors import EXIT_CREDENTIALS, EXIT_TEARDOWN
 from orchestrator.plan.planner import default_workers, trial_id
-from orchestrator.spec.catalog import lookup
 from orchestrator.spec.spec import SweepSpec
 from tests.fixtures import sweeps
 from tests.fixtures.fake_gce import UNAVAILABLE, FakeGce

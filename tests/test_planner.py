@@ -9,10 +9,10 @@ import re
 import pytest
 from rich.console import Console
 
+from orchestrator.catalog.machines import MachineType
 from orchestrator.plan import planner
 from orchestrator.plan.planner import Plan, default_workers, make_plan, new_sweep_id, render_plan
 from orchestrator.providers.base import LABEL_SWEEP
-from orchestrator.spec.catalog import MachineType
 from orchestrator.spec.spec import SweepSpec
 
 
@@ -131,7 +131,7 @@ def test_the_plan_says_where_each_price_comes_from_and_warns_when_it_is_old() ->
     from dataclasses import replace
     from datetime import date, timedelta
 
-    from orchestrator.spec.catalog import lookup
+    from orchestrator.catalog.machines import lookup
 
     shipped = lookup("n2-highcpu-8")
     fresh = replace(lookup("c2-standard-4"), price_source="Cloud Billing Catalog API",

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import cli
+from orchestrator.catalog import machines as catalog
+from orchestrator.catalog.machines import load_catalog, lookup
+from orchestrator.catalog.pricing import cache, refresh
 from orchestrator.errors import CloudprofError
-from orchestrator.spec import catalog
-from orchestrator.spec.catalog import load_catalog, lookup
-from orchestrator.spec.pricing import cache, refresh
 from tests.fixtures.fake_aws_pricing import FakeAwsPricing, product
 from tests.fixtures.fake_billing import FakeBilling, family_skus, sku
 from tests.fixtures.fake_gce import FakeGce
@@ -272,7 +272,7 @@ def test_a_refresh_never_writes_rows_the_reader_would_refuse(user_cache: Path) -
 def test_gcp_sku_descriptions_match_with_or_without_the_vendor_word() -> None:
     from google.cloud import billing_v1
 
-    from orchestrator.spec.pricing.gcp import rates_from_skus
+    from orchestrator.catalog.pricing.gcp import rates_from_skus
     from tests.fixtures.fake_billing import family_skus
 
     skus = [billing_v1.Sku.from_json(json.dumps(s), ignore_unknown_fields=True)

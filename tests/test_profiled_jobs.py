@@ -122,8 +122,8 @@ def test_a_request_becomes_the_runners_argv_and_back():
 
 
 def test_a_plan_keeps_requests_in_sweep_json_and_reads_the_older_argument_lists(tmp_path):
+    from orchestrator.catalog.machines import lookup
     from orchestrator.plan.planner import Plan, make_plan
-    from orchestrator.spec.catalog import lookup
     from orchestrator.spec.spec import SweepSpec
 
     spec = SweepSpec(machines=["n2-highcpu-2"], workers=[1, 2], repeats=1, dry_run=True,

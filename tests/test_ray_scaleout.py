@@ -21,6 +21,7 @@ import psutil
 import pytest
 from rich.console import Console
 
+from orchestrator.catalog.machines import lookup
 from orchestrator.engine.ray_cluster import (
     WORKER_PORTS_BASE,
     ClusterPlan,
@@ -33,7 +34,6 @@ from orchestrator.engine.sweep import run_sweep
 from orchestrator.errors import UsageError
 from orchestrator.plan.planner import make_plan
 from orchestrator.providers.base import Instance
-from orchestrator.spec.catalog import lookup
 from orchestrator.spec.config import build_spec
 from orchestrator.spec.spec import SweepSpec
 

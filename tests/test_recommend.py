@@ -158,7 +158,7 @@ def test_billing_is_per_second_with_a_one_minute_minimum() -> None:
 
 def test_a_dry_run_is_judged_on_the_planned_machines_memory(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from orchestrator.spec.catalog import lookup
+    from orchestrator.catalog.machines import lookup
 
     gib = lookup("n2-highcpu-2").memory_gib
     peak = int(0.9 * gib * 1024)  # MiB: fits the machine, not with a 20 % margin

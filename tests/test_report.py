@@ -195,7 +195,7 @@ def test_summary_spread_is_the_iqr_of_the_repeats_that_finished_ok(tmp_path: Pat
 
 
 def test_summary_spread_is_a_bootstrap_interval_once_repeats_allow(tmp_path: Path) -> None:
-    from orchestrator.plan.model import MIN_REPEATS_FOR_CI, bootstrap_ci
+    from orchestrator.analysis.model import MIN_REPEATS_FOR_CI, bootstrap_ci
 
     rates = [9030.0, 11000.0, 12100.0, 13659.0, 10500.0][: max(MIN_REPEATS_FOR_CI, 5)]
     trials = scaling_trials("n2-highcpu-8", 0.29, {2: rates})
@@ -213,7 +213,7 @@ def test_summary_spread_is_a_bootstrap_interval_once_repeats_allow(tmp_path: Pat
 
 
 def test_the_knee_rule_has_one_definition() -> None:
-    from orchestrator.plan import model
+    from orchestrator.analysis import model
 
     assert report.KNEE_GAIN is model.KNEE_GAIN
     for workers, rates in [([1, 2, 4, 8], [100, 190, 360, 370]), ([1, 2, 4], [1, 2, 4])]:
@@ -253,7 +253,7 @@ def test_leak_column_shows_the_probability_and_marks_ramps(tmp_path: Path) -> No
 
 
 def test_usl_fit_per_machine_with_intervals_and_a_poor_fit_said(tmp_path: Path) -> None:
-    from orchestrator.plan.model import usl
+    from orchestrator.analysis.model import usl
 
     rng = np.random.default_rng(3)
     smooth = {
@@ -919,7 +919,7 @@ def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep:
 
 
 def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_path: Path) -> None:
-    from orchestrator.plan.model import usl
+    from orchestrator.analysis.model import usl
 
     rng = np.random.default_rng(5)
     rates = {
@@ -944,7 +944,7 @@ def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_pat
 def test_a_report_fits_each_machines_usl_once_for_its_table_and_its_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.plan import model
+    from orchestrator.analysis import model
     from orchestrator.results import plots
     from orchestrator.results.report import tables
 
@@ -1038,7 +1038,7 @@ def test_report_json_holds_the_summarys_numbers_with_stable_keys(
     assert doc["results"][0]["efficiency"] is None  # no 1-worker baseline: null, not NaN
     _, machine = doc["machines"]
     assert machine["knee_workers"] == 4 and machine["best_units_per_s"] == 395
-    from orchestrator.plan.model import machine_confidence
+    from orchestrator.analysis.model import machine_confidence
 
     confidence = machine["confidence"]
     assert confidence == json.loads(json.dumps(machine_confidence(N2, predict_at=[1, 2, 4, 8, 16])))
@@ -1134,9 +1134,9 @@ def test_the_report_says_what_one_unit_delivered(
     """The real runner records the cube's consumer; the store keeps it; the report says it."""
     import os
 
+    from orchestrator.catalog.machines import MachineType
     from orchestrator.plan.planner import TrialPlan
     from orchestrator.results.store import RunStore
-    from orchestrator.spec.catalog import MachineType
 
     params = {"frames": "4", "rows": "40", "cols": "50", "dim": "10", "consumer": consumer}
     out = tmp_path / "trial"

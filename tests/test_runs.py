@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import cli
+from orchestrator.catalog.machines import MachineType
 from orchestrator.plan.planner import TrialPlan, make_plan
 from orchestrator.results.runs import fmt_age, list_runs
 from orchestrator.results.store import RunStore, trial_row
-from orchestrator.spec.catalog import MachineType
 from orchestrator.spec.spec import SweepSpec
 
 MACHINE = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,

@@ -7,15 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.plan.model import fit_usl_with_intervals, peak_workers, usl
-from orchestrator.plan.planner import default_workers
-from orchestrator.plan.search import (
+from orchestrator.analysis.model import fit_usl_with_intervals, peak_workers, usl
+from orchestrator.analysis.search import (
     MAX_OVERSUBSCRIBE,
     PAST_PEAK,
     initial_points,
     next_points,
     trials_spent,
 )
+from orchestrator.plan.planner import default_workers
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from orchestrator.catalog.machines import MachineType
 from orchestrator.errors import UsageError
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.results.store import ALL_COLUMNS, TRIAL_COLUMNS, RunStore, derive, trial_row
-from orchestrator.spec.catalog import MachineType
 
 MACHINE = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,
                       memory_gib=8.0, region="us-central1", price_on_demand=0.36,
@@ -328,7 +328,7 @@ def test_recording_a_trial_needs_no_pandas(tmp_path: Path) -> None:
 import sys
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.results.store import RunStore, trial_row
-from orchestrator.spec.catalog import MachineType
+from orchestrator.catalog.machines import MachineType
 MACHINE = MachineType(provider="gcp", name="n2-highcpu-8", family="n2", vcpus=8,
                       memory_gib=8.0, region="us-central1", price_on_demand=0.36,
                       price_spot=0.09, price_source="test", price_date="2024-06-01")

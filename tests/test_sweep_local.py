@@ -481,7 +481,7 @@ def test_a_finished_sweep_piped_to_head_exits_0(cache: Path, tmp_path: Path) -> 
 def test_dropped_session_fetches_the_result_from_the_bucket(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(providers.PROVIDERS, "dropping", f"{__name__}:DroppingProvider")
+    monkeypatch.setitem(providers.PROVIDERS, "dropping", lambda: DroppingProvider)
     DroppingExecutor.drops_left = 1
     console = Console(file=io.StringIO(), width=200)
     spec = spec_for(tmp_path / "runs", provider="dropping", dry_run=False,
@@ -500,7 +500,7 @@ def test_dropped_session_fetches_the_result_from_the_bucket(
 def watched_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                   old_runner: bool) -> tuple[pd.DataFrame, list[list[str]]]:
     """A sweep on WatchingProvider with a bucket; its trials and the put commands it ran."""
-    monkeypatch.setitem(providers.PROVIDERS, "watching", f"{__name__}:WatchingProvider")
+    monkeypatch.setitem(providers.PROVIDERS, "watching", lambda: WatchingProvider)
     WatchingExecutor.old_runner, WatchingExecutor.bucket = old_runner, tmp_path / "bucket"
     WatchingExecutor.commands, WatchingExecutor.put_lines = [], []
     WatchingExecutor.in_bucket = {}
@@ -536,7 +536,7 @@ def test_a_runner_that_did_not_put_its_results_is_followed_by_a_put_process(
 def test_preempted_machine_is_recorded_and_torn_down(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(providers.PROVIDERS, "vanishing", f"{__name__}:VanishingProvider")
+    monkeypatch.setitem(providers.PROVIDERS, "vanishing", lambda: VanishingProvider)
     monkeypatch.setattr("orchestrator.engine.sweep.RETRY_BACKOFF_S", 0.01)
     VanishingExecutor.runs, VanishingProvider.deleted = 0, []
     spec = spec_for(tmp_path / "runs", provider="vanishing", dry_run=False, workers=[1, 2, 3],
@@ -810,7 +810,7 @@ def test_the_machines_are_created_while_the_inputs_upload_and_fetch_them_once_st
 ) -> None:
     """The upload waits until a machine exists: an engine that still created its machines
     only after the upload would stop here (BucketError after 30 s) instead of finishing."""
-    monkeypatch.setitem(providers.PROVIDERS, "booting", f"{__name__}:BootingProvider")
+    monkeypatch.setitem(providers.PROVIDERS, "booting", lambda: BootingProvider)
     BootingProvider.created.clear()
     upload = LocalBucket.upload_dir
     uploaded_at: list[str] = []

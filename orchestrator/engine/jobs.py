@@ -43,9 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import settings
 from orchestrator.atomic import atomic_path
 from orchestrator.errors import RemoteCommandError, UsageError
 from orchestrator.formatting import fmt_bytes
+from orchestrator.spec.job import MAX_BYTES_ENV, max_bytes
 
 if TYPE_CHECKING:
     from orchestrator.providers.base import Bucket, CommandResult, Executor
@@ -58,8 +60,6 @@ ALWAYS_IGNORED = (".git/", "__pycache__/", "*.pyc", ".venv/", "venv/", ".mypy_ca
 # Left out unless .cloudprofignore re-includes them (``!.env``): where credentials live.
 SECRET_PATTERNS = (".env", ".env.*", "*.pem", "id_*", ".aws/", "**/.config/gcloud/",
                    "*credentials*")
-MAX_BYTES_ENV = "CLOUDPROF_MAX_WORKDIR"
-MAX_BYTES = 256 * 2**20  # the archive goes to every VM: a job's code and small data, not a lake
 CHUNK = 1 << 20
 
 
@@ -82,19 +82,8 @@ class JobArchive:
         return f"{self.prefix}/{ARCHIVE_NAME}"
 
 
-def max_bytes() -> int:
-    """The size limit: ``$CLOUDPROF_MAX_WORKDIR`` (a size such as 512M) or 256 MiB."""
-    text = os.environ.get(MAX_BYTES_ENV)
-    if not text:
-        return MAX_BYTES
-    from orchestrator.spec.values import parse_size
-
-    return parse_size(text, MAX_BYTES_ENV)
-
-
 def cache_dir() -> Path:
-    root = os.environ.get("CLOUDPROF_CACHE") or Path.home() / ".cache" / "cloudprof"
-    return Path(root) / "jobs"
+    return settings.cache_root() / "jobs"
 
 
 def _ignore_lines(root: Path, name: str) -> list[str]:
@@ -251,37 +240,6 @@ def _write_archive(out: Path, files: list[tuple[str, Path, int]], modes: dict[st
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tar.addfile(info, io.BytesIO(data))
-
-
-# ------------------------------------------------------------------ placeholders
-
-
-def known_placeholders(grid: dict[str, list[str]]) -> list[str]:
-    from workloads.job import BUILTIN_PLACEHOLDERS
-
-    return [*BUILTIN_PLACEHOLDERS, *grid]
-
-
-def check_command(command: str, shell: bool, grid: dict[str, list[str]]) -> list[str]:
-    """The command's words (shlex-split unless ``shell``), every placeholder known.
-
-    Raises UsageError before anything is planned or paid for.
-    """
-    import shlex
-
-    from workloads.job import JobError, check_placeholders
-
-    try:
-        words = [command] if shell else shlex.split(command)
-    except ValueError as exc:
-        raise UsageError(f"--command: cannot split {command!r}: {exc}") from None
-    if not words or not words[0].strip():
-        raise UsageError("--command: empty command")
-    try:
-        check_placeholders(command, known_placeholders(grid))
-    except JobError as exc:
-        raise UsageError(f"--command: {exc}") from None
-    return words
 
 
 # ------------------------------------------------------------------ on a host

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import posixpath
 import threading
 import time
@@ -30,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from orchestrator import settings
 from orchestrator.errors import RemoteCommandError, UsageError, one_line
 from orchestrator.providers.base import CommandResult, Executor, Instance
 
@@ -69,7 +69,7 @@ def node_address(inst: Instance, provider: str) -> str:
     machine for the local provider (whose "address" is a work directory)."""
     if provider == "local":
         return "127.0.0.1"
-    endpoint = os.environ.get("CLOUDPROF_SSH_ENDPOINT") if provider != "ssh" else None
+    endpoint = settings.SSH_ENDPOINT.get() if provider != "ssh" else None
     if endpoint:
         return endpoint.rsplit(":", 1)[0] if ":" in endpoint else endpoint
     address = inst.private_address or inst.address
@@ -87,7 +87,7 @@ def plan_cluster(sweep_id: str, machine: str, head: str, provider: str,
     low, high = LOCAL_PORTS
     # CLOUDPROF_SSH_ENDPOINT sends every "VM" to one shared host (the tests' loopback sshd,
     # where two sweeps may run at once): that host is shared, so its port is derived too.
-    own_vms = creates_machines and not os.environ.get("CLOUDPROF_SSH_ENDPOINT")
+    own_vms = creates_machines and not settings.SSH_ENDPOINT.get()
     port = CLOUD_HEAD_PORT if own_vms else low + digest % (high - low)
     # Short: Ray's Unix sockets live below it (108 bytes for a socket path).
     temp_dir = f"/tmp/cpray-{digest % 16**8:08x}"

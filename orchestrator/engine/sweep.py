@@ -16,7 +16,6 @@ import errno
 import hashlib
 import json
 import math
-import os
 import posixpath
 import shutil
 import signal
@@ -27,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import settings
 from orchestrator.engine import timeouts
 from orchestrator.engine.progress import SweepProgress
 from orchestrator.engine.signals import current as current_signals
@@ -79,7 +79,7 @@ from workloads.protocol import TrialRequest
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.spec.catalog import MachineType
+    from orchestrator.catalog.machines import MachineType
 
 SSH_USER = "cloudprof"
 EXPIRY_MARGIN_S = 1800.0  # a VM outlives its estimate by 50% plus this, then deletes itself
@@ -100,7 +100,7 @@ DELETE_BACKOFF_S = 2.0  # the first retry's delay; CLOUDPROF_DELETE_BACKOFF_S ov
 def delete_backoff_s() -> float:
     """The first deletion retry's delay: the environment's when it is a sane number (the
     tests shorten it; a user whose cloud needs longer may lengthen it), else the default."""
-    raw = os.environ.get("CLOUDPROF_DELETE_BACKOFF_S", "")
+    raw = settings.DELETE_BACKOFF_S.get() or ""
     try:
         value = float(raw)
     except ValueError:
@@ -224,8 +224,8 @@ def generate_inputs(inputs: StagedInputs, console: Console | None = None) -> Pat
 
 def lookup_machines(spec: SweepSpec) -> list[MachineType]:
     """Catalog rows of the spec's machines; local/ssh machines may be off-catalog."""
+    from orchestrator.catalog.machines import MachineType, lookup
     from orchestrator.errors import UnknownMachineError
-    from orchestrator.spec.catalog import MachineType, lookup
     from orchestrator.spec.validate import machine_providers
 
     out = []
@@ -803,7 +803,7 @@ class _Engine:
         return replace(request, chdir=host.job_dir or None, put=put, out=out_dir)
 
     def _run_adaptive(self, host: _Host) -> None:
-        """``--adaptive``: run what ``plan.search.next_points`` asks for, one trial at a time.
+        """``--adaptive``: run what ``analysis.search.next_points`` asks for, one trial at a time.
 
         The budget is the planned grid's trial count for this machine; trial ids
         stay ``<machine>-w<N>-r<k>`` with k counting every trial at N already in
@@ -812,9 +812,9 @@ class _Engine:
         keeps failing cannot loop). How many trials it took is recorded on the
         VM (``adaptive`` in sweep.json) and logged.
         """
-        from orchestrator.plan.model import fit_usl_with_intervals
+        from orchestrator.analysis.model import fit_usl_with_intervals
+        from orchestrator.analysis.search import ADAPTIVE_BOOT, converged, next_points
         from orchestrator.plan.planner import trial_id, trial_request
-        from orchestrator.plan.search import ADAPTIVE_BOOT, converged, next_points
         from orchestrator.results.report.measure import trial_rate
 
         vm, machine = host.vm, host.vm.machine.name
@@ -1643,7 +1643,7 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
 def _run_search(engine: _Engine, plan: Plan, store: RunStore,
                 todo: dict[str, list[TrialPlan]]) -> bool:
     """``--search``: run the candidate machines one at a time, each the one
-    ``plan.search.search_step`` expects to improve most on what was measured.
+    ``analysis.search.search_step`` expects to improve most on what was measured.
 
     Each machine tried is a normal machine of the sweep (``engine.execute`` of
     that one VM: created, its grid or ``--adaptive`` run, torn down). What was
@@ -1651,7 +1651,7 @@ def _run_search(engine: _Engine, plan: Plan, store: RunStore,
     ``--resume`` goes on from there and the end of the sweep does not count the
     untried candidates as missing. False when interrupted.
     """
-    from orchestrator.plan.search import (
+    from orchestrator.analysis.search import (
         Candidate,
         describe_confidence,
         objective_value,

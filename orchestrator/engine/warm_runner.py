@@ -24,10 +24,11 @@ import secrets
 import threading
 from collections.abc import Callable
 
+from orchestrator import settings
 from orchestrator.providers.base import Executor
 
 READY_TIMEOUT_S = 60.0
-ENV_SWITCH = "CLOUDPROF_WARM_RUNNER"
+ENV_SWITCH = settings.WARM_RUNNER.name
 
 
 def enabled() -> bool:

@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.catalog.machines import STALE_DAYS, MachineType
 from orchestrator.formatting import fmt_bytes, fmt_usd
-from orchestrator.spec.catalog import STALE_DAYS, MachineType
 from workloads.protocol import TrialRequest
 
 if TYPE_CHECKING:
@@ -287,7 +287,7 @@ def trial_request(spec: SweepSpec, workers: int, trial: str = "", repeat: int = 
     """
     grid = grid or {}
     if spec.command is not None:
-        from orchestrator.engine.jobs import check_command
+        from orchestrator.spec.job import check_command
 
         return TrialRequest(
             command=tuple(check_command(spec.command, spec.shell, spec.grid)), job=True,
@@ -410,7 +410,7 @@ def make_plan(
         )
     search = None
     if spec.search:
-        from orchestrator.plan.search import default_budget
+        from orchestrator.analysis.search import default_budget
 
         budget = min(len(vms), spec.budget or default_budget(len(vms)))
         search = {"objective": spec.search, "budget": budget, "candidates": len(vms)}
@@ -543,7 +543,7 @@ def _single_repeat(plan: Plan) -> bool:
 
 def _render_search(plan: Plan, console: Console) -> None:
     """A search's bounds: how many of the candidates at most, and what that can cost."""
-    from orchestrator.plan.search import EI_STOP
+    from orchestrator.analysis.search import EI_STOP
 
     assert plan.search is not None
     s = plan.search

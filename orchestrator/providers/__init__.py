@@ -1,49 +1,88 @@
-"""Routing: a provider name or bucket URL to the module that implements it.
+"""Routing: a provider name or bucket URL to the class that implements it.
 
-Each cloud lives in one module (``gcp.py``, ``aws.py``, ``ssh.py``, ``local.py``)
-holding both its machines and its bucket; this module is the only place that
-knows the list, and imports a module only when it is used so that the CLI
-starts without loading any cloud SDK.
+Each cloud lives in its own modules (``gcp.py`` and ``gcp_storage.py``, ``aws.py``
+and ``aws_storage.py``, ``ssh.py``, ``local.py``); this module is the only place
+that knows the list. Each entry is a function that imports its module when the
+provider is used, so that the CLI starts without loading any cloud SDK, and a
+reader (or a tool) sees every arrow as a plain import.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 
 from orchestrator.errors import BucketError, UsageError
 from orchestrator.providers.base import Bucket, Provider, ProviderOptions
 
-PROVIDERS: dict[str, str] = {
-    "local": "orchestrator.providers.local:LocalProvider",
-    "ssh": "orchestrator.providers.ssh:SshProvider",
-    "gcp": "orchestrator.providers.gcp:GcpProvider",
-    "aws": "orchestrator.providers.aws:AwsProvider",
+
+def _local() -> type[Provider]:
+    from orchestrator.providers.local import LocalProvider
+
+    return LocalProvider
+
+
+def _ssh() -> type[Provider]:
+    from orchestrator.providers.ssh import SshProvider
+
+    return SshProvider
+
+
+def _gcp() -> type[Provider]:
+    from orchestrator.providers.gcp import GcpProvider
+
+    return GcpProvider
+
+
+def _aws() -> type[Provider]:
+    from orchestrator.providers.aws import AwsProvider
+
+    return AwsProvider
+
+
+def _gcs() -> type[Bucket]:
+    from orchestrator.providers.gcp_storage import GcsBucket
+
+    return GcsBucket
+
+
+def _s3() -> type[Bucket]:
+    from orchestrator.providers.aws_storage import S3Bucket
+
+    return S3Bucket
+
+
+def _file() -> type[Bucket]:
+    from orchestrator.providers.local import LocalBucket
+
+    return LocalBucket
+
+
+# name -> the function that imports and returns the provider's class
+PROVIDERS: dict[str, Callable[[], type[Provider]]] = {
+    "local": _local,
+    "ssh": _ssh,
+    "gcp": _gcp,
+    "aws": _aws,
 }
 
-BUCKETS: dict[str, str] = {
-    "gs": "orchestrator.providers.gcp:GcsBucket",
-    "s3": "orchestrator.providers.aws:S3Bucket",
-    "file": "orchestrator.providers.local:LocalBucket",
+# bucket URL scheme -> the function that imports and returns the bucket's class
+BUCKETS: dict[str, Callable[[], type[Bucket]]] = {
+    "gs": _gcs,
+    "s3": _s3,
+    "file": _file,
 }
-
-
-def _load(target: str) -> type:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def provider_class(name: str) -> type[Provider]:
     """The class behind ``name`` (the engine reads ``creates_machines`` before building one)."""
     if name not in PROVIDERS:
         raise UsageError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
-    return _load(PROVIDERS[name])
+    return PROVIDERS[name]()
 
 
 def get_provider(name: str, options: ProviderOptions | None = None) -> Provider:
     """The provider called ``name``, configured with ``options``."""
-    if name not in PROVIDERS:
-        raise UsageError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
-    return _load(PROVIDERS[name])(options or ProviderOptions())
+    return provider_class(name)(options or ProviderOptions())
 
 
 def open_bucket(url: str) -> Bucket:
@@ -53,4 +92,4 @@ def open_bucket(url: str) -> Bucket:
         scheme = "file"
     if scheme not in BUCKETS:
         raise BucketError(f"unsupported bucket URL {url!r}: use gs://, s3:// or a local directory")
-    return _load(BUCKETS[scheme])(url)
+    return BUCKETS[scheme]()(url)

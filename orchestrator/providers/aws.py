@@ -1,4 +1,4 @@
-"""AWS: EC2 machines (``AwsProvider``) and S3 buckets (``S3Bucket``) through boto3.
+"""AWS: EC2 machines (``AwsProvider``) through boto3; S3 buckets are ``aws_storage``.
 
 Everything a sweep makes here carries cloudprof's tags (sweep id, creator,
 creation and expiry time) so that teardown, ``cloudprof cleanup`` and the
@@ -17,42 +17,36 @@ least-privilege policy in ``infra/iam/aws-policy.json`` can find it by tag:
 
 VMs get no AWS credentials: they read inputs and write results through
 presigned S3 URLs made here (``S3Bucket.signed_url``), scoped to one object and
-a few hours. boto3 is imported inside functions so the CLI starts without it;
-every SDK error is translated to a one-line ``CloudprofError`` (see
-``translate_error``) that the engine can act on.
+a few hours (``aws_storage.S3Bucket``). boto3 is read through ``orchestrator.sdk`` so
+the CLI starts without it; every SDK error is translated to a one-line
+``CloudprofError`` (``sdk.aws.translate_error``) that the engine can act on.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from orchestrator.atomic import atomic_path
+from orchestrator import sdk, settings
+from orchestrator.catalog.images import aws_image_parameter
 from orchestrator.errors import (
-    BucketError,
     CapacityError,
     CloudprofError,
     CredentialsError,
     PermissionDeniedError,
     ProviderError,
-    QuotaError,
-    UsageError,
 )
 from orchestrator.providers.base import (
     LABEL_CREATED,
     LABEL_CREATOR,
     LABEL_EXPIRES,
     LABEL_SWEEP,
-    Bucket,
     Executor,
     Instance,
     Provider,
@@ -61,255 +55,30 @@ from orchestrator.providers.base import (
     VmRequest,
     creator_label,
 )
+from orchestrator.sdk import aws as sdk_aws
+from orchestrator.sdk.aws import (
+    CAPACITY_CODES,
+    error_code,
+    is_not_found,
+    new_session,
+    resolve_region,
+    retry_config,
+    translate_error,
+    translated,
+)
 
 if TYPE_CHECKING:
     import boto3
 
 _T = TypeVar("_T")
 
-DEFAULT_REGION = "us-east-1"
-IMAGE_ENV = "CLOUDPROF_AWS_IMAGE"  # default image when the request names none
 DEFAULT_TTL_S = 6 * 3600  # expiry tag when the engine gives none
 USER_DATA_LIMIT = 16 * 1024  # EC2 refuses larger user data
-
-# Images by short name → SSM public parameter per CPU architecture. Debian 12 is
-# the default, as on GCP: its Python (3.11) runs the workloads wheel as it is.
-_UBUNTU = "/aws/service/canonical/ubuntu/server"
-IMAGES: dict[str, dict[str, str]] = {
-    "ubuntu-24.04": {
-        "x86_64": f"{_UBUNTU}/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id",
-        "arm64": f"{_UBUNTU}/24.04/stable/current/arm64/hvm/ebs-gp3/ami-id",
-    },
-    "ubuntu-22.04": {
-        "x86_64": f"{_UBUNTU}/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id",
-        "arm64": f"{_UBUNTU}/22.04/stable/current/arm64/hvm/ebs-gp2/ami-id",
-    },
-    "debian-12": {
-        "x86_64": "/aws/service/debian/release/12/latest/amd64",
-        "arm64": "/aws/service/debian/release/12/latest/arm64",
-    },
-    "al2023": {
-        "x86_64": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64",
-        "arm64": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64",
-    },
-}
-DEFAULT_IMAGE = "debian-12"
 
 # Every state but "terminated": what still costs money or may come back.
 LIVE_STATES = ["pending", "running", "shutting-down", "stopping", "stopped"]
 
-CAPACITY_CODES = {
-    "InsufficientInstanceCapacity",
-    "InsufficientHostCapacity",
-    "InsufficientReservedInstanceCapacity",
-    "InsufficientCapacity",
-    "Unsupported",  # the type is not offered in that zone: another zone may have it
-    "Server.InsufficientInstanceCapacity",
-}
-QUOTA_CODES = {
-    "MaxSpotInstanceCountExceeded",
-    "SpotMaxPriceTooLow",
-    "InsufficientFreeAddressesInSubnet",
-}
-PERMISSION_CODES = {
-    "UnauthorizedOperation",
-    "AccessDenied",
-    "AccessDeniedException",
-    "AllAccessDisabled",
-    "OptInRequired",
-    "Blocked",
-}
-CREDENTIAL_CODES = {
-    "AuthFailure",
-    "InvalidClientTokenId",
-    "ExpiredToken",
-    "ExpiredTokenException",
-    "RequestExpired",
-    "SignatureDoesNotMatch",
-    "UnrecognizedClientException",
-    "InvalidAccessKeyId",
-}
-UNKNOWN_TYPE_CODES = {"InvalidInstanceType", "InvalidInstanceType.NotFound"}
-NOT_FOUND_SUFFIXES = (".NotFound", ".Malformed")
-
-CREDENTIALS_HELP = (
-    "set up AWS credentials with `aws configure` (access keys in ~/.aws), "
-    "`aws sso login --profile NAME` plus AWS_PROFILE=NAME, or the AWS_ACCESS_KEY_ID/"
-    "AWS_SECRET_ACCESS_KEY environment variables; `cloudprof sweep --dry-run` needs none"
-)
-POLICY_HINT = "infra/iam/aws-policy.json lists what cloudprof needs"
 CLUSTER_RULE = "security-group-rule"  # AwsResource.kind of a group's inter-node rule
-
-
-# ---------------------------------------------------------------- errors
-
-
-def error_code(err: BaseException) -> tuple[str, str]:
-    """(code, message) of a botocore ClientError; ("", str(err)) for anything else."""
-    response = getattr(err, "response", None) or {}
-    error = response.get("Error") or {}
-    code = str(error.get("Code") or "")
-    message = str(error.get("Message") or "") or str(err)
-    return code, message
-
-
-def translate_error(
-    err: BaseException,
-    action: str,
-    *,
-    zone: str | None = None,
-    next_zones: tuple[str, ...] = (),
-) -> CloudprofError:
-    """The one-line CloudprofError for an SDK exception raised while doing ``action``.
-
-    The class tells the engine what to do: CapacityError → one try in
-    ``next_zones[0]``; QuotaError and PermissionDeniedError → no retry, go on with
-    the other machines; CredentialsError → stop the sweep.
-    """
-    from botocore.exceptions import (
-        ClientError,
-        NoCredentialsError,
-        NoRegionError,
-        PartialCredentialsError,
-        TokenRetrievalError,
-    )
-
-    if isinstance(err, CloudprofError):
-        return err
-    if isinstance(err, NoCredentialsError | PartialCredentialsError | TokenRetrievalError):
-        return CredentialsError(f"{action}: no usable AWS credentials ({err}); {CREDENTIALS_HELP}")
-    if isinstance(err, NoRegionError):
-        return UsageError(f"{action}: no AWS region; pass --region or set AWS_DEFAULT_REGION")
-    if not isinstance(err, ClientError):
-        return ProviderError(f"{action}: {type(err).__name__}: {err}")
-    code, message = error_code(err)
-    line = f"{action}: {code}: {message}"
-    if code in CAPACITY_CODES:
-        where = f" (also offered in: {', '.join(next_zones)})" if next_zones else ""
-        return CapacityError(line + where, zone=zone, next_zones=next_zones)
-    if code in QUOTA_CODES or code.endswith("LimitExceeded"):
-        return QuotaError(f"{line} (raise the quota in the Service Quotas console)")
-    if code in PERMISSION_CODES:
-        return PermissionDeniedError(f"{line} ({POLICY_HINT})")
-    if code in CREDENTIAL_CODES:
-        return CredentialsError(f"{line}; {CREDENTIALS_HELP}")
-    if code in UNKNOWN_TYPE_CODES or (
-        code == "InvalidParameterValue" and "instancetype" in message.lower().replace(" ", "")
-    ):
-        return ProviderError(f"{action}: unknown instance type ({code}: {message})")
-    return ProviderError(line)
-
-
-@contextmanager
-def _translated(action: str, **context: Any) -> Iterator[None]:
-    """Turn any SDK exception raised inside into translate_error(...)."""
-    try:
-        yield
-    except CloudprofError:
-        raise
-    except Exception as err:  # SDK errors of every kind end as one line
-        if type(err).__module__.split(".")[0] not in ("botocore", "boto3", "urllib3"):
-            raise
-        raise translate_error(err, action, **context) from err
-
-
-def _is_not_found(err: BaseException) -> bool:
-    code, _ = error_code(err)
-    return code.endswith(NOT_FOUND_SUFFIXES) or code in {"NoSuchKey", "NoSuchBucket", "404"}
-
-
-# ---------------------------------------------------------------- sessions
-
-
-class _SearchPaths(list[str]):
-    """A loader's search paths, each once: boto3 appends its own data directory to the
-    loader of every ``Session`` it makes, and ours is shared by all of them."""
-
-    def append(self, path: str) -> None:
-        if path not in self:
-            super().append(path)
-
-
-_LOADERS: dict[str | None, Any] = {}  # AWS_DATA_PATH (or config's data_path) -> Loader
-_LOADERS_LOCK = threading.Lock()
-
-
-def _shared_loader(data_path: str | None) -> Any:
-    """One botocore data loader per process (per ``data_path``), shared by every session.
-
-    Each new session otherwise parses the service models again: EC2's alone costs
-    ~0.5 s of CPU per client, and listing or deleting across the catalog's regions
-    makes a session per region. The loader only reads botocore's bundled JSON, the
-    same for every session of the process; its models are cached, as botocore does
-    for the clients of one session. Built as ``botocore.loaders.create_loader`` does.
-    """
-    with _LOADERS_LOCK:
-        loader = _LOADERS.get(data_path)
-        if loader is None:
-            from botocore.loaders import Loader
-
-            extra = [os.path.expanduser(os.path.expandvars(p))
-                     for p in (data_path.split(os.pathsep) if data_path else [])]
-            loader = _LOADERS[data_path] = Loader(extra_search_paths=_SearchPaths(extra))
-        return loader
-
-
-def _session(region: str | None = None) -> boto3.session.Session:
-    """A boto3 session on the standard chain (env, ~/.aws, SSO, instance role).
-
-    Credentials, profile and region are read afresh for each session; only the
-    service models are shared (``_shared_loader``).
-    """
-    import boto3
-    import botocore.session
-
-    core = botocore.session.get_session()
-    core.register_component("data_loader", _shared_loader(core.get_config_variable("data_path")))
-    return boto3.session.Session(botocore_session=core, region_name=region)
-
-
-RETRY_ATTEMPTS = 6  # tries of one call in all: 5 retries, backoff capped at 20 s each
-
-
-def retry_config(**extra: Any) -> Any:
-    """botocore's own retry policy for every client: ``standard`` mode retries throttling,
-    5xx answers and dropped connections with exponential backoff and jitter (``adaptive``
-    adds client-side rate limiting), so three transient DescribeInstances errors while a
-    VM boots are waited out instead of failing the machine. ``AWS_RETRY_MODE`` and
-    ``AWS_MAX_ATTEMPTS`` still choose, as boto3 documents; a Config would otherwise win.
-    """
-    from botocore.config import Config
-
-    mode = os.environ.get("AWS_RETRY_MODE", "").strip()
-    if mode not in ("standard", "adaptive"):
-        mode = "standard"  # legacy mode retries fewer errors
-    try:
-        attempts = int(os.environ.get("AWS_MAX_ATTEMPTS", ""))
-    except ValueError:
-        attempts = RETRY_ATTEMPTS
-    # total_max_attempts counts the first try, as AWS_MAX_ATTEMPTS does (max_attempts would not)
-    return Config(retries={"mode": mode, "total_max_attempts": max(1, attempts)}, **extra)
-
-
-def resolve_region(explicit: str | None = None) -> str:
-    """--region, else AWS_REGION/AWS_DEFAULT_REGION or the profile's region, else us-east-1."""
-    return explicit or _session().region_name or DEFAULT_REGION
-
-
-def check_credentials(session: boto3.session.Session | None = None) -> str:
-    """The caller's ARN; CredentialsError (one line, with setup help) when there is none."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    session = session or _session()
-    try:
-        creds = session.get_credentials()
-        if creds is None or not creds.get_frozen_credentials().access_key:
-            raise CredentialsError(f"no AWS credentials found; {CREDENTIALS_HELP}")
-        identity = session.client("sts", config=retry_config()).get_caller_identity()
-    except (BotoCoreError, ClientError) as err:
-        # Rejected keys are a CredentialsError with setup help; no network is not.
-        raise translate_error(err, "checking AWS credentials") from err
-    return str(identity.get("Arn", ""))
 
 
 # ---------------------------------------------------------------- tags
@@ -347,26 +116,6 @@ def sweep_resource_name(sweep_id: str) -> str:
     return f"cloudprof-{sweep_id}"
 
 
-# ---------------------------------------------------------------- helpers
-
-
-def image_parameter(image: str | None, machine: str) -> str | None:
-    """SSM parameter for ``image`` (short name, parameter path); None for a literal AMI id."""
-    image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
-    if image.startswith("ami-"):
-        return None
-    if image.startswith("/"):
-        return image
-    if image not in IMAGES:
-        raise UsageError(
-            f"unknown AWS image {image!r}: use one of {', '.join(IMAGES)}, "
-            "an SSM parameter path (/aws/service/...) or an AMI id (ami-...)"
-        )
-    from orchestrator.spec.catalog import machine_arch
-
-    return IMAGES[image][machine_arch("aws", machine)]  # Graviton machines boot arm64
-
-
 # ---------------------------------------------------------------- resources (cleanup)
 
 
@@ -391,7 +140,7 @@ def regions_to_search(primary: str, extra: set[str] | None = None) -> list[str]:
     default) plus ``extra``, so cleanup and resume find a sweep's machines even
     when the shell's default region is another one.
     """
-    from orchestrator.spec.catalog import load_catalog
+    from orchestrator.catalog.machines import load_catalog
 
     try:
         catalog = {m.region for m in load_catalog("aws") if m.region}
@@ -414,7 +163,7 @@ def list_resources(
     regions = [region] if region else regions_to_search(resolve_region())
     # Clients first, here: a boto3 session is not thread-safe (its clients are), and the
     # first one parses EC2's model once for the others (_shared_loader), not once per thread.
-    clients = {where: (session or _session(where)).client("ec2", region_name=where)
+    clients = {where: (session or new_session(where)).client("ec2", region_name=where)
                for where in regions}
     return _across_regions(regions,
                            lambda where: _list_region(labels or {}, where, clients[where]))
@@ -450,7 +199,7 @@ def _across_regions(regions: list[str], list_one: Callable[[str], list[_T]]) -> 
 def _list_region(labels: dict[str, str], region: str, ec2: Any) -> list[AwsResource]:
     filters = _tag_filters(labels)
     out: list[AwsResource] = []
-    with _translated(f"listing cloudprof resources in {region}"):
+    with translated(f"listing cloudprof resources in {region}"):
         for inst in _describe_instances(ec2, filters):
             tags = _tag_dict(inst.get("Tags"))
             out.append(
@@ -514,7 +263,7 @@ def delete_resources(
     for res in resources:
         by_region.setdefault(res.region, []).append(res)
     for region, items in by_region.items():
-        ec2 = (session or _session(region)).client("ec2", region_name=region)
+        ec2 = (session or new_session(region)).client("ec2", region_name=region)
         instance_ids = [r.id for r in items if r.kind == "instance"]
         if instance_ids:
             _terminate(ec2, instance_ids, wait_s)
@@ -546,13 +295,11 @@ def _cluster_rules(ec2: Any, group_ids: list[str]) -> list[dict[str, Any]]:
 
 def _revoke_cluster_rule(ec2: Any, res: AwsResource) -> None:
     """Revoke one inter-node rule cleanup found; a rule or group already gone is fine."""
-    from botocore.exceptions import ClientError
-
-    with _translated(f"revoking inter-node rule {res.id} of {res.group_id}"):
+    with translated(f"revoking inter-node rule {res.id} of {res.group_id}"):
         try:
             ec2.revoke_security_group_ingress(GroupId=res.group_id, SecurityGroupRuleIds=[res.id])
-        except ClientError as err:
-            if not (_is_not_found(err) or error_code(err)[0] == "InvalidPermission.NotFound"):
+        except sdk.botocore_exceptions.ClientError as err:
+            if not (is_not_found(err) or error_code(err)[0] == "InvalidPermission.NotFound"):
                 raise
 
 
@@ -569,16 +316,14 @@ def _describe_one(ec2: Any, instance_id: str) -> dict[str, Any]:
 
 def _terminate(ec2: Any, instance_ids: list[str], wait_s: float) -> None:
     """Terminate and wait until gone; ids that no longer exist are fine."""
-    from botocore.exceptions import ClientError
-
-    with _translated(f"terminating {', '.join(instance_ids)}"):
+    with translated(f"terminating {', '.join(instance_ids)}"):
         gone: list[str] = []
         for iid in instance_ids:
             try:
                 ec2.terminate_instances(InstanceIds=[iid])
                 gone.append(iid)
-            except ClientError as err:
-                if not _is_not_found(err):
+            except sdk.botocore_exceptions.ClientError as err:
+                if not is_not_found(err):
                     raise
         if gone:
             _wait(ec2, "instance_terminated", gone, wait_s)
@@ -598,25 +343,23 @@ def _delete_security_group(ec2: Any, group_id: str, wait_s: float = 300) -> None
     A group one of whose own rules references it (the inter-node rule) cannot be
     deleted on AWS until that rule is gone, so such rules are revoked first.
     """
-    from botocore.exceptions import ClientError
-
     deadline = time.monotonic() + wait_s
     delay = 1.0
-    with _translated(f"deleting security group {group_id}"):
+    with translated(f"deleting security group {group_id}"):
         try:
             own = [r["SecurityGroupRuleId"] for r in _cluster_rules(ec2, [group_id])]
             if own:
                 ec2.revoke_security_group_ingress(GroupId=group_id, SecurityGroupRuleIds=own)
-        except ClientError as err:
-            if not (_is_not_found(err) or error_code(err)[0] == "InvalidPermission.NotFound"):
+        except sdk.botocore_exceptions.ClientError as err:
+            if not (is_not_found(err) or error_code(err)[0] == "InvalidPermission.NotFound"):
                 raise
         while True:
             try:
                 ec2.delete_security_group(GroupId=group_id)
                 return
-            except ClientError as err:
+            except sdk.botocore_exceptions.ClientError as err:
                 code, _ = error_code(err)
-                if _is_not_found(err):
+                if is_not_found(err):
                     return
                 if code != "DependencyViolation" or time.monotonic() > deadline:
                     raise
@@ -625,13 +368,11 @@ def _delete_security_group(ec2: Any, group_id: str, wait_s: float = 300) -> None
 
 
 def _delete_key_pair(ec2: Any, key_name: str) -> None:
-    from botocore.exceptions import ClientError
-
-    with _translated(f"deleting key pair {key_name}"):
+    with translated(f"deleting key pair {key_name}"):
         try:
             ec2.delete_key_pair(KeyName=key_name)
-        except ClientError as err:
-            if not _is_not_found(err):
+        except sdk.botocore_exceptions.ClientError as err:
+            if not is_not_found(err):
                 raise
 
 
@@ -658,7 +399,7 @@ class AwsProvider(Provider):
     @property
     def session(self) -> boto3.session.Session:
         if self._session is None:
-            self._session = _session(self.region)
+            self._session = new_session(self.region)
         return self._session
 
     def _client(self, service: str, region: str | None = None) -> Any:
@@ -675,7 +416,7 @@ class AwsProvider(Provider):
     # -- Provider
 
     def check_credentials(self) -> None:
-        check_credentials(self.session)
+        sdk_aws.check_credentials(self.session)
 
     def create(self, req: VmRequest) -> Instance:
         zone = req.zone or self.options.zone
@@ -715,14 +456,12 @@ class AwsProvider(Provider):
         return inst
 
     def wait_ready(self, inst: Instance, timeout: float = 600) -> Instance:
-        from botocore.exceptions import WaiterError
-
         region = self._region_for(inst.zone)
         ec2 = self._client("ec2", region)
-        with _translated(f"waiting for {inst.name or inst.id}", zone=inst.zone):
+        with translated(f"waiting for {inst.name or inst.id}", zone=inst.zone):
             try:
                 _wait(ec2, "instance_running", [inst.id], timeout)
-            except WaiterError as err:
+            except sdk.botocore_exceptions.WaiterError as err:
                 # An error that outlived the client's retries ends the waiter too; a VM
                 # that is running by now is ready all the same.
                 if not _is_running(ec2, inst.id):
@@ -755,7 +494,7 @@ class AwsProvider(Provider):
 
         def list_one(region: str) -> list[Instance]:
             ec2 = self._client("ec2", region)
-            with _translated(f"listing instances in {region}"):
+            with translated(f"listing instances in {region}"):
                 found = _describe_instances(ec2, _tag_filters(labels))
                 return [_to_instance(i, region) for i in found]
 
@@ -777,33 +516,29 @@ class AwsProvider(Provider):
     # -- per-sweep key pair and security group
 
     def _ensure_key_pair(self, ec2: Any, req: VmRequest, tags: dict[str, str]) -> str:
-        from botocore.exceptions import ClientError
-
         key_name = sweep_resource_name(tags[LABEL_SWEEP])
         if not req.ssh_public_key.strip():
             raise ProviderError("no SSH public key for the sweep (the engine makes one per sweep)")
-        with _translated(f"importing key pair {key_name}"):
+        with translated(f"importing key pair {key_name}"):
             try:
                 ec2.import_key_pair(
                     KeyName=key_name,
                     PublicKeyMaterial=req.ssh_public_key.strip().encode(),
                     TagSpecifications=_shared_tags("key-pair", tags, key_name),
                 )
-            except ClientError as err:
+            except sdk.botocore_exceptions.ClientError as err:
                 # Same sweep (resume, or a second machine): the same key was imported.
                 if error_code(err)[0] != "InvalidKeyPair.Duplicate":
                     raise
         return key_name
 
     def _ensure_security_group(self, ec2: Any, tags: dict[str, str], region: str) -> str:
-        from botocore.exceptions import ClientError
-
         sweep = tags[LABEL_SWEEP]
         name = sweep_resource_name(sweep)
         from orchestrator.providers.remote import caller_cidr
 
         cidr = caller_cidr()
-        with _translated(f"creating security group {name}"):
+        with translated(f"creating security group {name}"):
             vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
             if not vpcs:
                 raise ProviderError(
@@ -818,7 +553,7 @@ class AwsProvider(Provider):
                     VpcId=vpc_id,
                     TagSpecifications=_shared_tags("security-group", tags, name),
                 )["GroupId"]
-            except ClientError as err:
+            except sdk.botocore_exceptions.ClientError as err:
                 if error_code(err)[0] != "InvalidGroup.Duplicate":
                     raise
                 group_id = ec2.describe_security_groups(
@@ -837,7 +572,7 @@ class AwsProvider(Provider):
                     GroupId=group_id,
                     IpPermissions=[{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}],
                 )
-            except ClientError as err:
+            except sdk.botocore_exceptions.ClientError as err:
                 if error_code(err)[0] != "InvalidPermission.Duplicate":
                     raise
         return group_id
@@ -849,9 +584,7 @@ class AwsProvider(Provider):
         Checked before it is added (moto, unlike EC2, accepts a duplicate); called
         under the provider's lock, so parallel creates add it once.
         """
-        from botocore.exceptions import ClientError
-
-        with _translated(f"opening the inter-node ports of {group_id}"):
+        with translated(f"opening the inter-node ports of {group_id}"):
             present = {r["IpProtocol"] for r in _cluster_rules(ec2, [group_id])
                        if r.get("FromPort") == 0 and r.get("ToPort") == 65535}
             missing = [p for p in ("tcp", "udp") if p not in present]
@@ -867,7 +600,7 @@ class AwsProvider(Provider):
                         for p in missing
                     ],
                 )
-            except ClientError as err:
+            except sdk.botocore_exceptions.ClientError as err:
                 if error_code(err)[0] != "InvalidPermission.Duplicate":
                     raise
 
@@ -877,7 +610,7 @@ class AwsProvider(Provider):
         with self._lock:
             if self._creating.get(sweep_id, 0) > 0:
                 return
-            with _translated(f"listing instances of sweep {sweep_id}"):
+            with translated(f"listing instances of sweep {sweep_id}"):
                 sweep_filter = _tag_filters({LABEL_SWEEP: sweep_id})
                 if next(_describe_instances(ec2, sweep_filter), None) is not None:
                     return
@@ -890,17 +623,15 @@ class AwsProvider(Provider):
 
     def _image(self, region: str, req: VmRequest) -> tuple[str, str]:
         """(AMI id, root device name) for the request's image in ``region``."""
-        from botocore.exceptions import ClientError
-
-        parameter = image_parameter(req.image, req.machine)
-        image_id = req.image or os.environ.get(IMAGE_ENV, "")
-        with _translated(f"resolving the image for {req.machine} in {region}"):
+        parameter = aws_image_parameter(req.image, req.machine)
+        image_id = req.image or settings.AWS_IMAGE.get() or ""
+        with translated(f"resolving the image for {req.machine} in {region}"):
             if parameter is not None:
                 try:
                     image_id = self._client("ssm", region).get_parameter(Name=parameter)[
                         "Parameter"
                     ]["Value"]
-                except ClientError as err:
+                except sdk.botocore_exceptions.ClientError as err:
                     if error_code(err)[0] == "ParameterNotFound":
                         raise ProviderError(
                             f"image parameter {parameter} does not exist in SSM in {region}"
@@ -962,11 +693,10 @@ class AwsProvider(Provider):
     def _run_instance(
         self, ec2: Any, params: dict[str, Any], req: VmRequest, zone: str | None, region: str
     ) -> dict[str, Any]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
             return ec2.run_instances(**params)["Instances"][0]
-        except (BotoCoreError, ClientError) as err:
+        except (sdk.botocore_exceptions.BotoCoreError,
+                sdk.botocore_exceptions.ClientError) as err:
             capacity = error_code(err)[0] in CAPACITY_CODES
             next_zones = self._other_zones(ec2, req.machine, zone) if capacity else ()
             action = f"creating {req.machine} in {zone or region}"
@@ -1045,213 +775,3 @@ def _to_instance(described: dict[str, Any], region: str) -> Instance:
             "spot": described.get("InstanceLifecycle") == "spot",
         },
     )
-
-
-# ---------------------------------------------------------------- bucket
-
-_BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_MD5_META = "cloudprof-md5"  # S3 metadata key: content md5 of multipart uploads
-SIGV4_MAX_EXPIRY_S = 7 * 24 * 3600  # S3 refuses SigV4 URLs valid for longer
-_OPEN = "open the bucket"  # the first call: a 404 here means no bucket
-
-
-def validate_bucket_name(name: str) -> None:
-    """S3's naming rules, checked before any call so a typo costs nothing."""
-    url = f"s3://{name}"
-    if not 3 <= len(name) <= 63:
-        raise BucketError(f"invalid bucket name {url!r}: S3 names have 3 to 63 characters")
-    if not _BUCKET_RE.fullmatch(name):
-        raise BucketError(
-            f"invalid bucket name {url!r}: S3 names use lowercase letters, digits, dots and "
-            "hyphens, and start and end with a letter or digit"
-        )
-    if ".." in name or ".-" in name or "-." in name:
-        raise BucketError(f"invalid bucket name {url!r}: no adjacent dots or dot-hyphen pairs")
-    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name):
-        raise BucketError(f"invalid bucket name {url!r}: S3 names must not look like an IP address")
-    if name.startswith(("xn--", "sthree-")) or name.endswith(("-s3alias", "--ol-s3")):
-        raise BucketError(f"invalid bucket name {url!r}: reserved prefix or suffix")
-
-
-class S3Bucket(Bucket):
-    """``s3://name[/prefix]``: keys given to and returned by the methods are below the prefix."""
-
-    workers = 8  # parallel transfers
-
-    def __init__(self, url: str) -> None:
-        if not url.startswith("s3://"):
-            raise BucketError(f"not an S3 URL: {url!r}")
-        name, _, prefix = url[len("s3://") :].partition("/")
-        validate_bucket_name(name)
-        self.url = url.rstrip("/")
-        self.name = name
-        self.base = prefix.strip("/")
-        self._client: Any = None
-        self._lock = threading.Lock()
-        self._session: boto3.session.Session | None = None
-
-    @property
-    def session(self) -> boto3.session.Session:
-        if self._session is None:
-            self._session = _session()
-        return self._session
-
-    # -- plumbing
-
-    def _full(self, key: str) -> str:
-        key = key.lstrip("/")
-        return f"{self.base}/{key}" if self.base and key else (self.base or key)
-
-    def _relative(self, full: str) -> str:
-        return full[len(self.base) + 1 :] if self.base else full
-
-    def _prefix(self, prefix: str) -> str:
-        full = self._full(prefix.strip("/"))
-        return f"{full}/" if full else ""
-
-    def _bucket_error(self, err: BaseException, action: str) -> CloudprofError:
-        code, message = error_code(err)
-        status = (
-            (getattr(err, "response", None) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
-        )
-        if code == "NoSuchBucket" or (status == 404 and action == _OPEN):
-            return BucketError(
-                f"bucket s3://{self.name} does not exist (create it with: aws s3 mb s3://{self.name})"
-            )
-        if code in ("NoSuchKey", "404") or status == 404:
-            return BucketError(f"cannot {action} s3://{self.name}: no such object")
-        if code in PERMISSION_CODES or code == "403" or status == 403:
-            return BucketError(
-                f"no permission to {action} s3://{self.name} ({code} {message}; {POLICY_HINT})"
-            )
-        found = translate_error(err, f"{action} in s3://{self.name}")
-        if isinstance(found, CredentialsError):
-            return found
-        return BucketError(str(found))
-
-    @contextmanager
-    def _calls(self, action: str) -> Iterator[None]:
-        from boto3.exceptions import Boto3Error
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            yield
-        except (BotoCoreError, ClientError) as err:
-            raise self._bucket_error(err, action) from err
-        except Boto3Error as err:  # upload_file's S3UploadFailedError wraps the S3 error
-            cause = err.__cause__ or err.__context__
-            if isinstance(cause, (BotoCoreError, ClientError)):
-                raise self._bucket_error(cause, action) from err
-            raise BucketError(f"cannot {action} in s3://{self.name}: "
-                              f"{' '.join(str(err).split())}") from err
-
-    @property
-    def client(self) -> Any:
-        """An S3 client in the bucket's own region (checked once: exists, reachable)."""
-        with self._lock:
-            if self._client is None:
-                self._client = self._open()
-            return self._client
-
-    def _open(self) -> Any:
-        from botocore.exceptions import ClientError
-
-        # SigV4 everywhere: presigned URLs then sign only the host, so a VM's
-        # plain HTTP PUT works whatever Content-Type it sends.
-        config = retry_config(signature_version="s3v4")
-        region = resolve_region(None)
-        client = self.session.client("s3", region_name=region, config=config)
-        with self._calls(_OPEN):
-            try:
-                head = client.head_bucket(Bucket=self.name)
-                headers = head["ResponseMetadata"].get("HTTPHeaders", {})
-            except ClientError as err:
-                headers = err.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-                if err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 301:
-                    raise
-        bucket_region = headers.get("x-amz-bucket-region")
-        if bucket_region and bucket_region != region:
-            client = self.session.client("s3", region_name=bucket_region, config=config)
-        return client
-
-    # -- Bucket
-
-    def list(self, prefix: str = "") -> dict[str, str]:
-        client = self.client
-        out: dict[str, str] = {}
-        with self._calls("list objects"):
-            pages = client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.name, Prefix=self._prefix(prefix)
-            )
-            for page in pages:
-                for obj in page.get("Contents", []):
-                    etag = obj.get("ETag", "").strip('"')
-                    if "-" in etag:  # multipart: the ETag is not the md5, the metadata is
-                        head = client.head_object(Bucket=self.name, Key=obj["Key"])
-                        etag = head.get("Metadata", {}).get(_MD5_META, "")
-                    out[self._relative(obj["Key"])] = etag
-        return out
-
-    # upload_dir and download_dir: Bucket's, over these two
-
-    def put_file(self, path: Path, key: str, md5: str,
-                 progress: Callable[[int], None] | None) -> None:
-        with self._calls(f"upload {key}"):
-            self.client.upload_file(
-                str(path), self.name, self._full(key), ExtraArgs={"Metadata": {_MD5_META: md5}},
-                Callback=progress,  # boto3 calls it with the bytes of each chunk sent
-            )
-
-    def get_file(self, key: str, target: Path) -> None:
-        with atomic_path(target) as tmp, self._calls(f"download {key}"):
-            self.client.download_file(self.name, self._full(key), str(tmp))
-
-    def signed_url(self, key: str, method: str = "GET", expires_s: int = 6 * 3600) -> str:
-        operations = {"GET": "get_object", "PUT": "put_object"}
-        if method.upper() not in operations:
-            raise BucketError(f"signed URLs are for GET or PUT, not {method!r}")
-        with self._calls(f"sign {method} {key}"):
-            return self.client.generate_presigned_url(
-                operations[method.upper()],
-                Params={"Bucket": self.name, "Key": self._full(key)},
-                ExpiresIn=min(int(expires_s), SIGV4_MAX_EXPIRY_S),
-            )
-
-    def delete_prefix(self, prefix: str) -> int:
-        keys = [self._full(k) for k in self.list(prefix)]
-        client = self.client
-        deleted = 0
-        with self._calls(f"delete {prefix}"):
-            for start in range(0, len(keys), 1000):  # DeleteObjects takes 1000 at most
-                batch = keys[start : start + 1000]
-                resp = client.delete_objects(
-                    Bucket=self.name,
-                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
-                )
-                errors = resp.get("Errors", [])
-                if errors:
-                    first = errors[0]
-                    raise BucketError(
-                        f"could not delete {len(errors)} objects in s3://{self.name}, e.g. "
-                        f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}"
-                    )
-                deleted += len(batch)
-        return deleted
-
-    def put_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
-        client = self.client
-        with self._calls(f"write {key}"):
-            client.put_object(Bucket=self.name, Key=self._full(key), Body=data,
-                              Metadata=metadata or {}, ContentType="application/json")
-
-    def get_bytes(self, key: str) -> bytes | None:
-        from botocore.exceptions import ClientError
-
-        client = self.client
-        with self._calls(f"read {key}"):
-            try:
-                return client.get_object(Bucket=self.name, Key=self._full(key))["Body"].read()
-            except ClientError as err:
-                if error_code(err)[0] in ("NoSuchKey", "404"):
-                    return None
-                raise

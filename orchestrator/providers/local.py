@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 
+from orchestrator import settings
 from orchestrator.atomic import atomic_path, atomic_write_bytes, atomic_write_text
 from orchestrator.errors import BucketError, ProviderError
 from orchestrator.providers.base import (
@@ -72,8 +73,7 @@ class LocalExecutor(Executor):
         """cloudprof's cache (``$CLOUDPROF_CACHE``, else ``~/.cache/cloudprof``), not the run's
         host directory: a dry run's --setup is reused by the next one, and run directories
         hold results, not environments."""
-        root = os.environ.get("CLOUDPROF_CACHE") or Path.home() / ".cache" / "cloudprof"
-        return str(Path(root) / "host")
+        return str(settings.cache_root() / "host")
 
     def _path(self, remote: str) -> Path:
         path = Path(remote)
@@ -331,8 +331,7 @@ MD5_CACHE_MIN_BYTES = 1 << 20  # smaller files hash faster than a cache look-up 
 
 def default_bucket_dir() -> Path:
     """The local bucket when none is given: a cache shared by every local sweep."""
-    root = os.environ.get("CLOUDPROF_CACHE") or Path.home() / ".cache" / "cloudprof"
-    return Path(root) / "bucket"
+    return settings.cache_root() / "bucket"
 
 
 class LocalBucket(Bucket):

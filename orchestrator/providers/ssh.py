@@ -45,9 +45,10 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator import settings
+from orchestrator.catalog.machines import MachineType, check_name
 from orchestrator.errors import UsageError
 from orchestrator.providers.base import Executor, Instance, Provider, ProviderOptions, VmRequest
-from orchestrator.spec.catalog import MachineType, check_name
 
 if TYPE_CHECKING:
     from orchestrator.providers.remote import SshExecutor
@@ -69,7 +70,8 @@ HOST_KEYS = {
     "machine",
 }
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*|[0-9A-Fa-f:]+)$")
-_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
+# a login name; spec.environment checks CLOUDPROF_SSH_USER by it too
+LOGIN_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 _SPEC_RE = re.compile(r"^(?:([^@\s]+)@)?(\[[^\]]+\]|[^:@\s]+)(?::(\d+))?$")
 
 # A host that is up but refuses or drops the connection is misconfigured, not
@@ -122,7 +124,7 @@ def _check_port(port: object, where: str) -> int:
 
 
 def _check_user(user: object, where: str) -> str:
-    if not isinstance(user, str) or not _USER_RE.match(user):
+    if not isinstance(user, str) or not LOGIN_RE.match(user):
         raise UsageError(f"{where}: invalid user {user!r}")
     return user
 
@@ -326,7 +328,7 @@ class SshProvider(Provider):
             return host.key_file
         if self.options.ssh_key is not None:
             return Path(self.options.ssh_key).expanduser()
-        env = os.environ.get("CLOUDPROF_SSH_KEY")
+        env = settings.SSH_KEY.get()
         return Path(env).expanduser() if env else None
 
     def check_credentials(self) -> None:

@@ -24,7 +24,7 @@ from orchestrator.results.report.rows import Frame, idx_max, idx_min, missing
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.plan.model import Comparison
+    from orchestrator.analysis.model import Comparison
 
 
 @dataclass(frozen=True)
@@ -171,10 +171,10 @@ def ratio_interval(metric: Metric, base: Metric) -> Comparison | None:
 
     None when either side has no repeats behind it (peak memory is a max, the
     knee a count) or only one repeat each: with no measured spread an interval
-    would be invented. :class:`~orchestrator.plan.model.Comparison` says "no
+    would be invented. :class:`~orchestrator.analysis.model.Comparison` says "no
     clear difference" when the interval contains 1.
     """
-    from orchestrator.plan.model import compare_groups
+    from orchestrator.analysis.model import compare_groups
 
     if len(metric.repeats) < 2 and len(base.repeats) < 2:
         return None

@@ -268,7 +268,7 @@ def _usl_curve(
     the figure's unit."""
     import numpy as np
 
-    from orchestrator.plan.model import fit_usl_with_intervals
+    from orchestrator.analysis.model import fit_usl_with_intervals
     from orchestrator.results.report.model import samples
 
     key = (str(keys["machine"]), str(keys["ran_on"]))

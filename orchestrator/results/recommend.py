@@ -226,7 +226,7 @@ def _first_str(group: Any, column: str) -> str:
 
 def _catalog_row(name: str) -> Any:
     """The catalog's row of a machine type (its first region), or None."""
-    from orchestrator.spec.catalog import load_catalog
+    from orchestrator.catalog.machines import load_catalog
 
     return next((m for m in load_catalog() if m.name == name), None)
 

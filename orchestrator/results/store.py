@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from orchestrator.catalog.machines import MachineType
     from orchestrator.plan.planner import TrialPlan
-    from orchestrator.spec.catalog import MachineType
 
 SWEEP_FILE = "sweep.json"
 TRIALS_FILE = "trials.parquet"

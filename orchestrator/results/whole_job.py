@@ -239,7 +239,7 @@ def vm_start_seconds(sweep: dict[str, Any]) -> dict[str, float]:
 
 def _work(run: RunData, q: Question) -> list[dict[str, Any]]:
     """Per configuration: seconds per run or per unit (value, low, high), measured or forecast."""
-    from orchestrator.plan.model import spread
+    from orchestrator.analysis.model import spread
 
     if q.target is not None:
         out = []

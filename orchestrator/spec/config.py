@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.catalog.machines import suggest
 from orchestrator.errors import UsageError
-from orchestrator.spec.catalog import suggest
 from orchestrator.spec.options import (
     ALIASES,
     BY_KEY,

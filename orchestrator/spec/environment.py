@@ -1,4 +1,4 @@
-"""The ``CLOUDPROF_*`` environment settings a sweep reads, checked before anything exists.
+"""The ``CLOUDPROF_*`` settings a sweep reads (``orchestrator.settings``), checked up front.
 
 Each setting is read deep inside a provider or the engine — the SSH user when the
 first VM is reached, the AMI when the first one is created — so a bad value used to
@@ -12,11 +12,11 @@ Only settings that are set are checked: an unset one keeps its default.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator import settings
 from orchestrator.errors import UsageError
 
 _PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+~-]+$")  # a path or a command name, one word
@@ -32,9 +32,9 @@ def _ssh_endpoint(name: str, value: str) -> None:
 
 
 def _ssh_user(name: str, value: str) -> None:
-    from orchestrator.providers.ssh import _USER_RE
+    from orchestrator.providers.ssh import LOGIN_RE
 
-    if not _USER_RE.match(value):
+    if not LOGIN_RE.match(value):
         raise UsageError(f"{name}={value!r} is not a login name (letters, digits, '_', '.', "
                          "'-'; at most 32)")
 
@@ -70,7 +70,7 @@ def _source_cidr(name: str, value: str) -> None:
 
 
 def _aws_image(name: str, value: str) -> None:
-    from orchestrator.providers.aws import IMAGES
+    from orchestrator.catalog.images import AWS_IMAGES as IMAGES
 
     if re.match(r"^ami-[0-9a-f]{8,17}$", value) or value in IMAGES:
         return
@@ -91,7 +91,7 @@ def _email(name: str, value: str) -> None:
 
 
 def _size(name: str, value: str) -> None:
-    from orchestrator.engine.jobs import max_bytes
+    from orchestrator.spec.job import max_bytes
 
     max_bytes()
 
@@ -122,23 +122,23 @@ def _cache(name: str, value: str) -> None:
 
 
 CHECKS: dict[str, Callable[[str, str], None]] = {
-    "CLOUDPROF_SSH_ENDPOINT": _ssh_endpoint,
-    "CLOUDPROF_SSH_USER": _ssh_user,
-    "CLOUDPROF_SSH_KEY": _ssh_key,
-    "CLOUDPROF_SSH_HOST_KEY": _ssh_key,
-    "CLOUDPROF_SSH_WORKDIR": _remote_dir,
-    "CLOUDPROF_SSH_PYTHON": _python,
-    "CLOUDPROF_SSH_BOOT_TIMEOUT": _boot_timeout,
-    "CLOUDPROF_SSH_SOURCE_CIDR": _source_cidr,
-    "CLOUDPROF_AWS_IMAGE": _aws_image,
-    "CLOUDPROF_GCE_ENDPOINT": _url,
-    "CLOUDPROF_GCP_BILLING_ENDPOINT": _url,
-    "CLOUDPROF_GCS_SIGNER": _email,
-    "CLOUDPROF_MAX_WORKDIR": _size,
-    "CLOUDPROF_DELETE_BACKOFF_S": _seconds,
-    "CLOUDPROF_WARM_RUNNER": _switch,
-    "CLOUDPROF_CATALOG_DIR": _directory,
-    "CLOUDPROF_CACHE": _cache,
+    settings.SSH_ENDPOINT.name: _ssh_endpoint,
+    settings.SSH_USER.name: _ssh_user,
+    settings.SSH_KEY.name: _ssh_key,
+    settings.SSH_HOST_KEY.name: _ssh_key,
+    settings.SSH_WORKDIR.name: _remote_dir,
+    settings.SSH_PYTHON.name: _python,
+    settings.SSH_BOOT_TIMEOUT.name: _boot_timeout,
+    settings.SSH_SOURCE_CIDR.name: _source_cidr,
+    settings.AWS_IMAGE.name: _aws_image,
+    settings.GCE_ENDPOINT.name: _url,
+    settings.GCP_BILLING_ENDPOINT.name: _url,
+    settings.GCS_SIGNER.name: _email,
+    settings.MAX_WORKDIR.name: _size,
+    settings.DELETE_BACKOFF_S.name: _seconds,
+    settings.WARM_RUNNER.name: _switch,
+    settings.CATALOG_DIR.name: _directory,
+    settings.CACHE.name: _cache,
 }
 
 
@@ -146,7 +146,7 @@ def check_environment() -> None:
     """Refuse the first set ``CLOUDPROF_*`` setting its reader would reject, in one line
     that names it."""
     for name, check in CHECKS.items():
-        value = os.environ.get(name)
+        value = settings.BY_NAME[name].get()
         if not value:
             continue
         try:

@@ -29,14 +29,14 @@ class SweepSpec:
     # Before each trial, untimed and unsampled: workers allocate their buffers and warm
     # caches first, so neither the rate nor the leak verdict sees the start-up ramp.
     warmup_s: float = 0.0
-    # Per machine, run the worker counts that narrow the USL's peak N* (plan/search.py)
+    # Per machine, run the worker counts that narrow the USL's peak N* (analysis/search.py)
     # instead of the whole grid; the grid's trial count is the budget.
     adaptive: bool = False
     # --search cost|throughput: try the candidate machines (--machine, or the catalog rows
     # matching --family/--vcpus/--max-price) one at a time, the next chosen by a Gaussian
-    # process over machine features (plan/search.py), at most ``budget`` of them.
+    # process over machine features (analysis/search.py), at most ``budget`` of them.
     search: str | None = None
-    budget: int | None = None  # machines tried; None: plan.search.default_budget
+    budget: int | None = None  # machines tried; None: analysis.search.default_budget
     family: list[str] = field(default_factory=list)
     vcpus: list[int] | None = None  # [min, max]
     max_price: float | None = None  # USD per hour (the spot price with --spot)

@@ -14,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.catalog.machines import check_name, load_catalog, lookup, suggest
 from orchestrator.errors import UsageError
-from orchestrator.spec.catalog import check_name, load_catalog, lookup, suggest
 from orchestrator.spec.spec import SweepSpec
 from orchestrator.spec.values import (
     MAX_GRID_POINTS,
@@ -231,7 +231,7 @@ def _check_job(spec: SweepSpec) -> None:
     if spec.shell and spec.command is None:
         raise UsageError("--shell applies to --command")
     if spec.command is not None:
-        from orchestrator.engine.jobs import check_command
+        from orchestrator.spec.job import check_command
 
         check_command(spec.command, spec.shell, spec.grid)
         _check_grid_used(spec)
@@ -358,7 +358,7 @@ def _check_host_keys(spec: SweepSpec, hosts: list[Any]) -> None:
 def search_candidates(spec: SweepSpec) -> list[str]:
     """``--search``'s machine types: the --machine names plus the catalog rows matching
     --family, --vcpus and --max-price (provider and region as given), once each."""
-    from orchestrator.spec.catalog import filter_catalog, sort_catalog
+    from orchestrator.catalog.machines import filter_catalog, sort_catalog
 
     names = list(spec.machines)
     if spec.family or spec.vcpus or spec.max_price is not None:

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.catalog.machines import check_name, suggest
 from orchestrator.errors import BucketError, UsageError
 from orchestrator.providers import PROVIDERS as PROVIDER_NAMES  # light: no SDK
-from orchestrator.spec.catalog import check_name, suggest
+from orchestrator.sdk import aws as sdk_aws
+from orchestrator.sdk import gcp as sdk_gcp
 
 SEARCH_GOALS = ("cost", "throughput")  # --search: what the pick minimises / maximises
 MAX_WORKERS = 4096  # a guard against typos such as 1-10000
@@ -190,17 +192,18 @@ def parse_host(text: str, where: str = "--host") -> str:
     return text
 
 
-# bucket URL scheme -> the provider module whose validate_bucket_name applies
-_BUCKET_RULES = {"gs": "orchestrator.providers.gcp", "s3": "orchestrator.providers.aws"}
+# bucket URL scheme -> the cloud's naming rules (``orchestrator.sdk``: no SDK is loaded)
+_BUCKET_RULES: dict[str, Callable[[str], None]] = {
+    "gs": sdk_gcp.validate_bucket_name,
+    "s3": sdk_aws.validate_bucket_name,
+}
 
 
 def check_bucket(url: str, where: str = "--bucket") -> str:
     """Refuse bucket URLs the cloud would reject, before any VM is created.
 
-    The naming rules are the providers' own (their modules load no SDK at import).
+    The naming rules are the ones the buckets themselves check.
     """
-    import importlib
-
     scheme, sep, rest = url.partition("://")
     if not sep or scheme == "file":
         return url  # a local directory (the local provider's bucket)
@@ -208,7 +211,7 @@ def check_bucket(url: str, where: str = "--bucket") -> str:
         raise BucketError(f"{where}: unsupported bucket URL {url!r}: use gs://, s3:// or a path")
     name, _, prefix = rest.partition("/")
     try:
-        importlib.import_module(_BUCKET_RULES[scheme]).validate_bucket_name(name)
+        _BUCKET_RULES[scheme](name)
     except BucketError as exc:
         raise BucketError(f"{where}: {exc}") from None
     if not _PREFIX_RE.match(prefix):

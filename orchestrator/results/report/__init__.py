@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from orchestrator.analysis.model import KNEE_GAIN
 from orchestrator.formatting import (
     DASH,
     EST,
@@ -22,7 +23,6 @@ from orchestrator.formatting import (
     fmt_usd,
     n_workers,
 )
-from orchestrator.plan.model import KNEE_GAIN
 from orchestrator.results.report.html import render_html
 from orchestrator.results.report.json_doc import SCHEMA as JSON_SCHEMA
 from orchestrator.results.report.json_doc import render_json, report_document

@@ -24,6 +24,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from orchestrator.analysis.model import KNEE_GAIN, spread
 from orchestrator.formatting import (
     DASH,
     EST,
@@ -34,7 +35,6 @@ from orchestrator.formatting import (
     is_finite,
     n_workers,
 )
-from orchestrator.plan.model import KNEE_GAIN, spread
 from orchestrator.results.report.model import (
     LOCAL,
     OK,
@@ -295,8 +295,8 @@ def _card(
 def _runner_up(groups: dict[int, list[float]], best: int,
                higher_is_better: bool) -> tuple[int | None, bool]:
     """The next best worker count by median, and whether the repeats tell it from the best
-    (:func:`orchestrator.plan.model.within_noise`, as the headlines' runner-up)."""
-    from orchestrator.plan.model import within_noise
+    (:func:`orchestrator.analysis.model.within_noise`, as the headlines' runner-up)."""
+    from orchestrator.analysis.model import within_noise
 
     others = {w: v for w, v in groups.items() if w != best and v}
     if best not in groups or not others:

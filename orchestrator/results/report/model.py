@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.analysis.model import KNEE_GAIN, KneeRange, knee_point, knee_range, spread
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.formatting import DASH, n_workers
-from orchestrator.plan.model import KNEE_GAIN, KneeRange, knee_point, knee_range, spread
 from orchestrator.results.report.measure import (
     Measure,
     is_fixed_work,
@@ -347,7 +347,7 @@ class Knee:
     """Where scaling stops for one machine: ``workers`` is None when it was not seen.
 
     ``range`` is where the knee lands when the repeats are resampled
-    (:func:`orchestrator.plan.model.knee_range`): a knee one noisy repeat can
+    (:func:`orchestrator.analysis.model.knee_range`): a knee one noisy repeat can
     move is shown with the counts it moves between, not as a single number.
     """
 
@@ -377,7 +377,7 @@ class Knee:
 
 
 def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_GAIN) -> Knee:
-    """The knee of median throughputs (:func:`orchestrator.plan.model.knee_point`, the one rule)."""
+    """The knee of median throughputs (:func:`~orchestrator.analysis.model.knee_point`)."""
     points = sorted(
         (int(w), float(u)) for w, u in zip(workers, units_per_s, strict=True) if math.isfinite(u)
     )

@@ -18,6 +18,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.analysis.model import (
+    KNEE_GAIN,
+    MIN_REPEATS_FOR_CI,
+    UslModel,
+    fit_usl_with_intervals,
+    rank,
+)
 from orchestrator.formatting import (
     DASH,
     EST,
@@ -28,13 +35,6 @@ from orchestrator.formatting import (
     fmt_usd,
     is_finite,
     n_workers,
-)
-from orchestrator.plan.model import (
-    KNEE_GAIN,
-    MIN_REPEATS_FOR_CI,
-    UslModel,
-    fit_usl_with_intervals,
-    rank,
 )
 from orchestrator.results.report.measure import UNITS, Measure
 from orchestrator.results.report.model import (
@@ -212,7 +212,7 @@ def _headlines(
     search = run.sweep.get("search")
     if isinstance(search, dict) and search.get("pick_machine"):
         conf = search.get("confidence")
-        from orchestrator.plan.search import describe_confidence
+        from orchestrator.analysis.search import describe_confidence
 
         sure = (f", {describe_confidence(conf)} sure it is the best of"
                 if isinstance(conf, float) else " of")
@@ -254,7 +254,7 @@ def _runner_up(
 ) -> str:
     """ "; runner-up n2 × 4 is within noise of it": what one more repeat could overturn.
 
-    :func:`orchestrator.plan.model.rank` compares the best and the runner-up by a
+    :func:`orchestrator.analysis.model.rank` compares the best and the runner-up by a
     bootstrap of their repeats; a single repeat on either side is never a clear win.
     """
     ranking = rank(repeat_groups(trials, metric, by_machine),
@@ -529,7 +529,7 @@ def _interval(value: float, bounds: tuple[float, float], fmt: Any) -> str:
 def _usl_table(models: dict[tuple[str, str], UslModel | None],
                measure: Measure = UNITS) -> Table:
     """σ, κ, N*, X(N*) per machine with intervals, and the fit's verdict (a poor fit is said)."""
-    from orchestrator.plan.model import MIN_DISTINCT_WORKERS
+    from orchestrator.analysis.model import MIN_DISTINCT_WORKERS
 
     rows = []
     for (machine, ran_on), model in models.items():

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from orchestrator.spec.catalog import MachineType
-from orchestrator.spec.pricing.families import ARCHES, AWS_FAMILIES, X86, covered, family_of
+from orchestrator.catalog.machines import MachineType
+from orchestrator.catalog.pricing.families import ARCHES, AWS_FAMILIES, X86, covered, family_of
+from orchestrator.sdk.aws import new_session, translated
 
 PRICING_REGION = "us-east-1"
 PRODUCT_FILTERS = {  # one Linux on-demand price per instance type and region
@@ -121,22 +122,20 @@ def build_rows(region: str, shapes: dict[str, Shape], on_demand: dict[str, float
 
 def fetch_region(region: str, fetched_at: str, session: Any = None) -> AwsRefresh:
     """The covered machine types of ``region``, priced."""
-    from orchestrator.providers.aws import _session, _translated
-
-    session = session or _session(region)
+    session = session or new_session(region)
     ec2 = session.client("ec2", region_name=region)
     pricing = session.client("pricing", region_name=PRICING_REGION)
-    with _translated(f"aws: listing instance types in {region}"):
+    with translated(f"aws: listing instance types in {region}"):
         shapes = shapes_from_pages(ec2.get_paginator("describe_instance_types").paginate(
             Filters=[{"Name": "instance-type", "Values": [f"{f}.*" for f in AWS_FAMILIES]}]))
     if not shapes:
         return AwsRefresh([], [f"every covered family in {region} (no instance type listed)"])
     filters = [{"Type": "TERM_MATCH", "Field": k, "Value": v}
                for k, v in {"regionCode": region, **PRODUCT_FILTERS}.items()]
-    with _translated(f"aws: reading the Price List for {region}"):
+    with translated(f"aws: reading the Price List for {region}"):
         on_demand = on_demand_from_pages(pricing.get_paginator("get_products").paginate(
             ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1"))
-    with _translated(f"aws: reading spot price history in {region}"):
+    with translated(f"aws: reading spot price history in {region}"):
         spot = spot_from_pages(ec2.get_paginator("describe_spot_price_history").paginate(
             InstanceTypes=sorted(shapes), ProductDescriptions=["Linux/UNIX"],
             StartTime=datetime.now(timezone.utc)))

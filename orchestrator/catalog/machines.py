@@ -31,8 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from orchestrator.catalog.pricing.families import ARCHES, arch_of
 from orchestrator.errors import CloudprofError, UnknownMachineError, UsageError
-from orchestrator.spec.pricing.families import ARCHES, arch_of
 
 CATALOG_ENV = "CLOUDPROF_CATALOG_DIR"
 CACHE_ENV = "CLOUDPROF_CACHE"  # the user's cache root, shared with the local bucket

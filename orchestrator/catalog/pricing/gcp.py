@@ -15,17 +15,18 @@ stand-in, reached without credentials.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import CredentialsError
-from orchestrator.spec.catalog import MachineType
-from orchestrator.spec.pricing.families import GCP_FAMILIES, arch_of, family_of
+from orchestrator import sdk, settings
+from orchestrator.catalog.machines import MachineType
+from orchestrator.catalog.pricing.families import GCP_FAMILIES, arch_of, family_of
+from orchestrator.sdk import gcp as sdk_gcp
+from orchestrator.sdk.gcp import api_errors, translate_api_error
 
-BILLING_ENDPOINT_ENV = "CLOUDPROF_GCP_BILLING_ENDPOINT"
+BILLING_SCOPE = "https://www.googleapis.com/auth/cloud-billing.readonly"
 COMPUTE_SERVICE = "services/6F81-5844-456A"  # Compute Engine in the Cloud Billing catalog
 DEFAULT_REGION = "us-central1"  # listed first: a new machine type's default region
 
@@ -174,46 +175,32 @@ def build_rows(rates: dict[tuple[str, str], Rates], shapes: dict[str, dict[str, 
 
 
 def _billing_client() -> Any:
-    from google.api_core.client_options import ClientOptions
-    from google.cloud import billing_v1
-
-    endpoint = os.environ.get(BILLING_ENDPOINT_ENV)
+    endpoint = settings.GCP_BILLING_ENDPOINT.get()
     if endpoint:
-        from google.auth.credentials import AnonymousCredentials
-
-        return billing_v1.CloudCatalogClient(
-            transport="rest", credentials=AnonymousCredentials(),
-            client_options=ClientOptions(api_endpoint=endpoint))
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
-
-    from orchestrator.providers.gcp import CREDENTIALS_HINT
-
-    try:
-        credentials, _ = google.auth.default(
-            scopes=["https://www.googleapis.com/auth/cloud-billing.readonly"])
-    except DefaultCredentialsError:
-        raise CredentialsError(CREDENTIALS_HINT) from None
-    return billing_v1.CloudCatalogClient(transport="rest", credentials=credentials)
+        credentials, _ = sdk_gcp.credentials(BILLING_SCOPE, anonymous=True)
+        return sdk.billing_v1.CloudCatalogClient(
+            transport="rest", credentials=credentials,
+            client_options=sdk.api_core_client_options.ClientOptions(api_endpoint=endpoint))
+    credentials, _ = sdk_gcp.credentials(BILLING_SCOPE)
+    return sdk.billing_v1.CloudCatalogClient(transport="rest", credentials=credentials)
 
 
 def fetch(fetched_at: str, *, project: str | None = None,
           regions: set[str] | None = None) -> GcpRefresh:
     """List the SKUs and the machine types, and price every covered machine."""
-    from orchestrator.providers.base import ProviderOptions
-    from orchestrator.providers.gcp import GcpProvider, _api_errors, translate_api_error
-
     try:
         skus = list(_billing_client().list_skus(
             request={"parent": COMPUTE_SERVICE, "currency_code": "USD"}))
-    except _api_errors() as exc:
+    except api_errors() as exc:
         raise translate_api_error(exc, "listing Compute Engine SKUs (Cloud Billing)") from None
-    provider = GcpProvider(ProviderOptions(project=project))
     try:
-        pages = provider._client("MachineTypesClient").aggregated_list(
-            request={"project": provider.project, "max_results": 500})
+        credentials, adc_project = sdk_gcp.credentials(
+            sdk_gcp.CLOUD_PLATFORM, anonymous=bool(sdk_gcp.endpoint()))
+        pages = sdk_gcp.compute_client("MachineTypesClient", credentials).aggregated_list(
+            request={"project": sdk_gcp.resolve_project(project, adc_project),
+                     "max_results": 500})
         shapes = shapes_from_machine_types(pages)
-    except _api_errors() as exc:
+    except api_errors() as exc:
         raise translate_api_error(exc, "listing machine types (Compute Engine)") from None
     result = build_rows(rates_from_skus(skus), shapes, fetched_at, regions)
     result.skus_read = len(skus)

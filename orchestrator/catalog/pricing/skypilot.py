@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from orchestrator.spec.catalog import NAME_RE, CatalogError, MachineType
-from orchestrator.spec.pricing.families import arch_of, covered, family_of
+from orchestrator.catalog.machines import NAME_RE, CatalogError, MachineType
+from orchestrator.catalog.pricing.families import arch_of, covered, family_of
 
 REQUIRED = ("InstanceType", "vCPUs", "MemoryGiB", "Price", "SpotPrice", "Region")
 DEFAULT_ROOT = Path("~/.sky/catalogs")

@@ -15,10 +15,10 @@ every machine from the per-family rates below (one place to correct a rate):
 The rates are from memory of the providers' public price pages around
 ``ESTIMATE_DATE`` (not fetched). ``cloudprof catalog refresh`` replaces them
 with fetched prices in the user's cache. Regenerate the files after editing:
-``python -m orchestrator.spec.pricing.shipped``.
+``python -m orchestrator.catalog.pricing.shipped``.
 
 With a git copy of ``skypilot-org/skypilot-catalog`` (a checkout or a bare
-clone), ``python -m orchestrator.spec.pricing.shipped --skypilot GIT_DIR``
+clone), ``python -m orchestrator.catalog.pricing.shipped --skypilot GIT_DIR``
 writes its prices instead: every machine type of the covered families in the
 shipped regions, each row sourced ``skypilot-catalog@<commit>`` and dated by
 that commit, with the source's vCPUs and memory; a shipped machine the copy
@@ -31,8 +31,8 @@ import csv
 import io
 from pathlib import Path
 
-from orchestrator.spec.catalog import COLUMNS
-from orchestrator.spec.pricing.families import AWS_FAMILIES, GCP_FAMILIES, arch_of
+from orchestrator.catalog.machines import COLUMNS
+from orchestrator.catalog.pricing.families import AWS_FAMILIES, GCP_FAMILIES, arch_of
 
 ESTIMATE_DATE = "2025-06-01"
 SHIPPED_MARK = "offline estimate"  # in every shipped row's price_source
@@ -195,8 +195,8 @@ def imported_rows(provider: str, estimates: list[dict[str, str]],
                   git_dir: Path) -> list[dict[str, str]]:
     """``estimates`` with each (machine, region) the SkyPilot copy prices replaced by its
     row, then the copy's other machines of the same regions (names in natural order)."""
-    from orchestrator.spec.catalog import _name_key, to_cells
-    from orchestrator.spec.pricing import skypilot
+    from orchestrator.catalog.machines import _name_key, to_cells
+    from orchestrator.catalog.pricing import skypilot
 
     regions = list(GCP_REGIONS if provider == "gcp" else AWS_REGIONS)
     rows, _ = skypilot.load(provider, git_dir)

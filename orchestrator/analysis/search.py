@@ -3,7 +3,7 @@
 The default grid (powers of two up to the vCPU count, the count, twice it)
 spends most of its trials where the answer is already clear. ``--adaptive``
 instead starts from four counts that bracket the usual peak (1, v/4, v, 2v for
-v vCPUs), fits the USL (``plan/model.py``) and then adds, one round at a time:
+v vCPUs), fits the USL (``analysis/model.py``) and then adds, one round at a time:
 
 - one count past the predicted peak N* whenever none has been tested there:
   without it the fitted peak is an extrapolation;
@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.plan.model import SEED, Samples, UslModel, fit_usl_with_intervals, usl
+from orchestrator.analysis.model import SEED, Samples, UslModel, fit_usl_with_intervals, usl
 
 TARGET = 0.10  # stop when N*'s 95 % interval is within ±10 % of N*
 PAST_PEAK = 1.5  # "one past the peak": this far beyond N*, so the drop is measured, not assumed

@@ -1,7 +1,7 @@
 """The user's refreshed catalog files, and why a refresh never clobbers a hand edit.
 
 ``cloudprof catalog refresh`` writes ``<provider>.csv`` into the user's catalog
-directory (``spec.catalog.user_catalog_dir``) next to ``<provider>.csv.meta.json``,
+directory (``catalog.machines.user_catalog_dir``) next to ``<provider>.csv.meta.json``,
 which records the SHA-256 of the bytes cloudprof wrote, where they came from
 and when. A file whose bytes no longer match (a user fixed a price by hand, or
 put a private price list there) is not overwritten unless the user says
@@ -17,14 +17,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.atomic import atomic_write_bytes
-from orchestrator.errors import UsageError
-from orchestrator.spec.catalog import (
+from orchestrator.catalog.machines import (
     CatalogError,
     MachineType,
     parse_catalog_file,
     render_csv,
     user_catalog_dir,
 )
+from orchestrator.errors import UsageError
 
 
 class EditedCatalogError(UsageError):

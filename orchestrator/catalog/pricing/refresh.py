@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.catalog.machines import CATALOG_PROVIDERS, REFRESH_SOURCES, MachineType
+from orchestrator.catalog.pricing.cache import existing_rows, merge_rows, now_utc, write_catalog
 from orchestrator.errors import UsageError
-from orchestrator.spec.catalog import CATALOG_PROVIDERS, REFRESH_SOURCES, MachineType
-from orchestrator.spec.pricing.cache import existing_rows, merge_rows, now_utc, write_catalog
 
 SOURCES = REFRESH_SOURCES
 AWS_DEFAULT_REGIONS = ("us-east-1", "us-west-2", "eu-west-1")  # the shipped catalog's
@@ -43,7 +43,7 @@ def fetch_rows(provider: str, *, source: str = "api", path: Path | None = None,
     """(rows, what could not be priced, a one-line description of the source)."""
     fetched_at = fetched_at or now_utc()
     if source == "skypilot":
-        from orchestrator.spec.pricing import skypilot
+        from orchestrator.catalog.pricing import skypilot
 
         rows, described = skypilot.load(provider, path)
         if regions:
@@ -52,12 +52,12 @@ def fetch_rows(provider: str, *, source: str = "api", path: Path | None = None,
     if source != "api":
         raise UsageError(f"--from: choose {' or '.join(SOURCES)}, not {source!r}")
     if provider == "gcp":
-        from orchestrator.spec.pricing import gcp
+        from orchestrator.catalog.pricing import gcp
 
         got = gcp.fetch(fetched_at, project=project, regions=set(regions) or None)
         return got.rows, got.missing, (f"Cloud Billing Catalog API ({got.skus_read} SKUs) "
                                        "+ Compute Engine machine types")
-    from orchestrator.spec.pricing import aws
+    from orchestrator.catalog.pricing import aws
 
     got_aws = aws.fetch(regions or AWS_DEFAULT_REGIONS, fetched_at)
     return got_aws.rows, got_aws.missing, ("AWS Price List API + EC2 instance types "
