@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypedDict
 
 SCHEMA = "cloudprof.trial/4"
 """Value of ``summary.json``'s ``schema`` key; bump the suffix on incompatible changes.
@@ -30,49 +30,75 @@ EXIT_USAGE = 2  # bad arguments or bad inputs (corrupt Parquet, missing file...)
 EXIT_MEMORY_BUDGET = 3  # the memory budget was breached and the trial was stopped
 EXIT_INTERRUPTED = 130
 
-# Keys every summary.json has (the runner may add more).
-SUMMARY_KEYS = (
-    "schema",
-    "status",  # "ok" | "failed" | "memory_budget_exceeded" | "interrupted"
-    "error",  # None or a one-line message
-    "params",  # workload, workload_params, workers, duration_s, units_target, sample_hz, ...
-    "host",  # hostname, cpu_model, cores_logical, cores_physical, memory_bytes, platform,
-    #          python, libraries {numpy, pyarrow, psutil}
-    "unit",  # what one unit is, e.g. "cube"
-    "units",
-    "seconds",
-    "units_per_s",
-    "peak_rss_bytes",  # whole lifetime (load + trial): kernel high-water mark or cgroup, exact
-    "peak_rss_source",  # where peak_rss_bytes came from: vmhwm | ru_maxrss | held |
-    #                     held_cgroup (a command's tree, workloads.run) | cgroup-v1 | cgroup-v2
-    #                     (older runners) | sampled | sampled_tree
-    "peak_rss_trial_bytes",  # the trial alone (t >= 0); peak_rss_before_trial_bytes: the load
-    "peak_phase",  # "load" or "trial": the phase that holds the whole-lifetime peak
-    "peak_rss_sampled_bytes",  # max of the sampled series
-    "cpu_percent_mean",  # 100 = one core busy
-    "cpu_utilisation",  # 0..1 of all logical cores
-    "leak",  # {"verdict": "ok"|"leak"|"inconclusive", "slope_mb_per_s", "probability", "ramp", ...}
-    "spikes",  # list of {"t": s, "rss_bytes": int, ...}
-    "memory_budget",  # {"limit_bytes": int|None, "breached": bool}
-    "gpu",  # None when NVML is absent
-    "agent",  # {"samples": int, "rate_hz_target": float, "rate_hz_achieved": float,
-    #          "cpu_seconds": float, "sched_policy": str|None, "samples_missed": int,
-    #          "lag_ms": {"p50", "p99", "max"}|None, "rate_note": str (only when >10 % missed)}
-    "started_at",  # ISO 8601 UTC
-    "finished_at",
-    # /2: a --command --job trial (workloads.job) fills these two.
-    "job_kind",  # None (a workload or a bare command), "throughput" (it reported units) or
-    #              "fixed_work" (no units: one complete run; seconds is its time to complete)
-    "phases",  # [{"name", "start_s", "wall_s", "cpu_s", "peak_rss_bytes", "units", "units_per_s",
-    #            "samples"}] in order,
-    #            from its "cloudprof:phase NAME" lines; [] without
-    # /3: --profile fills these two.
-    "profiled",  # True when --profile ran a profiler: throughput not comparable with others
-    "profile",  # None, or PROFILE_KEYS below
-)
-# Optional keys a trial of a workload adds (absent in a --command trial and in older summaries):
-# "load_s" (seconds from the process's start to the trial's t = 0: interpreter start, imports,
-# prepare(), warm-up) and "prepare_s" (the workload's prepare() alone, within load_s).
+class _EverySummary(TypedDict):
+    """The keys every summary.json has, written by the runner from its first moment (a
+    trial that fails before measuring anything still has them, "nothing measured yet")."""
+
+    schema: str  # SCHEMA
+    status: str  # "ok" | "failed" | "memory_budget_exceeded" | "interrupted"
+    error: str | None  # one line
+    params: dict[str, Any]  # workload, workload_params, workers, duration_s, units_target, ...
+    host: dict[str, Any]  # hostname, cpu_model, cores_logical, cores_physical, memory_bytes,
+    #                       platform, python, libraries {numpy, pyarrow, psutil}
+    unit: str | None  # what one unit is, e.g. "cube"
+    units: int
+    seconds: float
+    units_per_s: float
+    peak_rss_bytes: int | None  # whole lifetime (load + trial): kernel high-water mark, exact
+    peak_rss_source: str | None  # vmhwm | ru_maxrss | held | held_cgroup | cgroup-v1 |
+    #                              cgroup-v2 (older runners) | sampled | sampled_tree
+    peak_rss_trial_bytes: int | None  # the trial alone (t >= 0)
+    peak_phase: str | None  # "load" or "trial": the phase that holds the lifetime peak
+    peak_rss_sampled_bytes: int | None  # max of the sampled series
+    cpu_percent_mean: float | None  # 100 = one core busy
+    cpu_utilisation: float | None  # 0..1 of all logical cores
+    leak: dict[str, Any]  # {"verdict": "ok"|"leak"|"inconclusive", "slope_mb_per_s",
+    #                        "probability", "ramp", ...}
+    spikes: list[dict[str, Any]]  # {"t": s, "rss_bytes": int, ...}
+    memory_budget: dict[str, Any]  # {"limit_bytes": int|None, "breached": bool, ...}
+    gpu: dict[str, Any] | None  # None when NVML is absent
+    agent: dict[str, Any]  # samples, rate_hz_target, rate_hz_achieved, cpu_seconds,
+    #                        sched_policy, samples_missed, lag_ms, rate_note (>10 % missed)
+    started_at: str  # ISO 8601 UTC
+    finished_at: str | None
+    job_kind: str | None  # /2: None (a workload or bare command), "throughput" (it reported
+    #                       units) or "fixed_work" (one complete run; seconds is its time)
+    phases: list[dict[str, Any]]  # /2: {"name", "start_s", "wall_s", "cpu_s",
+    #                               "peak_rss_bytes", "units", "units_per_s", "samples"}
+    profiled: bool  # /3: a profiler ran: throughput not comparable with other trials
+    runner_start: float | None  # when the runner process started (load_s counts from it)
+    profile: dict[str, Any] | None  # /3: None, or PROFILE_KEYS below
+
+
+class TrialSummary(_EverySummary, total=False):
+    """summary.json: what one trial measured, the data plane's answer to a TrialRequest.
+
+    The control plane reads it (``orchestrator/results/store.py``'s ``trial_row``); the
+    keys below are written only by the trials they concern."""
+
+    peak_rss_trial_source: str | None
+    peak_rss_before_trial_bytes: int | None  # the load phase's high-water mark
+    peak_rss_upper_bound_bytes: int | None  # a tree: the sum of its processes' own peaks
+    peak_rss_note: str | None  # why the headline may be off (one line)
+    peak_usage_with_cache_bytes: int | None  # a tree's cgroup usage, page cache included
+    peak_usage_with_cache_source: str | None
+    peak_basis: str | None  # what the headline of a tree counts
+    peak_bases_note: str | None  # the other bases more than 10 % from the headline, and why
+    cpu_seconds: float  # user + system of the trial process or tree
+    gpu_note: str | None  # why there is no GPU figure
+    load_s: float | None  # a workload: from the process's start to t = 0
+    prepare_s: float  # a workload: its prepare() alone, within load_s
+    bound: dict[str, Any]  # a workload with bytes_per_unit(): its copy bound (workloads.bound)
+    command: dict[str, Any]  # a --command: argv, pid, exit_code, stopped_by, ...
+    memory_limit: dict[str, Any]  # --memory-limit: the cgroup limit and what it did
+    cgroup: dict[str, Any]  # the trial's own memory cgroup, where it had one
+    cgroup_error: str  # a leftover cgroup of the trial on the host (said loudly)
+    nodes: list[dict[str, Any]]  # a Ray trial: NODE_KEYS per node
+    cluster: dict[str, Any]  # a Ray trial: CLUSTER_KEYS
+
+
+SUMMARY_KEYS: tuple[str, ...] = tuple(_EverySummary.__annotations__)
+"""Keys every summary.json has (the runner may add those of TrialSummary)."""
 
 # cpu: py-spy without pausing the job (top functions, ~3 % cost); gil: py-spy pausing it to
 # read native frames too, for the Python / native / GIL-wait split (~20 %, BENCHMARKS.md).

@@ -347,7 +347,11 @@ class RunStore:
         self.update_sweep(status=status, **fields)
 
     def record_vm(self, name: str, **info: Any) -> None:
-        """Record what a VM is as soon as it is known (its id first: cleanup needs it)."""
+        """Record what a VM is as soon as it is known (its id first: cleanup needs it);
+        the fields are a ``records.VmRecord``'s."""
+        from orchestrator.results.records import check_vm_fields
+
+        check_vm_fields(info)
         self._merge("vms", name, info)
 
     def record_machine(self, machine: str, status: str, error: str | None = None) -> None:
