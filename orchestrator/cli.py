@@ -251,7 +251,8 @@ def sweep(**given: Any) -> None:
     resume, config = given["resume"], given["config"]
     asked = _question(given["target"], given["size"], given["total"])  # checked before anything
     if resume is not None:
-        named = [k for k, v in values.items() if v not in (None, [])]
+        # --total asks about the run after it ends; anything else would change the sweep
+        named = [k for k, v in values.items() if v not in (None, []) and k != "total"]
         if named or config is not None:
             flags = ", ".join(flag_name(k) for k in named) or "--config"
             raise UsageError(f"--resume takes the spec from RUN/sweep.json; drop {flags}")

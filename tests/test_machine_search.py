@@ -112,3 +112,40 @@ def test_the_default_budget_leaves_the_model_picks_past_its_initial_spread(n):
     budget = default_budget(n)
     assert budget <= n
     assert budget >= min(n, INITIAL_MACHINES + 2)
+
+
+def _search_within(cands, peak, budget, rng, min_rate, noise=0.03):
+    measured: dict[str, float] = {}
+    while (step := search_step(cands, measured, "cost", budget,
+                               min_rate=min_rate)).next is not None:
+        measured[step.next] = peak[step.next] * (1 + rng.normal(0, noise))
+    return step, measured
+
+
+@pytest.mark.parametrize("seed", [3, 5, 8])
+def test_a_deadline_rules_out_the_cheap_slow_machines_and_the_search_finds_the_cheapest_fast_one(
+        seed):
+    # a job of N units due within T needs N/T units/s: set it above the cheapest machine's
+    # rate, so the unconstrained answer is wrong and the constrained one differs
+    cands, peak = _world(seed)
+    cost = {c.name: objective_value("cost", c.price_per_hour, peak[c.name]) for c in cands}
+    cheapest = min(cost, key=cost.__getitem__)
+    min_rate = 1.5 * peak[cheapest]
+    feasible = [n for n in cost if peak[n] >= min_rate]
+    assert feasible and cheapest not in feasible
+    budget = default_budget(len(cands))
+    step, measured = _search_within(cands, peak, budget, np.random.default_rng(seed), min_rate)
+    assert step.pick in measured and measured[step.pick] >= min_rate
+    assert peak[step.pick] >= 0.95 * min_rate  # feasible in truth, up to the noise
+    # as cheap as any machine that meets the rate by more than the measurement noise
+    clearly = [n for n in feasible if peak[n] >= 1.1 * min_rate]
+    assert cost[step.pick] <= 1.05 * min(cost[n] for n in clearly)
+
+
+def test_when_no_machine_meets_the_deadline_the_fastest_tried_is_named_and_why():
+    cands, peak = _world(4)
+    min_rate = 2 * max(peak.values())
+    step, measured = _search_within(cands, peak, 8, np.random.default_rng(4), min_rate,
+                                    noise=0.0)
+    assert measured[step.pick] == max(measured.values())
+    assert step.stopped is not None and "no machine tried meets the deadline" in step.stopped

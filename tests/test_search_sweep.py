@@ -91,3 +91,21 @@ def test_a_search_and_its_candidates_can_come_from_sweep_toml(tmp_path):
     spec = build_spec({"dry_run": True, "out": tmp_path / "runs"}, config)
     assert spec.search == "throughput" and spec.budget == 2
     assert spec.machines == ["n2-highcpu-4", "n2-highcpu-8"]  # 16 vCPUs cost more than $0.3/h
+
+
+def test_a_deadline_needs_search_and_total_and_lands_in_the_plan(tmp_path):
+    from orchestrator.errors import UsageError
+    from orchestrator.plan.planner import make_plan
+
+    out = str(tmp_path / "runs")
+    with pytest.raises(UsageError, match="--deadline is --search's constraint"):
+        build_spec({"machines": ["n2-highcpu-8"], "deadline": "10m", "out": out})
+    with pytest.raises(UsageError, match="--total"):
+        build_spec({"search": "cost", "family": ["n2-highcpu"], "deadline": "10m", "out": out})
+    spec = build_spec({"search": "cost", "family": ["n2-highcpu"], "vcpus": "2-16",
+                       "deadline": "10m", "total": 1_200_000, "out": out})
+    from orchestrator.catalog.machines import lookup
+
+    plan = make_plan(spec, "s1", [lookup(m) for m in spec.machines])
+    assert plan.search is not None
+    assert plan.search["min_rate"] == pytest.approx(1_200_000 / 600)

@@ -225,6 +225,7 @@ def search_step(
     *,
     ei_stop: float = EI_STOP,
     seed: int = SEED,
+    min_rate: float | None = None,
 ) -> SearchStep:
     """Which machine to try next, from the peak throughput (units/s) of those tried so far.
 
@@ -236,6 +237,12 @@ def search_step(
     improvement (in log terms: a relative gain) is tried next, until that gain
     is below ``ei_stop`` or ``budget`` machines have been tried. Before the GP,
     INITIAL_MACHINES machines spread over the feature space (farthest-point).
+
+    ``min_rate`` (units/s) is CherryPick's constraint: a job of N units due within
+    a deadline T needs a machine that runs at least N/T. A measured machine below
+    it is never the pick (unless none meets it: then the fastest, and the step
+    says so), and each untried machine's expected improvement is weighted by the
+    GP's probability that it meets it (constrained expected improvement).
     """
     import numpy as np
 
@@ -245,32 +252,60 @@ def search_step(
     tried = [n for n in names if n in measured and measured[n] > 0]
     feats = _features(candidates)
     offset = _offsets(candidates, objective)  # f = offset − y, lower is better
-    pick, conf, gain = None, None, None
+    pick, conf, gain, short = None, None, None, None
     if tried:
         f_tried = {n: offset[names.index(n)] - math.log(measured[n] / _vcpus(candidates, n))
                    for n in tried}
-        pick = min(f_tried, key=f_tried.__getitem__)
+        feasible = {n: f for n, f in f_tried.items()
+                    if min_rate is None or measured[n] >= min_rate}
+        if feasible:
+            pick = min(feasible, key=feasible.__getitem__)
+        else:  # nothing measured meets the deadline: the fastest comes closest
+            pick = max(tried, key=lambda n: measured[n])
+            short = f"no machine tried meets the deadline; {pick} comes closest"
     untried = [i for i, n in enumerate(names) if n not in measured]
     spent = len([n for n in names if n in measured])
     if len(tried) >= 2:
         mean, cov = _posterior(feats, names, tried, measured, candidates, seed)
         f_mean, f_sd = offset - mean, np.sqrt(np.clip(np.diag(cov), 1e-12, None))
-        best = min(f_tried.values())
-        gains = {i: _expected_improvement(best, f_mean[i], f_sd[i]) for i in untried}
+        meets = _meets(candidates, mean, f_sd, min_rate)
+        if feasible:
+            best = min(feasible.values())
+            gains = {i: _expected_improvement(best, f_mean[i], f_sd[i]) * meets[i]
+                     for i in untried}
+        else:  # nothing feasible yet: the machine most likely to be (CherryPick does so)
+            gains = {i: float(meets[i]) for i in untried}
         gain = max(gains.values()) if gains else 0.0
         conf = _confidence(offset, mean, cov, names.index(pick), seed)
     else:
         gains = {}
+    def stop(why: str) -> SearchStep:
+        return SearchStep(None, pick, conf, gain, f"{why}; {short}" if short else why)
+
     if not untried:
-        return SearchStep(None, pick, conf, gain, "every candidate tried")
+        return stop("every candidate tried")
     if spent >= budget:
-        return SearchStep(None, pick, conf, gain, "budget spent")
+        return stop("budget spent")
     if spent < min(INITIAL_MACHINES, budget) or not gains:
         return SearchStep(names[_spread_pick(feats, names, measured)], pick, conf, gain, None)
-    if gain is not None and gain < ei_stop:
-        return SearchStep(None, pick, conf, gain, f"expected gain below {ei_stop:.0%}")
+    if gain is not None and gain < ei_stop and not short:
+        return stop(f"expected gain below {ei_stop:.0%}")
     nxt = max(gains, key=gains.__getitem__)
     return SearchStep(names[nxt], pick, conf, gain, None)
+
+
+def _meets(candidates: Sequence[Candidate], mean: Any, sd: Any, min_rate: float | None) -> Any:
+    """P(a candidate's peak units/s >= min_rate) under the GP (1 everywhere without one).
+
+    The GP models y = log(units/s per vCPU), so the rate is at least ``min_rate``
+    where y >= log(min_rate / vCPUs)."""
+    import numpy as np
+    from scipy.stats import norm
+
+    if min_rate is None:
+        return np.ones(len(candidates))
+    need = np.array([math.log(min_rate / max(1, c.vcpus)) for c in candidates])
+    return norm.sf((need - mean) / sd)
 
 
 def _vcpus(candidates: Sequence[Candidate], name: str) -> float:

@@ -1704,7 +1704,8 @@ def _run_search(engine: _Engine, plan: Plan, store: RunStore,
         if again:
             name = again.pop(0)
         else:
-            step = search_step(cands, measured(), goal, budget)
+            step = search_step(cands, measured(), goal, budget,
+                               min_rate=plan.search.get("min_rate"))
             if step.next is None:
                 break
             name = step.next

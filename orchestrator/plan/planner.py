@@ -414,6 +414,9 @@ def make_plan(
 
         budget = min(len(vms), spec.budget or default_budget(len(vms)))
         search = {"objective": spec.search, "budget": budget, "candidates": len(vms)}
+        if spec.deadline_s is not None and spec.total is not None:  # N units within T
+            search.update(deadline_s=spec.deadline_s, total=spec.total,
+                          min_rate=spec.total / spec.deadline_s)
     return Plan(sweep_id=sweep_id, vms=vms, search=search)
 
 

@@ -170,6 +170,13 @@ SWEEP_OPTIONS: tuple[SweepOption, ...] = (
          kind="float", metavar="USD", convert=v.positive_number,
          doc="`--search`'s candidates costing at most this many USD per hour (the spot price "
          "with `--spot`)"),
+    _opt("deadline", "--search: only a machine that finishes --total units within this time "
+         "may be the pick, e.g. 10m.", SEARCH, metavar="TIME", convert=v.parse_duration,
+         field="deadline_s", aliases=("deadline_s",),
+         doc="`--search` under a deadline (CherryPick's constraint): with `--total N`, only a "
+         "machine whose measured peak rate finishes N units within this time may be the pick, "
+         "and each untried machine is weighed by how likely it is to; when none tried "
+         "does, the fastest is named and the search says so"),
     _opt("config", "sweep.toml with any of these options; flags override it.", SWEEP,
          kind="path", flags=("--config", "-c"), metavar="FILE",
          doc="a `sweep.toml` holding any of these options (below)"),
@@ -241,10 +248,11 @@ SWEEP_OPTIONS: tuple[SweepOption, ...] = (
          doc="after the sweep, forecast time and peak memory at this size from the sizes "
          "swept, per machine, workers and nodes (see [Forecasts](../measurement/forecast.md)); "
          "checked before anything starts: the grid must sweep a numeric size"),
-    _opt("total", TOTAL_HELP, JOB, kind="float", metavar="N",
+    _opt("total", TOTAL_HELP, JOB, kind="float", metavar="N", convert=v.positive_number,
          doc="after the sweep, the whole job of N units (runs for a fixed-work job): wall time "
          "and dollars per configuration, the measured VM start included, billed per second "
-         "with a one-minute minimum"),
+         "with a one-minute minimum; with `--search --deadline`, the job the deadline is "
+         "for"),
     _opt("provider", "Where the machines come from (default: each machine's provider in the "
          "catalog, an SSH host's ssh: one sweep may span them).", CLOUD, kind="choice",
          choices=v.PROVIDER_NAMES, convert=v.provider_name,

@@ -40,6 +40,10 @@ class SweepSpec:
     family: list[str] = field(default_factory=list)
     vcpus: list[int] | None = None  # [min, max]
     max_price: float | None = None  # USD per hour (the spot price with --spot)
+    # --search --deadline T --total N: only a machine that runs N units within T (N/T
+    # units/s) may be the pick (CherryPick's constraint); --total also sizes the whole job
+    deadline_s: float | None = None
+    total: float | None = None
     workload: str = DEFAULT_WORKLOAD  # registry name or "module:Class"
     workload_params: dict[str, Any] = field(default_factory=dict)  # frames, dim, strategy...
     provider: str | None = None  # None: the machine's provider in the catalog

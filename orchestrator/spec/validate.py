@@ -381,6 +381,9 @@ def _check_search(spec: SweepSpec) -> None:
     filters = [flag for flag, given in (("--family", spec.family), ("--vcpus", spec.vcpus),
                                         ("--max-price", spec.max_price is not None),
                                         ("--budget", spec.budget is not None)) if given]
+    if spec.deadline_s is not None and (spec.search is None or spec.total is None):
+        raise UsageError("--deadline is --search's constraint on the whole job: give --search "
+                         "and --total N (the job's units, or runs for a fixed-work job)")
     if spec.search is None:
         if filters:
             raise UsageError(f"{filters[0]} selects the machines --search tries: add "
