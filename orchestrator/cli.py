@@ -780,7 +780,8 @@ def report(
         reports.print_json(run, sys.stdout)
         return
     console = _console()
-    written = reports.report_run(run, console)
+    publish = _lazy("orchestrator.results.publish", "reporting")
+    written = publish.report_run(run, console)
     for path in written if isinstance(written, list | tuple) else [written]:
         console.print(f"wrote {path}", soft_wrap=True)  # a path folded by rich cannot be pasted
 

@@ -2,7 +2,9 @@
 
 One model over the results store (``model``: medians, knees, Pareto front;
 ``tables``: the same as headlines and tables of strings) and one renderer per
-format (``terminal``, ``markdown``, ``html``), like memray's reporters. This
+format (``terminal``, ``markdown``, ``html``), like memray's reporters; the figures and
+the files are drawn and written by ``orchestrator.results.plots`` and ``publish``, which
+import this package (never the reverse). This
 module holds the entry points and re-exports the names callers use, so
 ``from orchestrator.results import report; report.summarise(...)`` keeps working.
 """
@@ -51,7 +53,6 @@ from orchestrator.results.report.tables import (
     describe_workload,
 )
 from orchestrator.results.report.terminal import render_console
-from orchestrator.results.store import atomic_write_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -95,9 +96,7 @@ __all__ = [
     "render_json",
     "render_markdown",
     "report_document",
-    "report_run",
     "summarise",
-    "write_report",
 ]
 
 REPORT_MD = "report.md"
@@ -110,46 +109,6 @@ def print_summary(run_dir: str | Path, console: Console) -> Report:
     report = build_report(load_run(run_dir))
     render_console(report, console)
     return report
-
-
-def report_run(run_dir: str | Path, console: Console) -> Path:
-    """Print the terminal summary, then write the report files; returns report.html's path.
-
-    What ``cloudprof report`` and the end of a sweep do. The store is read and the
-    report built once for both (reading it twice cost ~0.7 s of every sweep), and
-    the summary is printed before the plots are drawn, so the user reads the
-    results while the figures are drawn.
-    """
-    run = load_run(run_dir)
-    report = build_report(run)
-    render_console(report, console)
-    return _write_files(run, report)
-
-
-def write_report(run_dir: str | Path) -> Path:
-    """Write plots/*.svg, report.md and report.html into the store; returns report.html's path.
-
-    Each file is written to a temporary name and renamed, so a reader never sees
-    half a report.
-    """
-    run = load_run(run_dir)
-    return _write_files(run, build_report(run))
-
-
-def _write_files(run: RunData, report: Report) -> Path:
-    """The plots, then report.md and report.html that reference them (see ``write_report``)."""
-    from orchestrator.results import plots
-
-    report.plots = plots.render_plots(
-        run, report.summary, run.run_dir / PLOTS_DIR, usl_models=report.usl_models
-    )
-    from orchestrator.results.profiles import render_profile_plots  # profiled trials (issue 12)
-
-    report.plots += render_profile_plots(run.run_dir, run.run_dir / PLOTS_DIR)
-    atomic_write_bytes(run.run_dir / REPORT_MD, render_markdown(report).encode())
-    html_path = run.run_dir / REPORT_HTML
-    atomic_write_bytes(html_path, render_html(report, base_dir=run.run_dir).encode())
-    return html_path
 
 
 def print_json(run_dir: str | Path, out: TextIO) -> dict[str, Any]:

@@ -52,20 +52,7 @@ from orchestrator.results.report.model import (
     summarise,
 )
 from orchestrator.results.report.rows import Frame, idx_max, known
-
-
-@dataclass
-class Row:
-    cells: list[str]
-    flags: frozenset[str] = frozenset()  # "oversubscribed", "estimate", "pareto", "failed"
-
-
-@dataclass
-class Table:
-    title: str
-    headers: list[str]
-    rows: list[Row]
-    notes: list[str] = field(default_factory=list)
+from orchestrator.results.report.table import Row, Table
 
 
 @dataclass
