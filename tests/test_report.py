@@ -23,7 +23,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.errors import CloudprofError, UsageError
-from orchestrator.results import publish, report
+from orchestrator.results import publish, report, series
 from orchestrator.results.store import (
     SWEEP_FILE,
     TIMESERIES_DIR,
@@ -850,11 +850,9 @@ def _encoding(chart: Any, description: str) -> dict[str, Any]:
 
 
 def _series(run_dir: Path, machine: str) -> pd.DataFrame:
-    """The samples a machine's time-series figure draws (``plots.timeline_data``)."""
-    from orchestrator.results import plots
-
+    """The samples a machine's time-series figure draws (``series.timeline_data``)."""
     run = report.load_run(run_dir)
-    return plots.timeline_data(run, run.trials.where(lambda r: r["machine"] == machine))
+    return series.timeline_data(run, run.trials.where(lambda r: r["machine"] == machine))
 
 
 def test_every_plot_gives_a_machine_the_same_colour(wide_sweep: Path) -> None:
@@ -912,7 +910,6 @@ def test_time_series_draws_the_load_phase_before_the_trial(tmp_path: Path) -> No
 def test_time_series_rates_come_from_the_samples_with_units_and_a_bad_series_is_skipped(
     tmp_path: Path,
 ) -> None:
-    from orchestrator.results import plots
 
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [10], 2: [19], 4: [30]})
     run = report.load_run(write_store(tmp_path / "gaps", trials))
@@ -923,10 +920,10 @@ def test_time_series_rates_come_from_the_samples_with_units_and_a_bad_series_is_
     pd.DataFrame({"t": t, "rss_bytes": 2**27, "cpu_percent": 80.0}).to_parquet(
         run.timeseries_path("n2-highcpu-8-w2-r0"))  # a job without units
     run.timeseries_path("n2-highcpu-8-w4-r0").write_bytes(b"PAR1 not parquet")
-    data = plots.timeline_data(run, run.trials)
+    data = series.timeline_data(run, run.trials)
     assert sorted(set(data["workers"])) == [1, 2]  # the unreadable series is left out
     rate = data[(data["panel"] == "units/s") & (data["workers"] == 1)]
-    want_t, want_rate = plots.units_per_s_over_time(t[5:], np.arange(10, 260, 10))
+    want_t, want_rate = series.units_per_s_over_time(t[5:], np.arange(10, 260, 10))
     assert list(rate["t"]) == list(want_t) and list(rate["value"]) == list(want_rate)
     two = data[data["workers"] == 2]
     assert "units/s" not in set(two["panel"])  # no units, no rate line
@@ -934,11 +931,10 @@ def test_time_series_rates_come_from_the_samples_with_units_and_a_bad_series_is_
 
 
 def test_a_long_series_is_thinned_and_keeps_its_peak() -> None:
-    from orchestrator.results import plots
 
-    keep = plots.thinned(10_000, 4_321, 300)
+    keep = series.thinned(10_000, 4_321, 300)
     assert len(keep) <= 301 and 4_321 in keep and keep[0] == 0 and keep[-1] == 9_999
-    assert list(plots.thinned(50, 7, 300)) == list(range(50))
+    assert list(series.thinned(50, 7, 300)) == list(range(50))
 
 
 def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None:
@@ -947,7 +943,6 @@ def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None
 
 
 def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep: Path) -> None:
-    from orchestrator.results import plots
 
     figures = _figures(wide_sweep)
     median = _encoding(figures["throughput"], "median")
@@ -958,7 +953,7 @@ def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep:
     last_row = data[(data["panel"] == "units/s") & (data["workers"] == 160)]
     peaks = sorted(g["value"].max() for _, g in last_row.groupby("trial"))
     assert peaks == pytest.approx([600, 630], rel=0.05)  # 160 workers: the stored rates
-    t, rate = plots.units_per_s_over_time([0, 1, 2, 3, 4], [0, 5, 10, 15, 20])
+    t, rate = series.units_per_s_over_time([0, 1, 2, 3, 4], [0, 5, 10, 15, 20])
     assert list(t) == [1, 2, 3, 4] and list(rate) == pytest.approx([5, 5, 5, 5])
 
 

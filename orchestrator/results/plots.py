@@ -30,6 +30,7 @@ import pandas as pd
 from orchestrator.formatting import is_finite
 from orchestrator.results import report as rpt
 from orchestrator.results.report.measure import UNITS, Measure
+from orchestrator.results.series import MAX_POINTS_PER_TRIAL, frame, timeline_data
 
 if TYPE_CHECKING:
     from orchestrator.results.report.rows import Frame
@@ -42,11 +43,11 @@ TAB20_LIGHT = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
 
 WIDTH, HEIGHT = 560, 320
 """A figure's plotting area in pixels (the HTML page scales it down on a phone)."""
-MAX_POINTS_PER_TRIAL = 300
-"""A time series is thinned to at most this many samples per trial (its peak always kept),
-and fewer when a run has many trials (``MAX_TIMELINE_POINTS`` in all): a 10 Hz sampler's
-thousands of samples draw no better than a few hundred, and a report must open at once."""
 MAX_TIMELINE_POINTS = 60_000
+MAX_TIMESERIES_FIGURES = 12
+"""report.md draws the time series of the machines with the highest throughput, this many
+at most (each is ~0.5 s to draw and a page of 200 is read by no one); the HTML's memory
+timeline has every machine."""
 FADED = 0.08
 """The opacity of a series whose legend entry was clicked away."""
 
@@ -60,7 +61,15 @@ class Drawn:
     chart: Any  # an Altair chart
 
     def spec(self) -> dict[str, Any]:
-        return self.chart.to_dict()
+        return spec(self.chart)
+
+
+def spec(chart: Any) -> dict[str, Any]:
+    """The chart's Vega-Lite spec, its data inlined. Altair refuses more than 5,000 rows
+    by default (a guard for notebooks); a report's data is already bounded (a thinned time
+    series, one row per point), so the guard is lifted for this call only."""
+    with alt.data_transformers.disable_max_rows():
+        return chart.to_dict()
 
 
 def machine_colours(pairs) -> dict[str, str]:
@@ -72,11 +81,6 @@ def machine_colours(pairs) -> dict[str, str]:
     labels = sorted({rpt.machine_label(m, r) for m, r in pairs})
     palette = TAB10 + TAB20_LIGHT
     return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
-
-
-def frame(table: Frame | pd.DataFrame) -> pd.DataFrame:
-    """A report table (or a notebook's frame) as a pandas frame."""
-    return table.to_pandas() if hasattr(table, "to_pandas") else pd.DataFrame(table)
 
 
 def _pairs(table: pd.DataFrame) -> list[tuple[str, str]]:
@@ -331,19 +335,27 @@ def _usl_layers(trials: Frame | pd.DataFrame, summary: pd.DataFrame,
     return [band, line]
 
 
+def _per_worker_figure(table: pd.DataFrame, colours: dict[str, str] | None, column: str,
+                       axis: str, name: str, fmt: str) -> tuple[Any, list[Any], pd.DataFrame]:
+    """(the legend pick, the layers of ``column``'s median lines, their data) against
+    workers, with ``axis`` the y title and ``name`` its tooltip's."""
+    colours = colours if colours is not None else machine_colours(_pairs(table))
+    data = _medians(table, column)
+    pick = _legend_pick()
+    y = alt.Y("value:Q", title=axis, scale=alt.Scale(zero=True))
+    tooltip = [alt.Tooltip("label:N", title="machine"), "workers:Q",
+               alt.Tooltip("value:Q", title=name, format=fmt), "repeats:Q",
+               "oversubscribed:N"]
+    return pick, _lines(data, colours, _workers_x(table["workers"]), y, pick, tooltip,
+                        False), data
+
+
 def efficiency_figure(
     summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
 ) -> Any:
     """Scaling efficiency per worker count (1.0 = linear from one worker)."""
-    table = _labelled(frame(summary))
-    colours = colours if colours is not None else machine_colours(_pairs(table))
-    data = _medians(table, "efficiency")
-    pick = _legend_pick()
-    x = _workers_x(table["workers"])
-    y = alt.Y("value:Q", title="efficiency (median)", scale=alt.Scale(zero=True))
-    tooltip = [alt.Tooltip("label:N", title="machine"), "workers:Q",
-               alt.Tooltip("value:Q", title="efficiency", format=".2f"), "oversubscribed:N"]
-    layers = _lines(data, colours, x, y, pick, tooltip, False)
+    _, layers, data = _per_worker_figure(_labelled(frame(summary)), colours, "efficiency",
+                                         "efficiency (median)", "efficiency", ".2f")
     layers.append(alt.Chart(pd.DataFrame({"value": [1.0]}), description="linear").mark_rule(
         color="#888", strokeDash=[2, 3]).encode(y="value:Q"))
     note = None if len(data) else "no 1-worker baseline: efficiency unknown"
@@ -356,16 +368,11 @@ def memory_figure(
 ) -> Any:
     """Peak RSS (MiB, the largest over the repeats) per worker count."""
     table = _labelled(frame(summary))
-    colours = colours if colours is not None else machine_colours(_pairs(table))
     table["peak_mib"] = table["peak_rss_bytes"].astype(float) / 2**20
-    data = _medians(table, "peak_mib")
-    pick = _legend_pick()
-    x = _workers_x(table["workers"])
-    y = alt.Y("value:Q", title="peak RSS (MiB, max over repeats)", scale=alt.Scale(zero=True))
-    tooltip = [alt.Tooltip("label:N", title="machine"), "workers:Q",
-               alt.Tooltip("value:Q", title="peak RSS (MiB)", format=",.1f"), "repeats:Q"]
-    return _sized(_zoomable(*_lines(data, colours, x, y, pick, tooltip, False)),
-                  "Peak memory vs workers")
+    _, layers, _ = _per_worker_figure(table, colours, "peak_mib",
+                                      "peak RSS (MiB, max over repeats)", "peak RSS (MiB)",
+                                      ",.1f")
+    return _sized(_zoomable(*layers), "Peak memory vs workers")
 
 
 def cost_figure(
@@ -413,140 +420,12 @@ def cost_figure(
 # ---------------------------------------------------------------- over time
 
 
-def cpu_percent_clipped(cpu_percent, cores: int | None):
-    """CPU % per sample, at most 100 × cores: a short last interval can divide a few
-    clock ticks by a tiny time and read as more cores than the host has."""
-    values = np.asarray(cpu_percent, dtype=float)
-    if cores and cores > 0:
-        values = np.minimum(values, 100.0 * cores)
-    return values
-
-
-def units_per_s_over_time(t, units, window_s: float = 1.0):
-    """Throughput over time from the cumulative ``units`` column: units done in the last
-    ``window_s`` (shorter at the start), so a 10 Hz sampler's steps do not read as spikes."""
-    t = np.asarray(t, dtype=float)
-    units = np.asarray(units, dtype=float)
-    if len(t) < 2:
-        return t[:0], units[:0]
-    window = min(window_s, max((t[-1] - t[0]) / 4, 1e-9))
-    earlier = np.interp(t - window, t, units)
-    span = np.minimum(t - t[0], window)
-    keep = span > 0
-    return t[keep], (units[keep] - earlier[keep]) / span[keep]
-
-
-SERIES_COLUMNS = ("t", "rss_bytes", "cpu_percent", "units")  # what the time series draw
-
-
-def read_series(path: Path) -> pd.DataFrame | None:
-    """One trial's time series (``SERIES_COLUMNS`` it has), or None when it has no
-    samples or cannot be read: a corrupt series must not cost the whole report."""
-    import pyarrow.parquet as pq
-
-    try:
-        file = pq.ParquetFile(path)
-        names = set(file.schema_arrow.names)
-        if not {"t", "rss_bytes", "cpu_percent"} <= names:
-            return None
-        table = file.read(columns=[c for c in SERIES_COLUMNS if c in names]).to_pandas()
-    except Exception:
-        return None
-    return table.astype(float) if len(table) else None
-
-
-def thinned(n: int, keep: int, budget: int) -> np.ndarray:
-    """Indices of at most ``budget`` of ``n`` samples, evenly spread, ``keep`` (the peak)
-    always among them."""
-    if n <= budget:
-        return np.arange(n)
-    return np.union1d(np.linspace(0, n - 1, max(budget, 2)).round().astype(int), [keep])
-
-
-def _trial_rows(run: rpt.RunData, group: pd.DataFrame) -> list[tuple[dict[str, Any],
-                                                                    pd.DataFrame]]:
-    """(trial row, series) of every trial of ``group`` whose series is readable."""
-    out = []
-    ordered = group.sort_values(["workers", "repeat"], kind="stable", na_position="last")
-    for r in ordered.to_dict("records"):
-        path = run.timeseries_path(str(r["trial_id"]))
-        series = read_series(path) if path.exists() else None
-        if series is not None:
-            out.append((r, series))
-    return out
-
-
-def timeline_data(run: rpt.RunData, group: Frame | pd.DataFrame,
-                  budget: int = MAX_POINTS_PER_TRIAL) -> pd.DataFrame:
-    """The samples a time-series figure draws, in long form: one row per trial, panel and
-    (thinned) sample, ``kind`` = sample | peak | load | before.
-
-    Panels: RSS (MiB), CPU % (clipped to 100 × the host's cores) and units/s (from the
-    cumulative ``units`` column, 1 s window). ``load`` rows span the process's load phase
-    before t = 0 and ``before`` rows its peak RSS then, both recorded by the runner (the
-    agent does not sample that phase)."""
-    rows: list[pd.DataFrame] = []
-    for r, series in _trial_rows(run, frame(group)):
-        ident = {"label": rpt.machine_label(r["machine"], r["ran_on"]),
-                 "workers": int(r["workers"]), "repeat": _int_or_none(r.get("repeat")),
-                 "status": r["status"], "trial": str(r["trial_id"])}
-        t = series["t"].to_numpy()
-        rss = series["rss_bytes"].to_numpy() / 2**20
-        peak = int(np.nanargmax(rss)) if np.isfinite(rss).any() else 0
-        keep = thinned(len(t), peak, budget)
-        cores = r.get("vcpus")
-        cpu = cpu_percent_clipped(series["cpu_percent"], int(cores) if is_finite(cores) else None)
-        rows.append(_long(ident, "RSS (MiB)", "sample", t[keep], rss[keep]))
-        rows.append(_long(ident, "CPU %", "sample", t[keep], cpu[keep]))
-        if len(t):
-            rows.append(_long(ident, "RSS (MiB)", "peak", t[[peak]], rss[[peak]]))
-        units = series["units"].to_numpy() if "units" in series else None
-        if units is not None and np.isfinite(units).any():
-            has = np.isfinite(units)
-            tt, rate = units_per_s_over_time(t[has], units[has])
-            sub = thinned(len(tt), 0, budget)
-            rows.append(_long(ident, "units/s", "sample", tt[sub], rate[sub]))
-        rows += _load_phase(ident, r, t)
-    if not rows:
-        return pd.DataFrame(columns=["label", "workers", "repeat", "status", "trial", "panel",
-                                     "kind", "t", "t_end", "value"])
-    return pd.concat(rows, ignore_index=True)
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if is_finite(value) else None
-
-
-def _long(ident: dict[str, Any], panel: str, kind: str, t: Any, value: Any,
-          t_end: Any = None) -> pd.DataFrame:
-    out = pd.DataFrame({"t": np.asarray(t, dtype=float), "value": np.asarray(value, dtype=float)})
-    out["t_end"] = np.asarray(t_end, dtype=float) if t_end is not None else np.nan
-    for k, v in ident.items():
-        out[k] = v
-    out["panel"], out["kind"] = panel, kind
-    return out
-
-
-def _load_phase(ident: dict[str, Any], r: dict[str, Any], t: np.ndarray) -> list[pd.DataFrame]:
-    """The load phase (a span from -load_s to 0 in each panel) and its peak RSS (a segment)."""
-    out = []
-    load_s, before = r.get("load_s"), r.get("peak_rss_before_trial_bytes")
-    loaded = is_finite(load_s) and float(load_s) > 0
-    if loaded:
-        for panel in ("RSS (MiB)", "CPU %", "units/s"):
-            out.append(_long(ident, panel, "load", [-float(load_s)], [0.0], [0.0]))
-    if is_finite(before):
-        start = -float(load_s) if is_finite(load_s) else (t[0] if len(t) else 0.0)
-        end = 0.0 if is_finite(load_s) else (t[-1] if len(t) else 0.0)
-        out.append(_long(ident, "RSS (MiB)", "before", [start], [float(before) / 2**20], [end]))
-    return out
-
-
 PANELS = ("RSS (MiB)", "CPU %", "units/s")
 
 
 def timeseries_figure(
-    run: rpt.RunData, group: Frame | pd.DataFrame, colour: str | None = None
+    run: rpt.RunData, group: Frame | pd.DataFrame, colour: str | None = None,
+    data: pd.DataFrame | None = None,
 ) -> Any | None:
     """Every trial of one machine over time: one row per worker count, three panels per row
     (RSS, CPU %, units/s), one dash per repeat, ▼ each trial's sampled peak.
@@ -554,9 +433,10 @@ def timeseries_figure(
     Like ``mprof plot``, the process's life before the trial is drawn left of t = 0: a
     shaded span as long as the load phase with a dotted line at its peak RSS. A trial that
     did not finish ok is drawn faint. Rows share their y axes per panel, so worker counts
-    compare at a glance. None when no trial has a readable series.
+    compare at a glance. None when no trial has a readable series. ``data``: the
+    group's ``timeline_data`` when the caller has it.
     """
-    data = timeline_data(run, group)
+    data = timeline_data(run, group) if data is None else data
     if not len(data):
         return None
     table = frame(group)
@@ -608,12 +488,15 @@ def _panel_layers(panel: str, colour: str) -> list[Any]:
     return layers
 
 
-def memory_timeline(run: rpt.RunData, colours: dict[str, str]) -> Any | None:
+def timeline_budget(trials: int) -> int:
+    """Samples per trial and panel: ``MAX_TIMELINE_POINTS`` shared, 20 to 300 each."""
+    return max(20, min(MAX_POINTS_PER_TRIAL, MAX_TIMELINE_POINTS // max(trials, 1)))
+
+
+def memory_timeline(data: pd.DataFrame) -> Any | None:
     """One interactive chart of every trial's RSS over time, one machine at a time (a
-    dropdown picks it), one colour per worker count: the HTML's memory timeline."""
-    n_trials = max(len(run.trials), 1)
-    budget = max(20, min(MAX_POINTS_PER_TRIAL, MAX_TIMELINE_POINTS // n_trials))
-    data = timeline_data(run, run.trials, budget)
+    dropdown picks it), one colour per worker count: the HTML's memory timeline.
+    ``data``: ``timeline_data`` of every trial."""
     data = data[(data["panel"] == "RSS (MiB)") & (data["kind"] == "sample")]
     if not len(data):
         return None
@@ -725,15 +608,22 @@ def report_figures(
             Drawn("peak_memory.svg", "Peak RSS vs workers per machine",
                   memory_figure(table, colours=colours)),
         ]
-    timeline = memory_timeline(run, colours)
-    if timeline is not None:
+    timeline = timeline_data(run, trials, timeline_budget(len(trials)))
+    chart = memory_timeline(timeline)
+    if chart is not None:
         page.append(Drawn("", "Memory (RSS) over time, every trial of the machine picked",
-                          timeline))
+                          chart))
     page += profile_figures(run.run_dir)
     per_machine = []
-    for (machine, ran_on), group in trials.groupby(["machine", "ran_on"], sort=True):
+    groups = list(trials.groupby(["machine", "ran_on"], sort=True))
+    chosen = _fastest(table, MAX_TIMESERIES_FIGURES) if len(groups) > MAX_TIMESERIES_FIGURES \
+        else None
+    for (machine, ran_on), group in groups:
         label = rpt.machine_label(machine, ran_on)
-        chart = timeseries_figure(run, group, colour=colours[label])
+        if chosen is not None and label not in chosen:
+            continue
+        chart = timeseries_figure(run, group, colour=colours[label],
+                                  data=timeline[timeline["label"] == label])
         if chart is not None:
             name = _safe(f"{machine}" if machine == ran_on else f"{machine}_on_{ran_on}")
             per_machine.append(Drawn(
@@ -741,6 +631,15 @@ def report_figures(
                 f"Memory (RSS), CPU and throughput over time, every trial: {label} (one row "
                 "per worker count, one line style per repeat, ▼ each trial's peak)", chart))
     return page, per_machine
+
+
+def _fastest(summary: pd.DataFrame, n: int) -> set[str]:
+    """The labels of the ``n`` machines with the highest median throughput."""
+    if not len(summary):
+        return set()
+    table = _labelled(summary)
+    best = table.groupby("label")["units_per_s"].max().fillna(-1.0)
+    return set(best.sort_values(ascending=False, kind="stable").index[:n])
 
 
 def _safe(name: str) -> str:
@@ -751,14 +650,14 @@ def to_svg(chart: Any) -> str:
     """The chart as a standalone SVG (vl-convert: no browser, no network)."""
     import vl_convert as vlc
 
-    return vlc.vegalite_to_svg(chart.to_dict(), vl_version=_vl_version())
+    return vlc.vegalite_to_svg(spec(chart), vl_version=_vl_version())
 
 
 def to_png(chart: Any, scale: float = 2.0) -> bytes:
     """The chart as a PNG (vl-convert), for pages that want pixels."""
     import vl_convert as vlc
 
-    return vlc.vegalite_to_png(chart.to_dict(), vl_version=_vl_version(), scale=scale)
+    return vlc.vegalite_to_png(spec(chart), vl_version=_vl_version(), scale=scale)
 
 
 def _vl_version() -> str:
