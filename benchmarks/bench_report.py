@@ -63,7 +63,8 @@ def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, args.code[0])  # the checkout under test, ahead of this script's own
     from rich.console import Console
 
-    from orchestrator.results.report import REPORT_HTML, REPORT_MD, report_run
+    from orchestrator.results.publish import report_run
+    from orchestrator.results.report import REPORT_HTML, REPORT_MD
     from orchestrator.results.store import ALL_COLUMNS, RunStore, read_trials_file
 
     store = Path(args.store)

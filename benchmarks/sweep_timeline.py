@@ -50,7 +50,7 @@ STEPS = (
     ("orchestrator.engine.sweep", "_Engine", "_record"),
     ("orchestrator.engine.warm_runner", "WarmRunner", "stop"),
     ("orchestrator.engine.sweep", None, "_finish"),
-    ("orchestrator.results.report", None, "report_run"),
+    ("orchestrator.results.publish", None, "report_run"),
 )
 
 

@@ -521,7 +521,8 @@ def report(
         reports.print_json(run, sys.stdout, asked)
         return
     console = _console()
-    written = reports.report_run(run, console, asked)
+    publish = _lazy("orchestrator.results.publish", "reporting")
+    written = publish.report_run(run, console, asked)
     for path in written if isinstance(written, list | tuple) else [written]:
         console.print(f"wrote {path}", soft_wrap=True)  # a path folded by rich cannot be pasted
 

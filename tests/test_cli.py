@@ -492,20 +492,16 @@ def _imports_pandas(argv: list[str], cwd: Path) -> tuple[bool, subprocess.Comple
     return found.group(1) == "True", proc
 
 
-def test_a_plain_dry_run_sweep_its_report_and_the_runs_list_never_import_pandas(
-        tmp_path: Path) -> None:
-    """pandas' import (0.5-0.7 s) was the largest piece of a sweep's own overhead: recording
-    a trial and the report need pyarrow alone, so only --adaptive and --search load it."""
+def test_the_reports_json_compare_and_runs_never_import_pandas(tmp_path: Path) -> None:
+    """pandas' import (0.5-0.7 s) is paid where a report is drawn (its figures are Altair
+    charts of pandas frames), not by the commands that print numbers alone."""
     out = tmp_path / "runs"
     tiny = ["--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10", "--duration", "0.5",
             "--repeats", "1", "--workers", "1,2"]
-    loaded, proc = _imports_pandas(["sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny,
-                                    "--out", str(out)], tmp_path)
-    assert not loaded, proc.stdout[-3000:]
+    _, proc = _imports_pandas(["sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny,
+                               "--out", str(out)], tmp_path)
     (run,) = out.iterdir()
     assert "Best by throughput" in proc.stdout and (run / "report.html").is_file()
-    loaded, proc = _imports_pandas(["report", str(run)], tmp_path)
-    assert not loaded and "Best by throughput" in proc.stdout
     loaded, proc = _imports_pandas(["report", "--json", str(run)], tmp_path)
     assert not loaded and json.loads(proc.stdout)["trials"]["ok"] == 2
     loaded, proc = _imports_pandas(["compare", str(run), str(run)], tmp_path)

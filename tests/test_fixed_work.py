@@ -249,13 +249,15 @@ def test_the_figures_draw_runs_per_hour_and_dollars_per_run(fixed: Path) -> None
     run = report.load_run(fixed)
     summary = report.summarise(run.trials)
     fig = plots.throughput_figure(summary, run.trials, measure=run.measure)
-    panel = fig.panel()
-    assert panel.ylabel == "runs/h (median)"
-    drawn = [float(y) for s in panel.series for y in s.y if math.isfinite(float(y))]
+    layers = {layer.get("description"): layer["encoding"] for layer in fig.to_dict()["layer"]}
+    assert layers["median"]["y"]["title"] == "runs/h (median)"
+    drawn = [float(y) for c in fig.layer if c.description in ("median", "repeats")
+             for y in c.data["value"] if math.isfinite(float(y))]
     assert drawn and max(drawn) == pytest.approx(180.0, rel=0.2)  # runs/h, not runs/s
     cost = plots.cost_figure(summary, measure=run.measure)
-    cost_panel = cost.panel()
-    assert cost_panel.xlabel == "runs/h (median)" and cost_panel.ylabel == "USD per run"
+    points = {layer.get("description"): layer["encoding"] for layer in cost.to_dict()["layer"]}
+    assert points["points"]["x"]["title"] == "runs/h (median)"
+    assert points["points"]["y"]["title"] == "USD per run"
 
 
 # ------------------------------------------------------------------ a real sweep

@@ -7,7 +7,6 @@ the end runs a real tiny sweep through the engine and reports it.
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import re
@@ -24,7 +23,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.errors import CloudprofError, UsageError
-from orchestrator.results import report
+from orchestrator.results import publish, report, series
 from orchestrator.results.store import (
     SWEEP_FILE,
     TIMESERIES_DIR,
@@ -348,11 +347,14 @@ class _Checker(HTMLParser):
         self.stack: list[str] = []
         self.errors: list[str] = []
         self.images: list[str] = []
+        self.scripts: list[str] = []  # the src of each <script src=...>
         self.text: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "img":
             self.images.append(dict(attrs)["src"] or "")
+        if tag == "script" and dict(attrs).get("src") is not None:
+            self.scripts.append(dict(attrs)["src"] or "")
         if tag not in self.VOID:
             self.stack.append(tag)
 
@@ -373,31 +375,50 @@ def parse_html(path: Path) -> _Checker:
     return checker
 
 
-def b64(path: Path) -> str:
-    import base64
+def _specs(html_text: str) -> list[dict[str, Any]]:
+    """The Vega-Lite specs a page embeds (``const specs=[...]``)."""
+    import json
 
-    return base64.b64encode(path.read_bytes()).decode("ascii")
+    (found,) = re.findall(r"const specs=(\[.*?\]);\n", html_text, flags=re.S)
+    return json.loads(found.replace("<\\/", "</"))
+
+
+def _values(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every data row a spec carries (its named datasets)."""
+    return [row for rows in spec.get("datasets", {}).values() for row in rows]
 
 
 def test_report_html_is_self_contained_and_shows_every_plot_alone(
     two_machines: Path, tmp_path: Path
 ) -> None:
-    html_path = report.write_report(two_machines)
+    html_path = publish.write_report(two_machines)
     alone = tmp_path / "mailed" / "report.html"  # attached to a ticket, without plots/
     alone.parent.mkdir()
     alone.write_bytes(html_path.read_bytes())
     checker = parse_html(alone)
-    assert len(checker.images) == len(list((two_machines / "plots").glob("*.svg"))) >= 5
-    for src in checker.images:
-        head, _, data = src.partition(",")
-        assert head == "data:image/svg+xml;base64"
-        assert ElementTree.fromstring(base64.b64decode(data)).tag == SVG + "svg"
     text = alone.read_text()
-    assert not re.search(r"""(src|href)=["'](?!data:)""", text)  # nothing fetched from elsewhere
+    assert checker.scripts == [] and checker.images == []  # the script is inlined, not loaded
+    assert not re.search(r"""(src|href)=["']?https?:""", text)  # nothing fetched from elsewhere
+    outside = re.sub(r"<script>.*?</script>", "", text, flags=re.S)  # the page's own markup
+    assert not re.search(r"""(src|href)=""", outside)  # loads nothing, links nothing
+    assert "vegaEmbed" in text and "function" in text  # Vega, inlined
+    specs = _specs(text)
+    assert len(specs) >= 5  # throughput, efficiency, cost, peak memory, memory over time
+    summary = report.summarise(report.load_run(two_machines).trials).to_pandas()
+    throughput = {(r["label"], r["workers"], r["value"]) for r in _values(specs[0])
+                  if "low" in r and "value" in r}
+    want = {(report.machine_label(r.machine, r.ran_on), r.workers, r.units_per_s)
+            for r in summary.itertuples()}
+    assert want <= throughput  # the chart carries the table's numbers
+    assert all(spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+               for spec in specs)  # a schema's name, not a load
+    # the answer first, then the plots, then the tables
+    assert text.index('class="answers"') < text.index("<h2>Plots</h2>") < text.index(
+        "<h2>Results per machine")
 
 
 def test_write_report_files_and_plots(two_machines: Path) -> None:
-    html_path = report.write_report(two_machines)
+    html_path = publish.write_report(two_machines)
     assert html_path == two_machines / "report.html"
     md = (two_machines / "report.md").read_text()
     plots = {p.name for p in (two_machines / "plots").glob("*.svg")}
@@ -411,12 +432,9 @@ def test_write_report_files_and_plots(two_machines: Path) -> None:
     } <= plots
     for svg in (two_machines / "plots").glob("*.svg"):
         root = ElementTree.fromstring(svg.read_bytes())  # well-formed, standalone SVG
-        assert root.tag == SVG + "svg" and root.find(f".//{SVG}polyline") is not None
+        assert root.tag == SVG + "svg" and root.find(f".//{SVG}path") is not None
         assert f"(plots/{svg.name})" in md
     checker = parse_html(html_path)
-    svgs = (two_machines / "plots").glob("*.svg")
-    inlined = sorted(f"data:image/svg+xml;base64,{b64(svg)}" for svg in svgs)
-    assert sorted(checker.images) == inlined  # every plot, inlined: the page is self-contained
     text = " ".join(checker.text)
     assert "Results per machine and worker count" in text and "where scaling stops" in text
     rows = md_table(md, "Results per machine and worker count")
@@ -442,9 +460,9 @@ def test_a_report_prints_the_summary_and_writes_its_files_from_one_reading_of_th
         reads.append(Path(run_dir))
         return real_load_run(run_dir)
 
-    monkeypatch.setattr(report, "load_run", counting_load_run)
+    monkeypatch.setattr(publish, "load_run", counting_load_run)
     console = Console(record=True, width=250)
-    html_path = report.report_run(two_machines, console)
+    html_path = publish.report_run(two_machines, console)
     assert reads == [two_machines]  # the sweep's end and `cloudprof report` read it once
     printed = console.export_text()
     assert "Results per machine and worker count" in printed
@@ -499,8 +517,8 @@ def test_text_is_escaped_in_html_and_markdown(tmp_path: Path) -> None:
         }
     )
     run = write_store(tmp_path / "evil", trials)
-    html_text = report.write_report(run).read_text()
-    assert "<script>" not in html_text
+    html_text = publish.write_report(run).read_text()
+    assert "<script>alert(1)" not in html_text and "alert(1)</script>" not in html_text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html_text
     parse_html(run / "report.html")
     md = (run / "report.md").read_text()
@@ -652,7 +670,7 @@ def test_all_trials_failed_still_reports(tmp_path: Path) -> None:
     run = write_store(tmp_path / "allfail", trials)
     text = console_text(run)
     assert "No trial finished ok" in text and "boom" in text
-    report.write_report(run)
+    publish.write_report(run)
     assert (run / "report.html").is_file()
 
 
@@ -663,7 +681,7 @@ def test_single_worker_count_and_missing_baseline(tmp_path: Path) -> None:
     assert math.isnan(summary.iloc[0].efficiency)
     text = console_text(run)
     assert "one worker count tested" in text
-    report.write_report(run)
+    publish.write_report(run)
     (row,) = md_table((run / "report.md").read_text(), "Results per machine and worker count")
     assert row["eff."] == report.DASH
 
@@ -677,7 +695,7 @@ def test_empty_store_is_a_one_line_error(tmp_path: Path) -> None:
     (run / TRIALS_FILE).unlink()
     (run / SWEEP_FILE).write_text("{}")
     with pytest.raises(CloudprofError, match="no trials in"):
-        report.write_report(run)
+        publish.write_report(run)
 
 
 @pytest.mark.parametrize(
@@ -698,21 +716,24 @@ def test_bad_run_paths_are_usage_errors(tmp_path: Path, kind: str) -> None:
         path.mkdir()
         (path / SWEEP_FILE).write_text("{not json")
     with pytest.raises(UsageError) as info:
-        report.write_report(path)
+        publish.write_report(path)
     assert "\n" not in str(info.value) and str(path) in str(info.value)
     if kind == "runs-dir":
         assert str(info.value).endswith(f"e.g. {path / '20260101-000000-abcd'}")
 
 
-def test_importing_the_report_modules_loads_no_heavy_library() -> None:
+def test_the_report_imports_its_plotting_library_only_to_draw() -> None:
+    """Tables, ``--json`` and ``compare`` never import Altair or vl-convert (1.5 s and a
+    JavaScript runtime); ``plots`` does, and only drawing the report files imports it."""
     code = (
-        "import sys, orchestrator.results.report, orchestrator.results.plots\n"
+        "import sys, orchestrator.results.report, orchestrator.results.publish\n"
         "import orchestrator.results.compare\n"
-        "heavy = [m for m in ('pandas', 'numpy', 'matplotlib', 'pyarrow') if m in sys.modules]\n"
-        "print(','.join(heavy))"
+        "heavy = [m for m in ('altair', 'vl_convert', 'matplotlib') if m in sys.modules]\n"
+        "import orchestrator.results.plots\n"
+        "print(','.join(heavy), 'altair' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert out.stdout.split() == ["True"]
 
 
 # ------------------------------------------------------------------ a real sweep
@@ -755,7 +776,7 @@ def test_report_of_a_real_local_sweep(tmp_path: Path) -> None:
     fastest = summary.loc[summary["units_per_s"].idxmax()]
     knee = report.find_knee(list(summary["workers"]), list(summary["units_per_s"]))
 
-    report.write_report(run)
+    publish.write_report(run)
     md = (run / "report.md").read_text()
     rows = md_table(md, "Results per machine and worker count (all trials ran on local)")
     assert [r["workers"] for r in rows] == ["1", "2"]
@@ -816,68 +837,79 @@ def _figures(run_dir: Path) -> dict[str, Any]:
     return {"colours": colours, **figures}
 
 
-def _lines(panel: Any) -> list[Any]:
-    return [s for s in panel.series if s.kind == "line"]
+def _layer(chart: Any, description: str) -> pd.DataFrame:
+    """The data of a figure's layer, named by its description."""
+    (layer,) = [c for c in chart.layer if c.description == description]
+    return layer.data
+
+
+def _encoding(chart: Any, description: str) -> dict[str, Any]:
+    """The encoding of a figure's layer, named by its description, as the spec says it."""
+    (layer,) = [c for c in chart.to_dict()["layer"] if c.get("description") == description]
+    return layer["encoding"]
+
+
+def _series(run_dir: Path, machine: str) -> pd.DataFrame:
+    """The samples a machine's time-series figure draws (``series.timeline_data``)."""
+    run = report.load_run(run_dir)
+    return series.timeline_data(run, run.trials.where(lambda r: r["machine"] == machine))
 
 
 def test_every_plot_gives_a_machine_the_same_colour(wide_sweep: Path) -> None:
+    from orchestrator.results import plots
+
     figures = _figures(wide_sweep)
     colours = figures.pop("colours")
     assert len(set(colours.values())) == len(colours) == 2
-    for name in ("throughput", "efficiency", "memory"):
-        (ax,) = figures[name].panels
-        labelled = {line.label: line.colour for line in _lines(ax)}
-        assert {k: labelled[k] for k in colours} == colours, name
-    (ax,) = figures["cost"].panels
-    dots = {s.label: s.colour for s in _lines(ax) if s.linestyle == "none"}
-    assert {k: dots[k] for k in colours} == colours
+    for name in ("throughput", "efficiency", "memory", "cost"):
+        spec = figures[name].to_dict()
+        scales = [layer["encoding"]["color"]["scale"] for layer in spec["layer"]
+                  if "scale" in layer.get("encoding", {}).get("color", {})]
+        assert scales, name
+        for scale in scales:
+            assert dict(zip(scale["domain"], scale["range"], strict=True)) == colours, name
     for machine, colour in colours.items():
         fig = figures[f"timeseries {machine}"]
-        lines = [ln for ax in fig.panels for ln in _lines(ax)]
-        assert lines and {ln.colour for ln in lines} == {colour}
-        assert f'stroke="{colour}"' in fig.to_svg()  # and that is the colour drawn
+        marks = [layer["mark"] for panel in fig.to_dict()["hconcat"]
+                 for layer in panel["spec"]["layer"]]
+        assert marks and {m["color"] for m in marks} == {colour}
+        assert f'stroke="{colour}"' in plots.to_svg(fig)  # and that is the colour drawn
 
 
 def test_time_series_shows_every_worker_count_and_repeat_and_marks_each_peak(
     wide_sweep: Path,
 ) -> None:
-    fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
-    rss_axes = fig.panels[0::3]
-    assert [ax.ylabel.split("\n")[0] for ax in rss_axes] == [
-        report.n_workers(w) for w in WIDE
-    ]  # 16 and 160 included: no worker count is dropped
-    for ax in rss_axes:
-        lines = [ln for ln in _lines(ax) if ln.linestyle != "none"]
-        peaks = [ln for ln in _lines(ax) if ln.marker == "v"]
-        assert len(lines) == 2 and len(peaks) == 2  # both repeats, each with its peak
-        for line, peak in zip(lines, peaks, strict=True):
-            assert peak.y[0] == max(line.y)
-    legend = {entry.label for entry in fig.legend()}
-    assert {"repeat 0", "repeat 1", "peak"} <= legend
+    data = _series(wide_sweep, "n2-highcpu-80")
+    rss = data[data["panel"] == "RSS (MiB)"]
+    assert sorted(set(rss["workers"])) == WIDE  # 16 and 160 included: no count is dropped
+    for _, trial in rss.groupby("trial"):
+        samples, peaks = trial[trial["kind"] == "sample"], trial[trial["kind"] == "peak"]
+        assert len(peaks) == 1 and peaks["value"].iloc[0] == samples["value"].max()
+    assert {w: len(set(g["repeat"])) for w, g in rss.groupby("workers")} == dict.fromkeys(
+        WIDE, 2)  # both repeats of every count
+    fig = _figures(wide_sweep)["timeseries n2-highcpu-80"].to_dict()
+    assert all(panel["facet"]["row"]["sort"] == WIDE for panel in fig["hconcat"])
+    assert any(layer["encoding"].get("strokeDash", {}).get("field") == "repeat"
+               for panel in fig["hconcat"] for layer in panel["spec"]["layer"])
 
 
 def test_time_series_draws_the_load_phase_before_the_trial(tmp_path: Path) -> None:
-    from orchestrator.results import plots
-
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [10], 2: [19]})
     for t in trials:
         t.update(load_s=1.5, peak_rss_before_trial_bytes=300 * 2**20)
-    run = report.load_run(write_store(tmp_path / "load", trials))
-    fig = plots.timeseries_figure(run, run.trials, colour="#123456")
-    for rss in fig.panels[0::3]:
-        (span,) = [s for s in rss.series if s.kind == "span"]  # the load phase, as long as it was
-        assert span.x == pytest.approx([-1.5, 0.0])
-        (peak_before,) = [s for s in rss.series if s.kind == "segment"]  # its peak, drawn over it
-        assert list(zip(peak_before.x, peak_before.y, strict=True)) == [(-1.5, 300.0), (0.0, 300.0)]
-        assert peak_before.colour == "#123456"
-        x0, x1, _, _ = rss.limits()
-        assert x0 < -1.5 < 0 < x1
+    data = _series(write_store(tmp_path / "load", trials), "n2-highcpu-8")
+    for _, trial in data.groupby("trial"):
+        load = trial[trial["kind"] == "load"]  # the load phase, as long as it was, every panel
+        assert sorted(load["panel"]) == ["CPU %", "RSS (MiB)", "units/s"]
+        assert list(load["t"]) == [-1.5] * 3 and list(load["t_end"]) == [0.0] * 3
+        (before,) = trial[trial["kind"] == "before"].itertuples()  # its peak, drawn over it
+        assert (before.t, before.t_end, before.value, before.panel) == (
+            -1.5, 0.0, 300.0, "RSS (MiB)")
 
 
 def test_time_series_rates_come_from_the_samples_with_units_and_a_bad_series_is_skipped(
     tmp_path: Path,
 ) -> None:
-    from orchestrator.results import plots
 
     trials = scaling_trials("n2-highcpu-8", 0.29, {1: [10], 2: [19], 4: [30]})
     run = report.load_run(write_store(tmp_path / "gaps", trials))
@@ -888,38 +920,46 @@ def test_time_series_rates_come_from_the_samples_with_units_and_a_bad_series_is_
     pd.DataFrame({"t": t, "rss_bytes": 2**27, "cpu_percent": 80.0}).to_parquet(
         run.timeseries_path("n2-highcpu-8-w2-r0"))  # a job without units
     run.timeseries_path("n2-highcpu-8-w4-r0").write_bytes(b"PAR1 not parquet")
-    fig = plots.timeseries_figure(run, run.trials, colour="#123456")
-    assert [ax.ylabel.split("\n")[0] for ax in fig.panels[0::3]] == [
-        report.n_workers(1), report.n_workers(2)]  # the unreadable series is left out
-    (rate,) = _lines(fig.panels[2])
-    want_t, want_rate = plots.units_per_s_over_time(t[5:], np.arange(10, 260, 10))
-    assert list(rate.x) == list(want_t) and list(rate.y) == list(want_rate)
-    assert _lines(fig.panels[5]) == []  # no units, no rate line
-    assert max(_lines(fig.panels[3])[0].y) == 128.0  # but its RSS
+    data = series.timeline_data(run, run.trials)
+    assert sorted(set(data["workers"])) == [1, 2]  # the unreadable series is left out
+    rate = data[(data["panel"] == "units/s") & (data["workers"] == 1)]
+    want_t, want_rate = series.units_per_s_over_time(t[5:], np.arange(10, 260, 10))
+    assert list(rate["t"]) == list(want_t) and list(rate["value"]) == list(want_rate)
+    two = data[data["workers"] == 2]
+    assert "units/s" not in set(two["panel"])  # no units, no rate line
+    assert two[two["panel"] == "RSS (MiB)"]["value"].max() == 128.0  # but its RSS
+
+
+def test_a_long_series_is_thinned_and_keeps_its_peak() -> None:
+
+    keep = series.thinned(10_000, 4_321, 300)
+    assert len(keep) <= 301 and 4_321 in keep and keep[0] == 0 and keep[-1] == 9_999
+    assert list(series.thinned(50, 7, 300)) == list(range(50))
 
 
 def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None:
-    fig = _figures(wide_sweep)["timeseries n2-highcpu-80"]
-    cpu = [max(ln.y) for ax in fig.panels[1::3] for ln in _lines(ax)]
-    assert max(cpu) == 100 * 80  # the last sample read 300 × 80, clipped to the host
+    data = _series(wide_sweep, "n2-highcpu-80")
+    assert data[data["panel"] == "CPU %"]["value"].max() == 100 * 80  # 300 × 80, clipped
 
 
 def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep: Path) -> None:
-    from orchestrator.results import plots
 
     figures = _figures(wide_sweep)
-    assert figures["throughput"].panels[0].limits()[2] == 0
-    assert figures["cost"].panels[0].limits()[0] == 0
-    units_axes = figures["timeseries n2-highcpu-80"].panels[2::3]
-    assert all(ax.limits()[2] == 0 and ax.ylabel == "units/s" for ax in units_axes)
-    last_row = [max(ln.y) for ln in _lines(units_axes[-1])]
-    assert sorted(last_row) == pytest.approx([600, 630], rel=0.05)  # 160 workers: the stored rates
-    t, rate = plots.units_per_s_over_time([0, 1, 2, 3, 4], [0, 5, 10, 15, 20])
+    median = _encoding(figures["throughput"], "median")
+    assert median["y"]["scale"]["zero"] is True
+    points = _encoding(figures["cost"], "points")
+    assert points["x"]["scale"]["zero"] is True and points["y"]["scale"]["zero"] is True
+    data = _series(wide_sweep, "n2-highcpu-80")
+    last_row = data[(data["panel"] == "units/s") & (data["workers"] == 160)]
+    peaks = sorted(g["value"].max() for _, g in last_row.groupby("trial"))
+    assert peaks == pytest.approx([600, 630], rel=0.05)  # 160 workers: the stored rates
+    t, rate = series.units_per_s_over_time([0, 1, 2, 3, 4], [0, 5, 10, 15, 20])
     assert list(t) == [1, 2, 3, 4] and list(rate) == pytest.approx([5, 5, 5, 5])
 
 
 def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_path: Path) -> None:
     from orchestrator.analysis.model import usl
+    from orchestrator.results import plots
 
     rng = np.random.default_rng(5)
     rates = {
@@ -928,17 +968,17 @@ def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_pat
     }
     run = write_store(tmp_path / "s", scaling_trials("n2-highcpu-8", 0.29, rates))
     fig = _figures(run)["throughput"]
-    (ax,) = fig.panels
-    (bars,) = [s for s in ax.series if s.kind == "errorbar"]
-    assert len(bars.x) == len(rates)  # one bar per worker count
+    bars = _layer(fig, "interval")
+    assert len(bars) == len(rates)  # one bar per worker count
     summary = report.summarise(report.load_run(run).trials).to_pandas()
-    assert sorted(bars.high or []) == pytest.approx(sorted(summary["units_per_s_high"]))
-    (curve,) = [ln for ln in _lines(ax) if ln.label == "_usl"]
-    assert max(curve.x) > 32  # drawn a little past the largest tested count
-    assert any(s.kind == "band" for s in ax.series)  # the 95 % band
-    svg = ElementTree.fromstring(fig.to_svg())
-    assert len(svg.findall(f".//{SVG}polygon")) >= 1  # the band is drawn
-    assert "_usl" not in {e.label for e in fig.legend()}
+    assert sorted(bars["high"]) == pytest.approx(sorted(summary["units_per_s_high"]))
+    curve = _layer(fig, "usl")
+    assert curve["workers"].max() > 32  # drawn a little past the largest tested count
+    band = _layer(fig, "usl_band")  # the 95 % band
+    assert (band["low"] <= band["fit"]).all() and (band["fit"] <= band["high"]).all()
+    svg = ElementTree.fromstring(plots.to_svg(fig))
+    assert len(svg.findall(f".//{SVG}path")) >= 3  # drawn
+    assert {c.description for c in fig.layer} >= {"median", "repeats", "interval", "usl"}
 
 
 def test_a_report_fits_each_machines_usl_once_for_its_table_and_its_figure(
@@ -960,36 +1000,34 @@ def test_a_report_fits_each_machines_usl_once_for_its_table_and_its_figure(
 
     monkeypatch.setattr(model, "fit_usl_with_intervals", counting)
     monkeypatch.setattr(tables, "fit_usl_with_intervals", counting)
-    drawn: list[Any] = []
-    real_curve = plots._usl_curve
+    drawn: list[pd.DataFrame] = []
+    real_curves = plots.usl_curves
 
-    def watching(ax: Any, *args: Any) -> None:
-        real_curve(ax, *args)
-        drawn.extend(s for s in ax.series if s.label == "_usl")
+    def watching(*args: Any) -> pd.DataFrame:
+        drawn.append(real_curves(*args))
+        return drawn[-1]
 
-    monkeypatch.setattr(plots, "_usl_curve", watching)
-    report.write_report(run)
+    monkeypatch.setattr(plots, "usl_curves", watching)
+    publish.write_report(run)
     assert len(fits) == 1 and fits[0] is not None and not fits[0].fit.poor  # one bootstrap fit
     (curve,) = drawn  # and the figure drew it: the table's fit, not a second one
-    assert curve.y[0] == pytest.approx(fits[0].band([curve.x[0]])[0][0])
+    first = curve.iloc[0]
+    assert first["fit"] == pytest.approx(fits[0].band([first["workers"]])[0][0])
 
 
-def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+def test_legends_sit_below_the_plot_and_every_figure_renders(wide_sweep: Path) -> None:
+    from orchestrator.results import plots
 
-
-def test_legends_never_cover_data_nor_leave_the_figure(wide_sweep: Path) -> None:
     figures = _figures(wide_sweep)
     del figures["colours"]
     for name, fig in figures.items():
-        layout = fig.layout()
-        legend = layout["legend"]
-        assert legend is not None, name
-        assert legend[0] >= 0 and legend[0] + legend[2] <= fig.width, name
-        assert legend[1] >= 0 and legend[1] + legend[3] <= layout["height"], name
-        for box in layout["panels"]:
-            assert not _overlap(legend, box), name
-            assert box[0] >= 0 and box[0] + box[2] <= fig.width, name
+        spec = fig.to_dict()
+        legends = [enc["legend"] for layer in spec.get("layer", [])
+                   for enc in layer.get("encoding", {}).values()
+                   if isinstance(enc, dict) and enc.get("legend")]
+        assert all(legend["orient"] == "bottom" for legend in legends), name  # never on data
+        root = ElementTree.fromstring(plots.to_svg(fig))
+        assert root.tag == SVG + "svg" and float(root.get("width", 0)) > 0, name
 
 
 def test_unknown_host_facts_show_dashes(tmp_path: Path) -> None:

@@ -1854,7 +1854,7 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     partial = bool(failed_machines or len(bad) or missing)
     store.set_status("partial" if partial else "done", finished_at=now_iso())
     try:
-        from orchestrator.results.report import report_run
+        from orchestrator.results.publish import report_run
 
         html = report_run(run_dir, console)
         # one last line: the report to open; the results store is the folder it is in

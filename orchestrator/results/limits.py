@@ -19,7 +19,7 @@ from orchestrator.formatting import DASH, fmt_bytes
 from workloads.atomic import atomic_path
 
 if TYPE_CHECKING:
-    from orchestrator.results.report.tables import Table
+    from orchestrator.results.report.table import Table
     from orchestrator.results.store import RunStore
 
 LIMITS_DIR = "limits"
@@ -82,7 +82,7 @@ def limit_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 def limit_table(run_dir: Path) -> Table | None:
     """The report's table: did the job run under its memory request, and what is the least."""
-    from orchestrator.results.report.tables import Row, Table
+    from orchestrator.results.report.table import Row, Table
 
     rows = []
     for r in limit_rows(run_dir):

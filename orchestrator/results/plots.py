@@ -1,505 +1,692 @@
-"""The report's figures as SVG files, drawn by ``orchestrator.results.svg``.
+"""The report's figures as Vega-Lite charts, drawn with Altair.
 
-Vector files, written in milliseconds with no plotting library: matplotlib cost
-~1.5 s to import and ~2–4 s to draw five PNGs at the end of every sweep
-(``benchmarks/bench_sweep.py``, BENCHMARKS.md). A figure function returns an
-``svg.Figure`` (plain data: panels and series) that tests inspect and
-``savefig`` writes; Jupyter shows it inline.
+A figure function returns an Altair chart: a small JSON spec that carries its data (one
+row per point drawn) and says how to draw it. The HTML report embeds the specs, so a
+browser draws them interactively (a tooltip on every point with its interval, zoom and pan
+by dragging and scrolling, a click on the legend fades a series out); ``vl-convert`` renders
+the same specs as SVG files for report.md. matplotlib would draw the static files as well
+but gives a browser pictures, not data: no tooltip, no zoom, no series to hide.
 
 The numbers plotted are the ones the tables show (``orchestrator.results.report``'s
-summary, knees and Pareto front), so a figure never disagrees with a table.
+summary, knees and Pareto front), so a figure never disagrees with a table. Data flows one
+way: this module reads the report's data; the report never imports it.
+
+Altair is imported with this module, which only drawing a report (or a notebook) imports,
+so ``cloudprof --help`` and a sweep's start stay instant.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import altair as alt
+import numpy as np
+import pandas as pd
 
 from orchestrator.formatting import is_finite
 from orchestrator.results import report as rpt
 from orchestrator.results.report.measure import UNITS, Measure
-from orchestrator.results.report.rows import (
-    Frame,
-    as_frame,
-    float_array,
-    known,
-    missing,
-    nanmax,
-    nanmin,
-)
-from orchestrator.results.svg import Figure, LegendEntry, Panel
+from orchestrator.results.series import MAX_POINTS_PER_TRIAL, frame, timeline_data
 
 if TYPE_CHECKING:
-    import pandas as pd  # a notebook's frames are accepted too (``as_frame``)
-
-LINESTYLES = ("-", "--", ":", "-.")
-"""One per repeat (or per ``split_by`` value): the colour already says which machine."""
-MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-"""One per ``split_by`` value, so a single-point line is told apart too."""
+    from orchestrator.results.report.rows import Frame
 
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 TAB20_LIGHT = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
                "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")  # fmt: skip
-"""matplotlib's tab10, then tab20's light shades: the palette the PNGs used."""
+"""tab10, then tab20's light shades: one colour per machine."""
+
+WIDTH, HEIGHT = 560, 320
+"""A figure's plotting area in pixels (the HTML page scales it down on a phone)."""
+MAX_TIMELINE_POINTS = 60_000
+MAX_TIMESERIES_FIGURES = 12
+"""report.md draws the time series of the machines with the highest throughput, this many
+at most (each is ~0.5 s to draw and a page of 200 is read by no one); the HTML's memory
+timeline has every machine."""
+FADED = 0.08
+"""The opacity of a series whose legend entry was clicked away."""
+
+
+@dataclass
+class Drawn:
+    """One figure of a report: its file name in ``plots/``, its caption, its chart."""
+
+    name: str
+    caption: str
+    chart: Any  # an Altair chart
+
+    def spec(self) -> dict[str, Any]:
+        return spec(self.chart)
+
+
+def spec(chart: Any) -> dict[str, Any]:
+    """The chart's Vega-Lite spec, its data inlined. Altair refuses more than 5,000 rows
+    by default (a guard for notebooks); a report's data is already bounded (a thinned time
+    series, one row per point), so the guard is lifted for this call only."""
+    with alt.data_transformers.disable_max_rows():
+        return chart.to_dict()
 
 
 def machine_colours(pairs) -> dict[str, str]:
     """One colour per machine label (``machine_label(machine, ran_on)``), the same in every figure.
 
-    Labels are sorted before colours are handed out, so a machine keeps its
-    colour between the figures of a report (and between reports of the same
-    machines). tab10 first, then tab20's light shades for sweeps of more than ten.
+    Labels are sorted before colours are handed out, so a machine keeps its colour between
+    the figures of a report (and between reports of the same machines).
     """
     labels = sorted({rpt.machine_label(m, r) for m, r in pairs})
     palette = TAB10 + TAB20_LIGHT
     return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
 
 
-def _pairs(frame: Frame) -> list[tuple[str, str]]:
-    return list(zip(frame["machine"], frame["ran_on"], strict=True))
+def _pairs(table: pd.DataFrame) -> list[tuple[str, str]]:
+    return list(zip(table["machine"], table["ran_on"], strict=True))
 
 
-def render_plots(
-    run: rpt.RunData,
-    summary: Frame,
-    out_dir: Path,
+def _labelled(table: pd.DataFrame, split_by: str | None = None) -> pd.DataFrame:
+    """``table`` with a ``label`` column (the machine as the tables name it) and a ``split``
+    column (``split_by``'s value, "" without it)."""
+    out = table.copy()
+    out["label"] = [rpt.machine_label(m, r) for m, r in _pairs(out)] if len(out) else []
+    out["split"] = out[split_by].astype(str) if split_by else ""
+    return out
+
+
+_RATE_COLUMNS = ("units_per_s", "units_per_s_low", "units_per_s_high")
+
+
+def in_measure(table: Frame | pd.DataFrame, measure: Measure) -> pd.DataFrame:
+    """``table``'s rates and cost in ``measure``'s units (runs/h, $ per run for a fixed-work
+    job), under the same column names, so a figure draws what the tables show."""
+    out = frame(table).copy()
+    if measure is UNITS:
+        return out
+    for name in _RATE_COLUMNS:
+        if name in out:
+            out[name] = [measure.rate(v) for v in out[name]]
+    if "cost_per_million_units" in out:
+        out["cost_per_million_units"] = [measure.cost(v) for v in out["cost_per_million_units"]]
+    return out
+
+
+# ---------------------------------------------------------------- encodings
+
+
+def _legend_pick() -> Any:
+    """A click on a legend entry keeps that series and fades the others (shift-click: more)."""
+    return alt.selection_point(fields=["label"], bind="legend", name="pick")
+
+
+def _colour(colours: dict[str, str]) -> Any:
+    return alt.Color("label:N", title="machine",
+                     scale=alt.Scale(domain=list(colours), range=list(colours.values())),
+                     legend=alt.Legend(orient="bottom", columns=2, labelLimit=320))
+
+
+def _faded(pick: Any) -> Any:
+    return alt.condition(pick, alt.value(1.0), alt.value(FADED))
+
+
+def _workers_x(workers: Any) -> Any:
+    """The worker counts as the x axis: log 2 when they span a factor of 4 or more."""
+    counts = sorted({int(w) for w in workers if is_finite(w)})
+    log = bool(counts) and counts[-1] / max(counts[0], 1) >= 4
+    if not counts:
+        return alt.X("workers:Q", title="workers")
+    low, high = counts[0], counts[-1]  # a margin, so the end points are not cut in half
+    domain = [low / 1.25, high * 1.25] if log else [low - 0.06 * (high - low or 1),
+                                                   high + 0.06 * (high - low or 1)]
+    scale = alt.Scale(type="log", base=2, domain=domain) if log else alt.Scale(
+        domain=domain, nice=False)
+    return alt.X("workers:Q", title="workers", scale=scale,
+                 axis=alt.Axis(values=counts, format="d", grid=False))
+
+
+def _sized(chart: Any, title: str, subtitle: str | None = None) -> Any:
+    head = alt.TitleParams(title, subtitle=subtitle or "", anchor="start")
+    return chart.properties(width=WIDTH, height=HEIGHT, title=head)
+
+
+# ---------------------------------------------------------------- against workers
+
+
+def _medians(summary: pd.DataFrame, y: str, interval: tuple[str, str] | None = None
+             ) -> pd.DataFrame:
+    """The per-count points a line joins: label, split, workers, value (and its interval),
+    repeats, oversubscribed; sorted by workers, missing values dropped."""
+    cols = {"label": summary["label"], "split": summary["split"],
+            "workers": summary["workers"].astype(int), "value": summary[y].astype(float),
+            "repeats": summary.get("repeats", pd.Series([None] * len(summary))).values,
+            "oversubscribed": summary["oversubscribed"].astype(bool)}
+    if interval:
+        cols["low"] = np.fmin(summary[interval[0]].astype(float), summary[y].astype(float))
+        cols["high"] = np.fmax(summary[interval[1]].astype(float), summary[y].astype(float))
+    out = pd.DataFrame(cols)
+    out = out[np.isfinite(out["value"])]
+    return out.sort_values(["label", "split", "workers"], kind="stable").reset_index(drop=True)
+
+
+def _lines(data: pd.DataFrame, colours: dict[str, str], x: Any, y: Any, pick: Any,
+           tooltip: list[Any], split: bool) -> list[Any]:
+    """Median lines with their points (hollow where oversubscribed), coloured per machine."""
+    base = alt.Chart(data, description="median").encode(
+        x=x, y=y, color=_colour(colours), opacity=_faded(pick), tooltip=tooltip,
+        detail="split:N")
+    if split:
+        base = base.encode(strokeDash=alt.StrokeDash("split:N", title=None))
+    line = base.mark_line(point=alt.OverlayMarkDef(filled=True, size=45)).add_params(pick)
+    over = data[data["oversubscribed"]]
+    layers = [line]
+    if len(over):
+        layers.append(alt.Chart(over, description="oversubscribed").mark_point(
+            filled=False, size=160, strokeWidth=1.5).encode(
+            x=x, y=y, color=_colour(colours), opacity=_faded(pick), tooltip=tooltip))
+    return layers
+
+
+def _zoomable(*layers: Any) -> Any:
+    """The layers as one chart that zooms (scroll) and pans (drag); double-click resets."""
+    return alt.layer(*layers).add_params(
+        alt.selection_interval(bind="scales", name="zoom")).resolve_scale(color="shared")
+
+
+def throughput_figure(
+    summary: Frame | pd.DataFrame,
+    trials: Frame | pd.DataFrame | None = None,
+    split_by: str | None = None,
+    colours: dict[str, str] | None = None,
     usl_models: dict[tuple[str, str], Any] | None = None,
-) -> list[tuple[str, str]]:
-    """Write every figure into ``out_dir``; returns (path relative to the store, caption) pairs.
+    measure: Measure = UNITS,
+    references: pd.DataFrame | None = None,
+    log_y: bool = False,
+) -> Any:
+    """Median lines with their interval as error bars, each repeat a faint dot, ★ at the
+    knee, and each machine's USL fit (dashed, with its 95 % band) when the fit is good.
 
-    ``usl_models``: the report's own USL fits per (machine, ran_on), drawn as they are
-    (fitted here when not given)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rel = out_dir.relative_to(run.run_dir) if out_dir.is_relative_to(run.run_dir) else out_dir
-    written: list[tuple[str, str]] = []
-    colours = machine_colours(_pairs(run.trials))
-    measure = run.measure  # units/s, or runs/h and $ per run for a fixed-work job
+    The interval is the summary's spread (IQR, or the bootstrap 95 % CI of the median from
+    enough repeats). ``split_by`` names a column of both frames (the notebook's
+    ``strategy``) that splits a machine into several lines: same colour, one dash per
+    value. The y axis starts at 0, so a gain reads at its true size. ``measure``: the
+    rate's unit (runs/h for a fixed-work job).
+    """
+    table = _labelled(in_measure(summary, measure), split_by)
+    colours = colours if colours is not None else machine_colours(_pairs(table))
+    data = _medians(table, "units_per_s", ("units_per_s_low", "units_per_s_high"))
+    pick = _legend_pick()
+    x = _workers_x(table["workers"])
+    y = alt.Y("value:Q", title=f"{measure.name} (median)", scale=alt.Scale(zero=True))
+    tooltip = [alt.Tooltip("label:N", title="machine"), alt.Tooltip("workers:Q"),
+               alt.Tooltip("value:Q", title=f"{measure.name} (median)", format=",.4~g"),
+               alt.Tooltip("low:Q", title="interval low", format=",.4~g"),
+               alt.Tooltip("high:Q", title="interval high", format=",.4~g"),
+               alt.Tooltip("repeats:Q"), alt.Tooltip("oversubscribed:N")]
+    if split_by:
+        tooltip.insert(1, alt.Tooltip("split:N", title=split_by))
+    layers = _lines(data, colours, x, y, pick, tooltip, bool(split_by))
+    spread = data.dropna(subset=["low", "high"])
+    if len(spread):
+        layers.append(alt.Chart(spread, description="interval").mark_rule(strokeWidth=1.5).encode(
+            x=x, y="low:Q", y2="high:Q", color=_colour(colours), opacity=_faded(pick),
+            tooltip=tooltip))
+    if trials is not None:
+        layers += _repeat_dots(trials, table, colours, x, pick, measure)
+        if split_by is None:
+            layers += _usl_layers(trials, table, colours, x, pick, usl_models,
+                                  measure.rate_scale)
+    knees = _knees(data)
+    if len(knees):
+        layers.append(alt.Chart(knees, description="knee").mark_point(
+            shape="M0,-1L0.29,-0.4L0.95,-0.31L0.48,0.15L0.59,0.81L0,0.5L-0.59,0.81L-0.48,0.15"
+                  "L-0.95,-0.31L-0.29,-0.4Z", filled=True, size=420).encode(
+            x=x, y="value:Q", color=_colour(colours), opacity=_faded(pick),
+            tooltip=[alt.Tooltip("label:N", title="machine"),
+                     alt.Tooltip("workers:Q", title="knee at workers")]))
+    if references is not None and len(references):
+        layers.append(alt.Chart(references, description="references").mark_point(
+            color="black", filled=True, size=90).encode(
+            x=x, y="value:Q", shape=alt.Shape("label:N", title=None, legend=alt.Legend(
+                orient="bottom", direction="vertical", labelLimit=480)),
+            tooltip=["label:N", "workers:Q", alt.Tooltip("value:Q", format=",.4~g")]))
+    return _sized(_zoomable(*layers), "Throughput vs workers",
+                  "median, interval, repeats; ★ knee; dashed: USL fit")
 
-    def save(fig: Figure, name: str, caption: str) -> None:
-        fig.savefig(out_dir / name)
-        written.append(((rel / name).as_posix(), caption))
 
-    if not summary.empty:
-        estimated = any(summary["estimate"])
-        est = " (costs are estimates)" if estimated else ""
-        save(
-            throughput_figure(summary, run.trials, colours=colours, usl_models=usl_models,
-                              measure=measure),
-            "throughput.svg",
-            "Throughput vs workers per machine (median over repeats with its spread as error "
-            "bars; dots are single repeats, hollow markers oversubscribed, ★ the knee; dashed: "
-            "the USL fit with its 95% band, drawn only when the fit is good)",
-        )
-        save(
-            efficiency_figure(summary, colours=colours),
-            "efficiency.svg",
-            "Scaling efficiency vs workers (1.0 = perfectly linear from 1 worker)",
-        )
-        save(
-            cost_figure(summary, colours=colours, measure=measure),
-            "cost_vs_throughput.svg",
-            f"Cost {measure.cost_per} vs throughput ({measure.name}), Pareto front marked{est}",
-        )
-        save(
-            memory_figure(summary, colours=colours),
-            "peak_memory.svg",
-            "Peak RSS vs workers per machine",
-        )
-    trials = run.trials
-    for (machine, ran_on), group in trials.group_by(["machine", "ran_on"]):
+def _knees(data: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (label, split), group in data.groupby(["label", "split"], sort=True):
+        knee = rpt.find_knee(list(group["workers"]), list(group["value"]))
+        if knee.reached and knee.workers is not None:
+            rows.append({"label": label, "split": split, "workers": knee.workers,
+                         "value": knee.units_per_s})
+    return pd.DataFrame(rows, columns=["label", "split", "workers", "value"])
+
+
+def _repeat_dots(trials: Frame | pd.DataFrame, summary: pd.DataFrame,
+                 colours: dict[str, str], x: Any, pick: Any, measure: Measure) -> list[Any]:
+    """Every successful repeat as a faint dot at its own rate."""
+    shown = _labelled(in_measure(trials, measure))
+    shown = shown[(shown["status"] == rpt.OK) & shown["label"].isin(set(summary["label"]))]
+    dots = pd.DataFrame({"label": shown["label"], "workers": shown["workers"].astype(int),
+                         "value": shown["units_per_s"].astype(float),
+                         "repeat": shown.get("repeat")})
+    dots = dots[np.isfinite(dots["value"])]
+    if not len(dots):
+        return []
+    return [alt.Chart(dots, description="repeats").mark_circle(size=22).encode(
+        x=x, y="value:Q", color=_colour(colours),
+        opacity=alt.condition(pick, alt.value(0.4), alt.value(FADED / 2)),
+        tooltip=[alt.Tooltip("label:N", title="machine"), "workers:Q", "repeat:Q",
+                 alt.Tooltip("value:Q", title=measure.name, format=",.4~g")])]
+
+
+def usl_curves(trials: Frame | pd.DataFrame, labels: set[str],
+               usl_models: dict[tuple[str, str], Any] | None = None,
+               scale: float = 1.0) -> pd.DataFrame:
+    """Each machine's fitted USL curve and its 95 % band, where the fit is good.
+
+    The fit is the report's own when ``usl_models`` has it (the table's numbers, not a
+    second bootstrap), else fitted here from ``trials``; drawn over the tested range and a
+    quarter past it; ``scale`` turns its units/s into the figure's unit."""
+    from orchestrator.analysis.model import fit_usl_with_intervals
+    from orchestrator.results.report.model import samples
+
+    parts = []
+    for (machine, ran_on), data in sorted(samples(trials).items()):
         label = rpt.machine_label(machine, ran_on)
-        fig = timeseries_figure(run, group, colour=colours[label])
-        if fig is None:
+        if label not in labels or not data:
             continue
-        name = "timeseries_" + _safe(
-            f"{machine}" if machine == ran_on else f"{machine}_on_{ran_on}"
-        )
-        save(
-            fig,
-            f"{name}.svg",
-            f"Memory (RSS), CPU and throughput over time, every trial: {label} "
-            "(one row per worker count, one line style per repeat, ▼ each trial's peak)",
-        )
-    return written
+        if usl_models is not None and (machine, ran_on) in usl_models:
+            model = usl_models[(machine, ran_on)]
+        else:
+            model = fit_usl_with_intervals(data)
+        if model is None or model.fit.poor:
+            continue
+        ns = np.geomspace(max(min(data), 1), max(data) * 1.25, 60)
+        band = model.band(list(ns))
+        parts.append(pd.DataFrame({"label": label, "workers": ns,
+                                   "fit": [b[0] * scale for b in band],
+                                   "low": [b[1] * scale for b in band],
+                                   "high": [b[2] * scale for b in band]}))
+    if not parts:
+        return pd.DataFrame(columns=["label", "workers", "fit", "low", "high"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def _usl_layers(trials: Frame | pd.DataFrame, summary: pd.DataFrame,
+                colours: dict[str, str], x: Any, pick: Any,
+                usl_models: dict[tuple[str, str], Any] | None, scale: float) -> list[Any]:
+    curves = usl_curves(trials, set(summary["label"]), usl_models, scale)
+    if not len(curves):
+        return []
+    band = alt.Chart(curves, description="usl_band").mark_area(opacity=0.15).encode(
+        x=x, y="low:Q", y2="high:Q", color=_colour(colours),
+        opacity=alt.condition(pick, alt.value(0.15), alt.value(0.0)))
+    line = alt.Chart(curves, description="usl").mark_line(strokeDash=[6, 4], strokeWidth=1).encode(
+        x=x, y="fit:Q", color=_colour(colours), opacity=_faded(pick),
+        tooltip=[alt.Tooltip("label:N", title="machine"),
+                 alt.Tooltip("workers:Q", format=".3~g"),
+                 alt.Tooltip("fit:Q", title="USL fit", format=",.4~g"),
+                 alt.Tooltip("low:Q", title="95% band low", format=",.4~g"),
+                 alt.Tooltip("high:Q", title="95% band high", format=",.4~g")])
+    return [band, line]
+
+
+def _per_worker_figure(table: pd.DataFrame, colours: dict[str, str] | None, column: str,
+                       axis: str, name: str, fmt: str) -> tuple[Any, list[Any], pd.DataFrame]:
+    """(the legend pick, the layers of ``column``'s median lines, their data) against
+    workers, with ``axis`` the y title and ``name`` its tooltip's."""
+    colours = colours if colours is not None else machine_colours(_pairs(table))
+    data = _medians(table, column)
+    pick = _legend_pick()
+    y = alt.Y("value:Q", title=axis, scale=alt.Scale(zero=True))
+    tooltip = [alt.Tooltip("label:N", title="machine"), "workers:Q",
+               alt.Tooltip("value:Q", title=name, format=fmt), "repeats:Q",
+               "oversubscribed:N"]
+    return pick, _lines(data, colours, _workers_x(table["workers"]), y, pick, tooltip,
+                        False), data
+
+
+def efficiency_figure(
+    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
+) -> Any:
+    """Scaling efficiency per worker count (1.0 = linear from one worker)."""
+    _, layers, data = _per_worker_figure(_labelled(frame(summary)), colours, "efficiency",
+                                         "efficiency (median)", "efficiency", ".2f")
+    layers.append(alt.Chart(pd.DataFrame({"value": [1.0]}), description="linear").mark_rule(
+        color="#888", strokeDash=[2, 3]).encode(y="value:Q"))
+    note = None if len(data) else "no 1-worker baseline: efficiency unknown"
+    return _sized(_zoomable(*layers), "Scaling efficiency vs workers",
+                  note or "1.0 = perfectly linear from 1 worker")
+
+
+def memory_figure(
+    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
+) -> Any:
+    """Peak RSS (MiB, the largest over the repeats) per worker count."""
+    table = _labelled(frame(summary))
+    table["peak_mib"] = table["peak_rss_bytes"].astype(float) / 2**20
+    _, layers, _ = _per_worker_figure(table, colours, "peak_mib",
+                                      "peak RSS (MiB, max over repeats)", "peak RSS (MiB)",
+                                      ",.1f")
+    return _sized(_zoomable(*layers), "Peak memory vs workers")
+
+
+def cost_figure(
+    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None,
+    measure: Measure = UNITS,
+) -> Any:
+    """$ per million units against units/s (both from 0), each point labelled with its
+    workers, the Pareto front joined; for a fixed-work job, $ per run against runs/h."""
+    table = _labelled(in_measure(summary, measure))
+    colours = colours if colours is not None else machine_colours(_pairs(table))
+    data = pd.DataFrame({"label": table["label"], "workers": table["workers"].astype(int),
+                         "rate": table["units_per_s"].astype(float),
+                         "cost": table["cost_per_million_units"].astype(float),
+                         "pareto": table["pareto"].astype(bool),
+                         "estimate": table["estimate"].astype(bool)})
+    data = data[np.isfinite(data["rate"]) & np.isfinite(data["cost"])].reset_index(drop=True)
+    estimated = bool(data["estimate"].any())
+    pick = _legend_pick()
+    x = alt.X("rate:Q", title=f"{measure.name} (median)", scale=alt.Scale(zero=True))
+    y = alt.Y("cost:Q", title=f"USD {measure.cost_per}" + (" (estimate)" if estimated else ""),
+              scale=alt.Scale(zero=True))
+    tooltip = [alt.Tooltip("label:N", title="machine"), "workers:Q",
+               alt.Tooltip("rate:Q", title=measure.name, format=",.4~g"),
+               alt.Tooltip("cost:Q", title=f"USD {measure.cost_per}", format="$,.4~g"),
+               alt.Tooltip("pareto:N", title="on the Pareto front"),
+               alt.Tooltip("estimate:N", title="estimated cost")]
+    points = alt.Chart(data, description="points").mark_circle(size=70).encode(
+        x=x, y=y, color=_colour(colours), opacity=_faded(pick), tooltip=tooltip
+    ).add_params(pick)
+    labels = alt.Chart(data, description="workers").mark_text(dx=7, dy=-7, fontSize=10).encode(
+        x=x, y=y, text="workers:Q", opacity=_faded(pick))
+    front = data[data["pareto"]].sort_values("rate", kind="stable")
+    layers = [points, labels]
+    if len(front):
+        layers.append(alt.Chart(front, description="pareto").mark_line(
+            color="black", strokeWidth=1.2,
+            point=alt.OverlayMarkDef(shape="diamond", filled=False, size=140, color="black"),
+        ).encode(x=x, y=y, tooltip=tooltip))
+    note = "no price known: cost unavailable" if not len(data) else (
+        "numbers: workers; black: the Pareto front" + (" (costs are estimates)" if estimated
+                                                        else ""))
+    return _sized(_zoomable(*layers), "Cost vs throughput", note)
+
+
+# ---------------------------------------------------------------- over time
+
+
+PANELS = ("RSS (MiB)", "CPU %", "units/s")
+
+
+def timeseries_figure(
+    run: rpt.RunData, group: Frame | pd.DataFrame, colour: str | None = None,
+    data: pd.DataFrame | None = None,
+) -> Any | None:
+    """Every trial of one machine over time: one row per worker count, three panels per row
+    (RSS, CPU %, units/s), one dash per repeat, ▼ each trial's sampled peak.
+
+    Like ``mprof plot``, the process's life before the trial is drawn left of t = 0: a
+    shaded span as long as the load phase with a dotted line at its peak RSS. A trial that
+    did not finish ok is drawn faint. Rows share their y axes per panel, so worker counts
+    compare at a glance. None when no trial has a readable series. ``data``: the
+    group's ``timeline_data`` when the caller has it.
+    """
+    data = timeline_data(run, group) if data is None else data
+    if not len(data):
+        return None
+    table = frame(group)
+    label = rpt.machine_label(table["machine"].iloc[0], table["ran_on"].iloc[0])
+    colour = colour or machine_colours(_pairs(table))[label]
+    workers = sorted(set(int(w) for w in data["workers"]))
+    cores = [c for c in table.get("vcpus", pd.Series(dtype=float)) if is_finite(c)]
+    fixed = (table.get("job_kind", pd.Series(dtype=object)) == "fixed_work").all()
+    titles = {"RSS (MiB)": "RSS (MiB)",
+              "CPU %": "CPU %" + (f" (100 = one core, ≤ {100 * int(cores[0])})" if cores else ""),
+              "units/s": "no units/s: a fixed-work job (one run per trial)" if fixed
+              else "units/s over time (1 s window)"}
+    row = alt.Row("workers:O", sort=workers, title=None,
+                  header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
+                                    labelExpr="datum.value == 1 ? '1 worker' "
+                                              ": datum.value + ' workers'"))
+    panels = [alt.layer(*_panel_layers(panel, colour), data=data[data["panel"] == panel])
+              .properties(width=260, height=120, title=titles[panel]).facet(row=row)
+              for panel in PANELS]
+    title = alt.TitleParams(f"Memory, CPU and throughput over time: {label}",
+                            subtitle="seconds since the trial started; ▼ each trial's peak; "
+                            "shaded: the load phase before 0 (not sampled); dotted: its peak RSS",
+                            anchor="start")
+    return alt.hconcat(*panels, title=title).resolve_scale(x="shared")
+
+
+def _panel_layers(panel: str, colour: str) -> list[Any]:
+    x = alt.X("t:Q", title="seconds since the trial started")
+    tooltip = [alt.Tooltip("t:Q", title="t (s)", format=".2f"),
+               alt.Tooltip("value:Q", title=panel, format=",.1f"), "workers:Q", "repeat:Q",
+               "status:N"]
+    ok = alt.condition(alt.datum.status == rpt.OK, alt.value(1.0), alt.value(0.45))
+    samples = alt.Chart(description="samples").mark_line(color=colour, strokeWidth=1.2).encode(
+        x=x, y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=True)), detail="trial:N",
+        strokeDash=alt.StrokeDash("repeat:N", title="repeat"), opacity=ok, tooltip=tooltip,
+    ).transform_filter(alt.datum.kind == "sample")
+    load = alt.Chart(description="load").mark_rect(color=colour, opacity=0.12).encode(
+        x="t:Q", x2="t_end:Q").transform_filter(alt.datum.kind == "load")
+    layers = [load, samples]
+    if panel == "RSS (MiB)":
+        layers.append(alt.Chart(description="peak").mark_point(
+            shape="triangle-down", filled=True, size=50, color=colour).encode(
+            x="t:Q", y="value:Q", tooltip=tooltip).transform_filter(alt.datum.kind == "peak"))
+        layers.append(alt.Chart(description="before").mark_rule(
+            color=colour, strokeDash=[2, 2]).encode(
+            x="t:Q", x2="t_end:Q", y="value:Q",
+            tooltip=[alt.Tooltip("value:Q", title="peak RSS before t=0 (MiB)", format=",.1f")],
+        ).transform_filter(alt.datum.kind == "before"))
+    return layers
+
+
+def timeline_budget(trials: int) -> int:
+    """Samples per trial and panel: ``MAX_TIMELINE_POINTS`` shared, 20 to 300 each."""
+    return max(20, min(MAX_POINTS_PER_TRIAL, MAX_TIMELINE_POINTS // max(trials, 1)))
+
+
+def memory_timeline(data: pd.DataFrame) -> Any | None:
+    """One interactive chart of every trial's RSS over time, one machine at a time (a
+    dropdown picks it), one colour per worker count: the HTML's memory timeline.
+    ``data``: ``timeline_data`` of every trial."""
+    data = data[(data["panel"] == "RSS (MiB)") & (data["kind"] == "sample")]
+    if not len(data):
+        return None
+    data = data[["label", "workers", "repeat", "status", "t", "value"]].copy()
+    data["trial"] = [f"{w} workers, repeat {r}" for w, r in zip(data["workers"],
+                                                                 data["repeat"], strict=True)]
+    labels = sorted(set(data["label"]))
+    machine = alt.param(name="machine", value=labels[0], bind=alt.binding_select(
+        options=labels, name="machine "))
+    pick = alt.selection_point(fields=["workers"], bind="legend", name="pick_workers")
+    chart = alt.Chart(data, description="rss").mark_line(strokeWidth=1.3).encode(
+        x=alt.X("t:Q", title="seconds since the trial started"),
+        y=alt.Y("value:Q", title="RSS (MiB)", scale=alt.Scale(zero=True)),
+        color=alt.Color("workers:O", title="workers", scale=alt.Scale(scheme="viridis"),
+                        legend=alt.Legend(orient="bottom", columns=8)),
+        strokeDash=alt.StrokeDash("repeat:N", title="repeat",
+                                  legend=alt.Legend(orient="bottom")),
+        detail="trial:N", opacity=_faded(pick),
+        tooltip=[alt.Tooltip("label:N", title="machine"), "workers:Q", "repeat:Q",
+                 alt.Tooltip("t:Q", title="t (s)", format=".2f"),
+                 alt.Tooltip("value:Q", title="RSS (MiB)", format=",.1f"), "status:N"],
+    ).transform_filter(alt.datum.label == machine).add_params(
+        machine, pick, alt.selection_interval(bind="scales", name="zoom"))
+    return _sized(chart, "Memory over time",
+                  f"every trial's RSS, one machine at a time ({len(labels)} machines: "
+                  "pick one below the chart)")
+
+
+# ---------------------------------------------------------------- profiles
+
+
+def shares_figure(records: list[dict[str, Any]], machine: str) -> Any | None:
+    """Stacked bars of the CPU shares (py-spy) against worker count for one machine."""
+    from orchestrator.results.profiles import SHARE_LABELS, _no_profile, _where
+
+    mine = [r for r in records if _where(r) == machine and _no_profile(r) is None
+            and (r["profile"].get("shares") or None)]  # fmt: skip
+    if not mine:
+        return None
+    data = pd.DataFrame([
+        {"workers": str(r["workers"]), "order": i, "share": label,
+         "percent": 100 * float(r["profile"]["shares"].get(key) or 0.0)}
+        for r in mine for i, (key, label) in enumerate(SHARE_LABELS.items())])
+    labels = list(SHARE_LABELS.values())
+    pick = alt.selection_point(fields=["share"], bind="legend", name="pick")
+    chart = alt.Chart(data, description="shares").mark_bar().encode(
+        x=alt.X("workers:O", title="workers", sort=[str(r["workers"]) for r in mine]),
+        y=alt.Y("percent:Q", title="% of thread samples (py-spy)", stack="zero"),
+        color=alt.Color("share:N", title=None, sort=labels, scale=alt.Scale(
+            domain=labels, range=list(TAB10[:len(labels)])),
+            legend=alt.Legend(orient="bottom")),
+        order=alt.Order("order:Q"), opacity=_faded(pick),
+        tooltip=["workers:N", "share:N", alt.Tooltip("percent:Q", format=".1f")],
+    ).add_params(pick)
+    return chart.properties(width=WIDTH * 3 // 4, height=HEIGHT * 3 // 4,
+                            title=alt.TitleParams(f"Why scaling stops — {machine}",
+                                                  anchor="start"))
+
+
+def profile_figures(run_dir: Path) -> list[Drawn]:
+    """One stacked-bar figure per profiled machine (a grid point: a machine of its own)."""
+    from orchestrator.results.profiles import _where, load_profiles
+
+    records = [r for r in load_profiles(run_dir) if (r.get("profile") or {}).get("kind") == "cpu"]
+    drawn = []
+    for machine in sorted({_where(r) for r in records}):
+        chart = shares_figure(records, machine)
+        if chart is not None:
+            drawn.append(Drawn(
+                f"why-scaling-stops-{re.sub(r'[^A-Za-z0-9._-]+', '-', machine)}.svg",
+                f"{machine}: where thread time goes per worker count (profiled trials, py-spy)",
+                chart))
+    return drawn
+
+
+# ---------------------------------------------------------------- a report's figures
+
+
+def report_figures(
+    run: rpt.RunData,
+    summary: Frame | pd.DataFrame,
+    usl_models: dict[tuple[str, str], Any] | None = None,
+) -> tuple[list[Drawn], list[Drawn]]:
+    """(the figures a page shows, one time-series figure per machine for report.md).
+
+    The page's list: throughput and efficiency vs workers, $ per unit vs rate with the
+    Pareto front, peak memory vs workers, the memory timeline (every machine, one picked
+    at a time), then the profiles' bars. ``usl_models``: the report's own USL fits per
+    (machine, ran_on), drawn as they are (fitted here when not given)."""
+    table = frame(summary)
+    trials = frame(run.trials)
+    colours = machine_colours(_pairs(trials))
+    measure = run.measure  # units/s, or runs/h and $ per run for a fixed-work job
+    page: list[Drawn] = []
+    if len(table):
+        est = " (costs are estimates)" if table["estimate"].astype(bool).any() else ""
+        page += [
+            Drawn("throughput.svg", "Throughput vs workers per machine (median over repeats "
+                  "with its interval; dots are single repeats, hollow markers oversubscribed, "
+                  "★ the knee; dashed: the USL fit with its 95% band, drawn only when the "
+                  "fit is good)",
+                  throughput_figure(table, trials, colours=colours, usl_models=usl_models,
+                                    measure=measure)),
+            Drawn("efficiency.svg", "Scaling efficiency vs workers (1.0 = perfectly linear "
+                  "from 1 worker)", efficiency_figure(table, colours=colours)),
+            Drawn("cost_vs_throughput.svg", f"Cost {measure.cost_per} vs throughput "
+                  f"({measure.name}), Pareto front marked{est}",
+                  cost_figure(table, colours=colours, measure=measure)),
+            Drawn("peak_memory.svg", "Peak RSS vs workers per machine",
+                  memory_figure(table, colours=colours)),
+        ]
+    timeline = timeline_data(run, trials, timeline_budget(len(trials)))
+    chart = memory_timeline(timeline)
+    if chart is not None:
+        page.append(Drawn("", "Memory (RSS) over time, every trial of the machine picked",
+                          chart))
+    page += profile_figures(run.run_dir)
+    per_machine = []
+    groups = list(trials.groupby(["machine", "ran_on"], sort=True))
+    chosen = _fastest(table, MAX_TIMESERIES_FIGURES) if len(groups) > MAX_TIMESERIES_FIGURES \
+        else None
+    for (machine, ran_on), group in groups:
+        label = rpt.machine_label(machine, ran_on)
+        if chosen is not None and label not in chosen:
+            continue
+        chart = timeseries_figure(run, group, colour=colours[label],
+                                  data=timeline[timeline["label"] == label])
+        if chart is not None:
+            name = _safe(f"{machine}" if machine == ran_on else f"{machine}_on_{ran_on}")
+            per_machine.append(Drawn(
+                f"timeseries_{name}.svg",
+                f"Memory (RSS), CPU and throughput over time, every trial: {label} (one row "
+                "per worker count, one line style per repeat, ▼ each trial's peak)", chart))
+    return page, per_machine
+
+
+def _fastest(summary: pd.DataFrame, n: int) -> set[str]:
+    """The labels of the ``n`` machines with the highest median throughput."""
+    if not len(summary):
+        return set()
+    table = _labelled(summary)
+    best = table.groupby("label")["units_per_s"].max().fillna(-1.0)
+    return set(best.sort_values(ascending=False, kind="stable").index[:n])
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
-def _groups(summary: Frame, split_by: str | None = None):
-    """(label, machine label, rows, keys, split index) per machine, and per ``split_by`` value."""
-    keys = [split_by, "machine", "ran_on"] if split_by else ["machine", "ran_on"]
-    splits = sorted({str(v) for v in summary[split_by]}) if split_by else []
-    for values, group in summary.group_by(keys):
-        *split, machine, ran_on = values
-        machine_name = rpt.machine_label(machine, ran_on)
-        label = machine_name + (f" [{split[0]}]" if split else "")
-        index = splits.index(str(split[0])) if split else 0
-        yield (
-            label,
-            machine_name,
-            group.sort_by(["workers"]),
-            dict(zip(keys, values, strict=True)),
-            index,
-        )
+def to_svg(chart: Any) -> str:
+    """The chart as a standalone SVG (vl-convert: no browser, no network)."""
+    import vl_convert as vlc
+
+    return vlc.vegalite_to_svg(spec(chart), vl_version=_vl_version())
 
 
-def _colours_for(summary: Frame, colours: dict[str, str] | None) -> dict[str, str]:
-    return colours if colours is not None else machine_colours(_pairs(summary))
+def to_png(chart: Any, scale: float = 2.0) -> bytes:
+    """The chart as a PNG (vl-convert), for pages that want pixels."""
+    import vl_convert as vlc
+
+    return vlc.vegalite_to_png(spec(chart), vl_version=_vl_version(), scale=scale)
 
 
-def _workers_axis(ax: Panel, summary: Frame) -> None:
-    workers = sorted(set(int(w) for w in summary["workers"]))
-    if workers and workers[-1] / max(workers[0], 1) >= 4:
-        ax.xscale = "log2"
-    ax.xticks = [(float(w), str(w)) for w in workers]
-    ax.xlabel = "workers"
+def _vl_version() -> str:
+    """The Vega-Lite version Altair writes its specs for ("v6.4.1" -> "6.4")."""
+    return ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
 
 
-def _line_with_oversubscription(
-    ax: Panel,
-    group: Frame,
-    y: str,
-    label: str,
-    colour: str,
-    linestyle: str = "-",
-    marker: str = "o",
-) -> None:
-    """One line per machine in its colour; oversubscribed points drawn hollow."""
-    ax.line(group["workers"], group[y], colour, label=label, linestyle=linestyle, marker=marker)
-    over = group.where(lambda r: r["oversubscribed"])
-    if not over.empty:
-        ax.points(over["workers"], over[y], colour, size=10, hollow=True)
+@cache
+def javascript() -> str:
+    """Vega, Vega-Lite and vega-embed as one script to inline in a page (no network);
+    bundled once per process (a few seconds)."""
+    import vl_convert as vlc
+
+    return vlc.javascript_bundle(vl_version=_vl_version())
 
 
-_RATE_COLUMNS = ("units_per_s", "units_per_s_low", "units_per_s_high")
+def write_figures(figures: list[Drawn], out_dir: Path, run_dir: Path
+                  ) -> list[tuple[str, str]]:
+    """Write each named figure as ``out_dir/<name>`` (SVG); (path relative to the store,
+    caption) pairs, as report.md links them."""
+    from orchestrator.atomic import atomic_write_bytes
 
-
-def in_measure(frame: Frame, measure: Measure) -> Frame:
-    """``frame``'s rates and cost in ``measure``'s units (runs/h, $ per run for a fixed-work
-    job), under the same column names, so a figure draws what the tables show."""
-    if measure is UNITS:
-        return frame
-    out = frame
-    for name in _RATE_COLUMNS:
-        if name in out:
-            out = out.with_column(name, [measure.rate(v) for v in out[name]])
-    if "cost_per_million_units" in out:
-        out = out.with_column("cost_per_million_units",
-                              [measure.cost(v) for v in out["cost_per_million_units"]])
-    return out
-
-
-def _one_panel(title: str) -> tuple[Figure, Panel]:
-    fig = Figure(width=720, height=405)
-    ax = fig.panel()
-    ax.title = title
-    return fig, ax
-
-
-def throughput_figure(
-    summary: Frame | pd.DataFrame,
-    trials: Frame | None = None,
-    split_by: str | None = None,
-    colours: dict[str, str] | None = None,
-    usl_models: dict[tuple[str, str], Any] | None = None,
-    measure: Measure = UNITS,
-) -> Figure:
-    """Median lines with spread bars, each repeat a faint dot, ★ at the knee, the USL fit.
-
-    The error bars are the summary's spread (IQR, or the bootstrap 95 % CI of the
-    median from enough repeats). With ``trials`` and no ``split_by``, each
-    machine's USL fit is drawn dashed with its 95 % band, over the tested range
-    and a little past it; a poor fit is not drawn (the report's table says why).
-
-    ``split_by`` names a column of both frames (the notebook's ``strategy``) that
-    splits a machine into several lines: same colour (the machine), one line
-    style per value. The y axis starts at 0, so a gain reads at its true size.
-    ``measure``: the rate's unit (runs/h for a fixed-work job).
-    """
-    summary = in_measure(as_frame(summary), measure)
-    shown = None if trials is None else in_measure(as_frame(trials), measure)
-    trials = None if trials is None else as_frame(trials)
-    colours = _colours_for(summary, colours)
-    fig, ax = _one_panel("Throughput vs workers")
-    for label, machine, group, keys, index in _groups(summary, split_by):
-        colour = colours[machine]
-        style, marker = LINESTYLES[index % len(LINESTYLES)], MARKERS[index % len(MARKERS)]
-        _line_with_oversubscription(ax, group, "units_per_s", label, colour, style, marker)
-        spread = group.where(lambda r: not (missing(r["units_per_s_low"])
-                                            or missing(r["units_per_s_high"])))
-        if not spread.empty:
-            ax.errorbar(
-                spread["workers"],
-                [nanmin((r["units_per_s_low"], r["units_per_s"])) for r in spread],
-                [nanmax((r["units_per_s_high"], r["units_per_s"])) for r in spread],
-                colour,
-            )
-        if trials is not None and split_by is None:
-            _usl_curve(ax, trials, keys, colour, usl_models, measure.rate_scale)
-        if shown is not None:
-            mine = shown.where(lambda r, k=keys: r["status"] == rpt.OK and all(
-                str(r[c]) == str(v) for c, v in k.items()))
-            ax.points(mine["workers"], mine["units_per_s"], colour, size=3.5, alpha=0.4)
-        knee = rpt.find_knee(list(group["workers"]), list(group["units_per_s"]))
-        if knee.reached and knee.workers is not None:
-            ax.points([knee.workers], [knee.units_per_s], colour, marker="*", size=16)
-    ax.ylabel = f"{measure.name} (median)"
-    ax.ylim = (0, None)
-    _workers_axis(ax, summary)
-    return fig
-
-
-def _usl_curve(
-    ax: Panel,
-    trials: Frame,
-    keys: dict[str, Any],
-    colour: str,
-    usl_models: dict[tuple[str, str], Any] | None = None,
-    scale: float = 1.0,
-) -> None:
-    """The machine's fitted USL curve (dashed) and its 95 % band, when the fit is good.
-
-    The fit is the report's own when ``usl_models`` has it (the table's numbers, not a
-    second bootstrap), else fitted here from ``trials``; ``scale`` turns its units/s into
-    the figure's unit."""
-    import numpy as np
-
-    from orchestrator.analysis.model import fit_usl_with_intervals
-    from orchestrator.results.report.model import samples
-
-    key = (str(keys["machine"]), str(keys["ran_on"]))
-    data = samples(trials).get(key)
-    if usl_models is not None and key in usl_models:
-        model = usl_models[key]
-    else:
-        model = fit_usl_with_intervals(data) if data else None
-    if model is None or model.fit.poor:
-        return
-    top = max(data)
-    ns = np.geomspace(max(min(data), 1), top * 1.25, 60)
-    band = model.band(list(ns))
-    ax.band(ns, [b[1] * scale for b in band], [b[2] * scale for b in band], colour)
-    ax.line(ns, [b[0] * scale for b in band], colour, label="_usl", linestyle="--", width=1.0)
-
-
-def efficiency_figure(
-    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
-) -> Figure:
-    summary = as_frame(summary)
-    colours = _colours_for(summary, colours)
-    fig, ax = _one_panel("Scaling efficiency vs workers")
-    for label, machine, group, _, _ in _groups(summary):
-        measured = group.where(lambda r: not missing(r["efficiency"]))
-        if not measured.empty:
-            _line_with_oversubscription(ax, measured, "efficiency", label, colours[machine])
-    if not any(s.label for s in ax.series):
-        ax.note = "no 1-worker baseline: efficiency unknown"
-    ax.hline(1.0)
-    ax.ylim = (0, None)
-    ax.ylabel = "efficiency (median)"
-    _workers_axis(ax, summary)
-    return fig
-
-
-def cost_figure(
-    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None,
-    measure: Measure = UNITS,
-) -> Figure:
-    """$ per million units against units/s (from 0), each point numbered with its workers;
-    for a fixed-work job (``measure``), $ per run against runs/h."""
-    summary = in_measure(as_frame(summary), measure)
-    colours = _colours_for(summary, colours)
-    fig, ax = _one_panel("Cost vs throughput (numbers: workers)")
-    priced = summary.where(lambda r: not (missing(r["cost_per_million_units"])
-                                          or missing(r["units_per_s"])))
-    if priced.empty:
-        ax.note = "no price known: cost unavailable"
-    for label, machine, group, _, _ in _groups(priced):
-        ax.points(group["units_per_s"], group["cost_per_million_units"], colours[machine],
-                  label=label)  # fmt: skip
-        ax.labels(group["units_per_s"], group["cost_per_million_units"],
-                  [str(w) for w in group["workers"]])  # fmt: skip
-    front = priced.where(lambda r: r["pareto"]).sort_by(["units_per_s"])
-    if not front.empty:
-        ax.line(front["units_per_s"], front["cost_per_million_units"], "#000000",
-                label="Pareto front", marker="D", size=10, face="none", width=1.2)  # fmt: skip
-    estimated = any(priced["estimate"])
-    ax.xlabel = f"{measure.name} (median)"
-    ax.xlim = (0, None)
-    ax.ylim = (0, None)
-    ax.ylabel = f"USD {measure.cost_per}" + (" (estimate)" if estimated else "")
-    return fig
-
-
-def memory_figure(
-    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
-) -> Figure:
-    summary = as_frame(summary)
-    colours = _colours_for(summary, colours)
-    fig, ax = _one_panel("Peak memory vs workers")
-    for label, machine, group, _, _ in _groups(summary):
-        mib = group.with_column("peak_mib", [p / 2**20 for p in group["peak_rss_bytes"]])
-        _line_with_oversubscription(ax, mib, "peak_mib", label, colours[machine])
-    ax.ylabel = "peak RSS (MiB, max over repeats)"
-    ax.ylim = (0, None)
-    _workers_axis(ax, summary)
-    return fig
-
-
-# ---------------------------------------------------------------- over time
-
-
-def cpu_percent_clipped(cpu_percent, cores: int | None):
-    """CPU % per sample, at most 100 × cores: a short last interval can divide a few
-    clock ticks by a tiny time and read as more cores than the host has."""
-    import numpy as np
-
-    values = np.asarray(cpu_percent, dtype=float)
-    if cores and cores > 0:
-        values = np.minimum(values, 100.0 * cores)
-    return values
-
-
-def units_per_s_over_time(t, units, window_s: float = 1.0):
-    """Throughput over time from the cumulative ``units`` column: units done in the last
-    ``window_s`` (shorter at the start), so a 10 Hz sampler's steps do not read as spikes."""
-    import numpy as np
-
-    t = np.asarray(t, dtype=float)
-    units = np.asarray(units, dtype=float)
-    if len(t) < 2:
-        return t[:0], units[:0]
-    window = min(window_s, max((t[-1] - t[0]) / 4, 1e-9))
-    earlier = np.interp(t - window, t, units)
-    span = np.minimum(t - t[0], window)
-    keep = span > 0
-    return t[keep], (units[keep] - earlier[keep]) / span[keep]
-
-
-SERIES_COLUMNS = ("t", "rss_bytes", "cpu_percent", "units")  # what the time-series figure draws
-
-
-def _series(run: rpt.RunData, group: Frame):
-    """(trial row, time series) of every trial of the group that has a readable series.
-
-    The series is a dict of float arrays, one per column of ``SERIES_COLUMNS`` the
-    file has, read with pyarrow alone: a pandas frame per trial (and dropping the
-    rows without ``units`` through it) was a third of drawing the figure.
-    """
-    import pyarrow.parquet as pq
-
-    ordered = group.sort_by(["workers", "repeat"])
-    for r in ordered:
-        path = run.timeseries_path(str(r["trial_id"]))
-        if not path.exists():
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rel = out_dir.relative_to(run_dir) if out_dir.is_relative_to(run_dir) else out_dir
+    written = []
+    for drawn in figures:
+        if not drawn.name:
             continue
-        try:
-            file = pq.ParquetFile(path)
-            names = set(file.schema_arrow.names)
-            if not {"t", "rss_bytes", "cpu_percent"} <= names:
-                continue
-            table = file.read(columns=[c for c in SERIES_COLUMNS if c in names])
-        except Exception:  # a corrupt series must not cost the whole report
-            continue
-        if table.num_rows:
-            # nulls become NaN, as in the frame read_parquet gives
-            yield r, {c: float_array(table.column(c)) for c in table.column_names}
+        atomic_write_bytes(out_dir / drawn.name, to_svg(drawn.chart).encode())
+        written.append(((rel / drawn.name).as_posix(), drawn.caption))
+    return written
 
-
-def timeseries_figure(
-    run: rpt.RunData, group: Frame | pd.DataFrame, colour: str | None = None
-) -> Figure | None:
-    """Every trial of one machine over time: one row per worker count, three panels per row.
-
-    RSS (MiB), CPU % (clipped to 100 × the host's cores) and units/s (from the
-    cumulative ``units`` column). Every repeat is drawn, in the machine's colour,
-    one line style per repeat; ▼ marks each trial's sampled peak. Like ``mprof
-    plot``, the process's life before the trial is drawn left of t = 0: a shaded
-    span as long as the load phase (interpreter start, imports, input loading,
-    warm-up: ``load_s``) with a dotted line at its peak RSS, both recorded by the
-    runner; the agent does not sample that phase, so no curve is drawn there.
-    Rows share their y axes, so worker counts compare at a glance.
-    """
-    import numpy as np
-
-    group = as_frame(group)
-    series = list(_series(run, group))
-    if not series:
-        return None
-    colour = colour or machine_colours(_pairs(group)).popitem()[1]
-    workers = sorted({int(r["workers"]) for r, _ in series})
-    repeats = sorted({int(r["repeat"]) for r, _ in series if r.get("repeat") is not None})
-    fig = Figure(width=900, height=108 + 180 * len(workers), rows=len(workers), cols=3,
-                 legend_below=True)  # fmt: skip
-    before_shown = load_shown = False
-    for r, frame in series:
-        row = [fig.panel(workers.index(int(r["workers"])), c) for c in range(3)]
-        style = LINESTYLES[repeats.index(int(r["repeat"])) % len(LINESTYLES)] if repeats else "-"
-        alpha = 1.0 if r["status"] == rpt.OK else 0.45
-        t = frame["t"]
-        rss = frame["rss_bytes"] / 2**20
-        row[0].line(t, rss, colour, linestyle=style, width=1.2, alpha=alpha)
-        if len(rss):
-            peak = int(rss.argmax())
-            row[0].points([t[peak]], [rss[peak]], colour, marker="v", size=8)
-        before, load_s = r.get("peak_rss_before_trial_bytes"), r.get("load_s")
-        if is_finite(load_s) and float(load_s) > 0:  # like mprof: the process before the trial
-            for ax in row:
-                ax.span(-float(load_s), 0.0, colour)
-            load_shown = True
-        if is_finite(before):
-            start = -float(load_s) if is_finite(load_s) else t[0] if len(t) else 0.0
-            end = 0.0 if is_finite(load_s) else t[-1] if len(t) else 0.0
-            row[0].segment(start, end, float(before) / 2**20, colour)
-            before_shown = True
-        cores = r.get("vcpus")
-        cpu = cpu_percent_clipped(frame["cpu_percent"], int(cores) if is_finite(cores) else None)
-        row[1].line(t, cpu, colour, linestyle=style, width=1.2, alpha=alpha)
-        has_units = ~np.isnan(frame["units"]) if "units" in frame else None
-        if has_units is not None and has_units.any():
-            tt, rate = units_per_s_over_time(t[has_units], frame["units"][has_units])
-            row[2].line(tt, rate, colour, linestyle=style, width=1.2, alpha=alpha)
-    cores = known(group["vcpus"])
-    cpu_note = f" (100 = one core, ≤ {100 * int(cores[0])})" if cores else ""
-    for i, w in enumerate(workers):
-        statuses = [
-            f"repeat {r['repeat']} {r['status']}"
-            for r, _ in series
-            if int(r["workers"]) == w and r["status"] != rpt.OK
-        ]
-        rss_ax, cpu_ax, units_ax = (fig.panel(i, c) for c in range(3))
-        rss_ax.ylabel = f"{rpt.n_workers(w)}\nRSS (MiB)"
-        cpu_ax.ylabel = "CPU %"
-        units_ax.ylabel = "units/s"
-        if statuses:
-            rss_ax.title = "not ok (faint): " + ", ".join(statuses)
-        for ax in (rss_ax, cpu_ax, units_ax):
-            ax.ylim = (0, None)
-    fig.panel(0, 1).title = fig.panel(0, 1).title or "CPU %" + cpu_note
-    no_units = all(r.get("job_kind") == "fixed_work" for r, _ in series)  # one run per trial
-    fig.panel(0, 2).title = fig.panel(0, 2).title or (
-        "no units/s: a fixed-work job (one run per trial)" if no_units
-        else "units/s over time (1 s window)")
-    fig.xlabel = (  # one label under the middle panel: three would overlap
-        "seconds since the trial started" + (" (the load phase before 0)" if load_shown else "")
-    )
-    fig.share(x=True, y_by_column=True)
-    legend = [
-        LegendEntry(f"repeat {rep}", colour, LINESTYLES[k % len(LINESTYLES)])
-        for k, rep in enumerate(repeats)
-    ]
-    legend.append(LegendEntry("peak", colour, "none", marker="v"))
-    if load_shown:
-        legend.append(LegendEntry("load phase before t=0 (not sampled)", colour, patch=True,
-                                  alpha=0.15))  # fmt: skip
-    if before_shown:
-        legend.append(LegendEntry("peak RSS before t=0", colour, ":"))
-    fig.extra_legend = legend
-    fig.title = "Memory, CPU and throughput over time: " + rpt.machine_label(
-        group.rows[0]["machine"], group.rows[0]["ran_on"]
-    )
-    return fig

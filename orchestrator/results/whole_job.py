@@ -224,7 +224,7 @@ def _entry(key: tuple[str, str, int, int, str], size: str, target: float, fixed:
 def vm_start_seconds(sweep: dict[str, Any]) -> dict[str, float]:
     """Machine type → median measured seconds from asking for a VM to its inputs staged
     (boot, bootstrap, staging), from sweep.json's ``vms``."""
-    from orchestrator.results.report.tables import parse_time
+    from orchestrator.results.report.model import parse_time
 
     spans: dict[str, list[float]] = {}
     for vm in (sweep.get("vms") or {}).values():

@@ -2,7 +2,9 @@
 
 One model over the results store (``model``: medians, knees, Pareto front;
 ``tables``: the same as headlines and tables of strings) and one renderer per
-format (``terminal``, ``markdown``, ``html``), like memray's reporters. This
+format (``terminal``, ``markdown``, ``html``), like memray's reporters; the figures and
+the files are drawn and written by ``orchestrator.results.plots`` and ``publish``, which
+import this package (never the reverse). This
 module holds the entry points and re-exports the names callers use, so
 ``from orchestrator.results import report; report.summarise(...)`` keeps working.
 """
@@ -51,7 +53,6 @@ from orchestrator.results.report.tables import (
     describe_workload,
 )
 from orchestrator.results.report.terminal import render_console
-from orchestrator.results.store import atomic_write_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -95,9 +96,7 @@ __all__ = [
     "render_json",
     "render_markdown",
     "report_document",
-    "report_run",
     "summarise",
-    "write_report",
 ]
 
 REPORT_MD = "report.md"
@@ -112,9 +111,8 @@ def print_summary(run_dir: str | Path, console: Console) -> Report:
     return report
 
 
-def _asked(run_dir: str | Path, question: Any) -> RunData:
-    """The store, with the user's --target/--total (``whole_job.Question``) when given."""
-    run = load_run(run_dir)
+def with_question(run: RunData, question: Any) -> RunData:
+    """The run, with the user's --target/--total (``whole_job.Question``) when given."""
     run.question = question
     if question is not None and question.target is not None:
         from orchestrator.results.whole_job import size_name
@@ -123,54 +121,8 @@ def _asked(run_dir: str | Path, question: Any) -> RunData:
     return run
 
 
-def report_run(run_dir: str | Path, console: Console, question: Any = None) -> Path:
-    """Print the terminal summary, then write the report files; returns report.html's path.
-
-    What ``cloudprof report`` and the end of a sweep do. The store is read and the
-    report built once for both (reading it twice cost ~0.7 s of every sweep), and
-    the summary is printed before the plots are drawn, so the user reads the
-    results while the figures are drawn.
-    """
-    run = _asked(run_dir, question)
-    report = build_report(run)
-    render_console(report, console)
-    if question is not None:  # --target / --total: the forecast and the whole job's figures
-        from orchestrator.results.whole_job import render_lines
-
-        for line in render_lines(run, question):
-            console.print(line, highlight=False, markup=False,
-                          style="bold red" if line.startswith("WARNING") else None)
-    return _write_files(run, report)
-
-
-def write_report(run_dir: str | Path) -> Path:
-    """Write plots/*.svg, report.md and report.html into the store; returns report.html's path.
-
-    Each file is written to a temporary name and renamed, so a reader never sees
-    half a report.
-    """
-    run = load_run(run_dir)
-    return _write_files(run, build_report(run))
-
-
-def _write_files(run: RunData, report: Report) -> Path:
-    """The plots, then report.md and report.html that reference them (see ``write_report``)."""
-    from orchestrator.results import plots
-
-    report.plots = plots.render_plots(
-        run, report.summary, run.run_dir / PLOTS_DIR, usl_models=report.usl_models
-    )
-    from orchestrator.results.profiles import render_profile_plots  # profiled trials (issue 12)
-
-    report.plots += render_profile_plots(run.run_dir, run.run_dir / PLOTS_DIR)
-    atomic_write_bytes(run.run_dir / REPORT_MD, render_markdown(report).encode())
-    html_path = run.run_dir / REPORT_HTML
-    atomic_write_bytes(html_path, render_html(report, base_dir=run.run_dir).encode())
-    return html_path
-
-
 def print_json(run_dir: str | Path, out: TextIO, question: Any = None) -> dict[str, Any]:
     """``cloudprof report --json``: the report document on ``out``; writes no file."""
-    document = report_document(_asked(run_dir, question))
+    document = report_document(with_question(load_run(run_dir), question))
     out.write(render_json(document))
     return document

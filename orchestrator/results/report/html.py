@@ -1,17 +1,21 @@
 """The report as one self-contained HTML page (report.html).
 
-The plots are inlined as ``data:`` URIs, so the one file can be mailed or
-attached to a ticket and still shows every figure; the SVG files stay in
-``plots/`` for anything that wants them alone.
+The page answers first (the answer cards and the sweep's headlines), then shows the
+figures a user looks at, then the tables. The figures come in as Vega-Lite specs (drawn by
+``orchestrator.results.plots``, which this package never imports) with the Vega script
+inlined, so the one file can be mailed or attached to a ticket and still draws every
+figure, with tooltips, zoom and legend toggles, and nothing is fetched from the network.
+Without specs, figures listed in ``report.plots`` are inlined as ``data:`` URIs.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from orchestrator.results.report.tables import Report
@@ -34,9 +38,13 @@ tr.oversubscribed td{background:#fff6d5}
 tr.failed td{background:#fde2e2}
 tr.pareto td:first-child{font-weight:bold}
 p.note{color:#555;font-size:90%;margin:.2em 0}
-figure{display:inline-block;margin:1em}
-figcaption{color:#555;font-size:90%}
+figure{display:inline-block;margin:1em 1em 1em 0;width:min(100%,40em);vertical-align:top}
+figure.wide{width:auto;max-width:100%}
+figcaption{color:#555;font-size:90%;max-width:44em}
 figure img{max-width:100%;height:auto}
+.chart{width:100%;overflow-x:auto}
+.vega-bind{font-size:90%;margin:.3em 0}
+p.hint{color:#555;font-size:90%}
 @media (max-width:600px){body{margin:.8em}h1{font-size:1.4em}.card dl{grid-template-columns:1fr}
 .card dd{margin-bottom:.4em}figure{margin:1em 0}}
 """
@@ -53,11 +61,13 @@ def data_uri(image: Path) -> str:
     return f"data:{media};base64," + base64.b64encode(image.read_bytes()).decode("ascii")
 
 
-def render_html(report: Report, base_dir: Path | None = None) -> str:
-    """The page; with ``base_dir`` (the store), every plot is inlined from ``base_dir/path``.
-
-    Without it the images are linked by their relative path (a preview that
-    writes no plots); ``write_report`` always inlines.
+def render_html(report: Report, base_dir: Path | None = None,
+                charts: list[tuple[str, dict[str, Any]]] | None = None,
+                script: str | None = None) -> str:
+    """The page. ``charts``: (caption, Vega-Lite spec) per figure, drawn by ``script``
+    (Vega, Vega-Lite and vega-embed, inlined). Without charts, ``report.plots`` are shown
+    as images: inlined from ``base_dir/path`` with ``base_dir`` (the store), else linked
+    by their relative path (a preview that writes no plots).
     """
     e = html.escape
     out = [
@@ -68,6 +78,7 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{e(report.title)}</title>",
         f"<style>{_CSS}</style>",
+        *([f"<script>{_inline_script(script)}</script>"] if charts and script else []),
         "</head>",
         "<body>",
         f"<h1>{e(report.title)}</h1>",
@@ -76,6 +87,7 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
         *(f"<li>{e(line)}</li>" for line in report.headlines),
         "</ul>",
     ]
+    out += _charts(charts) if charts and script else _images(report, base_dir)
     for table in report.tables:
         out.append(f"<h2>{e(table.title)}</h2>")
         out.append('<div class="wide"><table>')
@@ -86,16 +98,51 @@ def render_html(report: Report, base_dir: Path | None = None) -> str:
                        + "</tr>")
         out.append("</table></div>")
         out += [f'<p class="note">{e(note)}</p>' for note in table.notes]
-    if report.plots:
-        out.append("<h2>Plots</h2>")
-        for path, caption in report.plots:
-            src = data_uri(base_dir / path) if base_dir is not None else path
-            out.append(
-                f'<figure><img src="{e(src, quote=True)}" alt="{e(caption, quote=True)}">'
-                f"<figcaption>{e(caption)}</figcaption></figure>"
-            )
     out += ["</body>", "</html>"]
     return "\n".join(out) + "\n"
+
+
+def _inline_script(text: str) -> str:
+    """Script text that cannot close its ``<script>`` element early."""
+    return text.replace("</script", "<\\/script")
+
+
+def _charts(charts: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """One figure per spec, drawn on a canvas by vega-embed when the page loads."""
+    e = html.escape
+    out = ["<h2>Plots</h2>",
+           '<p class="hint">Hover a point for its values and interval; scroll to zoom, drag '
+           "to pan, double-click to reset; click a legend entry to fade the other series "
+           "(shift-click for more).</p>"]
+    specs = []
+    for i, (caption, spec) in enumerate(charts):
+        single = "hconcat" not in spec and "vconcat" not in spec and "facet" not in spec
+        specs.append({**spec, "width": "container"} if single else spec)  # fits a phone
+        wide = "" if single else ' class="wide"'
+        out.append(f"<figure{wide}>"
+                   f'<div class="chart" id="chart-{i}"></div>'
+                   f"<figcaption>{e(caption)}</figcaption></figure>")
+    specs = json.dumps(specs, separators=(",", ":"), allow_nan=False)
+    out.append("<script>const specs=" + specs.replace("</", "<\\/") + ";\n"
+               "specs.forEach((spec,i)=>vegaEmbed('#chart-'+i,spec,"
+               "{actions:false,renderer:'canvas'}).catch(err=>{"
+               "document.getElementById('chart-'+i).textContent='figure not drawn: '+err;}));"
+               "</script>")
+    return out
+
+
+def _images(report: Report, base_dir: Path | None) -> list[str]:
+    if not report.plots:
+        return []
+    e = html.escape
+    out = ["<h2>Plots</h2>"]
+    for path, caption in report.plots:
+        src = data_uri(base_dir / path) if base_dir is not None else path
+        out.append(
+            f'<figure><img src="{e(src, quote=True)}" alt="{e(caption, quote=True)}">'
+            f"<figcaption>{e(caption)}</figcaption></figure>"
+        )
+    return out
 
 
 def _no_break(text: str) -> str:

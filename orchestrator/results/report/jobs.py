@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.results.report.rows import Frame, known, median, missing, nanmax, numbers
 
 if TYPE_CHECKING:
-    from orchestrator.results.report.tables import Table
+    from orchestrator.results.report.table import Table
 
 
 def grid_label(text: Any) -> str:
@@ -56,7 +56,7 @@ def _grid_values(text: Any) -> dict[str, str]:
 def _grid_tables(ok: Frame) -> list[Table]:
     """One table per --grid name: peak memory and speed against its values, per machine."""
     from orchestrator.formatting import fmt_bytes, fmt_rate
-    from orchestrator.results.report.tables import Row, Table
+    from orchestrator.results.report.table import Row, Table
 
     if "machine_type" not in ok.columns or ok.empty:
         return []
@@ -116,7 +116,7 @@ def _phases(text: Any) -> list[dict[str, Any]]:
 def job_tables(trials: Frame) -> list[Table]:
     """The fixed-work table and the phase table, when the run has such trials."""
     from orchestrator.formatting import fmt_bytes, fmt_usd
-    from orchestrator.results.report.tables import Row, Table
+    from orchestrator.results.report.table import Row, Table
 
     if trials.empty or "job_kind" not in trials.columns:
         return []

@@ -47,7 +47,7 @@ from orchestrator.formatting import DASH, fmt_bytes
 from orchestrator.results.report.rows import Frame, as_frame, idx_max, nanmax
 
 if TYPE_CHECKING:
-    from orchestrator.results.report.tables import Table
+    from orchestrator.results.report.table import Table
 
 MARGIN_SIGMAS = 3.0
 MIN_MARGIN = 0.05  # of the peak
@@ -192,7 +192,7 @@ def _spikes_cell(spikes: list[dict[str, Any]]) -> str:
 def memory_table(trials: Frame) -> Table | None:
     """The report's table: headline peak, its phase, the phases' peaks and the request."""
     from orchestrator.results.report.model import machine_label
-    from orchestrator.results.report.tables import Row, Table
+    from orchestrator.results.report.table import Row, Table
 
     found = memory_rows(trials)
     if not found:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -515,3 +516,13 @@ def peak_memory(summary: Frame | pd.DataFrame) -> Frame:
 def machine_label(machine: Any, ran_on: Any) -> str:
     """A machine's name, plus where it really ran when that was another host."""
     return str(machine) if str(machine) == str(ran_on) else f"{machine} (ran on {ran_on})"
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO time from sweep.json (``Z`` or an offset), or None when absent or malformed."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,26 +45,14 @@ from orchestrator.results.report.model import (
     best_rows,
     knees,
     machine_label,
+    parse_time,
     peak_memory,
     repeat_groups,
     samples,
     summarise,
 )
 from orchestrator.results.report.rows import Frame, idx_max, known
-
-
-@dataclass
-class Row:
-    cells: list[str]
-    flags: frozenset[str] = frozenset()  # "oversubscribed", "estimate", "pareto", "failed"
-
-
-@dataclass
-class Table:
-    title: str
-    headers: list[str]
-    rows: list[Row]
-    notes: list[str] = field(default_factory=list)
+from orchestrator.results.report.table import Row, Table
 
 
 @dataclass
@@ -675,11 +662,3 @@ def _vm_time_and_cost(record: dict[str, Any], price: Any) -> tuple[str, str]:
     return fmt_duration(seconds), fmt_usd(cost)
 
 
-def parse_time(value: Any) -> datetime | None:
-    """An ISO time from sweep.json (``Z`` or an offset), or None when absent or malformed."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None

@@ -1,0 +1,74 @@
+"""A report's files: the figures (plots/*.svg), report.md and report.html, in the store.
+
+Here, outside ``orchestrator.results.report``, because the figures read the report's data
+(``plots`` imports ``report``): the report builds tables and knows nothing of charts, the
+HTML writer takes the charts' specs as input, and this module joins the two. Altair and
+vl-convert are imported only when a report is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.results.report import (
+    PLOTS_DIR,
+    REPORT_HTML,
+    REPORT_MD,
+    Report,
+    RunData,
+    build_report,
+    load_run,
+    render_console,
+    render_html,
+    render_markdown,
+    with_question,
+)
+from orchestrator.results.store import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def report_run(run_dir: str | Path, console: Console, question: Any = None) -> Path:
+    """Print the terminal summary, then write the report files; returns report.html's path.
+
+    What ``cloudprof report`` and the end of a sweep do. The store is read and the report
+    built once for both, and the summary is printed before the figures are drawn, so the
+    user reads the results while they are drawn. ``question``: the user's --target/--total
+    (``whole_job.Question``), answered after the summary.
+    """
+    run = with_question(load_run(run_dir), question)
+    report = build_report(run)
+    render_console(report, console)
+    if question is not None:  # --target / --total: the forecast and the whole job's figures
+        from orchestrator.results.whole_job import render_lines
+
+        for line in render_lines(run, question):
+            console.print(line, highlight=False, markup=False,
+                          style="bold red" if line.startswith("WARNING") else None)
+    return write_files(run, report)
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write plots/*.svg, report.md and report.html into the store; returns report.html's path.
+
+    Each file is written to a temporary name and renamed, so a reader never sees half a
+    report.
+    """
+    run = load_run(run_dir)
+    return write_files(run, build_report(run))
+
+
+def write_files(run: RunData, report: Report) -> Path:
+    """The figures (SVG files for report.md, specs for report.html), then both pages."""
+    from orchestrator.results import plots
+
+    page, per_machine = plots.report_figures(run, report.summary, usl_models=report.usl_models)
+    report.plots = plots.write_figures(page + per_machine, run.run_dir / PLOTS_DIR, run.run_dir)
+    atomic_write_bytes(run.run_dir / REPORT_MD, render_markdown(report).encode())
+    charts = [(drawn.caption, drawn.spec()) for drawn in page]
+    html = render_html(report, charts=charts, script=plots.javascript() if charts else None)
+    html_path = run.run_dir / REPORT_HTML
+    atomic_write_bytes(html_path, html.encode())
+    return html_path
