@@ -119,8 +119,8 @@ def test_sshd_killed_during_a_trial_is_retried_and_the_vm_still_torn_down(
     proc = sweep.start(sweep.argv("1", "3"))
     wait_for("the trial to run", sweep.runners, proc)
     sweep.sshd.stop()  # the daemon and every session die, the VM stays
-    wait_for("the engine to notice and retry",
-             lambda: "retrying on the same machine" in sweep.output(),
+    wait_for("the engine to notice and reconnect",  # to the trial, which runs on detached
+             lambda: "reconnecting to the trial" in sweep.output(),
              proc, timeout=60)
     sweep.sshd.start()  # the host's sshd is back
     out, err = sweep.finish(proc)
