@@ -43,5 +43,6 @@ def quiet() -> None:
 
 def started_as_program() -> bool:
     """Whether this package is being imported to run one of its modules as the program
-    (``-m``: ``sys.argv[0]`` is "-m" while the module is looked up) or from ``-c``."""
-    return sys.argv[:1] in (["-m"], ["-c"])
+    (``-m``: ``sys.argv[0]`` is "-m" while the module is looked up) or from ``-c``, and
+    not by the control plane (which has its own policy: ``orchestrator.engine.signals``)."""
+    return sys.argv[:1] in (["-m"], ["-c"]) and "orchestrator" not in sys.modules
