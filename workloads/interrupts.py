@@ -18,8 +18,11 @@ control plane, a test) leaves that program's hooks alone.
 from __future__ import annotations
 
 import sys
-from types import TracebackType
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time: the sampler imports this too
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any
 
 
 def _excepthook(kind: type[BaseException], value: BaseException,
