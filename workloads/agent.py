@@ -55,7 +55,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 # The sampler process's program (``python -S -c``): workloads.sampler's main(sys.argv[1:]).
-SAMPLER_MAIN = "import sys; from workloads.sampler import main; sys.exit(main())"
+SAMPLER_MAIN = "import sys; from workloads.sampler_process import main; sys.exit(main())"
 
 
 def sampler_path(pythonpath: str | None) -> str:

@@ -443,7 +443,7 @@ def _sampler_child(request: dict[str, Any], fds: list[int]) -> None:
         for fd, target in zip(high, targets, strict=True):
             os.dup2(fd, target)
             os.close(fd)
-        from workloads import sampler
+        from workloads import sampler_process as sampler
 
         code = sampler.main(request["argv"])
     except BaseException:
