@@ -22,8 +22,8 @@ host samples less often than asked, and the report must not claim the rate.
 
 ``Sampler`` is the sampling logic; ``Agent`` (agent.py) drives it, in this
 process for the zero-rate baseline and otherwise in a process of its own, which runs
-this module's ``main`` (``python -S -c``: agent.py's ``SAMPLER_MAIN``, started without
-``site``). The two talk over the child's stdin/stdout in lines:
+``workloads.sampler_process.main`` (``python -S -c``: agent.py's ``SAMPLER_MAIN``, started
+without ``site``). The two talk over the child's stdin/stdout in lines:
 
     parent → child   go <t0>              start sampling; t0 on the shared monotonic clock
                      stop                 take a last sample, send the result, exit
@@ -66,11 +66,12 @@ def cpu_read_at(read_cpu: Callable[[], float], clock: Callable[[], float] = time
             break
     return cpu, at
 
-# This module is all the sampler process imports, and its start is paid before every trial's
-# t = 0: it runs without ``site`` (``python -S``, see agent.py) and imports no more than it
-# uses. So no dataclasses (inspect, ast, dis: ~15 ms), json or pickle (re, ...), typing or
-# contextlib: its config and result are plain classes that cross the pipe with ``marshal``
-# (builtin; the same interpreter on both sides), and its type names are for checkers only.
+# This module and sampler_process are all the sampler process imports, and its start is paid
+# before every trial's t = 0: it runs without ``site`` (``python -S``, see agent.py) and
+# imports no more than it uses. So no dataclasses (inspect, ast, dis: ~15 ms), json or
+# pickle (re, ...), typing or contextlib: its config and result are plain classes that cross
+# the pipe with ``marshal`` (builtin; the same interpreter on both sides), and its type
+# names are for checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
