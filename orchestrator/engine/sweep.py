@@ -1019,8 +1019,8 @@ class _Engine:
                     if self._collect_earlier(host, trial, last_dir):
                         return
                 except UnreachableError:
-                    if self.stop.is_set():
-                        return
+                    if self.stop.is_set() or self._collect_earlier(host, trial, None):
+                        return  # the runner, detached on the VM, put its result in the bucket
                     raise  # the reconnect budget is spent: the machine is unreachable
                 except RETRYABLE as exc:
                     last_error = one_line(exc)
