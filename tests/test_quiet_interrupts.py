@@ -9,15 +9,15 @@ would send: it must die of SIGINT without a word.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.sweeps import ctrl_c_twice
 
 
 @pytest.mark.parametrize("program", ["runner", "warm runner", "transfer"])
@@ -41,10 +41,7 @@ def test_sigint_twice_while_importing_ends_quietly(program: str, tmp_path: Path)
                 break
         else:
             pytest.fail(f"workloads never imported: {proc.communicate()}")
-        os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(0.01)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
+        ctrl_c_twice(proc.pid, 0.01)
         output, errors = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:

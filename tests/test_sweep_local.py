@@ -51,7 +51,7 @@ from orchestrator.providers.base import (
 from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
 from orchestrator.results.store import RunStore
 from orchestrator.spec.spec import SweepSpec
-from tests.fixtures.sweeps import processes_with, runner_processes
+from tests.fixtures.sweeps import ctrl_c_twice, processes_with, runner_processes
 from workloads import protocol
 from workloads.base import UnitCounter, Workload
 
@@ -535,10 +535,7 @@ def test_a_double_ctrl_c_mid_trial_is_quiet(cache: Path, tmp_path: Path) -> None
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _wait_mid_trial(proc, out)
-        os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(0.05)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
+        ctrl_c_twice(proc.pid, 0.05)
         output, errors = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
