@@ -46,14 +46,18 @@ TAIL_LINES = 40
 REATTACH_BACKOFF_S = (1.0, 30.0)  # first wait between reconnects, and the most
 
 # $1 the session dir, then the command. The inner sh writes its pid (it leads the new
-# session and process group), runs the command, then its status; both by rename, so a
-# reader never sees half a number. The outer sh returns once the pid is on disk.
+# session and process group), runs the command, then its status (both by rename, so a
+# reader never sees half a number) and the end mark, on a line of its own. The outer sh
+# returns once the pid is on disk.
+END_MARK = "cloudprof-detached-end-of-output"  # the inner sh's last line of ``output``
 _LAUNCH = r"""
 d=$1; shift
 mkdir -p "$d" && rm -f "$d/pid" "$d/status" && : > "$d/output" || exit 2
 setsid sh -c 'echo $$ > "$0/pid.part" && mv "$0/pid.part" "$0/pid"
 "$@" < /dev/null >> "$0/output" 2>&1
-echo $? > "$0/status.part"; mv "$0/status.part" "$0/status"' "$d" "$@" \
+echo $? > "$0/status.part"; mv "$0/status.part" "$0/status"
+[ -z "$(tail -c 1 "$0/output")" ] || echo >> "$0/output"
+echo __END__ >> "$0/output"' "$d" "$@" \
     < /dev/null > /dev/null 2>&1 &
 i=0
 while [ ! -s "$d/pid" ]; do
@@ -62,31 +66,33 @@ while [ ! -s "$d/pid" ]; do
     sleep 0.05
 done
 cat "$d/pid"
-"""
+""".replace("__END__", END_MARK)
 
-# $1 the session dir, $2 the first line to pass on. Passes on whole lines as they come, and
-# once the status is there (checked before reading: all output is written by then) the
-# rest. A runner killed outright leaves no status: its gone pid (or a zombie no init
-# reaps) ends the follow too.
+# $1 the session dir, $2 the first line to pass on. ``tail -f`` passes lines on as they come
+# (inotify) and sed ends the follow at the end mark, then stops tail: nothing polls while
+# the trial runs, so the follower costs the measured host nothing. A runner killed outright
+# writes no mark: a watchdog that looks every 5 s stops tail 2 s after the session leader
+# is gone (or a zombie no init reaps), when tail has passed everything on.
 _FOLLOW = r"""
 pid=$(cat "$1/pid") || exit 2
-from=$2
-while :; do
-    if [ -e "$1/status" ]; then
-        ended=1
-    else
-        state=$(ps -o stat= -p "$pid" 2>/dev/null)
-        case "$state" in ""|Z*) ended=1 ;; *) ended=0 ;; esac
-    fi
-    if [ "$ended" = 1 ]; then exec tail -n "+$from" "$1/output"; fi
-    n=$(wc -l < "$1/output") || exit 2
-    if [ "$n" -ge "$from" ]; then
-        sed -n "${from},${n}p" "$1/output"
-        from=$((n + 1))
-    fi
-    sleep 0.2
-done
-"""
+tp="$1/tail.$$"
+: > "$tp"
+(
+    while sleep 5; do
+        state=""
+        read -r state 2>/dev/null < "/proc/$pid/stat"
+        case "$state" in
+            ""|*") Z "*|*") X "*) sleep 2; read -r t < "$tp"; kill "$t"; exit 0 ;;
+        esac
+    done
+) > /dev/null 2>&1 &
+w=$!
+{ tail -n "+$2" -f "$1/output" 2>/dev/null & echo $! > "$tp"; wait; } |
+    { sed -u '/^__END__$/Q'; read -r t < "$tp"; kill "$t" 2>/dev/null; }
+kill "$w" 2>/dev/null
+rm -f "$tp"
+exit 0
+""".replace("__END__", END_MARK)
 
 
 def session_dir(out_dir: str) -> str:
