@@ -59,7 +59,8 @@ def clocked_samples(pid: int, seconds: float, hz: float,
     """CPU µs per sample of the sampler's own loop (``sample_until``) at ``hz``: the lean
     one-process loop the sampler takes, or (``lean=False``) the general one; and of that,
     the once-a-second work (``Sampler.tick_due``: USS/PSS, children) per sample."""
-    from workloads.sampler import Sampler, SamplerConfig, sample_until
+    from workloads.sampler import Sampler, SamplerConfig
+    from workloads.sampler_process import sample_until
 
     s = Sampler(SamplerConfig(pid=pid, relative=True, sample_hz=hz, gpu=False))
     slow = [0.0]

@@ -364,7 +364,8 @@ def test_a_sampler_kept_off_the_cpu_reports_its_shortfall_instead_of_the_target_
 
 
 def test_the_lean_and_the_general_sampling_loops_record_the_same_columns():
-    from workloads.sampler import Sampler, SamplerConfig, sample_until
+    from workloads.sampler import Sampler, SamplerConfig
+    from workloads.sampler_process import sample_until
 
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

@@ -124,11 +124,11 @@ def test_bad_durations(text: str) -> None:
 
 def runner_accepts(*args: str) -> bool:
     """Whether ``python -m workloads.run`` parses these options (its own parser, in-process)."""
-    from workloads import run
+    from workloads import runner_args
 
     try:
-        run.build_parser().parse_args(["--out", "x", *args])
-    except run.UsageError:
+        runner_args.build_parser().parse_args(["--out", "x", *args])
+    except runner_args.UsageError:
         return False
     return True
 

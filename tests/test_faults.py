@@ -119,8 +119,8 @@ def test_sshd_killed_during_a_trial_is_retried_and_the_vm_still_torn_down(
     proc = sweep.start(sweep.argv("1", "3"))
     wait_for("the trial to run", sweep.runners, proc)
     sweep.sshd.stop()  # the daemon and every session die, the VM stays
-    wait_for("the engine to notice and retry",
-             lambda: "retrying on the same machine" in sweep.output(),
+    wait_for("the engine to notice and reconnect",  # to the trial, which runs on detached
+             lambda: "reconnecting to the trial" in sweep.output(),
              proc, timeout=60)
     sweep.sshd.start()  # the host's sshd is back
     out, err = sweep.finish(proc)
@@ -138,6 +138,32 @@ def test_sshd_killed_during_a_trial_is_retried_and_the_vm_still_torn_down(
         assert row["status"] == "failed" and "connection" in str(row["error"])
     assert "connection lost" in out
     assert sweep.instances_created() == 1  # the same VM, not a new one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cloud_sweep", ["aws"], indirect=True)
+def test_a_vm_unreachable_for_good_still_gives_the_result_its_runner_put(
+    cloud_sweep: CloudSweep,
+) -> None:
+    """SSH to the VM dies mid-trial and never comes back: the runner, detached there, ends
+    and puts its result in the bucket, where the sweep collects it once reconnecting has
+    failed for longer than the trial's time limit."""
+    sweep = cloud_sweep
+    sweep.env["CLOUDPROF_SSH_BOOT_TIMEOUT"] = "3"  # each reconnect gives up soon
+    proc = sweep.start(sweep.argv("1", "3", "--trial-timeout", "12"))
+    wait_for("the runner itself to run (not the shell starting it)",
+             lambda: [p for p in sweep.runners() if "python" in p.split()[0]], proc)
+    sweep.sshd.stop()  # for good: the daemon and every session die, the VM stays
+    out, err = sweep.finish(proc)
+
+    assert "Traceback" not in out + err
+    assert "reconnecting to the trial" in " ".join(out.split())
+    assert "result fetched from the bucket" in " ".join(out.split()), out[-3000:]
+    run_dir = sweep.run_dir()
+    assert run_dir is not None
+    trials = _trials(run_dir)
+    assert list(trials["status"]) == ["ok"] and trials["units"].iloc[0] > 0
+    _assert_torn_down(sweep, run_dir)
     _assert_torn_down(sweep, run_dir)
 
 

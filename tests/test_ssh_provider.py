@@ -257,10 +257,23 @@ def test_sweep_on_a_closed_port_is_one_line_error(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def _runner_pids(workdir: Path) -> set[int]:
+    """Pids of trial runners (a fresh one or a warm runner's client) running from ``workdir``."""
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True,
+                        text=True).stdout
+    found = set()
+    for line in ps.splitlines():
+        pid, args = line.split(None, 1)
+        if (("workloads.run" in args or ("workloads.warm" in args and " run " in args))
+                and str(workdir) in args and "python" in args.split()[0]):  # not a shell
+            found.add(int(pid))
+    return found
+
+
 @pytest.mark.slow
 def test_sweep_survives_a_dropped_ssh_session(private_sshd, tmp_path, tmp_path_factory):
-    """The SSH connection drops mid-trial: the engine reconnects and the trial still ends ok
-    (collected from the host if the runner finished meanwhile, else run again)."""
+    """The SSH connection drops mid-trial: the runner, detached on the host, runs on; the
+    engine reconnects, reattaches to it and records its result — the trial runs once."""
     hosts = _loopback_hosts(tmp_path, private_sshd, python=sys.executable)
     workdir = tmp_path / "host-workdir"
     seed_workloads_env(workdir, tmp_path_factory)  # the build is not what this tests
@@ -269,31 +282,36 @@ def test_sweep_survives_a_dropped_ssh_session(private_sshd, tmp_path, tmp_path_f
         env.pop(key, None)
     args = [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1",
             "--provider", "ssh", "--hosts",
-            str(hosts), "--machine", "box", "--workers", "1", "--duration", "3", "--frames",
+            str(hosts), "--machine", "box", "--workers", "1", "--duration", "4", "--frames",
             "4", "--rows", "40", "--cols", "50", "--dim", "10", "--out", str(tmp_path / "runs")]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # until the trial runner runs on the "host"
-            ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
-            if any(("workloads.run" in line or ("workloads.warm" in line and " run " in line))
-                   and str(workdir) in line for line in ps.splitlines()):
-                break
+        while not (runners := _runner_pids(workdir)):  # until the trial runs on the "host"
             assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the trial never started"
             time.sleep(0.1)
-        else:
-            pytest.fail("the trial never started")
-        time.sleep(0.5)
+        time.sleep(1.0)
         assert private_sshd.kill_sessions() >= 1
+        time.sleep(0.5)
+        assert _runner_pids(workdir) & runners, "the runner died with the SSH session"
         out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-2000:] + out[-2000:]
-    assert "retrying on the same machine" in out + err
+    assert "reattached to the trial" in out + err
+    assert "retrying on the same machine" not in out + err
     import pandas as pd
 
     (run,) = list((tmp_path / "runs").iterdir())
     trials = pd.read_parquet(run / "trials.parquet")
     assert list(trials["status"]) == ["ok"] and trials["units"].iloc[0] > 0
+    assert trials["seconds"].iloc[0] >= 3.5  # the whole measured phase, not a cut one
+    (trial_id,) = trials["trial_id"]
+    assert (run / "timeseries" / f"{trial_id}.parquet").stat().st_size > 0
+    # One run of the trial on the host: its first attempt's directory, no second one.
+    ran = sorted(p.name for p in (workdir / "trials").iterdir() if p.name.startswith(trial_id))
+    assert len(ran) == 2 and ran[0].endswith("-0") and ran[1] == ran[0] + ".session", ran
+    assert (workdir / "trials" / ran[1] / "status").read_text().strip() == "0"

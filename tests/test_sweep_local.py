@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import contextlib
 import hashlib
 import io
 import json
@@ -50,7 +51,7 @@ from orchestrator.providers.base import (
 from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
 from orchestrator.results.store import RunStore
 from orchestrator.spec.spec import SweepSpec
-from tests.fixtures.sweeps import runner_processes
+from tests.fixtures.sweeps import ctrl_c_twice, processes_with, runner_processes
 from workloads import protocol
 from workloads.base import UnitCounter, Workload
 
@@ -475,6 +476,78 @@ def test_a_finished_sweep_piped_to_head_exits_0(cache: Path, tmp_path: Path) -> 
     run_dir = only_run(out)
     assert json.loads((run_dir / "sweep.json").read_text())["status"] == "done"
     assert set(pd.read_parquet(run_dir / "trials.parquet")["status"]) == {"ok"}
+
+
+# A terminal's foreground job: the sweep and the reader of its pipe share one process group,
+# which Ctrl-C signals as a whole. This launcher leads the group, reports the sweep's exit
+# code to a file and ignores SIGINT itself (after starting both, which keep the default).
+_PIPELINE = r"""
+import os, signal, subprocess, sys
+reader, rc_file, err_file = sys.argv[1], sys.argv[2], sys.argv[3]
+r, w = os.pipe()
+with open(err_file, "w") as err:
+    sweep = subprocess.Popen(sys.argv[4:], stdout=w, stderr=err)
+pipe = subprocess.Popen(reader.split(), stdin=r, stdout=subprocess.DEVNULL)
+os.close(r)
+os.close(w)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+code = sweep.wait()
+pipe.wait()
+with open(rc_file, "w") as fh:
+    fh.write(str(code))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_sweep_piped_to_tee_ends_interrupted(cache: Path, tmp_path: Path) -> None:
+    """``cloudprof sweep ... | tee log`` and Ctrl-C: SIGINT reaches tee too, so the sweep's
+    stdout becomes a closed pipe mid-teardown. Still interrupted, exit 130, results kept."""
+    out = tmp_path / "runs"
+    rc_file, err_file = tmp_path / "rc", tmp_path / "stderr"
+    group = subprocess.Popen([sys.executable, "-c", _PIPELINE, f"tee {tmp_path / 'log'}",
+                              str(rc_file), str(err_file), *_signal_cli_sweep(out)],
+                             start_new_session=True)
+    try:
+        _wait_mid_trial(group, out)
+        os.killpg(group.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        group.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group.pid, signal.SIGKILL)
+    errors = err_file.read_text()
+    assert int(rc_file.read_text()) == EXIT_INTERRUPTED, errors
+    assert "Traceback" not in errors and "Exception ignored" not in errors
+    assert errors.strip().splitlines()[-1].startswith("error: interrupted"), errors
+    assert not runner_processes(str(out))
+    run_dir = only_run(out)
+    assert json.loads((run_dir / "sweep.json").read_text())["status"] == "interrupted"
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    assert "ok" in set(trials["status"])  # the trial finished before Ctrl-C is kept
+
+
+@pytest.mark.slow
+def test_a_double_ctrl_c_mid_trial_is_quiet(cache: Path, tmp_path: Path) -> None:
+    """Ctrl-C twice in quick succession to the sweep's process group, a trial running: the
+    second only hurries the teardown. No traceback from the sweep or any process it
+    started, exit 130, nothing left running."""
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(_signal_cli_sweep(out), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_mid_trial(proc, out)
+        ctrl_c_twice(proc.pid, 0.05)
+        output, errors = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, errors
+    assert "Traceback" not in output + errors and "Exception ignored" not in output + errors
+    deadline = time.monotonic() + 5
+    while runner_processes(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not runner_processes(str(out))
+    assert not processes_with(str(out))  # no sampler, warm runner or job either
+    assert json.loads((only_run(out) / "sweep.json").read_text())["status"] == "interrupted"
 
 
 @pytest.mark.slow

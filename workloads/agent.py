@@ -54,8 +54,8 @@ SPAWN_SAMPLER: Callable[[str, list[int]], Any] | None = None
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
-# The sampler process's program (``python -S -c``): workloads.sampler's main(sys.argv[1:]).
-SAMPLER_MAIN = "import sys; from workloads.sampler import main; sys.exit(main())"
+# The sampler process's program (``python -S -c``): workloads.sampler_process.main(sys.argv[1:]).
+SAMPLER_MAIN = "import sys; from workloads.sampler_process import main; sys.exit(main())"
 
 
 def sampler_path(pythonpath: str | None) -> str:

@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import json
 import os
 import signal
 import subprocess
@@ -56,15 +54,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workloads import cgroup as cgroups
+
 # What every trial needs; --command --job, --profile and --put load theirs when asked
 # (a plain trial's runner never imports workloads.job, the profilers' base, urllib.request).
-from workloads import arrow, limits, procfs, profilers, protocol
-from workloads import cgroup as cgroups
+from workloads import limits, procfs, profilers, protocol
 from workloads.agent import Agent, AgentReport
-from workloads.atomic import atomic_path
-from workloads.base import UnitCounter, Workload, WorkloadInputError, load_workload
-from workloads.memory import find_spikes, leak_test
+from workloads.base import UnitCounter, Workload, WorkloadInputError
 from workloads.profilers import torch_gpu
+from workloads.runner_args import (
+    UsageError,
+    _guess_out,
+    _make_workload,
+    _now,
+    _one_line,
+    _parse_params,
+    _split_command,
+    parser,
+)
+from workloads.trial_results import (
+    _SYNCED,
+    _warm_result_writer,
+    fill_measurements,
+    write_summary,
+    write_timeseries,
+)
 
 if TYPE_CHECKING:
     from workloads import job as jobs
@@ -76,257 +90,6 @@ STARTED_AS = "fresh interpreter"
 # time.monotonic() just before the fork that began this trial's process, where that is known
 # exactly: workloads.warm sets it in the trials it forks. None: ask /proc (to a 10 ms tick).
 FORKED_AT: float | None = None
-TREE_GAP = 1.10  # a sampled tree peak this far below the sum of per-process peaks is flagged
-
-
-class UsageError(Exception):
-    """Bad arguments or inputs: printed as one ``error:`` line, exit EXIT_USAGE."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
-def _positive(kind: type) -> Any:
-    def convert(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-        return value
-
-    return convert
-
-
-def _checked(check: Any, convert: Any = float) -> Any:
-    """An argparse type from one of ``workloads.limits``' checks (shared with the sweep)."""
-
-    def run_check(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        try:
-            return check(value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return run_check
-
-
-def _size(text: str) -> int:
-    try:
-        return limits.parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a size: {exc}") from None
-
-
-_PARSER: argparse.ArgumentParser | None = None
-
-
-def parser() -> argparse.ArgumentParser:
-    """The runner's parser, built once a process: a warm runner builds it before it forks,
-    so that a forked trial only parses. Parsing leaves a parser as it was (argparse
-    copies defaults)."""
-    global _PARSER
-    if _PARSER is None:
-        _PARSER = build_parser()
-    return _PARSER
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="python -m workloads.run",
-        description="Run one trial under the profiling agent and write summary.json "
-        "and timeseries.parquet.",
-    )
-    p.add_argument("--workload", default="cube", help="registered name or module:Class")
-    p.add_argument(
-        "--param", action="append", default=[], metavar="KEY=VALUE",
-        help="workload parameter (repeatable)",
-    )  # fmt: skip
-    p.add_argument("--workers", type=_positive(int), default=1)
-    length = p.add_mutually_exclusive_group()
-    length.add_argument("--duration", type=_checked(limits.check_duration),
-                        help="seconds (default 10)")
-    length.add_argument("--units", type=_positive(int), help="stop after this many units")
-    p.add_argument("--sample-hz", type=_checked(limits.check_sample_hz), default=10.0,
-                   help="0 = no background sampling")
-    p.add_argument("--memory-budget", type=_size,
-                   help="stop the trial above this RSS (2G = 2 GiB, 2GB = 2e9 bytes)")
-    p.add_argument("--memory-limit", type=_size, metavar="BYTES",
-                   help="with --command: run the tree under this memory cgroup limit, as a "
-                   "container would (2G = 2 GiB); an OOM kill there fails the trial")
-    p.add_argument("--warmup", type=float, default=0.0, help="untimed warm-up seconds")
-    p.add_argument("--out", required=True, type=Path, help="directory for the result files")
-    p.add_argument(
-        "--put", metavar="MANIFEST",
-        help="then put the result files in the bucket: a workloads.transfer put manifest "
-        f"(one '{protocol.PUT_PREFIX}' line on stderr says how it went)",
-    )  # fmt: skip
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument(
-        "--profile", choices=protocol.PROFILE_KINDS,
-        help="also attribute CPU (py-spy) or memory at the peak (memray); marks the trial profiled",
-    )  # fmt: skip
-    p.add_argument(
-        "--command", action="store_true",
-        help="profile the command after -- and its children instead of a workload",
-    )  # fmt: skip
-    p.add_argument(
-        "--job", action="store_true",
-        help="with --command: fill {placeholders}, read the cloudprof: protocol on stdout, "
-        "keep the output in output.log",
-    )  # fmt: skip
-    p.add_argument("--shell", action="store_true", help="with --job: the command is one shell line")
-    p.add_argument(
-        "--var", action="append", default=[], metavar="NAME=VALUE",
-        help="a placeholder value for --job (trial, repeat, grid names; repeatable)",
-    )  # fmt: skip
-    p.add_argument("--chdir", type=Path, help="the job's shipped copy: working directory and "
-                   "on PYTHONPATH")
-    ray = p.add_argument_group("scale out (workloads.ray_trial; needs ray)")
-    ray.add_argument("--ray-nodes", type=_positive(int), default=1,
-                     help="run the workload as one actor per node of this many Ray nodes")
-    ray.add_argument("--ray-address", help="the Ray cluster's head, HOST:PORT (also RAY_ADDRESS "
-                     "for a --command job)")
-    ray.add_argument("--ray-node-param", action="append", default=[], metavar="I:KEY=VALUE",
-                     help="a workload parameter for node I only (its own inputs' path)")
-    ray.add_argument("--ray-node-chdir", action="append", default=[], metavar="I=DIR",
-                     help="node I's copy of the job (--chdir on that node)")
-    return p
-
-
-def _node_options(pairs: Sequence[str], flag: str, sep: str) -> list[tuple[int, str]]:
-    """``I<sep>REST`` items of a per-node flag, as (node index, REST)."""
-    out = []
-    for pair in pairs:
-        index, found, rest = pair.partition(sep)
-        if not found or not index.isdigit():
-            raise UsageError(f"{flag} wants a node index then {sep!r}, got {pair!r}")
-        out.append((int(index), rest))
-    return out
-
-
-def _make_workload(args: argparse.Namespace, params: dict[str, Any]) -> Workload:
-    """The workload of this trial: itself, or one actor of it per Ray node."""
-    if args.ray_nodes > 1 or args.ray_address:
-        if not args.ray_address:
-            raise UsageError("--ray-nodes needs --ray-address HOST:PORT")
-        from workloads.ray_trial import RayWorkload
-
-        node_params: dict[int, dict[str, str]] = {}
-        for i, pair in _node_options(args.ray_node_param, "--ray-node-param", ":"):
-            node_params.setdefault(i, {}).update(_parse_params([pair]))
-        return RayWorkload(args.workload, params["workload_params"], nodes=args.ray_nodes,
-                           address=args.ray_address, node_params=node_params,
-                           node_chdirs=dict(_node_options(args.ray_node_chdir, "--ray-node-chdir",
-                                                          "=")),
-                           sample_hz=args.sample_hz)
-    cls = load_workload(args.workload)
-    try:
-        return cls(**params["workload_params"])
-    except TypeError as exc:
-        raise WorkloadInputError(f"bad parameters for workload {args.workload!r}: {exc}") from exc
-
-
-def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1 :]
-    return argv, None
-
-
-def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--param wants KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value
-    return out
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return (
-        text
-        if isinstance(exc, (WorkloadInputError, UsageError))
-        else (f"{type(exc).__name__}: {text}")
-    )
-
-
-# -- result files -------------------------------------------------------------------------
-
-
-_SYNCED: set[str] = set()  # the real paths this process wrote (and synced) with _atomic_write
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    """``write(tmp)`` fills a temporary file that then replaces ``path`` in one rename, once
-    synced (``--put`` then links it into a file:// bucket without a sync of its own)."""
-    with atomic_path(path) as tmp:
-        write(tmp)
-    _SYNCED.add(os.path.realpath(path))
-
-
-def write_summary(out: Path, summary: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-
-    _atomic_write(out / protocol.SUMMARY_FILE, write)
-
-
-def _timeseries_table(report: AgentReport) -> Any:
-    import pyarrow as pa
-
-    types = {
-        "t": pa.float64(), "rss_bytes": pa.int64(), "cpu_user_s": pa.float64(),
-        "cpu_system_s": pa.float64(), "cpu_percent": pa.float64(), "threads": pa.int32(),
-        "read_bytes": pa.int64(), "write_bytes": pa.int64(), "uss_bytes": pa.int64(),
-        "pss_bytes": pa.int64(), "children": pa.int32(), "units": pa.int64(),
-        "gpu_mem_bytes": pa.int64(), "gpu_util": pa.float64(),
-        "gpu_proc_mem_bytes": pa.int64(), "gpu_proc_util": pa.float64(),
-        "held_bytes": pa.int64(),
-    }  # fmt: skip
-    cols = protocol.TIMESERIES_COLUMNS
-    arrays = [arrow.nullable(report.column(c), types[c]) for c in cols]
-    return pa.Table.from_arrays(arrays, schema=pa.schema([(c, types[c]) for c in cols]))
-
-
-def write_timeseries(out: Path, report: AgentReport) -> None:
-    import pyarrow.parquet as pq
-
-    table = _timeseries_table(report)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / protocol.TIMESERIES_FILE, lambda tmp: pq.write_table(table, tmp))
-
-
-def _warm_result_writer() -> None:
-    """Write an empty time series to memory before the trial starts.
-
-    pyarrow's first table and first Parquet write map tens of MB (allocator
-    arenas, kernels). Done after the trial, that would become the process's
-    high-water mark, and a parent's view of the peak (``/usr/bin/time -v``, the
-    orchestrator's wait4) would disagree with the trial's own. Not in a warm runner
-    before its forks: held from before prepare(), it would add to a load-phase peak
-    (46 MiB more in tests/test_warm_runner.py), where a fresh runner maps it after.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(_timeseries_table(AgentReport()), pa.BufferOutputStream())
 
 
 def base_summary(params: dict[str, Any]) -> dict[str, Any]:
@@ -365,101 +128,6 @@ def base_summary(params: dict[str, Any]) -> dict[str, Any]:
         "runner_start": STARTED_AS,
         "profile": None,
     }  # fmt: skip
-
-
-def peak_fields(rep: AgentReport) -> dict[str, Any]:
-    """The headline peak is the trial process's whole lifetime, with the phases beside it.
-
-    Loading data is often the peak (a workload that needs 600 MiB while loading
-    and 120 MiB while running needs 600 MiB), so ``peak_rss_bytes`` is the larger
-    of the load phase (interpreter start, imports, ``prepare()``, warm-up: the
-    kernel's lifetime high-water mark when the trial began) and the trial's own
-    peak. A command's agent starts with the command, so its trial is its lifetime.
-    """
-    trial, before = rep.peak_rss_bytes, rep.peak_rss_before_bytes
-    out: dict[str, Any] = {"peak_rss_trial_bytes": trial,
-                           "peak_rss_trial_source": rep.peak_rss_source}
-    if before is not None and before > trial:
-        # the kernel's high-water mark before the trial reset it
-        out["peak_rss_bytes"] = before
-        out["peak_rss_source"] = rep.peak_rss_before_source or "vmhwm"
-    else:
-        out["peak_rss_bytes"], out["peak_rss_source"] = trial, rep.peak_rss_source
-    out["peak_phase"] = "load" if before is not None and before > trial else "trial"
-    if before is not None:
-        out["peak_rss_before_trial_bytes"] = before
-    return out
-
-
-BASES_DIFFER = 0.10  # another basis this far from the headline is named in peak_bases_note
-
-
-def peak_bases(rep: AgentReport) -> dict[str, Any]:
-    """The tree's other memory figures beside the headline, and a note naming those more
-    than ``BASES_DIFFER`` away from it, with why they differ."""
-    head = max(rep.peak_rss_bytes, 1)
-    out: dict[str, Any] = {
-        "peak_usage_with_cache_bytes": rep.peak_usage_with_cache_bytes,
-        "peak_usage_with_cache_source": rep.peak_usage_with_cache_source,
-        "peak_basis": rep.held_basis,
-    }
-    why = {  # name: (value, why it is higher, why it is lower)
-        "cgroup usage with page cache": (
-            rep.peak_usage_with_cache_bytes,
-            "the page cache of files it read (reclaimed under a limit) counts there",
-            "library pages another cgroup had cached are not charged there"),
-        "sampled RSS sum": (rep.peak_rss_sampled_bytes,
-                            "each process counts the shared libraries it maps again",
-                            "the samples missed the peak (a kernel high-water mark has it)"),
-    }
-    notes = []
-    for name, (value, higher, lower) in why.items():
-        if value is not None and abs(value - head) > BASES_DIFFER * head:
-            notes.append(f"{name} peaked at {limits.format_size(value)} "
-                         f"({100.0 * (value / head - 1):+.0f} %): "
-                         f"{higher if value > head else lower}")
-    out["peak_bases_note"] = "; ".join(notes) or None
-    return out
-
-
-def fill_measurements(summary: dict[str, Any], rep: AgentReport, cores: int | None) -> None:
-    """The agent's figures → summary keys (peak, CPU, leak verdict, spikes, budget, cost)."""
-    t, rss = rep.column("t"), rep.column("rss_bytes")
-    held = rep.column("held_bytes")
-    if rep.held_basis is not None:  # a tree: leak and spikes on the headline's basis
-        pairs = [(tt, h) for tt, h in zip(t, held, strict=True) if h is not None]
-        t, rss = [p[0] for p in pairs], [p[1] for p in pairs]
-    summary.update(peak_fields(rep))
-    summary["peak_rss_sampled_bytes"] = rep.peak_rss_sampled_bytes
-    upper = rep.peak_rss_upper_bound_bytes
-    if rep.held_basis is not None or rep.peak_usage_with_cache_bytes is not None:
-        summary.update(peak_bases(rep))
-    if upper is not None:
-        summary["peak_rss_upper_bound_bytes"] = upper
-        sampled = rep.peak_rss_source in ("sampled_tree", "ru_maxrss")
-        if sampled and upper > TREE_GAP * max(rep.peak_rss_bytes, 1):
-            # The processes' own peaks add up to far more than the tree was seen at: they
-            # may have peaked together between two samples.
-            gap = f"{100.0 * (upper / max(rep.peak_rss_bytes, 1) - 1):.0f} %"
-            summary["peak_rss_note"] = "; ".join(filter(None, [
-                summary.get("peak_rss_note"), f"the sum of its processes' own peaks "
-                f"({limits.format_size(upper)}) is {gap} above the reported peak"]))
-    summary["cpu_seconds"] = round(rep.cpu_seconds_total, 3)
-    if rep.wall_s > 0:
-        pct = 100.0 * rep.cpu_seconds_total / rep.wall_s
-        summary["cpu_percent_mean"] = round(pct, 2)
-        summary["cpu_utilisation"] = round(pct / 100.0 / (cores or 1), 4)
-    summary["leak"] = leak_test(t, rss)
-    summary["spikes"] = find_spikes(t, rss, rep.peak_rss_bytes)
-    budget = rep.budget_summary()
-    if rep.budget_limit_bytes is not None and rep.peak_rss_bytes > rep.budget_limit_bytes:
-        # A spike between samples can cross the budget unseen; the kernel peak still tells.
-        budget["breached"] = True
-    budget["stopped_trial"] = rep.budget_breached
-    summary["memory_budget"] = budget
-    summary["gpu"] = torch_gpu.merge_into(rep.gpu, rep.torch_peak_bytes)
-    summary["gpu_note"] = rep.gpu_note if summary["gpu"] is None else None
-    summary["agent"] = rep.agent_summary()
 
 
 # -- the trial ----------------------------------------------------------------------------
@@ -944,16 +612,6 @@ def _finish(
         return protocol.EXIT_MEMORY_BUDGET
     summary["status"] = "ok"
     return protocol.EXIT_OK
-
-
-def _guess_out(argv: list[str]) -> Path | None:
-    """--out from raw argv, so that even a usage error leaves a failed summary.json."""
-    for i, arg in enumerate(argv):
-        if arg == "--out" and i + 1 < len(argv):
-            return Path(argv[i + 1])
-        if arg.startswith("--out="):
-            return Path(arg.split("=", 1)[1])
-    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -424,7 +424,7 @@ def _exit_functions() -> None:
 
 
 def _sampler_child(request: dict[str, Any], fds: list[int]) -> None:
-    """In a forked child: the trial's sampler (``python -m workloads.sampler``, less the
+    """In a forked child: the trial's sampler (``workloads.sampler_process``, less the
     interpreter's start and imports), in the trial's process group, on the trial's pipes."""
     code = 1
     try:
@@ -443,7 +443,7 @@ def _sampler_child(request: dict[str, Any], fds: list[int]) -> None:
         for fd, target in zip(high, targets, strict=True):
             os.dup2(fd, target)
             os.close(fd)
-        from workloads import sampler
+        from workloads import sampler_process as sampler
 
         code = sampler.main(request["argv"])
     except BaseException:

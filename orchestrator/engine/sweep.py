@@ -59,6 +59,7 @@ from orchestrator.plan.planner import (
     render_plan,
     slug,
 )
+from orchestrator.providers import detached
 from orchestrator.providers.base import (
     LABEL_SWEEP,
     Bucket,
@@ -931,6 +932,13 @@ class _Engine:
                 self.progress.log(f"[yellow]warning:[/yellow] {problem}; its profiled trials "
                                   "will say there is no profile")
 
+    def _reconnected(self, host: _Host) -> Executor:
+        """The host's executor after logging in again (a trial in flight reattaching)."""
+        self._connect(host)
+        if host.executor is None or self.stop.is_set():
+            raise ConnectionLostError(f"stopped reconnecting to {host.vm.name}: sweep cancelled")
+        return host.executor
+
     def _run(self, host: _Host, argv: list[str], what: str) -> CommandResult:
         assert host.executor is not None
         result = host.executor.run(argv, timeout=3600)
@@ -1011,8 +1019,8 @@ class _Engine:
                     if self._collect_earlier(host, trial, last_dir):
                         return
                 except UnreachableError:
-                    if self.stop.is_set():
-                        return
+                    if self.stop.is_set() or self._collect_earlier(host, trial, None):
+                        return  # the runner, detached on the VM, put its result in the bucket
                     raise  # the reconnect budget is spent: the machine is unreachable
                 except RETRYABLE as exc:
                     last_error = one_line(exc)
@@ -1035,8 +1043,11 @@ class _Engine:
             started = time.monotonic()
             try:
                 try:
-                    result = ex.run(argv, timeout=limit, on_line=put.watch(
-                        lambda line: self.progress.line(key, line)))
+                    result = detached.run(  # survives a dropped SSH session
+                        ex, argv, out_dir, timeout=limit, stop=self.stop,
+                        on_line=put.watch(lambda line: self.progress.line(key, line)),
+                        reconnect=lambda: self._reconnected(host),
+                        log=lambda line: self.progress.log(f"{trial.trial_id}: {line}"))
                 except RemoteCommandError as exc:  # an SSH host stops it at the limit and says so
                     if time.monotonic() - started < limit:
                         raise

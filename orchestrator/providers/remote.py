@@ -736,6 +736,18 @@ class SshExecutor(Executor):
             chan.close()
         self._running.discard(pid)
 
+    def adopt(self, pid: int) -> None:
+        """Stop ``pid``'s process group at ``close`` too: a command run detached
+        (``orchestrator.providers.detached``), which outlives the channel that started it."""
+        self._running.add(pid)
+
+    def forget(self, pid: int) -> None:
+        self._running.discard(pid)
+
+    def stop_group(self, pid: int) -> None:
+        """Stop an adopted command and its process group now (best effort)."""
+        self._kill(pid)
+
     def check(self, argv: Sequence[str], *, what: str, timeout: float | None = None) -> str:
         """Run ``argv``; its stdout, or RemoteCommandError with the last stderr line."""
         result = self.run(argv, timeout=timeout)
