@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import math
 import os
@@ -22,26 +21,59 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine import timeouts
+from orchestrator.engine.inputs import (  # noqa: F401 (the engine's names, as before)
+    INPUT_PARAMS,
+    StagedInputs,
+    _stage,
+    generate_inputs,
+    plan_inputs,
+)
+from orchestrator.engine.outcome import (  # noqa: F401
+    DELETE_ATTEMPTS,
+    _finish,
+    _results_write_failed,
+    _teardown_failed,
+    failed_profiles,
+    profile_ids,
+)
+from orchestrator.engine.prepare import (  # noqa: F401
+    EXPIRY_MARGIN_S,
+    INPUTS_RETENTION_S,
+    RESULTS_RETENTION_S,
+    SIGNED_URL_MAX_S,
+    UNASKED_COST_USD,
+    _bucket_note,
+    _build_providers,
+    _exec_provider_name,
+    _expiry,
+    _label_prefixes,
+    _limit_note,
+    _open_bucket,
+    _pack_job,
+    _prices,
+    _results_prefix,
+    bucket_serves,
+    lookup_machines,
+    signed_url_lifetime,
+)
 from orchestrator.engine.progress import SweepProgress
 from orchestrator.engine.signals import current as current_signals
 from orchestrator.engine.signals import deferred as signals_deferred
 from orchestrator.engine.signals import signum_of, sweep_signals
+from orchestrator.engine.strategies import _run_search
 from orchestrator.errors import (
     BudgetError,
     CapacityError,
     CloudprofError,
     ConnectionLostError,
-    MemoryGateError,
-    PartialSweepError,
     ProviderError,
     RemoteCommandError,
-    ResultsWriteError,
     SweepInterruptedError,
     TeardownError,
     UnreachableError,
@@ -66,7 +98,6 @@ from orchestrator.providers.base import (
     Executor,
     Instance,
     Provider,
-    ProviderOptions,
     VmRequest,
     sweep_labels,
 )
@@ -79,21 +110,11 @@ from workloads.protocol import TrialRequest
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.spec.catalog import MachineType
 
 SSH_USER = "cloudprof"
-EXPIRY_MARGIN_S = 1800.0  # a VM outlives its estimate by 50% plus this, then deletes itself
-# How long bucket prefixes outlive the sweep's expiry before `cloudprof cleanup` takes them:
-# results long enough for `sweep --resume` to collect what VMs uploaded, the inputs cache
-# long enough to be reused by the next sweeps (each sweep using it pushes this further).
-RESULTS_RETENTION_S = 3 * 86400.0
-INPUTS_RETENTION_S = 7 * 86400.0
 TRIAL_ATTEMPTS = 3  # a dropped session is retried on the same VM this many times in all
 RETRY_BACKOFF_S = 2.0
 TEARDOWN_WAIT_S = 900.0
-SIGNED_URL_MAX_S = 7 * 86400  # S3 (SigV4) and GCS (V4) refuse longer-lived signed URLs
-UNASKED_COST_USD = 100.0  # a plan estimated above this needs --max-cost to start
-DELETE_ATTEMPTS = 4  # a failed VM deletion is tried again after 2, 4, 8 s, then reported
 DELETE_BACKOFF_S = 2.0  # the first retry's delay; CLOUDPROF_DELETE_BACKOFF_S overrides it
 
 
@@ -106,155 +127,12 @@ def delete_backoff_s() -> float:
     except ValueError:
         return DELETE_BACKOFF_S
     return value if 0 <= value <= 600 else DELETE_BACKOFF_S
-INPUT_PARAMS = {"frames": "frames", "rows": "rows", "cols": "cols", "seed": "seed",
-                "format": "fmt"}
 RETRYABLE = (ConnectionLostError, UnreachableError)  # worth a retry of the trial on the same VM
 GONE_STATES = {"terminated", "stopped", "stopping", "shutting-down", "suspended", "deleted"}
 
 
 class _Preempted(ProviderError):
     """The VM disappeared under the sweep (spot preemption, deleted by someone)."""
-
-
-# ---------------------------------------------------------------------- inputs
-
-
-@dataclass
-class StagedInputs:
-    """The sweep's input files: where they are locally and under which bucket prefix."""
-
-    hash: str
-    files: list[tuple[str, int]]  # (path relative to the inputs dir, size) — predicted
-    local_dir: Path | None = None  # set once generated/validated
-    cube_spec: Any = None  # workloads.inputs.InputSpec when the sweep generates the inputs
-
-    @property
-    def prefix(self) -> str:
-        return f"inputs/{self.hash}"
-
-    @property
-    def size(self) -> int:
-        return sum(size for _, size in self.files)
-
-
-def plan_inputs(spec: SweepSpec) -> StagedInputs | None:
-    """What the sweep will stage, known before anything is generated (for the plan and budget).
-
-    The cube workload's inputs are generated from its parameters (content-addressed
-    by the spec's hash); ``inputs=DIR`` stages a user's own directory; any other
-    workload stages nothing.
-    """
-    given = spec.workload_params.get("inputs")
-    if given:
-        directory = Path(str(given)).expanduser()
-        if not directory.is_dir():
-            raise UsageError(f"inputs: {directory} is not a directory")
-        if spec.workload == "cube":  # what the cube would refuse on the VM, refused here
-            _check_cube_inputs(directory, spec)
-        files = sorted(p for p in directory.rglob("*") if p.is_file())
-        listing = [(p.relative_to(directory).as_posix(), p.stat().st_size) for p in files]
-        digest = hashlib.sha256()
-        for p, (rel, size) in zip(files, listing, strict=True):
-            digest.update(f"{rel}:{size}:{p.stat().st_mtime_ns}\n".encode())
-        return StagedInputs(digest.hexdigest()[:16], listing, local_dir=directory)
-    if spec.workload != "cube" or spec.command is not None:
-        return None
-    from workloads.base import WorkloadInputError
-    from workloads.inputs import MANIFEST, InputSpec
-
-    kwargs: dict[str, Any] = {}
-    for param, attr in INPUT_PARAMS.items():
-        if param in spec.workload_params:
-            value = spec.workload_params[param]
-            if attr != "fmt":
-                try:
-                    value = int(value)
-                except (TypeError, ValueError):
-                    raise UsageError(f"workload parameter {param} must be an integer, "
-                                     f"got {value!r}") from None
-            kwargs[attr] = value
-    try:
-        cube_spec = InputSpec(**kwargs)
-    except WorkloadInputError as exc:
-        raise UsageError(str(exc)) from None
-    per_file = cube_spec.rows * cube_spec.cols * 8  # float64, uncompressed (an estimate)
-    files = [(cube_spec.file_name(i), per_file) for i in range(cube_spec.frames)]
-    files.append((MANIFEST, 200 * cube_spec.frames))
-    return StagedInputs(cube_spec.hash, files, cube_spec=cube_spec)
-
-
-def _check_cube_inputs(directory: Path, spec: SweepSpec) -> None:
-    from workloads.base import WorkloadInputError
-    from workloads.cube import CubeWorkload
-    from workloads.inputs import check_inputs
-
-    try:
-        cube = CubeWorkload(**{k: str(v) for k, v in spec.workload_params.items()})
-        check_inputs(directory, cube.dim)
-    except WorkloadInputError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def generate_inputs(inputs: StagedInputs, console: Console | None = None) -> Path:
-    """Generate (or find in the cache) the inputs; the real file list replaces the predicted one.
-
-    With a ``console``, a bar counts the frames written (generating large inputs takes
-    minutes); found in the cache, nothing is shown.
-    """
-    if inputs.local_dir is None:
-        from workloads.inputs import default_cache_dir, ensure_inputs, is_complete
-
-        cube = inputs.cube_spec
-        if console is None or is_complete(default_cache_dir() / cube.hash, cube):
-            inputs.local_dir = ensure_inputs(cube)
-        else:
-            from orchestrator.engine.progress import counting
-
-            with counting(console, "Generating inputs", cube.frames) as bar:
-                inputs.local_dir = ensure_inputs(cube, on_frame=bar.set)
-                bar.finish(f"frames, cached in {inputs.local_dir}")
-    files = sorted(p for p in inputs.local_dir.rglob("*") if p.is_file())
-    inputs.files = [(p.relative_to(inputs.local_dir).as_posix(), p.stat().st_size)
-                    for p in files]
-    return inputs.local_dir
-
-
-# ---------------------------------------------------------------------- machines
-
-
-def lookup_machines(spec: SweepSpec) -> list[MachineType]:
-    """Catalog rows of the spec's machines; local/ssh machines may be off-catalog."""
-    from orchestrator.errors import UnknownMachineError
-    from orchestrator.spec.catalog import MachineType, lookup
-    from orchestrator.spec.config import machine_providers
-
-    out = []
-    owners = machine_providers(spec)  # one provider, or several in one sweep
-    # beside catalog machines a host of unknown size runs their worker counts (make_plan)
-    sized = any(provider in ("gcp", "aws") for provider in owners.values())
-    for name in spec.machines:
-        provider = owners[name]
-        if provider in ("gcp", "aws"):
-            out.append(lookup(name, provider, spec.region))
-            continue
-        try:
-            row = lookup(name)
-            # several providers: the planner takes each VM's provider from its row
-            out.append(row if spec.provider else replace(row, provider=provider))
-        except UnknownMachineError:
-            if not spec.workers and not sized:
-                raise UsageError(f"{name!r} is not in the catalog, so its vCPU count is "
-                                 "unknown: give --workers") from None
-            if provider == "ssh":  # its price from the hosts file (a group's: one node's)
-                from orchestrator.providers.ssh import SshProvider
-
-                out.append(SshProvider(ProviderOptions(hosts_file=spec.hosts_file,
-                                                       hosts=list(spec.hosts))).machine_type(name))
-                continue
-            out.append(MachineType(provider=provider, name=name, family="", vcpus=0,
-                                   memory_gib=0.0, region="", price_on_demand=None,
-                                   price_spot=None, price_source="", price_date=""))
-    return out
 
 
 # ---------------------------------------------------------------------- engine
@@ -1244,13 +1122,6 @@ def _local_write_error(exc: OSError) -> bool:
     return exc.errno in LOCAL_WRITE_ERRNOS
 
 
-def profile_ids(run_dir: Path, done_only: bool = False) -> set[str]:
-    """Profiled trials recorded under profiles/ (they are not rows of trials.parquet)."""
-    from orchestrator.results.profiles import profiled_trial_ids
-
-    return profiled_trial_ids(run_dir, done_only=done_only)
-
-
 SUMMARIES_DIR = "summaries"  # summaries/<trial_id>.json: each trial's summary.json, as it came
 
 
@@ -1263,13 +1134,6 @@ def _keep_summary(run_dir: Path, trial_id: str) -> None:
         shutil.copyfile(src, run_dir / SUMMARIES_DIR / f"{trial_id}.json")
 
 
-def failed_profiles(run_dir: Path) -> list[dict[str, Any]]:
-    """The records of the profiled trials that did not finish ok."""
-    from orchestrator.results.profiles import load_profiles
-
-    return [r for r in load_profiles(run_dir) if r.get("status") != "ok"]
-
-
 def _read_summary(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
@@ -1278,94 +1142,9 @@ def _read_summary(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-
 def _last_line(result: CommandResult) -> str:
     """The runner's last words, its progress lines left out."""
     return result.last_line(skip=lambda ln: protocol.parse_progress(ln) is not None)
-
-
-def _exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
-    """Where a VM's trials really run: on this machine for --dry-run."""
-    return "local" if spec.dry_run else vm.provider
-
-
-# ---------------------------------------------------------------------- entry point
-
-
-def _prices(plan: Plan) -> dict[str, Any]:
-    return {vm.machine.name: {**asdict(vm.machine), "spot": vm.spot,
-                              "price_per_hour": vm.machine.price(vm.spot)} for vm in plan.vms}
-
-
-def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
-                     sweep_id: str) -> tuple[dict[str, Provider], Any]:
-    """One provider per name the plan runs on; SSH keys first for those that create VMs.
-
-    With ``run_dir`` None the providers are only for the credentials check.
-    """
-    from orchestrator.providers import get_provider, provider_class
-
-    names = sorted({_exec_provider_name(spec, vm) for vm in plan.vms})
-    keys = None
-    if run_dir is not None and any(provider_class(n).creates_machines for n in names):
-        from orchestrator.providers.remote import SshKeys
-
-        keys = SshKeys.for_sweep(run_dir, spec.ssh_key)
-    out = {}
-    for name in names:
-        options = ProviderOptions(
-            region=spec.region, zone=spec.zone, project=spec.project,
-            hosts_file=spec.hosts_file, hosts=list(spec.hosts), ssh_key=spec.ssh_key,
-            workdir=(run_dir / "hosts") if run_dir is not None else None,
-            ssh=keys, sweep_id=sweep_id)
-        out[name] = get_provider(name, options)
-    return out, keys
-
-
-def signed_url_lifetime(plan: Plan) -> int:
-    """How long the URLs a VM gets stay valid: as long as the sweep's VMs may live (their
-    estimate × 1.5 + the margin, the expiry label), within SigV4's and GCS's 7-day limit."""
-    longest = max((_expiry(0.0, vm) for vm in plan.vms), default=EXPIRY_MARGIN_S)
-    return int(min(longest, SIGNED_URL_MAX_S))
-
-
-_BUCKET_CLOUDS = {"gs": "gcp", "s3": "aws"}
-
-
-def bucket_serves(url: str | None, providers: set[str]) -> set[str]:
-    """The providers (of ``providers``, those the plan runs on) whose hosts use the bucket.
-
-    A sweep on one provider uses it for every host, as given. A sweep across
-    providers uses a ``gs://`` bucket for its GCP VMs and an ``s3://`` one for its AWS
-    VMs only: they reach their own cloud's storage inside it, while another cloud's VM
-    or an SSH host would pay egress on every input and result; those hosts get their
-    files over SSH instead, as without a bucket."""
-    if url is None:
-        return set()
-    if len(providers) <= 1:
-        return set(providers)
-    cloud = _BUCKET_CLOUDS.get(url.partition("://")[0])
-    return {cloud} & providers if cloud else set()
-
-
-def _open_bucket(spec: SweepSpec, providers: Iterable[str]) -> Bucket | None:
-    """The sweep's bucket; a dry run never touches a cloud one (it makes no cloud call).
-    None when no host would use it (a sweep across providers, none of them its cloud's).
-
-    ``providers`` are the names the plan runs on."""
-    cloud = spec.bucket is not None and spec.bucket.startswith(("gs://", "s3://"))
-    names = set(providers)
-    if spec.bucket and not bucket_serves(spec.bucket, names):
-        return None
-    if spec.bucket and not (spec.dry_run and cloud):
-        from orchestrator.providers import open_bucket
-
-        return open_bucket(spec.bucket)
-    if names == {"local"}:
-        from orchestrator.providers.local import LocalBucket
-
-        return LocalBucket()
-    return None  # inputs are copied to each host over its executor
 
 
 def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
@@ -1419,19 +1198,6 @@ def _settle_status(run_dir: Path) -> None:
     with contextlib.suppress(OSError, ValueError):
         if store.read_sweep().get("status") in ("running", "planned"):
             store.set_status("interrupted", finished_at=now_iso())
-
-
-def _limit_note(spec: SweepSpec, console: Console) -> None:
-    """--prove-limit/--find-limit add trials the plan's estimate does not count: say how many."""
-    if spec.find_limit or spec.prove_limit:
-        from orchestrator.engine.limits import MAX_STEPS
-
-        most = 2 + MAX_STEPS if spec.find_limit else 1
-        flag = "--find-limit" if spec.find_limit else "--prove-limit"
-        console.print(f"[yellow]note:[/yellow] {flag} adds up to {most} trial(s) per machine "
-                      "and worker count under a memory limit, after the others; the "
-                      "estimates above do not count them.",
-                      highlight=False)
 
 
 def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[Path],
@@ -1539,28 +1305,6 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
                 store.ensure_trials_table()
 
 
-def _bucket_note(spec: SweepSpec, providers: set[str], console: Console) -> None:
-    """Say which hosts of a sweep across providers use --bucket, and which get their
-    files over SSH (see ``bucket_serves``)."""
-    if not spec.bucket or len(providers) <= 1:
-        return
-    served = bucket_serves(spec.bucket, providers)
-    others = ", ".join(sorted(providers - served))
-    used = (f"the {', '.join(sorted(served))} VMs use it; the {others} hosts" if served
-            else "no cloud of this sweep holds it, so every host")
-    console.print(f"Bucket {spec.bucket}: {used} get their inputs and results over SSH.",
-                  highlight=False)
-
-
-def _pack_job(spec: SweepSpec) -> Any:
-    """The --workdir archive (orchestrator.engine.jobs.JobArchive), or None."""
-    if spec.workdir is None:
-        return None
-    from orchestrator.engine.jobs import pack_workdir
-
-    return pack_workdir(spec.workdir)
-
-
 def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
              inputs: StagedInputs | None, done: set[str], console: Console,
              job: Any = None, resuming: bool = False) -> Path:
@@ -1638,255 +1382,3 @@ def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None
     if not finished:
         raise KeyboardInterrupt
     return _finish(spec, plan, store, console)
-
-
-def _run_search(engine: _Engine, plan: Plan, store: RunStore,
-                todo: dict[str, list[TrialPlan]]) -> bool:
-    """``--search``: run the candidate machines one at a time, each the one
-    ``plan.search.search_step`` expects to improve most on what was measured.
-
-    Each machine tried is a normal machine of the sweep (``engine.execute`` of
-    that one VM: created, its grid or ``--adaptive`` run, torn down). What was
-    tried is recorded in sweep.json (``search``) after every machine, so
-    ``--resume`` goes on from there and the end of the sweep does not count the
-    untried candidates as missing. False when interrupted.
-    """
-    from orchestrator.plan.search import (
-        Candidate,
-        describe_confidence,
-        objective_value,
-        peak_throughput,
-        search_step,
-    )
-    from orchestrator.results.report.measure import trial_rate
-
-    assert plan.search is not None
-    goal, budget = plan.search["objective"], int(plan.search["budget"])
-    vms = {vm.name: vm for vm in plan.vms}
-    spot = engine.spec.spot
-    cands = [Candidate(vm.name, vm.machine.vcpus, vm.machine.memory_gib, vm.machine.family,
-                       vm.machine.price(spot) or 0.0) for vm in plan.vms]
-    tried: list[str] = list((store.read_sweep().get("search") or {}).get("tried") or [])
-
-    def measured() -> dict[str, float]:
-        frame = store.trials_frame()
-        ok = frame[frame["status"] == "ok"]
-        out = {}
-        for name in tried:
-            rows = ok[ok["machine"] == vms[name].machine.name]
-            samples = {int(w): [u for u in map(trial_rate, g.to_dict("records"))
-                                if math.isfinite(u)]
-                       for w, g in rows.groupby("workers")}
-            out[name] = peak_throughput(samples) or 0.0
-        return out
-
-    def record(step: Any) -> dict[str, Any]:
-        values = measured()
-        spent = [vms[n].estimate.cost_usd for n in tried]
-        info = {
-            **plan.search, **step.to_dict(),
-            "pick_machine": vms[step.pick].machine.name if step.pick else None,
-            "tried": tried,
-            "measured": {vms[n].machine.name: {
-                "peak_units_per_s": v,
-                goal: objective_value(goal, cands[list(vms).index(n)].price_per_hour, v)
-                if v > 0 else None} for n, v in values.items()},
-            "estimated_cost_usd": sum(c for c in spent if c is not None),
-            "estimated_grid_cost_usd": plan.grid_cost_usd,
-            "trials": len(store.trials_frame()),
-            "grid_trials": sum(len(vm.trials) for vm in plan.vms),
-        }
-        store.update_sweep(search=info)
-        return info
-
-    again = [n for n in tried if todo.get(n)]  # --resume: a machine cut short goes on first
-    while True:
-        if again:
-            name = again.pop(0)
-        else:
-            step = search_step(cands, measured(), goal, budget)
-            if step.next is None:
-                break
-            name = step.next
-            tried.append(name)
-            record(step)
-            engine.progress.log(f"--search: trying {vms[name].machine.name} "
-                                f"({len(tried)} of at most {budget})")
-        if todo.get(name) and not engine.execute({name: todo[name]}):
-            return False
-        if engine.stop.is_set():
-            return False
-    info = record(step)
-    if info["pick_machine"]:
-        conf = ("" if step.confidence is None
-                else f", {describe_confidence(step.confidence)} sure it is the best")
-        engine.progress.log(
-            f"--search {goal}: picked {info['pick_machine']}{conf} of {len(cands)} candidates "
-            f"after trying {len(tried)} ({step.stopped}); estimated cost "
-            f"{fmt_usd(info['estimated_cost_usd'])} against {fmt_usd(plan.grid_cost_usd or 0.0)} "
-            "for every candidate")
-    return True
-
-
-def _stage(bucket: Bucket, inputs: StagedInputs, progress: SweepProgress) -> None:
-    """Upload the inputs with a bar of bytes and MiB/s; say what was sent and how fast."""
-    progress.log(f"Staging inputs in {bucket.url}/{inputs.prefix}/ ...")
-    bar = progress.transfer("staging inputs", inputs.size)
-    sent = [0]
-    lock = threading.Lock()
-
-    def on_bytes(n: int) -> None:
-        with lock:
-            sent[0] += n
-        if bar is not None:
-            bar.add(n)
-
-    started = time.monotonic()
-    uploaded = bucket.upload_dir(inputs.local_dir, inputs.prefix, progress=on_bytes)
-    seconds = time.monotonic() - started
-    if bar is not None:
-        bar.set(inputs.size)  # objects already there count as staged
-        bar.finish("staged")
-    rate = f" at {sent[0] / 2**20 / seconds:,.1f} MiB/s" if sent[0] and seconds > 0 else ""
-    progress.log(f"  {len(uploaded)} object(s) uploaded ({sent[0] / 2**20:,.1f} MiB in "
-                 f"{seconds:.1f} s{rate}), {len(inputs.files) - len(uploaded)} already there")
-
-
-def _results_write_failed(exc: OSError, plan: Plan, store: RunStore,
-                          bucket: Bucket | None) -> ResultsWriteError:
-    """One line: what could not be written, where the results not on disk are, how to go on."""
-    run_dir = store.run_dir
-    where = f": {exc.filename}" if exc.filename else ""
-    kept = (f"results not on disk stay in {bucket.url}/{_results_prefix(plan)}, where --resume "
-            "collects them" if bucket is not None else "the trials not on disk run again")
-    message = (f"cannot write the results: {exc.strerror or exc}{where}; the sweep stopped, "
-               f"every machine was torn down and {kept}; "
-               f"{getattr(exc, 'fix', 'free space (or fix permissions)')}, "
-               f"then resume with: cloudprof sweep --resume {run_dir}")
-    try:
-        store.set_status("failed", finished_at=now_iso(), error=message)
-    except OSError:
-        message = message.replace("; the sweep stopped", "; sweep.json could not be updated "
-                                  "either (it still says running); the sweep stopped")
-    return ResultsWriteError(message, run_dir)
-
-
-def _leftovers(host: _Host, sweep_label: str) -> list[str]:
-    """What of the sweep the host's cloud still holds (kind, id, zone or region), as the
-    cloud lists it now; the VM alone (as last known) when even listing fails."""
-    inst = host.inst
-    assert inst is not None
-    fallback = [f"instance {inst.id} ({inst.name}) in {inst.zone or host.vm.region}"]
-    labels = {LABEL_SWEEP: sweep_label}
-    try:
-        found = host.provider.list_resources(labels)
-    except Exception:  # the cloud is failing: say what is known
-        return fallback
-    lines = []
-    for res in found:
-        where = res.zone or res.region
-        name = f" ({res.name})" if res.name and res.name != res.id else ""
-        lines.append(f"{res.kind} {res.id}{name}" + (f" in {where}" if where else ""))
-    return lines or fallback
-
-
-def _teardown_failed(spec: SweepSpec, plan: Plan, store: RunStore,
-                     left: list[_Host]) -> TeardownError:
-    """The error (and sweep.json status) for VMs that could not be deleted: each resource
-    left, why, and the command that deletes them."""
-    sweep_label = slug(plan.sweep_id)
-    several = len({vm.provider for vm in plan.vms}) > 1  # say whose cloud holds each one
-    resources: list[str] = []
-    for host in left:
-        found = [f"{host.provider.name} {r}" if several else r
-                 for r in _leftovers(host, sweep_label)]
-        resources += [r for r in found if r not in resources]
-    reasons = "; ".join(f"{h.vm.name}: {h.delete_error}" for h in left)
-    command = f"cloudprof cleanup --sweep {plan.sweep_id} --yes"
-    if spec.project and any(h.provider.name == "gcp" for h in left):
-        import shlex  # cleanup finds the project where the SDK does: give it the sweep's
-
-        command = f"GOOGLE_CLOUD_PROJECT={shlex.quote(spec.project)} {command}"
-    message = (f"COULD NOT DELETE {len(resources)} resource(s) of sweep {plan.sweep_id} after "
-               f"{DELETE_ATTEMPTS} attempts — they may still be billing: "
-               f"{'; '.join(resources)} (why: {reasons}). Delete them now with: {command}")
-    store.set_status("teardown_failed", finished_at=now_iso(), error=message,
-                     left_resources=resources, cleanup_command=command)
-    return TeardownError(message, store.run_dir)
-
-
-def _expiry(now: float, vm: VmPlan) -> float:
-    """When ``vm`` powers itself off: its estimate plus 50% and a margin."""
-    return now + vm.estimate.total_s * 1.5 + EXPIRY_MARGIN_S
-
-
-def _results_prefix(plan: Plan) -> str:
-    return f"results/{slug(plan.sweep_id)}/"
-
-
-def _label_prefixes(bucket: Bucket, plan: Plan, inputs: StagedInputs | None) -> None:
-    """Label the prefixes the sweep writes before anything goes under them, so that
-    `cloudprof cleanup` finds them if this process dies before its ``finally``."""
-    now = time.time()
-    expires = max((_expiry(now, vm) for vm in plan.vms), default=now + EXPIRY_MARGIN_S)
-    sweep = slug(plan.sweep_id)
-    bucket.label_prefix(_results_prefix(plan), sweep, expires, RESULTS_RETENTION_S)
-    if inputs is not None:
-        bucket.label_prefix(inputs.prefix, sweep, expires, INPUTS_RETENTION_S)
-
-
-def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> Path:
-    """Status, report, then the exit-code decisions: memory gate first, then partial."""
-    run_dir = store.run_dir
-    rows = store.trial_rows()  # pyarrow alone: a plain sweep never imports pandas
-    sweep = store.read_sweep()
-    failed_machines = {m: v for m, v in sweep.get("machines", {}).items()
-                       if v.get("status") in ("failed", "preempted")}
-    # --adaptive: a machine whose loop finished ran what it needed, not the grid's ids
-    vms = sweep.get("vms") or {}
-    searched = set((sweep.get("search") or {}).get("tried") or [vm.name for vm in plan.vms])
-    planned = {t.trial_id for vm in plan.vms for t in vm.trials
-               if not (vms.get(vm.name) or {}).get("adaptive") and vm.name in searched}
-    # A profiled trial that failed is a failed trial, though it is kept under profiles/
-    bad = [r for r in rows if r["status"] != "ok"] + failed_profiles(run_dir)
-    missing = planned - {r["trial_id"] for r in rows} - profile_ids(run_dir)
-    partial = bool(failed_machines or len(bad) or missing)
-    store.set_status("partial" if partial else "done", finished_at=now_iso())
-    try:
-        from orchestrator.results.report import report_run
-
-        html = report_run(run_dir, console)
-        # one last line: the report to open; the results store is the folder it is in
-        console.print(f"Report: {html} (report.md beside it)", soft_wrap=True)
-    except CloudprofError as exc:
-        console.print(f"[yellow]No report: {exc}")
-        console.print(f"Results store: {run_dir}")
-
-    limit = spec.max_peak_memory
-    # The whole lifetime (loading included) unless --max-peak-memory trial:SIZE said
-    column = "peak_rss_trial_bytes" if spec.peak_gate == "trial" else "peak_rss_bytes"
-    if rows and column not in rows[0]:  # a store written before the trial's own peak had one
-        column = "peak_rss_bytes"
-    if limit is not None and rows:
-        over = [r for r in rows if r.get(column) is not None and float(r[column]) > limit]
-        if over:
-            worst = max(over, key=lambda r: float(r[column]))  # the first of equal peaks
-            what = "during the trial" if column == "peak_rss_trial_bytes" else (
-                "over the trial process's lifetime, loading included")
-            err = MemoryGateError(
-                f"memory gate: {len(over)} trial(s) peaked above {limit / 2**20:.1f} MiB "
-                f"{what}; worst {worst['trial_id']} at {float(worst[column]) / 2**20:.1f} MiB"
-                f"{' (while loading)' if worst.get('peak_phase') == 'load' else ''} "
-                f"(results in {run_dir})")
-            err.run_dir = run_dir  # type: ignore[attr-defined]
-            raise err
-    if partial:
-        parts = [f"{m} {v.get('status')}: {v.get('error') or ''}".strip()
-                 for m, v in failed_machines.items()]
-        if len(bad):
-            parts.append(f"{len(bad)} trial(s) not ok")
-        if missing:
-            parts.append(f"{len(missing)} trial(s) not run")
-        raise PartialSweepError(f"sweep finished with failures ({'; '.join(parts)}); "
-                                f"resume with: cloudprof sweep --resume {run_dir}", run_dir)
-    return run_dir
