@@ -537,7 +537,7 @@ def test_preempted_machine_is_recorded_and_torn_down(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(providers.PROVIDERS, "vanishing", f"{__name__}:VanishingProvider")
-    monkeypatch.setattr("orchestrator.engine.sweep.RETRY_BACKOFF_S", 0.01)
+    monkeypatch.setattr("orchestrator.engine.trial_runner.RETRY_BACKOFF_S", 0.01)
     VanishingExecutor.runs, VanishingProvider.deleted = 0, []
     spec = spec_for(tmp_path / "runs", provider="vanishing", dry_run=False, workers=[1, 2, 3],
                     bucket=str(tmp_path / "bucket"))

@@ -4,9 +4,11 @@ behind, results that could not be written, the memory gate, a partial sweep).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.engine.host_session import DELETE_ATTEMPTS
 from orchestrator.engine.prepare import _results_prefix
 from orchestrator.errors import (
     CloudprofError,
@@ -23,9 +25,8 @@ from orchestrator.spec.spec import SweepSpec
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.engine.sweep import _Host
-
-DELETE_ATTEMPTS = 4  # a failed VM deletion is tried again after 2, 4, 8 s, then reported
+    from orchestrator.engine.host_session import HostSession
+    from orchestrator.engine.machines import Machines
 
 
 def profile_ids(run_dir: Path, done_only: bool = False) -> set[str]:
@@ -42,7 +43,7 @@ def failed_profiles(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in load_profiles(run_dir) if r.get("status") != "ok"]
 
 
-def _results_write_failed(exc: OSError, plan: Plan, store: RunStore,
+def results_write_failed(exc: OSError, plan: Plan, store: RunStore,
                           bucket: Bucket | None) -> ResultsWriteError:
     """One line: what could not be written, where the results not on disk are, how to go on."""
     run_dir = store.run_dir
@@ -61,7 +62,7 @@ def _results_write_failed(exc: OSError, plan: Plan, store: RunStore,
     return ResultsWriteError(message, run_dir)
 
 
-def _leftovers(host: _Host, sweep_label: str) -> list[str]:
+def _leftovers(host: HostSession, sweep_label: str) -> list[str]:
     """What of the sweep the host's cloud still holds (kind, id, zone or region), as the
     cloud lists it now; the VM alone (as last known) when even listing fails."""
     inst = host.inst
@@ -80,8 +81,8 @@ def _leftovers(host: _Host, sweep_label: str) -> list[str]:
     return lines or fallback
 
 
-def _teardown_failed(spec: SweepSpec, plan: Plan, store: RunStore,
-                     left: list[_Host]) -> TeardownError:
+def teardown_failed(spec: SweepSpec, plan: Plan, store: RunStore,
+                     left: list[HostSession]) -> TeardownError:
     """The error (and sweep.json status) for VMs that could not be deleted: each resource
     left, why, and the command that deletes them."""
     sweep_label = slug(plan.sweep_id)
@@ -105,10 +106,50 @@ def _teardown_failed(spec: SweepSpec, plan: Plan, store: RunStore,
     return TeardownError(message, store.run_dir)
 
 
-def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> Path:
+def settle(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
+           console: Console, machines: Machines, finished: bool) -> Path:
+    """After the teardown: the outcome that wins, loudest first — VMs left behind (they may
+    still be billing), results that could not be written, an interrupt, a bug, then the
+    finished sweep's own status."""
+    failures = machines.ctx.failures
+    left = machines.left_behind()
+    if left:  # it may still be billing: this outcome wins over every other one
+        if finished and not failures.errors:
+            with contextlib.suppress(CloudprofError):
+                finish(spec, plan, store, console)  # the results and report still count
+        raise teardown_failed(spec, plan, store, left)
+    if failures.write_error is not None:
+        raise results_write_failed(failures.write_error, plan, store, bucket)
+    if not finished:
+        store.set_status("interrupted", finished_at=now_iso())
+    if failures.errors:
+        store.set_status("failed", finished_at=now_iso())
+        raise failures.errors[0]
+    if not finished:
+        raise KeyboardInterrupt
+    return finish(spec, plan, store, console)
+
+
+def finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> Path:
     """Status, report, then the exit-code decisions: memory gate first, then partial."""
     run_dir = store.run_dir
     rows = store.trial_rows()  # pyarrow alone: a plain sweep never imports pandas
+    failed_machines, bad, missing = _shortfall(plan, store, rows)
+    partial = bool(failed_machines or len(bad) or missing)
+    store.set_status("partial" if partial else "done", finished_at=now_iso())
+    _report(run_dir, console)
+    gate = memory_gate(spec, rows, run_dir)
+    if gate is not None:
+        raise gate
+    if partial:
+        raise _partial(failed_machines, bad, missing, run_dir)
+    return run_dir
+
+
+def _shortfall(plan: Plan, store: RunStore, rows: list[dict[str, Any]],
+               ) -> tuple[dict[str, Any], list[dict[str, Any]], set[str]]:
+    """The machines that failed, the trials not ok, and the planned trials never run."""
+    run_dir = store.run_dir
     sweep = store.read_sweep()
     failed_machines = {m: v for m, v in sweep.get("machines", {}).items()
                        if v.get("status") in ("failed", "preempted")}
@@ -120,8 +161,10 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
     # A profiled trial that failed is a failed trial, though it is kept under profiles/
     bad = [r for r in rows if r["status"] != "ok"] + failed_profiles(run_dir)
     missing = planned - {r["trial_id"] for r in rows} - profile_ids(run_dir)
-    partial = bool(failed_machines or len(bad) or missing)
-    store.set_status("partial" if partial else "done", finished_at=now_iso())
+    return failed_machines, bad, missing
+
+
+def _report(run_dir: Path, console: Console) -> None:
     try:
         from orchestrator.results.report import report_run
 
@@ -132,31 +175,39 @@ def _finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> P
         console.print(f"[yellow]No report: {exc}")
         console.print(f"Results store: {run_dir}")
 
+
+def memory_gate(spec: SweepSpec, rows: list[dict[str, Any]],
+                run_dir: Path) -> MemoryGateError | None:
+    """The error when a trial peaked above --max-peak-memory; None when none did."""
     limit = spec.max_peak_memory
     # The whole lifetime (loading included) unless --max-peak-memory trial:SIZE said
     column = "peak_rss_trial_bytes" if spec.peak_gate == "trial" else "peak_rss_bytes"
     if rows and column not in rows[0]:  # a store written before the trial's own peak had one
         column = "peak_rss_bytes"
-    if limit is not None and rows:
-        over = [r for r in rows if r.get(column) is not None and float(r[column]) > limit]
-        if over:
-            worst = max(over, key=lambda r: float(r[column]))  # the first of equal peaks
-            what = "during the trial" if column == "peak_rss_trial_bytes" else (
-                "over the trial process's lifetime, loading included")
-            err = MemoryGateError(
-                f"memory gate: {len(over)} trial(s) peaked above {limit / 2**20:.1f} MiB "
-                f"{what}; worst {worst['trial_id']} at {float(worst[column]) / 2**20:.1f} MiB"
-                f"{' (while loading)' if worst.get('peak_phase') == 'load' else ''} "
-                f"(results in {run_dir})")
-            err.run_dir = run_dir  # type: ignore[attr-defined]
-            raise err
-    if partial:
-        parts = [f"{m} {v.get('status')}: {v.get('error') or ''}".strip()
-                 for m, v in failed_machines.items()]
-        if len(bad):
-            parts.append(f"{len(bad)} trial(s) not ok")
-        if missing:
-            parts.append(f"{len(missing)} trial(s) not run")
-        raise PartialSweepError(f"sweep finished with failures ({'; '.join(parts)}); "
-                                f"resume with: cloudprof sweep --resume {run_dir}", run_dir)
-    return run_dir
+    if limit is None or not rows:
+        return None
+    over = [r for r in rows if r.get(column) is not None and float(r[column]) > limit]
+    if not over:
+        return None
+    worst = max(over, key=lambda r: float(r[column]))  # the first of equal peaks
+    what = "during the trial" if column == "peak_rss_trial_bytes" else (
+        "over the trial process's lifetime, loading included")
+    err = MemoryGateError(
+        f"memory gate: {len(over)} trial(s) peaked above {limit / 2**20:.1f} MiB "
+        f"{what}; worst {worst['trial_id']} at {float(worst[column]) / 2**20:.1f} MiB"
+        f"{' (while loading)' if worst.get('peak_phase') == 'load' else ''} "
+        f"(results in {run_dir})")
+    err.run_dir = run_dir  # type: ignore[attr-defined]
+    return err
+
+
+def _partial(failed_machines: dict[str, Any], bad: list[dict[str, Any]], missing: set[str],
+             run_dir: Path) -> PartialSweepError:
+    parts = [f"{m} {v.get('status')}: {v.get('error') or ''}".strip()
+             for m, v in failed_machines.items()]
+    if len(bad):
+        parts.append(f"{len(bad)} trial(s) not ok")
+    if missing:
+        parts.append(f"{len(missing)} trial(s) not run")
+    return PartialSweepError(f"sweep finished with failures ({'; '.join(parts)}); "
+                             f"resume with: cloudprof sweep --resume {run_dir}", run_dir)
