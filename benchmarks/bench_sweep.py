@@ -114,7 +114,7 @@ def child(args: argparse.Namespace) -> None:
     else:
         from orchestrator.engine import host_session, outcome, staging, trial_runner
 
-        clocked(staging, "_stage", "stage_upload")
+        clocked(staging, "upload_inputs", "stage_upload")
         clocked(host_session.HostSession, "stage_inputs", "stage_get")
         clocked(trial_runner.TrialRunner, "run", "run_trial")
         clocked(trial_runner.TrialRunner, "_upload_results", "upload")

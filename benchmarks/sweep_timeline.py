@@ -42,7 +42,7 @@ STEPS = (
     ("orchestrator.engine.host_session", "HostSession", "provision"),
     ("orchestrator.engine.host_session", "HostSession", "connect"),
     ("orchestrator.engine.warm_runner", "WarmRunner", "launch"),
-    ("orchestrator.engine.staging", None, "_stage"),
+    ("orchestrator.engine.staging", None, "upload_inputs"),
     ("orchestrator.engine.host_session", "HostSession", "stage_inputs"),
     ("orchestrator.engine.machines", "Machines", "_import_pandas"),
     ("orchestrator.engine.warm_runner", "WarmRunner", "wait_ready"),

@@ -79,19 +79,6 @@ def test_a_trial_is_run_collected_and_recorded(tmp_path: Path) -> None:
     assert not (ctx.store.run_dir / ".incoming" / trial.trial_id).exists()
 
 
-def test_a_dropped_session_is_retried_on_the_same_host(tmp_path: Path) -> None:
-    ctx = sweep_context(tmp_path, DroppingProvider)
-    DroppingHost.drops = ["before"]
-    host, trial = ready_host(ctx), ctx.plan.vms[0].trials[0]
-    TrialRunner(ctx).run(host, trial)
-    assert only_row(ctx)["status"] == "ok"
-    assert len(DroppingHost.trial_commands) == 2
-    # each attempt writes its results in a directory of its own
-    outs = {argv[argv.index("--out") + 1] for argv in DroppingHost.trial_commands}
-    assert len(outs) == 2
-    assert f"retrying on the same machine (2/{TRIAL_ATTEMPTS})" in logged(ctx)
-
-
 def test_a_trial_whose_session_keeps_dropping_is_recorded_as_failed(tmp_path: Path) -> None:
     ctx = sweep_context(tmp_path, DroppingProvider)
     DroppingHost.drops = ["before"] * TRIAL_ATTEMPTS
@@ -103,15 +90,23 @@ def test_a_trial_whose_session_keeps_dropping_is_recorded_as_failed(tmp_path: Pa
     assert len(DroppingHost.trial_commands) == TRIAL_ATTEMPTS
 
 
-def test_a_result_left_on_the_host_by_a_dropped_session_is_collected_not_run_again(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize(("drop", "runs", "said"), [
+    ("before", 2, f"retrying on the same machine (2/{TRIAL_ATTEMPTS})"),
+    # a result left on the host by a dropped session is collected, not run again
+    ("after", 1, "result fetched from the machine"),
+])
+def test_a_dropped_session_is_retried_on_the_same_host(tmp_path: Path, drop: str, runs: int,
+                                                       said: str) -> None:
     ctx = sweep_context(tmp_path, DroppingProvider)
-    DroppingHost.drops = ["after"]
+    DroppingHost.drops = [drop]
     host, trial = ready_host(ctx), ctx.plan.vms[0].trials[0]
     TrialRunner(ctx).run(host, trial)
     assert only_row(ctx)["status"] == "ok"
-    assert len(DroppingHost.trial_commands) == 1
-    assert f"{trial.trial_id}: result fetched from the machine" in logged(ctx)
+    assert len(DroppingHost.trial_commands) == runs
+    # each attempt writes its results in a directory of its own
+    outs = {argv[argv.index("--out") + 1] for argv in DroppingHost.trial_commands}
+    assert len(outs) == runs
+    assert said in logged(ctx)
 
 
 def test_a_runner_that_exits_without_a_summary_fails_its_trial_with_its_last_words(

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.prepare import _exec_provider_name, bucket_serves, signed_url_lifetime
+from orchestrator.engine.prepare import bucket_serves, exec_provider_name, signed_url_lifetime
 from orchestrator.plan.planner import Plan, VmPlan
 from orchestrator.providers.base import Bucket, Provider
 from orchestrator.results.store import RunStore
@@ -84,7 +84,7 @@ class SweepContext:
         cancel = getattr(ssh_keys, "cancel", None)
         stop = cancel if cancel is not None else threading.Event()
         served = bucket_serves(bucket.url if bucket is not None else None,
-                               {_exec_provider_name(spec, vm) for vm in plan.vms})
+                               {exec_provider_name(spec, vm) for vm in plan.vms})
         return cls(spec=spec, plan=plan, store=store, bucket=bucket, inputs=inputs,
                    progress=progress, providers=providers, staging=staging,
                    failures=Failures(progress, stop), stop=stop, ssh_keys=ssh_keys, job=job,
@@ -92,7 +92,7 @@ class SweepContext:
                    url_lifetime_s=signed_url_lifetime(plan))
 
     def provider(self, vm: VmPlan) -> Provider:
-        return self.providers[_exec_provider_name(self.spec, vm)]
+        return self.providers[exec_provider_name(self.spec, vm)]
 
     def bucket_for(self, provider: Provider) -> Bucket | None:
         """The bucket for transfers of this provider's hosts; None: over their executor."""

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.prepare import _expiry
+from orchestrator.engine.prepare import vm_expiry
 from orchestrator.errors import (
     CapacityError,
     CloudprofError,
@@ -161,7 +161,7 @@ class HostSession:
         if found is not None:
             return found
         now = time.time()
-        expires = _expiry(now, vm)
+        expires = vm_expiry(now, vm)
         labels = {**vm.labels, **sweep_labels(slug(self.ctx.plan.sweep_id), now, expires)}
         public_key, script = "", ""
         if self.ctx.ssh_keys is not None:

@@ -124,7 +124,7 @@ def generate_inputs(inputs: StagedInputs, console: Console | None = None) -> Pat
     return inputs.local_dir
 
 
-def _stage(bucket: Bucket, inputs: StagedInputs, progress: SweepProgress) -> None:
+def upload_inputs(bucket: Bucket, inputs: StagedInputs, progress: SweepProgress) -> None:
     """Upload the inputs with a bar of bytes and MiB/s; say what was sent and how fast."""
     progress.log(f"Staging inputs in {bucket.url}/{inputs.prefix}/ ...")
     bar = progress.transfer("staging inputs", inputs.size)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine.host_session import DELETE_ATTEMPTS
-from orchestrator.engine.prepare import _results_prefix
+from orchestrator.engine.prepare import results_prefix
 from orchestrator.errors import (
     CloudprofError,
     MemoryGateError,
@@ -48,7 +48,7 @@ def results_write_failed(exc: OSError, plan: Plan, store: RunStore,
     """One line: what could not be written, where the results not on disk are, how to go on."""
     run_dir = store.run_dir
     where = f": {exc.filename}" if exc.filename else ""
-    kept = (f"results not on disk stay in {bucket.url}/{_results_prefix(plan)}, where --resume "
+    kept = (f"results not on disk stay in {bucket.url}/{results_prefix(plan)}, where --resume "
             "collects them" if bucket is not None else "the trials not on disk run again")
     message = (f"cannot write the results: {exc.strerror or exc}{where}; the sweep stopped, "
                f"every machine was torn down and {kept}; "

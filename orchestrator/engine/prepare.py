@@ -70,17 +70,17 @@ def lookup_machines(spec: SweepSpec) -> list[MachineType]:
     return out
 
 
-def _exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
+def exec_provider_name(spec: SweepSpec, vm: VmPlan) -> str:
     """Where a VM's trials really run: on this machine for --dry-run."""
     return "local" if spec.dry_run else vm.provider
 
 
-def _prices(plan: Plan) -> dict[str, Any]:
+def machine_prices(plan: Plan) -> dict[str, Any]:
     return {vm.machine.name: {**asdict(vm.machine), "spot": vm.spot,
                               "price_per_hour": vm.machine.price(vm.spot)} for vm in plan.vms}
 
 
-def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
+def build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
                      sweep_id: str) -> tuple[dict[str, Provider], Any]:
     """One provider per name the plan runs on; SSH keys first for those that create VMs.
 
@@ -88,7 +88,7 @@ def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
     """
     from orchestrator.providers import get_provider, provider_class
 
-    names = sorted({_exec_provider_name(spec, vm) for vm in plan.vms})
+    names = sorted({exec_provider_name(spec, vm) for vm in plan.vms})
     keys = None
     if run_dir is not None and any(provider_class(n).creates_machines for n in names):
         from orchestrator.providers.remote import SshKeys
@@ -108,7 +108,7 @@ def _build_providers(spec: SweepSpec, plan: Plan, run_dir: Path | None,
 def signed_url_lifetime(plan: Plan) -> int:
     """How long the URLs a VM gets stay valid: as long as the sweep's VMs may live (their
     estimate × 1.5 + the margin, the expiry label), within SigV4's and GCS's 7-day limit."""
-    longest = max((_expiry(0.0, vm) for vm in plan.vms), default=EXPIRY_MARGIN_S)
+    longest = max((vm_expiry(0.0, vm) for vm in plan.vms), default=EXPIRY_MARGIN_S)
     return int(min(longest, SIGNED_URL_MAX_S))
 
 
@@ -131,7 +131,7 @@ def bucket_serves(url: str | None, providers: set[str]) -> set[str]:
     return {cloud} & providers if cloud else set()
 
 
-def _open_bucket(spec: SweepSpec, providers: Iterable[str]) -> Bucket | None:
+def open_bucket(spec: SweepSpec, providers: Iterable[str]) -> Bucket | None:
     """The sweep's bucket; a dry run never touches a cloud one (it makes no cloud call).
     None when no host would use it (a sweep across providers, none of them its cloud's).
 
@@ -151,7 +151,7 @@ def _open_bucket(spec: SweepSpec, providers: Iterable[str]) -> Bucket | None:
     return None  # inputs are copied to each host over its executor
 
 
-def _limit_note(spec: SweepSpec, console: Console) -> None:
+def limit_note(spec: SweepSpec, console: Console) -> None:
     """--prove-limit/--find-limit add trials the plan's estimate does not count: say how many."""
     if spec.find_limit or spec.prove_limit:
         from orchestrator.engine.limits import MAX_STEPS
@@ -164,7 +164,7 @@ def _limit_note(spec: SweepSpec, console: Console) -> None:
                       highlight=False)
 
 
-def _bucket_note(spec: SweepSpec, providers: set[str], console: Console) -> None:
+def bucket_note(spec: SweepSpec, providers: set[str], console: Console) -> None:
     """Say which hosts of a sweep across providers use --bucket, and which get their
     files over SSH (see ``bucket_serves``)."""
     if not spec.bucket or len(providers) <= 1:
@@ -177,7 +177,7 @@ def _bucket_note(spec: SweepSpec, providers: set[str], console: Console) -> None
                   highlight=False)
 
 
-def _pack_job(spec: SweepSpec) -> Any:
+def pack_job(spec: SweepSpec) -> Any:
     """The --workdir archive (orchestrator.engine.jobs.JobArchive), or None."""
     if spec.workdir is None:
         return None
@@ -186,21 +186,21 @@ def _pack_job(spec: SweepSpec) -> Any:
     return pack_workdir(spec.workdir)
 
 
-def _expiry(now: float, vm: VmPlan) -> float:
+def vm_expiry(now: float, vm: VmPlan) -> float:
     """When ``vm`` powers itself off: its estimate plus 50% and a margin."""
     return now + vm.estimate.total_s * 1.5 + EXPIRY_MARGIN_S
 
 
-def _results_prefix(plan: Plan) -> str:
+def results_prefix(plan: Plan) -> str:
     return f"results/{slug(plan.sweep_id)}/"
 
 
-def _label_prefixes(bucket: Bucket, plan: Plan, inputs: StagedInputs | None) -> None:
+def label_prefixes(bucket: Bucket, plan: Plan, inputs: StagedInputs | None) -> None:
     """Label the prefixes the sweep writes before anything goes under them, so that
     `cloudprof cleanup` finds them if this process dies before its ``finally``."""
     now = time.time()
-    expires = max((_expiry(now, vm) for vm in plan.vms), default=now + EXPIRY_MARGIN_S)
+    expires = max((vm_expiry(now, vm) for vm in plan.vms), default=now + EXPIRY_MARGIN_S)
     sweep = slug(plan.sweep_id)
-    bucket.label_prefix(_results_prefix(plan), sweep, expires, RESULTS_RETENTION_S)
+    bucket.label_prefix(results_prefix(plan), sweep, expires, RESULTS_RETENTION_S)
     if inputs is not None:
         bucket.label_prefix(inputs.prefix, sweep, expires, INPUTS_RETENTION_S)

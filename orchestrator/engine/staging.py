@@ -7,8 +7,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.inputs import StagedInputs, _stage
-from orchestrator.engine.prepare import INPUTS_RETENTION_S, _expiry, _label_prefixes
+from orchestrator.engine.inputs import StagedInputs, upload_inputs
+from orchestrator.engine.prepare import INPUTS_RETENTION_S, label_prefixes, vm_expiry
 from orchestrator.plan.planner import Plan, slug
 from orchestrator.providers.base import Bucket
 
@@ -31,16 +31,16 @@ class Staging:
         bucket, plan, job, inputs = self.bucket, self.plan, self.job, self.inputs
         if bucket is None:
             return
-        _label_prefixes(bucket, plan, inputs)
+        label_prefixes(bucket, plan, inputs)
         if job is not None:  # a cache like the inputs: labelled, kept for later sweeps
             bucket.label_prefix(job.prefix, slug(plan.sweep_id),
-                                max(_expiry(time.time(), vm) for vm in plan.vms),
+                                max(vm_expiry(time.time(), vm) for vm in plan.vms),
                                 INPUTS_RETENTION_S)
             self.progress.log(f"Shipping the job ({job.files} files) to "
                               f"{bucket.url}/{job.prefix}/ ...")
             bucket.upload_dir(job.path.parent, job.prefix)
         if inputs is not None:
-            _stage(bucket, inputs, self.progress)
+            upload_inputs(bucket, inputs, self.progress)
 
     def run_once(self, stop: threading.Event) -> None:
         """Upload what the hosts fetch and sign its URLs, on the main thread while the

@@ -25,22 +25,22 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.engine import timeouts
 from orchestrator.engine.context import SweepContext
 from orchestrator.engine.host_session import SSH_USER
-from orchestrator.engine.inputs import StagedInputs, _stage, generate_inputs, plan_inputs
+from orchestrator.engine.inputs import StagedInputs, generate_inputs, plan_inputs, upload_inputs
 from orchestrator.engine.machines import Machines
 from orchestrator.engine.outcome import profile_ids, settle
 from orchestrator.engine.prepare import (
     EXPIRY_MARGIN_S,
     INPUTS_RETENTION_S,
     UNASKED_COST_USD,
-    _bucket_note,
-    _build_providers,
-    _exec_provider_name,
-    _limit_note,
-    _open_bucket,
-    _pack_job,
-    _prices,
-    _results_prefix,
+    bucket_note,
+    build_providers,
+    exec_provider_name,
+    limit_note,
     lookup_machines,
+    machine_prices,
+    open_bucket,
+    pack_job,
+    results_prefix,
     signed_url_lifetime,
 )
 from orchestrator.engine.progress import SweepProgress
@@ -68,9 +68,20 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 # The engine's names its callers (the CLI, the tests, the benchmarks) import from here.
-__all__ = ["EXPIRY_MARGIN_S", "INPUTS_RETENTION_S", "SSH_USER", "UNASKED_COST_USD",
-           "StagedInputs", "_stage", "generate_inputs", "lookup_machines", "plan_inputs",
-           "run_sweep"]
+__all__ = [
+    "EXPIRY_MARGIN_S",
+    "INPUTS_RETENTION_S",
+    "SSH_USER",
+    "UNASKED_COST_USD",
+    "StagedInputs",
+    "generate_inputs",
+    "lookup_machines",
+    "plan_inputs",
+    "run_sweep",
+    "upload_inputs",
+]
+
+
 def run_sweep(spec: SweepSpec, *, resume: Path | None = None,
               console: Console | None = None, plan_only: bool = False) -> Path | None:
     """Run (or resume) a sweep and return its run directory.
@@ -176,21 +187,21 @@ def _new_plan(spec: SweepSpec, console: Console, plan_only: bool,
 def _show_plan(spec: SweepSpec, plan: Plan, names: set[str], console: Console,
                done: set[str]) -> None:
     render_plan(plan, console, spec.dry_run, done=done)
-    _bucket_note(spec, names, console)
+    bucket_note(spec, names, console)
     console.print(f"Time limit: {timeouts.describe(spec)}", highlight=False)
-    _limit_note(spec, console)
+    limit_note(spec, console)
 
 
 def _check_providers(spec: SweepSpec, plan: Plan, console: Console) -> None:
     """Credentials, a group's hosts and the boot timeout, before anything is paid for."""
     if spec.dry_run:
         return
-    checkers, _ = _build_providers(spec, plan, None, plan.sweep_id)
+    checkers, _ = build_providers(spec, plan, None, plan.sweep_id)
     for provider in checkers.values():
         provider.check_credentials()
     for vm in plan.vms:  # ssh: the group's hosts alike (read from them), before anything
         if vm.nodes > 1:
-            provider = checkers[_exec_provider_name(spec, vm)]
+            provider = checkers[exec_provider_name(spec, vm)]
             for warning in provider.check_nodes(vm.machine.name, vm.nodes):
                 console.print(f"[yellow]warning:[/yellow] {warning}")
     if any(provider.creates_machines for provider in checkers.values()):
@@ -206,7 +217,7 @@ def _create_store(spec: SweepSpec, plan: Plan, inputs: StagedInputs | None,
     only), or at the latest by ``_run``, however the sweep ends."""
     return RunStore.create(Path(spec.out) / plan.sweep_id, {
         "sweep_id": plan.sweep_id, "spec": spec.to_dict(), "plan": plan.to_dict(),
-        "prices": _prices(plan), "dry_run": spec.dry_run,
+        "prices": machine_prices(plan), "dry_run": spec.dry_run,
         "ran_on": "local" if spec.dry_run else None,
         "inputs": {"hash": inputs.hash, "prefix": inputs.prefix,
                    "local_dir": str(inputs.local_dir)} if inputs else None,
@@ -221,20 +232,20 @@ def _run(spec: SweepSpec, resume: Path | None, console: Console, started: list[P
     store: RunStore | None = None
     if resume is not None:
         store, spec, plan, done = _load_resume(resume)
-        inputs, job = plan_inputs(spec), _pack_job(spec)
+        inputs, job = plan_inputs(spec), pack_job(spec)
     else:
         inputs = plan_inputs(spec)
-        job = _pack_job(spec)  # a workdir above the limit stops here, before anything exists
+        job = pack_job(spec)  # a workdir above the limit stops here, before anything exists
         plan = _new_plan(spec, console, plan_only, inputs, job)
-    names = {_exec_provider_name(spec, vm) for vm in plan.vms}
+    names = {exec_provider_name(spec, vm) for vm in plan.vms}
     if plan_only:
         _show_plan(spec, plan, names, console, done)
         return None
     _check_providers(spec, plan, console)
-    bucket = _open_bucket(spec, names)
+    bucket = open_bucket(spec, names)
     if bucket is not None and spec.bucket:  # a missing bucket (or no access) fails here,
         # before any run directory or VM exists
-        bucket.list(_results_prefix(plan))
+        bucket.list(results_prefix(plan))
     _show_plan(spec, plan, names, console, done)
     if inputs is not None:
         generate_inputs(inputs, console)  # once, then cached: a bar of frames while it runs
@@ -273,7 +284,7 @@ def _todo(spec: SweepSpec, plan: Plan, store: RunStore,
 def _execute(spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
              inputs: StagedInputs | None, done: set[str], console: Console,
              job: Any = None, resuming: bool = False) -> Path:
-    providers, keys = _build_providers(spec, plan, store.run_dir, plan.sweep_id)
+    providers, keys = build_providers(spec, plan, store.run_dir, plan.sweep_id)
     facts: dict[str, Any] = {}
     if spec.dry_run:
         from orchestrator.providers.local import host_facts
@@ -316,4 +327,4 @@ def _wind_down(ctx: SweepContext, machines: Machines, keys: Any) -> None:
     if ctx.bucket is not None and ctx.failures.write_error is None \
             and ctx.store.reads_back():  # else the bucket holds the only copy
         with contextlib.suppress(Exception):
-            ctx.bucket.delete_labelled(_results_prefix(ctx.plan))
+            ctx.bucket.delete_labelled(results_prefix(ctx.plan))

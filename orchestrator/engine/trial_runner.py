@@ -221,9 +221,9 @@ class TrialRunner:
     # -- put ---------------------------------------------------------------------
 
     def _result_keys(self, trial: TrialPlan) -> dict[str, str]:
-        from orchestrator.engine.prepare import _results_prefix
+        from orchestrator.engine.prepare import results_prefix
 
-        prefix = f"{_results_prefix(self.ctx.plan)}{trial.trial_id}"
+        prefix = f"{results_prefix(self.ctx.plan)}{trial.trial_id}"
         names = (protocol.SUMMARY_FILE, protocol.TIMESERIES_FILE)
         return {name: f"{prefix}/{name}"
                 for name in names + (JOB_LOG,) + (protocol.PROFILE_FILES if trial.profiled else ())}
