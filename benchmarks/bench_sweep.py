@@ -102,14 +102,24 @@ def child(args: argparse.Namespace) -> None:
 
         setattr(owner, name, wrapper)
 
-    engine_cls = sweep._Engine
-    clocked(sweep, "_stage", "stage_upload")
     clocked(local.LocalBucket, "list", "bucket_list")
-    clocked(engine_cls, "_stage_inputs", "stage_get")
-    clocked(engine_cls, "_run_trial", "run_trial")
-    clocked(engine_cls, "_upload_results", "upload")
-    clocked(engine_cls, "_collect", "collect")
-    clocked(sweep, "_finish", "report")
+    if hasattr(sweep, "_Engine"):  # a checkout from before the engine's rooms
+        engine_cls = sweep._Engine
+        clocked(sweep, "_stage", "stage_upload")
+        clocked(engine_cls, "_stage_inputs", "stage_get")
+        clocked(engine_cls, "_run_trial", "run_trial")
+        clocked(engine_cls, "_upload_results", "upload")
+        clocked(engine_cls, "_collect", "collect")
+        clocked(sweep, "_finish", "report")
+    else:
+        from orchestrator.engine import host_session, outcome, staging, trial_runner
+
+        clocked(staging, "upload_inputs", "stage_upload")
+        clocked(host_session.HostSession, "stage_inputs", "stage_get")
+        clocked(trial_runner.TrialRunner, "run", "run_trial")
+        clocked(trial_runner.TrialRunner, "_upload_results", "upload")
+        clocked(trial_runner.TrialRunner, "_collect", "collect")
+        clocked(outcome, "finish", "report")
 
     # The command a user types, through the console script's own entry point: its argument
     # parsing, its output and its way of exiting are part of what a sweep costs.

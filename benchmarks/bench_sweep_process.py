@@ -52,7 +52,12 @@ def child(args: argparse.Namespace) -> None:
 
     calls: list[dict[str, Any]] = []
     lock = threading.Lock()
-    real_run, real_upload = local.LocalExecutor.run, sweep._Engine._upload_results
+    # the trial runner's put step (a checkout from before the engine's rooms: the engine's)
+    if hasattr(sweep, "_Engine"):
+        putter: Any = sweep._Engine
+    else:
+        from orchestrator.engine.trial_runner import TrialRunner as putter
+    real_run, real_upload = local.LocalExecutor.run, putter._upload_results
 
     def run(self: Any, argv: Any, **kw: Any) -> Any:
         start = time.time()
@@ -73,7 +78,7 @@ def child(args: argparse.Namespace) -> None:
                 calls.append({"kind": "upload", "start": start, "end": time.time()})
 
     local.LocalExecutor.run = run  # type: ignore[method-assign]
-    sweep._Engine._upload_results = upload  # type: ignore[method-assign]
+    putter._upload_results = upload
     # Written from an exit handler: after the command, before the interpreter's shutdown.
     atexit.register(lambda: Path(args.report).write_text(json.dumps(calls)))
     from orchestrator import cli

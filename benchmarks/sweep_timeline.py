@@ -38,20 +38,21 @@ STEPS = (
     ("orchestrator.results.store", "RunStore", "create"),
     ("orchestrator.results.store", "RunStore", "ensure_trials_table"),
     ("orchestrator.engine.sweep", None, "_execute"),
-    ("orchestrator.engine.sweep", "_Engine", "_stage_once"),
-    ("orchestrator.engine.sweep", "_Engine", "_provision"),
-    ("orchestrator.engine.sweep", "_Engine", "_connect"),
+    ("orchestrator.engine.staging", "Staging", "run_once"),
+    ("orchestrator.engine.host_session", "HostSession", "provision"),
+    ("orchestrator.engine.host_session", "HostSession", "connect"),
     ("orchestrator.engine.warm_runner", "WarmRunner", "launch"),
-    ("orchestrator.engine.sweep", None, "_stage"),
-    ("orchestrator.engine.sweep", "_Engine", "_stage_inputs"),
-    ("orchestrator.engine.sweep", "_Engine", "_import_pandas"),
+    ("orchestrator.engine.staging", None, "upload_inputs"),
+    ("orchestrator.engine.host_session", "HostSession", "stage_inputs"),
+    ("orchestrator.engine.machines", "Machines", "_import_pandas"),
     ("orchestrator.engine.warm_runner", "WarmRunner", "wait_ready"),
-    ("orchestrator.engine.sweep", "_Engine", "_run_trial"),
-    ("orchestrator.engine.sweep", "_Engine", "_record"),
+    ("orchestrator.engine.trial_runner", "TrialRunner", "run"),
+    ("orchestrator.engine.trial_runner", "TrialRunner", "record"),
     ("orchestrator.engine.warm_runner", "WarmRunner", "stop"),
-    ("orchestrator.engine.sweep", None, "_finish"),
+    ("orchestrator.engine.outcome", None, "finish"),
     ("orchestrator.results.publish", None, "report_run"),
 )
+TRIAL, RECORD = "run", "record"  # the trial runner's steps, timed per trial below
 
 
 def child(args: argparse.Namespace, out: str) -> None:
@@ -123,10 +124,10 @@ def main() -> None:
     print(f"sweep process: {wall:.2f} s from its start to its exit\n")
     print("   at s  thread        step")
     for at, thread, edge, name in data["events"]:
-        if name not in ("_run_trial", "_record"):
+        if name not in (TRIAL, RECORD):
             print(f"{at:7.3f}  {thread[:12]:12}  {edge} {name}")
-    runs = [(at, edge) for at, _, edge, name in data["events"] if name == "_run_trial"]
-    records = [(at, edge) for at, _, edge, name in data["events"] if name == "_record"]
+    runs = [(at, edge) for at, _, edge, name in data["events"] if name == TRIAL]
+    records = [(at, edge) for at, _, edge, name in data["events"] if name == RECORD]
     starts = [at for at, edge in runs if edge == ">"]
     rec_in = [at for at, edge in records if edge == ">"]
     rec_out = [at for at, edge in records if edge == "<"]

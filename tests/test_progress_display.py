@@ -11,8 +11,9 @@ import pytest
 from rich.console import Console
 
 from orchestrator import providers
+from orchestrator.engine.inputs import upload_inputs as _stage
 from orchestrator.engine.progress import SweepProgress
-from orchestrator.engine.sweep import StagedInputs, _stage, generate_inputs, plan_inputs
+from orchestrator.engine.sweep import StagedInputs, generate_inputs, plan_inputs
 from orchestrator.spec.spec import SweepSpec
 from workloads.inputs import InputSpec, ensure_inputs
 

@@ -1,5 +1,9 @@
 """A Ray cluster over a machine's nodes: ``ray start --head`` on node 0, ``--address`` on the rest.
 
+:func:`form_cluster` makes the machine's other nodes ready like its first (each a
+host session of its own) and starts the cluster over all of them;
+:func:`cluster_request` points a trial at it.
+
 Commands are built here from plain values (pure functions, tested without a
 cluster) and run through each node's existing :class:`Executor` — SSH on a
 cloud VM or an ssh host, a subprocess for ``--dry-run`` — never a cloud SDK.
@@ -26,12 +30,17 @@ import posixpath
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator import settings
 from orchestrator.errors import RemoteCommandError, UsageError, one_line
 from orchestrator.providers.base import CommandResult, Executor, Instance
+
+if TYPE_CHECKING:
+    from orchestrator.engine.host_session import HostSession
+    from orchestrator.plan.planner import TrialPlan
+    from workloads.protocol import TrialRequest
 
 CLOUD_HEAD_PORT = 6379  # Ray's default, on a VM of the sweep's own
 LOCAL_PORTS = (20000, 29999)  # shared hosts: a port from the sweep id, clear of Ray's defaults
@@ -235,3 +244,80 @@ def _run(ex: Executor, argv: list[str], what: str,
         raise RemoteCommandError(f"{what} failed (exit {result.exit_code}): "
                                  f"{result.last_line()}")
     return result
+
+
+def form_cluster(host: HostSession) -> None:
+    """Nodes 1..N-1 made ready like node 0 (in parallel), then a Ray cluster over all."""
+    from orchestrator.engine.host_session import HostSession
+
+    ctx, vm = host.ctx, host.vm
+    ctx.progress.state(vm.name, f"starting {vm.nodes - 1} more node(s)")
+    with host.lock:
+        host.peers = [HostSession(ctx, replace(vm, name=vm.node_name(i)), host.provider, node=i)
+                      for i in range(1, vm.nodes)]
+
+    def ready(peer: HostSession) -> None:
+        peer.provision(vm.zone)
+        if ctx.stop.is_set():
+            return
+        peer.record_ready(node_of=vm.name)
+        peer.connect()
+        peer.stage_inputs()
+        peer.stage_job()
+
+    errors = in_parallel(ready, host.peers, lambda peer: f"node-{peer.vm.name}")
+    if errors:
+        raise errors[0]
+    if ctx.stop.is_set():
+        return
+    nodes = [host, *host.peers]
+    for node in nodes:
+        assert node.executor is not None
+        problem = node.executor.ensure_ray()
+        if problem:
+            raise RemoteCommandError(f"Ray on {node.vm.name}: {problem}")
+    _start_cluster(host, nodes)
+
+
+def _start_cluster(host: HostSession, nodes: list[HostSession]) -> None:
+    """``ray start`` on every node, the head's first, and the cluster in sweep.json."""
+    ctx, vm = host.ctx, host.vm
+    # Each node is reached at its own address (ssh: its own host), the head's first.
+    addresses = []
+    for node in nodes:
+        assert node.inst is not None
+        addresses.append(node_address(node.inst, host.provider.name))
+    plan = plan_cluster(ctx.plan.sweep_id, vm.machine.name, addresses[0],
+                        host.provider.name, host.provider.creates_machines)
+    cluster = RayCluster(plan, [RayNode(i, n.executor, address) for i, (n, address)
+                                in enumerate(zip(nodes, addresses, strict=True))
+                                if n.executor is not None])
+    host.cluster = cluster  # from here on, teardown stops it
+    ctx.progress.state(vm.name, f"starting Ray on {vm.nodes} nodes")
+    cluster.start()
+    ctx.store.record_vm(vm.name, ray={"address": cluster.address, "nodes": vm.nodes,
+                                      "start_s": round(cluster.start_s or 0.0, 3),
+                                      "node_vms": [n.vm.name for n in nodes],
+                                      "node_addresses": addresses,
+                                      "temp_dir": cluster.plan.temp_dir,
+                                      "notes": cluster.notes})
+    ctx.progress.log(f"{vm.machine.name}: Ray cluster of {vm.nodes} nodes up in "
+                     f"{cluster.start_s or 0.0:.1f} s (measured)")
+    from rich.markup import escape
+
+    for note in cluster.notes:  # a node whose peaks are sampled, not the kernel's
+        ctx.progress.log(escape(f"{vm.machine.name}: {note}"))
+
+
+def cluster_request(request: TrialRequest, host: HostSession,
+                    trial: TrialPlan) -> TrialRequest:
+    """A multi-node trial's request on the machine's cluster: its address and each node's
+    own copies of the inputs and the job, for the first ``trial.nodes`` nodes."""
+    if trial.nodes <= 1 or host.cluster is None:
+        return request
+    nodes = [host, *host.peers][:trial.nodes]
+    return replace(
+        request, ray_address=host.cluster.address,
+        ray_node_params={i: {"inputs": n.inputs_dir} for i, n in enumerate(nodes)
+                         if n.inputs_dir},
+        ray_node_chdirs={i: n.job_dir for i, n in enumerate(nodes) if n.job_dir})

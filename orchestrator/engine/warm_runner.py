@@ -23,9 +23,13 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from orchestrator import settings
 from orchestrator.providers.base import Executor
+
+if TYPE_CHECKING:
+    from orchestrator.plan.planner import TrialPlan
 
 READY_TIMEOUT_S = 60.0
 ENV_SWITCH = settings.WARM_RUNNER.name
@@ -101,6 +105,11 @@ class WarmRunner:
         with contextlib.suppress(Exception):
             ex.run([*self._client(ex), "stop", self.name], timeout=timeout)
         self.ended.wait(timeout if ex is self.ex else 1.0)
+
+
+def eligible(trial: TrialPlan) -> bool:
+    """Profilers attach from the runner's start; a Ray trial's driver joins a cluster."""
+    return not trial.profiled and trial.nodes <= 1
 
 
 def is_trial_command(argv: list[str]) -> bool:
