@@ -12,7 +12,15 @@ if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
         }
     fi
 fi
-"$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2
+# $6: the sweep's staged wheels on this host (empty: none); the index when they fail.
+src=index
+if [ -n "${6:-}" ] && "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --no-input --no-index --find-links "$6" "$4" >&2; then
+    src=staged
+else
+    [ -z "${6:-}" ] || echo "cloudprof: the staged wheels did not install; using the index" >&2
+    "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2
+fi
 "$tmp/bin/python" -c 'import workloads, numpy, pyarrow, psutil'
 # The scripts pip wrote (pip, f2py, activate...) name the env by its path: make it the
 # final one, or `pip` in a job's --setup finds no interpreter once the env is renamed.
@@ -28,5 +36,6 @@ if ! mv -T "$tmp" "$2" 2>/dev/null; then
         rm -rf "$2" && mv -T "$tmp" "$2"  # a broken env (its base python changed?)
     fi
 fi
-echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) install $3" >> "$1/bootstrap.log"
+echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) install $3 $src" >> "$1/bootstrap.log"
+echo "cloudprof-bootstrap $src"
 prune "$1" "$2"

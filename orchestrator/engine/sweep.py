@@ -70,6 +70,7 @@ from orchestrator.providers.base import (
     VmRequest,
     sweep_labels,
 )
+from orchestrator.providers.wheelhouse import SweepWheels
 from orchestrator.results.store import RunStore, now_iso, trial_row
 from orchestrator.spec.spec import SweepSpec
 from workloads import protocol
@@ -349,6 +350,8 @@ class _Engine:
         self.staged = threading.Event()
         # --prove-limit/--find-limit trials (orchestrator.engine.limits): id → what to record
         self.limit_meta: dict[str, dict[str, Any]] = {}
+        # the wheels the hosts' envs install, fetched and staged once per sweep
+        self.wheels = SweepWheels(progress.log, self.url_lifetime_s, slug(plan.sweep_id))
 
     # -- the whole run ---------------------------------------------------------
 
@@ -923,7 +926,7 @@ class _Engine:
             host.executor.close()
             return
         self.progress.state(host.vm.name, "bootstrapping")
-        host.executor.ensure_workloads()
+        host.executor.ensure_workloads(self.wheels.source(self._bucket(host)))
         if self.spec.profile and not host.profiler_checked:  # only when --profile asks
             host.profiler_checked = True
             problem = host.executor.ensure_profiler(self.spec.profile)

@@ -28,7 +28,8 @@ _REUSE_SCRIPT = _PRUNE_FUNCTION + _script("reuse.sh")
 # $2 base python.
 _APT_VENV_FUNCTION = _script("apt_venv.sh")
 
-# $1 workdir, $2 env dir, $3 hash, $4 wheel path, $5 base python. Builds the env beside its
+# $1 workdir, $2 env dir, $3 hash, $4 wheel path, $5 base python, $6 the directory of
+# staged wheels (optional: orchestrator.providers.wheelhouse). Builds the env beside its
 # final name and renames it, so a half-built env is never taken for a good one
 # (and two sweeps bootstrapping one host at once do not trip over each other).
 _INSTALL_SCRIPT = _PRUNE_FUNCTION + _APT_VENV_FUNCTION + _script("install.sh")

@@ -83,6 +83,8 @@ from orchestrator.providers.wheels import workloads_wheel as workloads_wheel
 if TYPE_CHECKING:
     import paramiko
 
+    from orchestrator.providers.wheelhouse import WheelSource
+
 log = logging.getLogger("cloudprof.remote")
 
 ENV_ENDPOINT = "CLOUDPROF_SSH_ENDPOINT"
@@ -429,6 +431,7 @@ class SshExecutor(Executor):
         self.base_python = target.python or os.environ.get(ENV_PYTHON) or "python3"
         self.python = self.base_python
         self.last_bootstrap: str | None = None  # "installed" | "reused"
+        self.bootstrap_source: str | None = None  # "staged" | "index", once installed
 
     # -- plumbing
 
@@ -661,14 +664,17 @@ class SshExecutor(Executor):
             )
         return {"vcpus": vcpus, "memory_gib": memory_gib}
 
-    def ensure_workloads(self) -> None:
+    def ensure_workloads(self, wheels: WheelSource | None = None) -> None:
         """Make ``python -m workloads.run`` runnable: reuse or build the venv for this wheel.
 
         The venv lives at ``<workdir>/env-<hash>`` (``--system-site-packages``, so
-        numpy/pyarrow/psutil the image already has are reused; pip fetches only
-        what is missing). ``<workdir>/bootstrap.log`` records "install" or
-        "reuse" per sweep, which is how the tests see the second sweep skip it.
+        numpy/pyarrow/psutil the image already has are reused). Its packages come
+        from ``wheels``, the sweep's staged set (``orchestrator.providers.wheelhouse``),
+        else, or when that fails, from the index. ``<workdir>/bootstrap.log`` records
+        "install" (and from where) or "reuse" per sweep, which is how the tests see
+        the second sweep skip it.
         """
+        start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="cloudprof-wheel-") as tmp:
             wheel, digest = workloads_wheel(Path(tmp))
             env = f"{self.workdir}/env-{digest}"
@@ -681,22 +687,14 @@ class SshExecutor(Executor):
             else:
                 remote_wheel = f"{self.workdir}/wheels/{wheel.name}"
                 self.put(wheel, remote_wheel)
-                self.check(
-                    [
-                        "sh",
-                        "-c",
-                        _INSTALL_SCRIPT,
-                        "sh",
-                        self.workdir,
-                        env,
-                        digest,
-                        remote_wheel,
-                        self.base_python,
-                    ],
-                    what="installing the workloads wheel",
-                    timeout=1800,
-                )
+                found = wheels.deliver(self, remote_wheel) if wheels is not None else None
+                out = self.check(["sh", "-c", _INSTALL_SCRIPT, "sh", self.workdir, env, digest,
+                                  remote_wheel, self.base_python, found or ""],
+                                 what="installing the workloads wheel", timeout=1800)
                 self.last_bootstrap = "installed"
+                self.bootstrap_source = "staged" if "cloudprof-bootstrap staged" in out else "index"
+                if wheels is not None:
+                    wheels.installed(self, self.bootstrap_source, time.monotonic() - start)
         self.python = f"{env}/bin/python"
 
     def ensure_profiler(self, kind: str) -> str | None:

@@ -58,7 +58,7 @@ def _package_files(root: Path) -> list[tuple[str, bytes]]:
     return files
 
 
-def _requirements() -> list[str]:
+def requirements() -> list[str]:
     """numpy/pyarrow/psutil with the bounds pyproject gives them (one source of truth)."""
     try:
         reqs = importlib.metadata.requires("cloudprof") or []
@@ -86,7 +86,7 @@ def build_workloads_wheel(out_dir: Path, source: Path | None = None) -> tuple[Pa
     import workloads
 
     files = _package_files(source or _workloads_dir())
-    requires = _requirements()
+    requires = requirements()
     h = hashlib.sha256()
     for name, data in files:
         h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
