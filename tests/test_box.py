@@ -273,6 +273,9 @@ def _check_vm_sweep(box: Box, tmp_path: Path, boot: FirstBoot,
     home = box.exec("sh", "-c", f"getent passwd {SSH_USER} | cut -d: -f6").stdout.strip()
     log = box.path(f"{home}/.cloudprof/bootstrap.log").read_text().split()
     assert log.count("install") == 1
+    # The wheels came staged, through the sweep's bucket (signed URLs), not the index.
+    assert log[log.index("install") + 2] == "staged", log
+    assert "wheels: staged in " in result.stdout, result.stdout[-2000:]
     assert _uids_under(box, f"{home}/.cloudprof") == {int(box.exec("id", "-u", SSH_USER).stdout)}
 
 
