@@ -7,6 +7,7 @@ this machine's (arm64), with a small requirement set (psutil) to stay fast.
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -119,3 +120,35 @@ def test_a_sweep_fetches_each_set_once_for_all_its_hosts(arm_cache) -> None:
     assert "from the cache" in lines[0]
     assert wheels.wheel_set(HostPlatform("3.11", "aarch64", None)) is None  # → the index
     assert "install from the package index" in lines[-1]
+
+
+def test_an_ssh_host_gets_its_set_over_sftp_once(sshd, tmp_path, monkeypatch) -> None:
+    """Over a real sshd: the host reports its platform, gets the set copied once, and a
+    later sweep finds it complete there (nothing copied again)."""
+    from orchestrator.providers.remote import SshTarget, open_ssh
+
+    host_python = tmp_path / "python3"  # the host's python3 without site-packages: no numpy
+    host_python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    host_python.chmod(0o755)
+    monkeypatch.setenv("CLOUDPROF_SSH_WORKDIR", str(tmp_path / "host"))
+    target = SshTarget(sshd.host, sshd.port, sshd.user, sshd.client_key, [sshd.host_public],
+                       python=str(host_python))
+    lines: list[str] = []
+    seen = []
+    for _sweep in range(2):
+        wheels = SweepWheels(lines.append, 3600, "sweep", reqs=SMALL, root=tmp_path / "cache")
+        ex = open_ssh(target, timeout=20)
+        try:
+            dest = wheels.source(None).deliver(ex, "unused.whl")
+        finally:
+            ex.close()
+        assert dest is not None and dest.startswith(str(tmp_path / "host" / "wheelhouse"))
+        copied = sorted(Path(dest).glob("*.whl"))
+        (cached,) = (tmp_path / "cache").glob("*/wheels.json")  # this machine's one set
+        assert [p.name for p in copied] == sorted(p.name for p in cached.parent.glob("*.whl"))
+        assert copied and all("psutil" in p.name for p in copied)
+        assert (Path(dest) / ".complete").exists()
+        seen.append([p.stat().st_mtime_ns for p in copied])
+    assert seen[0] == seen[1]  # the second sweep copied nothing
+    assert "from the cache" in lines[-1] and "downloaded" in lines[0]
+    assert sum("copied over SSH" in line for line in lines) == 1, lines

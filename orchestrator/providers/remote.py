@@ -1,4 +1,8 @@
-"""Remote execution over SSH: the sweep's keys, the VM's first-boot script, and an Executor.
+"""Remote execution over SSH: connecting, the bootstrap, and an Executor.
+
+The sweep's keys and the VM's first-boot script are in ``ssh_keys``, the
+bootstrap's shell scripts in ``bootstrap`` (``infra/bootstrap/``), the wheel
+that ships in ``wheels``; their names are re-exported here.
 
 Why it looks like this:
 
@@ -11,7 +15,8 @@ Why it looks like this:
   ``shlex.quote``; values substituted into ``infra/startup.sh`` are quoted too.
 - **Bootstrap is cached on the host.** The ``workloads`` package ships as a
   wheel named by its content hash and is installed into a venv keyed by that
-  hash, so a second sweep on the same host reuses it and starts in seconds.
+  hash, so a second sweep on the same host reuses it and starts in seconds. Its
+  dependencies come from the sweep's staged wheels (``wheelhouse``), else the index.
 - **Errors are one line** and typed (UnreachableError, HostKeyError,
   RemoteCommandError, ConnectionLostError) so the engine can decide: next
   machine, or reconnect and retry the trial.

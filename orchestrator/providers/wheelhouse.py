@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import BucketError, RemoteCommandError
 from orchestrator.providers.wheels import WHEEL_DEPS, requirements
 
 if TYPE_CHECKING:
@@ -280,17 +281,22 @@ class WheelSource:
         dest = f"{ex.workdir}/wheelhouse/{found.key}"
         if ex.run(["test", "-e", f"{dest}/{HOST_DONE}"], timeout=60).exit_code == 0:
             return dest  # an earlier sweep on this host copied it
+        start = time.monotonic()
         try:
             if self.bucket is not None:
                 self._from_bucket(ex, found, dest, base, workloads_wheel)
             else:
                 for name in found.files:
                     ex.put(found.directory / name, f"{dest}/{name}")
-        except (WheelsUnavailable, OSError) as exc:
+        # a lost connection is not caught: the engine reconnects and bootstraps again
+        except (WheelsUnavailable, OSError, BucketError, RemoteCommandError) as exc:
             self.wheels.log(f"wheels: {_label(ex)}: staged wheels not fetched ({exc}); "
                             "installing from the package index")
             return None
         ex.put_bytes(b"", f"{dest}/{HOST_DONE}")
+        how = "fetched from the bucket" if self.bucket is not None else "copied over SSH"
+        self.wheels.log(f"wheels: {_label(ex)}: {_mb(found.size)} {how} in "
+                        f"{time.monotonic() - start:.1f} s")
         return dest
 
     def _from_bucket(self, ex: Executor, found: WheelSet, dest: str, base: str,
