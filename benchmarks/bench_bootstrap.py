@@ -1,27 +1,30 @@
-"""SSH bootstrap: a host's first sweep (build the env) vs a later one (reuse it).
+"""Cold bootstrap of a bare Debian 12 box: from the package index vs from staged wheels.
 
-    python benchmarks/bench_bootstrap.py [--rounds 3]
+    python benchmarks/bench_bootstrap.py [--rounds 3]   (as root: it runs boxes)
 
-Against a real OpenSSH sshd on loopback (the tests' fixture, started here),
-each round times, side by side:
+Each round starts two fresh boxes (tests/fixtures/box.py: a bare Debian 12
+image, python3 without numpy, its own sshd on loopback) and times, on each, the
+time from "start connecting" to "ready to run the first trial":
 
-1. *first sweep on a host*: log in, then ``ensure_workloads`` into an empty
-   workdir — upload the wheel, create ``env-<hash>``, pip-install the wheel;
-2. *a later sweep*: a new connection, then ``ensure_workloads`` again, which
-   finds the env for the same hash and reuses it.
+1. *first sweep on the host*: ``ensure_workloads`` into an empty home — upload
+   the ``workloads`` wheel, create ``env-<hash>``, pip-install it with numpy,
+   pyarrow and psutil, either **from the package index** (each VM downloads
+   them itself, as before) or **from staged wheels** (the sweep's set, copied
+   to the host, installed with ``--no-index``);
+2. *a second sweep on the same host*: a new connection, the env is reused.
 
-Both use this interpreter as the host's python, whose numpy/pyarrow/psutil the
-venv (``--system-site-packages``) reuses — the case of an image that already
-has them. On an image without them the first sweep also downloads them from
-PyPI (network bound) while the later one still only checks the env. The
-figures are medians of ``--rounds`` rounds.
+The two variants alternate which goes first in each round (interleaved), and
+each figure is the median of the rounds with its min–max. Before timing, each
+box gets python3-venv with apt (untimed), as a cloud VM's first-boot script
+does before cloudprof logs in. The wheel set itself is downloaded once, on
+this machine, before the rounds (its time is printed on its own: once per
+sweep, then from the cache).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,54 +32,87 @@ from pathlib import Path
 from _common import machine_line, median, print_table
 
 from orchestrator.providers.remote import SshTarget, open_ssh
-from tests.fixtures.sshd import start_sshd
+from orchestrator.providers.wheelhouse import PROBE, HostPlatform, SweepWheels, WheelSource
+from tests.fixtures.box import Box, build_image, remove_box, run_box, unavailable
 
 
-def one_sweep(target: SshTarget) -> tuple[float, str]:
-    """Seconds from 'start connecting' to 'ready to run the first trial', and what it did."""
+def one_sweep(box: Box, wheels: WheelSource | None) -> tuple[float, str, str]:
+    """Seconds until the first trial could start; what the bootstrap did; from where."""
+    target = SshTarget(box.host, box.port, box.user, box.client_key, [box.host_public])
     start = time.perf_counter()
-    ex = open_ssh(target, timeout=30)
+    ex = open_ssh(target, timeout=60)
     try:
-        ex.ensure_workloads()
-        return time.perf_counter() - start, ex.last_bootstrap or "?"
+        ex.ensure_workloads(wheels)
+        return time.perf_counter() - start, ex.last_bootstrap or "?", ex.bootstrap_source or "-"
     finally:
         ex.close()
+
+
+def ready_box(image: object, where: Path, name: str) -> Box:
+    """A fresh box with python3-venv installed, as a cloud VM's first boot leaves it."""
+    box = run_box(image, where, name)  # type: ignore[arg-type]
+    box.exec("sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                         "apt-get install -y -qq --no-install-recommends python3-venv",
+             timeout=900)
+    return box
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.1f}–{max(values):.1f}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    reason = unavailable()
+    if reason:
+        print(f"error: {reason}")
+        return 1
+    os.environ.pop("CLOUDPROF_SSH_WORKDIR", None)  # the box's own ~/.cloudprof
     print(machine_line())
+    image = build_image()
+    times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-bootstrap-") as tmp:
-        server = start_sshd(Path(tmp) / "sshd")
+        probe_box = ready_box(image, Path(tmp), "probe")
         try:
-            target = SshTarget(
-                server.host,
-                server.port,
-                server.user,
-                server.client_key,
-                [server.host_public],
-                python=sys.executable,
-            )
-            first, later = [], []
-            for i in range(args.rounds):
-                os.environ["CLOUDPROF_SSH_WORKDIR"] = str(Path(tmp) / f"workdir-{i}")
-                seconds, did = one_sweep(target)
-                assert did == "installed", did
-                first.append(seconds)
-                seconds, did = one_sweep(target)
-                assert did == "reused", did
-                later.append(seconds)
+            platform = HostPlatform.parse(probe_box.exec("python3", "-c", PROBE).stdout
+                                          .split(" ", 1)[1])
         finally:
-            server.stop()
-    a, b = median(first), median(later)
-    print_table(
-        ["sweep on the host", "connect + bootstrap (s, median)", "rounds"],
-        [["first (install)", a, args.rounds], ["later (reuse)", b, args.rounds]],
-        title="Time until the first trial can start",
-    )
-    print(f"\nreuse is {a / b:.1f}x faster than the first bootstrap")
+            probe_box.stop()
+            remove_box(probe_box)
+        assert platform is not None
+        print("The wheel set, on this machine (once per sweep, then cached):")
+        for _ in range(2):  # two sweeps: the first downloads the set, the second reads it
+            wheels = SweepWheels(lambda line: print(f"  {line}"), 3600, "bench",
+                                 root=Path(tmp) / "wheel-cache")
+            wheels.wheel_set(platform)
+        for r in range(args.rounds):
+            order = ["index", "staged"] if r % 2 == 0 else ["staged", "index"]
+            for variant in order:
+                box = ready_box(image, Path(tmp), f"r{r}-{variant}")
+                try:
+                    source = wheels.source(None) if variant == "staged" else None
+                    for sweep, expect in (("first", "installed"), ("reuse", "reused")):
+                        seconds, did, came = one_sweep(box, source)
+                        assert did == expect, (did, expect)
+                        assert sweep == "reuse" or came == variant, (came, variant)
+                        times.setdefault((variant, sweep), []).append(seconds)
+                        print(f"  round {r + 1} {variant:6} {sweep:5}: {seconds:6.1f} s")
+                finally:
+                    box.stop()
+                    remove_box(box)
+    rows = []
+    for variant, label in (("index", "from the package index"), ("staged", "from staged wheels")):
+        first, reuse = times[(variant, "first")], times[(variant, "reuse")]
+        rows.append([label, median(first), spread(first), median(reuse), spread(reuse),
+                     args.rounds])
+    print_table(["bootstrap of a bare box", "first sweep (s, median)", "min–max",
+                 "second sweep (s, median)", "min–max", "rounds"], rows,
+                title="Time until the first trial can start (connect + bootstrap)")
+    index, staged = median(times[("index", "first")]), median(times[("staged", "first")])
+    print(f"\nstaged wheels: the first bootstrap takes {staged / index:.2f}x the index's time; "
+          f"reuse is {staged / median(times[('staged', 'reuse')]):.0f}x faster than that")
     return 0
 
 

@@ -47,8 +47,10 @@ def _hosts_file(tmp_path: Path, box: Box) -> Path:
     return path
 
 
-def _sweep(tmp_path: Path, box: Box, *args: str) -> subprocess.CompletedProcess[str]:
+def _sweep(tmp_path: Path, box: Box, *args: str,
+           env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROF_SSH_")}
+    env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", "--provider", "ssh",
          "--hosts", str(_hosts_file(tmp_path, box)), "--machine", "box", *args,
@@ -93,8 +95,21 @@ def test_a_box_is_a_bare_vm_whose_power_off_ends_only_the_box(box: Box) -> None:
         outside.wait()
 
 
-def test_an_ssh_sweep_of_the_cube_bootstraps_a_bare_box_from_the_registries(
+BLOCKED_INDEX = "http://127.0.0.1:9/simple"  # nothing listens there: pip cannot reach an index
+
+
+def block_the_index(box: Box) -> None:
+    """pip in the box reaches no package index: whatever it installs came staged."""
+    box.path("/etc/pip.conf").write_text(f"[global]\nindex-url = {BLOCKED_INDEX}\n")
+    assert box.exec("python3", "-c", "import urllib.request as u; u.urlopen('"
+                    f"{BLOCKED_INDEX}', timeout=5)", check=False).returncode != 0
+
+
+def test_an_ssh_sweep_of_the_cube_bootstraps_a_bare_box_from_staged_wheels(
         box: Box, tmp_path: Path) -> None:
+    # Bootstrap once per sweep: this machine downloads the wheels, the box installs them
+    # with its own index blocked, so it cannot have fetched them from there.
+    block_the_index(box)
     start = time.monotonic()
     result = _sweep(tmp_path, box, *TINY)
     took = time.monotonic() - start
@@ -108,17 +123,21 @@ def test_an_ssh_sweep_of_the_cube_bootstraps_a_bare_box_from_the_registries(
     for trial_id in trials["trial_id"]:
         assert (run / "timeseries" / f"{trial_id}.parquet").stat().st_size > 0
     # The bootstrap installed python3-venv with apt (sudo), then the wheel and its
-    # dependencies from the index into a venv in the login user's home.
+    # dependencies from the staged wheels into a venv in the login user's home.
     log = box.path(f"{WORKDIR}/bootstrap.log").read_text().splitlines()
     assert any(" apt python3-venv" in line for line in log), log
     assert sum(" install " in line for line in log) == 1, log
+    assert [line.split()[-1] for line in log if " install " in line] == ["staged"], log
+    assert "installed from staged wheels" in result.stdout, result.stdout[-2000:]
+    (staged,) = box.path(f"{WORKDIR}/wheelhouse").iterdir()
+    assert {p.name.split("-")[0] for p in staged.glob("*.whl")} == {"numpy", "pyarrow", "psutil"}
     assert _installed(box, "python3-venv")
     (env,) = box.path(WORKDIR).glob("env-*")
     site = next((env / "lib").glob("python3*/site-packages"))
     for package in ("numpy", "pyarrow", "psutil"):
         (info,) = site.glob(f"{package}-*.dist-info")
         assert (info / "INSTALLER").read_text().strip() == "pip"
-        assert not (info / "direct_url.json").exists()  # from an index, not a local file
+        assert not (info / "direct_url.json").exists()  # found in --find-links, not named
     where = box.exec(f"{WORKDIR}/{env.name}/bin/python", "-c",
                      "import numpy, pyarrow; print(numpy.__file__, pyarrow.__file__)",
                      user=LOGIN_USER).stdout.split()
@@ -126,6 +145,28 @@ def test_an_ssh_sweep_of_the_cube_bootstraps_a_bare_box_from_the_registries(
     # Everything cloudprof left on the box, the trials' files included, is the login user's.
     assert _uids_under(box, WORKDIR) == {_login_uid(box)}
     print(f"cube sweep on a bare box, bootstrap included: {took:.0f}s")
+
+
+def test_a_staged_set_that_does_not_install_falls_back_to_the_index(
+        box: Box, tmp_path: Path) -> None:
+    from orchestrator.providers.wheelhouse import LISTING, PROBE, HostPlatform, cache_key
+    from orchestrator.providers.wheels import requirements
+
+    # This machine's cache holds a broken set for the box's platform (a numpy wheel that
+    # is no zip): the box's offline install fails, and it installs from the index.
+    probe = box.exec("python3", "-c", PROBE).stdout.split(" ", 1)[1]
+    platform = HostPlatform.parse(probe)
+    assert platform is not None, probe
+    broken = tmp_path / "cache" / "wheels" / cache_key(requirements(), platform)
+    broken.mkdir(parents=True)
+    name = f"numpy-2.0.0-cp{platform.python.replace('.', '')}-none-any.whl"
+    (broken / name).write_bytes(b"not a wheel")
+    (broken / LISTING).write_text(json.dumps({"files": [name]}))
+    result = _sweep(tmp_path, box, *TINY, env_extra={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    log = box.path(f"{WORKDIR}/bootstrap.log").read_text().splitlines()
+    assert [line.split()[-1] for line in log if " install " in line] == ["index"], log
+    assert "installed from the package index" in result.stdout, result.stdout[-2000:]
 
 
 def test_a_command_job_with_setup_and_a_memory_profile_runs_on_a_box_as_the_login_user(
@@ -232,6 +273,9 @@ def _check_vm_sweep(box: Box, tmp_path: Path, boot: FirstBoot,
     home = box.exec("sh", "-c", f"getent passwd {SSH_USER} | cut -d: -f6").stdout.strip()
     log = box.path(f"{home}/.cloudprof/bootstrap.log").read_text().split()
     assert log.count("install") == 1
+    # The wheels came staged, through the sweep's bucket (signed URLs), not the index.
+    assert log[log.index("install") + 2] == "staged", log
+    assert "wheels: staged in " in result.stdout, result.stdout[-2000:]
     assert _uids_under(box, f"{home}/.cloudprof") == {int(box.exec("id", "-u", SSH_USER).stdout)}
 
 

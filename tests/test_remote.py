@@ -532,7 +532,7 @@ def test_bootstrap_installs_once_then_reuses(vm_env, tmp_path, monkeypatch):
     log = (workdir / "bootstrap.log").read_text().split("\n")
     actions = [line.split()[1:] for line in log if line]
     digest = Path(ex.python).parent.parent.name.removeprefix("env-")
-    assert actions == [["install", digest], ["reuse", digest]]
+    assert actions == [["install", digest, "index"], ["reuse", digest]]  # no wheels given
     envs = sorted(p.name for p in workdir.iterdir() if p.name.startswith("env-"))
     assert envs == sorted([f"env-{digest}", "env-recent"])  # the stale and dead ones pruned
     assert (workdir / f"env-{digest}" / ".last-used").exists()

@@ -63,6 +63,8 @@ def test_build_makes_an_sdist_and_a_wheel_without_tests(
         "orchestrator", "workloads"}
     assert "orchestrator/_data/catalog/gcp.csv" in names
     assert "orchestrator/_data/startup.sh" in names
+    for script in (ROOT / "infra" / "bootstrap").glob("*.sh"):  # the SSH bootstrap's
+        assert f"orchestrator/_data/bootstrap/{script.name}" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if "/" in m.name}

@@ -74,6 +74,7 @@ class SweepContext:
     bucket_served: frozenset[str] = frozenset()
     url_lifetime_s: int = 0
     attempt_nonce: str = field(default_factory=lambda: str(int(time.time())))
+    wheels: Any = None  # providers.wheelhouse.SweepWheels: fetched and staged once per sweep
 
     @classmethod
     def create(cls, spec: SweepSpec, plan: Plan, store: RunStore, bucket: Bucket | None,
@@ -85,11 +86,16 @@ class SweepContext:
         stop = cancel if cancel is not None else threading.Event()
         served = bucket_serves(bucket.url if bucket is not None else None,
                                {exec_provider_name(spec, vm) for vm in plan.vms})
+        from orchestrator.plan.planner import slug
+        from orchestrator.providers.wheelhouse import SweepWheels
+
+        lifetime = signed_url_lifetime(plan)
         return cls(spec=spec, plan=plan, store=store, bucket=bucket, inputs=inputs,
                    progress=progress, providers=providers, staging=staging,
                    failures=Failures(progress, stop), stop=stop, ssh_keys=ssh_keys, job=job,
                    resuming=resuming, bucket_served=frozenset(served),
-                   url_lifetime_s=signed_url_lifetime(plan))
+                   url_lifetime_s=lifetime,
+                   wheels=SweepWheels(progress.log, lifetime, slug(plan.sweep_id)))
 
     def provider(self, vm: VmPlan) -> Provider:
         return self.providers[exec_provider_name(self.spec, vm)]

@@ -221,7 +221,8 @@ class HostSession:
             self.executor.close()
             return
         progress.state(self.vm.name, "bootstrapping")
-        self.executor.ensure_workloads()
+        wheels = self.ctx.wheels  # the sweep's one staged set for this host's platform
+        self.executor.ensure_workloads(wheels.source(self.bucket) if wheels else None)
         profile = self.ctx.spec.profile
         if profile and not self.profiler_checked:  # only when --profile asks
             self.profiler_checked = True

@@ -236,8 +236,9 @@ class Executor(abc.ABC):
             local.write_bytes(data)
             self.put(local, remote)
 
-    def ensure_workloads(self) -> None:  # noqa: B027 - optional hook
-        """Make ``python -m workloads.run`` runnable on the host (ship the wheel over SSH).
+    def ensure_workloads(self, wheels: Any = None) -> None:  # noqa: B027 - optional hook
+        """Make ``python -m workloads.run`` runnable on the host (ship the wheel over SSH;
+        ``wheels``: the sweep's staged wheel set, ``wheelhouse.WheelSource``).
 
         A no-op where the host already runs this checkout (the local provider).
         """

@@ -1,4 +1,8 @@
-"""Remote execution over SSH: the sweep's keys, the VM's first-boot script, and an Executor.
+"""Remote execution over SSH: connecting, the bootstrap, and an Executor.
+
+The sweep's keys and the VM's first-boot script are in ``ssh_keys``, the
+bootstrap's shell scripts in ``bootstrap`` (``infra/bootstrap/``), the wheel
+that ships in ``wheels``; their names are re-exported here.
 
 Why it looks like this:
 
@@ -11,7 +15,8 @@ Why it looks like this:
   ``shlex.quote``; values substituted into ``infra/startup.sh`` are quoted too.
 - **Bootstrap is cached on the host.** The ``workloads`` package ships as a
   wheel named by its content hash and is installed into a venv keyed by that
-  hash, so a second sweep on the same host reuses it and starts in seconds.
+  hash, so a second sweep on the same host reuses it and starts in seconds. Its
+  dependencies come from the sweep's staged wheels (``wheelhouse``), else the index.
 - **Errors are one line** and typed (UnreachableError, HostKeyError,
   RemoteCommandError, ConnectionLostError) so the engine can decide: next
   machine, or reconnect and retry the trial.
@@ -35,10 +40,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
-import importlib.metadata
 import io
-import ipaddress
 import logging
 import os
 import posixpath
@@ -49,212 +51,55 @@ import socket
 import tempfile
 import threading
 import time
-import urllib.request
-import zipfile
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.atomic import atomic_path, atomic_write_bytes
+from orchestrator.atomic import atomic_path
 from orchestrator.errors import (
     ConnectionLostError,
     HostKeyError,
-    ProviderError,
     RemoteCommandError,
     UnreachableError,
     UsageError,
 )
-from orchestrator.packaged import data_path
 from orchestrator.providers.base import CommandResult, Executor, Instance
+from orchestrator.providers.bootstrap import _INSTALL_SCRIPT as _INSTALL_SCRIPT
+from orchestrator.providers.bootstrap import _PACKAGE_SCRIPT as _PACKAGE_SCRIPT
+from orchestrator.providers.bootstrap import _RAY_PROBE as _RAY_PROBE
+from orchestrator.providers.bootstrap import _REUSE_SCRIPT as _REUSE_SCRIPT
+from orchestrator.providers.bootstrap import ENV_RETENTION_DAYS as ENV_RETENTION_DAYS
+from orchestrator.providers.bootstrap import PROFILER_PACKAGES as PROFILER_PACKAGES
+from orchestrator.providers.bootstrap import RAY_REQUIREMENT as RAY_REQUIREMENT
+from orchestrator.providers.ssh_keys import ENV_HOST_KEY as ENV_HOST_KEY
+from orchestrator.providers.ssh_keys import ENV_KEY as ENV_KEY
+from orchestrator.providers.ssh_keys import PUBLIC_KEY_RE as PUBLIC_KEY_RE
+from orchestrator.providers.ssh_keys import SOURCE_CIDR_ENV as SOURCE_CIDR_ENV
+from orchestrator.providers.ssh_keys import STARTUP_STATE_DIR as STARTUP_STATE_DIR
+from orchestrator.providers.ssh_keys import SshKeys as SshKeys
+from orchestrator.providers.ssh_keys import caller_cidr as caller_cidr
+from orchestrator.providers.ssh_keys import public_line as public_line
+from orchestrator.providers.ssh_keys import startup_script as startup_script
+from orchestrator.providers.wheels import build_workloads_wheel as build_workloads_wheel
+from orchestrator.providers.wheels import workloads_wheel as workloads_wheel
 
 if TYPE_CHECKING:
     import paramiko
+
+    from orchestrator.providers.wheelhouse import WheelSource
 
 log = logging.getLogger("cloudprof.remote")
 
 ENV_ENDPOINT = "CLOUDPROF_SSH_ENDPOINT"
 ENV_USER = "CLOUDPROF_SSH_USER"
-ENV_KEY = "CLOUDPROF_SSH_KEY"
-ENV_HOST_KEY = "CLOUDPROF_SSH_HOST_KEY"
 ENV_WORKDIR = "CLOUDPROF_SSH_WORKDIR"
 ENV_PYTHON = "CLOUDPROF_SSH_PYTHON"
 ENV_BOOT_TIMEOUT = "CLOUDPROF_SSH_BOOT_TIMEOUT"
 BOOT_TIMEOUT_S = 300.0  # a cloud VM's sshd is usually up in 30-90 s
-
-STARTUP_TEMPLATE = "startup.sh"  # infra/startup.sh, packaged (orchestrator.packaged)
-# Files the startup script writes; the bootstrap waits for "done" when "started" exists.
-STARTUP_STATE_DIR = "/var/lib/cloudprof"
-
-USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
-PUBLIC_KEY_RE = re.compile(
-    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+)"
-    r" [A-Za-z0-9+/]+=*( [^\r\n]*)?$"
-)
-WHEEL_DIST = "cloudprof_workloads"  # the wheel's distribution name (not "cloudprof": no clash)
-WHEEL_DEPS = ("numpy", "pyarrow", "psutil")  # the data plane's only run-time dependencies
 TAIL_LINES = 20
 REFUSED_GRACE_S = 3.0  # how long a host that is not booting may refuse connections
-
-
-# --------------------------------------------------------------------------- keys
-
-
-def _serialization() -> Any:
-    from cryptography.hazmat.primitives import serialization
-
-    return serialization
-
-
-def _write_secret(path: Path, data: bytes) -> None:
-    """Create ``path`` with mode 0600 from the start (never briefly world-readable)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    atomic_write_bytes(path, data, mode=0o600)  # its temp file is 0600 from creation too
-
-
-def _generate_ed25519(path: Path, comment: str) -> str:
-    """Write a new OpenSSH-format ed25519 private key to ``path``; return its public line."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    ser = _serialization()
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
-    public = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
-    line = f"{public.decode()} {comment}"
-    _write_secret(path, private)
-    Path(str(path) + ".pub").write_text(line + "\n")
-    return line
-
-
-def public_line(private_key: Path, comment: str = "") -> str:
-    """The OpenSSH public line of a private key file (OpenSSH or PEM format, unencrypted)."""
-    ser = _serialization()
-    try:
-        data = Path(private_key).expanduser().read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read SSH key {private_key}: {exc.strerror or exc}") from None
-    try:
-        if b"BEGIN OPENSSH PRIVATE KEY" in data:
-            key = ser.load_ssh_private_key(data, password=None)
-        else:
-            key = ser.load_pem_private_key(data, password=None)
-    except TypeError:
-        raise UsageError(
-            f"SSH key {private_key} is encrypted: use an unencrypted key for cloudprof "
-            "(or let it generate one per sweep)"
-        ) from None
-    except ValueError as exc:
-        raise UsageError(f"{private_key} is not a usable SSH private key: {exc}") from None
-    public = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
-    return f"{public.decode()} {comment}".strip()
-
-
-@dataclass
-class SshKeys:
-    """The sweep's SSH identity: the client key cloudprof logs in with and the VM's host key.
-
-    ``generated`` lists the files cloudprof made (deleted by ``remove``); keys
-    given by the user (``--ssh-key``, ``CLOUDPROF_SSH_KEY``, ``CLOUDPROF_SSH_HOST_KEY``)
-    are never deleted.
-    """
-
-    user_key: Path  # client private key
-    user_public: str  # its OpenSSH public line (installed in authorized_keys on the VM)
-    host_key: Path  # host private key (installed on the VM by the startup script)
-    host_public: str  # its public line (what cloudprof expects the VM to present)
-    generated: list[Path] = field(default_factory=list)
-    # Set by the sweep engine when it stops (Ctrl-C): connect() stops waiting for SSH.
-    cancel: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
-
-    @classmethod
-    def for_sweep(cls, sweep_dir: Path, override_key: Path | None = None) -> SshKeys:
-        """Keys of the sweep in ``sweep_dir/keys/``, generated on first use, reused on resume.
-
-        ``override_key`` (``--ssh-key``) or ``$CLOUDPROF_SSH_KEY`` replaces the
-        client key; ``$CLOUDPROF_SSH_HOST_KEY`` replaces the host key.
-        """
-        keys_dir = Path(sweep_dir) / "keys"
-        generated: list[Path] = []
-        tag = f"cloudprof-{Path(sweep_dir).name}"
-
-        def own(name: str, comment: str) -> tuple[Path, str]:
-            path = keys_dir / name
-            pub = Path(str(path) + ".pub")
-            if path.exists() and pub.exists():  # resume: the VMs already trust these
-                line = pub.read_text().strip()
-            else:
-                line = _generate_ed25519(path, comment)
-            generated.extend([path, pub])
-            return path, line
-
-        client = override_key or (Path(os.environ[ENV_KEY]) if os.environ.get(ENV_KEY) else None)
-        if client is not None:
-            client = client.expanduser()
-            user_key, user_public = client, public_line(client, tag)
-        else:
-            user_key, user_public = own("client_ed25519", tag)
-        host = os.environ.get(ENV_HOST_KEY)
-        if host:
-            host_key = Path(host).expanduser()
-            host_public = public_line(host_key, f"{tag}-host")
-        else:
-            host_key, host_public = own("host_ed25519", f"{tag}-host")
-        return cls(user_key, user_public, host_key, host_public, generated)
-
-    def remove(self) -> None:
-        """Delete the keys cloudprof generated (teardown); user-given keys stay."""
-        for path in self.generated:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        parents = {p.parent for p in self.generated}
-        for parent in parents:
-            with contextlib.suppress(OSError):
-                parent.rmdir()  # only if empty
-
-
-# --------------------------------------------------------------------------- startup script
-
-
-def _check_public_key(line: str, what: str) -> str:
-    if not PUBLIC_KEY_RE.match(line):
-        raise UsageError(f"{what} is not a one-line OpenSSH public key")
-    return line
-
-
-def startup_script(keys: SshKeys, ssh_user: str, expires_at: int) -> str:
-    """``infra/startup.sh`` with the sweep's values filled in, each shell-quoted.
-
-    Run as root at first boot: installs the sweep's host key, authorises the
-    client key for ``ssh_user``, and schedules power-off at ``expires_at``
-    (unix time) — the provider deletes the VM on shutdown, so it dies even if
-    the laptop running the sweep does.
-    """
-    if not USER_RE.match(ssh_user):
-        raise UsageError(f"invalid SSH user name {ssh_user!r}")
-    template_path = data_path(STARTUP_TEMPLATE)
-    try:
-        template = template_path.read_text()
-        host_private = Path(keys.host_key).read_text().strip()
-    except OSError as exc:
-        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
-    values = {
-        "SSH_USER": ssh_user,
-        "CLIENT_PUBLIC_KEY": _check_public_key(keys.user_public, "client public key"),
-        "HOST_PRIVATE_KEY": host_private,
-        "HOST_PUBLIC_KEY": _check_public_key(keys.host_public, "host public key"),
-        "EXPIRES_AT": str(int(expires_at)),
-        "STATE_DIR": STARTUP_STATE_DIR,
-    }
-
-    def fill(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in values:
-            raise UsageError(f"{template_path}: unknown placeholder @{name}@")
-        return shlex.quote(values[name])
-
-    # One pass, so a value that looks like a placeholder is never substituted again.
-    return re.sub(r"@([A-Z_]+)@", fill, template)
 
 
 # --------------------------------------------------------------------------- connecting
@@ -591,6 +436,7 @@ class SshExecutor(Executor):
         self.base_python = target.python or os.environ.get(ENV_PYTHON) or "python3"
         self.python = self.base_python
         self.last_bootstrap: str | None = None  # "installed" | "reused"
+        self.bootstrap_source: str | None = None  # "staged" | "index", once installed
 
     # -- plumbing
 
@@ -835,14 +681,17 @@ class SshExecutor(Executor):
             )
         return {"vcpus": vcpus, "memory_gib": memory_gib}
 
-    def ensure_workloads(self) -> None:
+    def ensure_workloads(self, wheels: WheelSource | None = None) -> None:
         """Make ``python -m workloads.run`` runnable: reuse or build the venv for this wheel.
 
         The venv lives at ``<workdir>/env-<hash>`` (``--system-site-packages``, so
-        numpy/pyarrow/psutil the image already has are reused; pip fetches only
-        what is missing). ``<workdir>/bootstrap.log`` records "install" or
-        "reuse" per sweep, which is how the tests see the second sweep skip it.
+        numpy/pyarrow/psutil the image already has are reused). Its packages come
+        from ``wheels``, the sweep's staged set (``orchestrator.providers.wheelhouse``),
+        else, or when that fails, from the index. ``<workdir>/bootstrap.log`` records
+        "install" (and from where) or "reuse" per sweep, which is how the tests see
+        the second sweep skip it.
         """
+        start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="cloudprof-wheel-") as tmp:
             wheel, digest = workloads_wheel(Path(tmp))
             env = f"{self.workdir}/env-{digest}"
@@ -855,22 +704,14 @@ class SshExecutor(Executor):
             else:
                 remote_wheel = f"{self.workdir}/wheels/{wheel.name}"
                 self.put(wheel, remote_wheel)
-                self.check(
-                    [
-                        "sh",
-                        "-c",
-                        _INSTALL_SCRIPT,
-                        "sh",
-                        self.workdir,
-                        env,
-                        digest,
-                        remote_wheel,
-                        self.base_python,
-                    ],
-                    what="installing the workloads wheel",
-                    timeout=1800,
-                )
+                found = wheels.deliver(self, remote_wheel) if wheels is not None else None
+                out = self.check(["sh", "-c", _INSTALL_SCRIPT, "sh", self.workdir, env, digest,
+                                  remote_wheel, self.base_python, found or ""],
+                                 what="installing the workloads wheel", timeout=1800)
                 self.last_bootstrap = "installed"
+                self.bootstrap_source = "staged" if "cloudprof-bootstrap staged" in out else "index"
+                if wheels is not None:
+                    wheels.installed(self, self.bootstrap_source, time.monotonic() - start)
         self.python = f"{env}/bin/python"
 
     def ensure_profiler(self, kind: str) -> str | None:
@@ -916,290 +757,3 @@ class SshExecutor(Executor):
         """A fresh executor to the same host (after ConnectionLostError)."""
         self.close()
         return open_ssh(self.target, timeout)
-
-
-# Both scripts below start with this: it marks the env in use and removes the envs of
-# older wheels that no sweep used for a week (and half-built ones a day old), so a host
-# that sees many cloudprof versions does not fill up. $1 workdir, $2 env dir.
-ENV_RETENTION_DAYS = 7
-_PRUNE_FUNCTION = r"""
-prune() {
-    touch "$2/.last-used"
-    for d in "$1"/env-*; do
-        [ -d "$d" ] && [ "$d" != "$2" ] || continue
-        case "$d" in
-            *.tmp-*) days=1 ;;
-            *) days=__DAYS__ ;;
-        esac
-        stamp="$d/.last-used"
-        [ -e "$stamp" ] || stamp="$d"
-        if [ -n "$(find "$stamp" -maxdepth 0 -mmin +$((days * 1440)) 2>/dev/null)" ]; then
-            rm -rf "$d"
-        fi
-    done
-    return 0
-}
-""".replace("__DAYS__", str(ENV_RETENTION_DAYS))
-
-# Positional parameters: $1 workdir, $2 env dir, $3 hash, $4 startup state dir.
-# Waits for a running first-boot script (it installs python3-venv/pip), then
-# exits 0 when the env for this hash imports workloads and its dependencies.
-_REUSE_SCRIPT = _PRUNE_FUNCTION + r"""
-i=0
-while [ -e "$4/startup.started" ] && [ ! -e "$4/startup.done" ] && [ "$i" -lt 600 ]; do
-    sleep 1; i=$((i + 1))
-done
-mkdir -p "$1" || exit 2
-if [ -x "$2/bin/python" ] && "$2/bin/python" -c 'import workloads, numpy, pyarrow, psutil' \
-        >/dev/null 2>&1; then
-    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) reuse $3" >> "$1/bootstrap.log"
-    prune "$1" "$2"
-    exit 0
-fi
-exit 1
-"""
-
-# A Debian/Ubuntu image's python3 cannot make a venv until python3-venv is installed; a
-# cloud VM's first-boot script installs it, an SSH host (a VM the user made, a login
-# user with passwordless sudo as cloud images have) may lack it: install it with apt
-# when root or sudo without a password allows, else say what to install. $1 workdir,
-# $2 base python.
-_APT_VENV_FUNCTION = r"""
-apt_venv() {
-    command -v apt-get >/dev/null 2>&1 || return 0
-    if [ "$(id -u)" = 0 ]; then as_root=""
-    elif sudo -n true >/dev/null 2>&1; then as_root="sudo -n"
-    else return 0
-    fi
-    # python3-venv brings ensurepip's pip; the interpreter's own pythonX.Y-venv when
-    # that is not Debian's default python3.
-    pkgs=python3-venv
-    v=$("$2" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) &&
-        [ -n "$(apt-cache show "python$v-venv" 2>/dev/null)" ] && pkgs="$pkgs python$v-venv"
-    for wait in 10 20 0; do  # apt may be locked by the image's first-boot upgrades
-        # shellcheck disable=SC2086
-        if $as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
-            $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-                --no-install-recommends $pkgs >&2; then
-            echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) apt $pkgs" >> "$1/bootstrap.log"
-            return 0
-        fi
-        sleep "$wait"
-    done
-    return 0
-}
-"""
-
-# $1 workdir, $2 env dir, $3 hash, $4 wheel path, $5 base python. Builds the env beside its
-# final name and renames it, so a half-built env is never taken for a good one
-# (and two sweeps bootstrapping one host at once do not trip over each other).
-_INSTALL_SCRIPT = _PRUNE_FUNCTION + _APT_VENV_FUNCTION + r"""
-set -e
-tmp="$2.tmp-$$"
-"$5" -m venv --system-site-packages --without-pip "$tmp" 2>/dev/null || true
-if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
-    rm -rf "$tmp"
-    if ! "$5" -m venv --system-site-packages "$tmp" >/dev/null 2>&1; then
-        rm -rf "$tmp"
-        apt_venv "$1" "$5"
-        "$5" -m venv --system-site-packages "$tmp" || {
-            echo "$5 cannot create a venv with pip here: install python3-venv python3-pip" >&2
-            exit 1
-        }
-    fi
-fi
-"$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2
-"$tmp/bin/python" -c 'import workloads, numpy, pyarrow, psutil'
-# The scripts pip wrote (pip, f2py, activate...) name the env by its path: make it the
-# final one, or `pip` in a job's --setup finds no interpreter once the env is renamed.
-for f in "$tmp"/bin/*; do
-    if [ -f "$f" ] && [ ! -L "$f" ] && grep -qF "$tmp" "$f" 2>/dev/null; then
-        sed -i "s|$tmp|$2|g" "$f"
-    fi
-done
-if ! mv -T "$tmp" "$2" 2>/dev/null; then
-    if "$2/bin/python" -c 'import workloads, numpy, pyarrow, psutil' >/dev/null 2>&1; then
-        rm -rf "$tmp"  # another sweep installed the same wheel meanwhile
-    else
-        rm -rf "$2" && mv -T "$tmp" "$2"  # a broken env (its base python changed?)
-    fi
-fi
-echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) install $3" >> "$1/bootstrap.log"
-prune "$1" "$2"
-"""
-
-
-# --profile's tools, installed into the trial env only when a sweep asks for them. The
-# probe is a command that succeeds when the tool is already there ($2 = the env's bin).
-PROFILER_PACKAGES = {
-    "cpu": ("py-spy>=0.4", 'test -x "$2/py-spy"'),
-    "gil": ("py-spy>=0.4", 'test -x "$2/py-spy"'),
-    "memory": ("memray>=1.11", '"$1" -c "import memray"'),
-}
-# Ray for multi-node sweeps (pyproject's ``ray`` extra): plain ray, not ray[default]
-# (no dashboard, no extra servers on the nodes). The nodes of one sweep install it
-# together from the same index, so they get one version, as a Ray cluster needs.
-RAY_REQUIREMENT = "ray>=2.9"
-_RAY_PROBE = 'test -x "$2/ray" && "$1" -c "import ray"'
-# $1 env python, $2 env bin dir, $3 probe, $4 pip requirement, $5 what it is (for the log).
-# Two "hosts" may be one machine sharing one env (ssh hosts on one box, the tests' loopback
-# nodes): installs into an env take its lock (flock, where there is one), and look again
-# once they hold it, so the second finds the first's install instead of racing it.
-_PACKAGE_SCRIPT = r"""
-install() {
-    "$1" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2 || return 1
-    sh -c "$3" sh "$1" "$2" || { echo "$4 installed but not usable" >&2; return 1; }
-    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $5 $4" >> "$(dirname "$2")/../bootstrap.log"
-}
-if sh -c "$3" sh "$1" "$2" >/dev/null 2>&1; then
-    exit 0
-fi
-lock="$(dirname "$2")/../.cloudprof-install.lock"
-if command -v flock >/dev/null 2>&1 && touch "$lock" 2>/dev/null; then
-    (
-        flock 9
-        sh -c "$3" sh "$1" "$2" >/dev/null 2>&1 || install "$@"
-    ) 9>"$lock"
-    exit $?
-fi
-install "$@"
-"""
-
-
-# --------------------------------------------------------------------------- the wheel
-
-
-_wheel_lock = threading.Lock()
-_wheel_built: dict[str, tuple[str, bytes, str]] = {}  # source dir -> (file name, bytes, hash)
-
-
-def workloads_wheel(out_dir: Path) -> tuple[Path, str]:
-    """The wheel of this process's ``workloads`` package, built once per process.
-
-    Every machine of a sweep gets the very same wheel, even if the checkout is
-    edited while the sweep runs.
-    """
-    source = _workloads_dir()
-    with _wheel_lock:
-        if str(source) not in _wheel_built:
-            with tempfile.TemporaryDirectory(prefix="cloudprof-wheel-") as tmp:
-                path, digest = build_workloads_wheel(Path(tmp), source)
-                _wheel_built[str(source)] = (path.name, path.read_bytes(), digest)
-        name, data, digest = _wheel_built[str(source)]
-    path = Path(out_dir) / name
-    path.write_bytes(data)
-    return path, digest
-
-
-def _workloads_dir() -> Path:
-    import workloads
-
-    return Path(workloads.__file__).resolve().parent
-
-
-def _package_files(root: Path) -> list[tuple[str, bytes]]:
-    """(archive name, content) of every file of the package, sorted, without caches."""
-    files = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root.parent).as_posix()
-        if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
-            continue
-        files.append((rel, path.read_bytes()))
-    return files
-
-
-def _requirements() -> list[str]:
-    """numpy/pyarrow/psutil with the bounds pyproject gives them (one source of truth)."""
-    try:
-        reqs = importlib.metadata.requires("cloudprof") or []
-    except importlib.metadata.PackageNotFoundError:
-        reqs = []
-    out = []
-    for dep in WHEEL_DEPS:
-        found = [r.split(";")[0].strip() for r in reqs if re.match(rf"^{dep}\b", r)]
-        out.append(found[0] if found else dep)
-    return out
-
-
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return f"sha256={digest.decode()}"
-
-
-def build_workloads_wheel(out_dir: Path, source: Path | None = None) -> tuple[Path, str]:
-    """A wheel holding only the ``workloads`` package; returns (path, content hash).
-
-    The hash covers the package files and the requirements, so any change to
-    what runs on the VM gives a new venv there, and an unchanged checkout reuses
-    the old one. The zip is deterministic (fixed timestamps, sorted entries).
-    """
-    import workloads
-
-    files = _package_files(source or _workloads_dir())
-    requires = _requirements()
-    h = hashlib.sha256()
-    for name, data in files:
-        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    h.update("\n".join(requires).encode())
-    digest = h.hexdigest()[:16]
-    version = f"{workloads.__version__}+h{digest}"
-    dist_info = f"{WHEEL_DIST}-{version}.dist-info"
-    metadata = "\n".join(
-        [
-            "Metadata-Version: 2.1",
-            "Name: cloudprof-workloads",
-            f"Version: {version}",
-            "Summary: cloudprof's data plane (trial runner, workloads, profiling agent)",
-            "Requires-Python: >=3.10",
-            *(f"Requires-Dist: {r}" for r in requires),
-            "",
-        ]
-    ).encode()
-    wheel_meta = (
-        b"Wheel-Version: 1.0\nGenerator: cloudprof\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    entries = [
-        *files,
-        (f"{dist_info}/METADATA", metadata),
-        (f"{dist_info}/WHEEL", wheel_meta),
-        (f"{dist_info}/top_level.txt", b"workloads\n"),
-    ]
-    record = io.StringIO()
-    for name, data in entries:
-        record.write(f"{name},{_record_hash(data)},{len(data)}\n")
-    record.write(f"{dist_info}/RECORD,,\n")
-    entries.append((f"{dist_info}/RECORD", record.getvalue().encode()))
-    path = Path(out_dir) / f"{WHEEL_DIST}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in entries:
-            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, data)
-    return path, digest
-
-
-SOURCE_CIDR_ENV = "CLOUDPROF_SSH_SOURCE_CIDR"  # who may reach port 22 of a sweep's VMs
-
-
-def caller_cidr() -> str:
-    """Where SSH may come from: ``CLOUDPROF_SSH_SOURCE_CIDR``, else this machine's public IP."""
-    cidr = os.environ.get(SOURCE_CIDR_ENV)
-    if cidr:
-        try:
-            network = ipaddress.ip_network(cidr.strip(), strict=False)
-        except ValueError:
-            raise UsageError(f"{SOURCE_CIDR_ENV}={cidr!r} is not an address range "
-                             "like 203.0.113.7/32") from None
-        if network.prefixlen == 0:
-            raise UsageError(f"{SOURCE_CIDR_ENV}={cidr} would admit the whole internet to SSH")
-        return str(network)
-    for url in ("https://checkip.amazonaws.com", "https://api.ipify.org"):
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                addr = ipaddress.ip_address(resp.read().decode().strip())
-            return f"{addr}/{addr.max_prefixlen}"
-        except (OSError, ValueError):
-            continue
-    raise ProviderError("could not discover your public IP address for the SSH firewall rule; "
-                        f"set {SOURCE_CIDR_ENV}=a.b.c.d/32")
