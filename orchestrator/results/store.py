@@ -6,16 +6,21 @@ Layout: ``sweep.json`` (spec, plan, prices at launch, status, VMs created),
 Each trial is written atomically the moment it is collected, so a crash never
 loses a finished trial and ``--resume`` knows exactly what is missing.
 
-``trials.parquet`` is the one source of truth for trials: every record rewrites
-it whole (a temp file, then ``os.replace``), which at a few hundred rows costs
-milliseconds and means a reader never sees a half-written file. Removing a row
-from it makes ``--resume`` run that trial again.
+``trials.parquet`` and ``trials.parts/`` are the source of truth for trials. A
+record writes one part (the row as JSON, a temp file then ``os.replace``): the
+same cost at the 10th trial as at the 10,000th, where rewriting the table cost
+3.7 ms at 10 rows and 113 ms at 5,000. Reading the store (the sweep's end, a
+report, ``--resume``) first compacts the parts into ``trials.parquet``, in the
+order they were recorded, under a lock (``.trials.lock``), so a crash at any
+point loses no recorded trial and a reader sees every part. Removing a row from
+the compacted table makes ``--resume`` run that trial again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import math
 import os
@@ -32,7 +37,8 @@ from orchestrator.results.trials_table import (  # noqa: F401 - the store's name
     ALL_COLUMNS,
     EXTRA_COLUMNS,
     TRIAL_COLUMNS,
-    _appended,
+    _kind_of_column,
+    _merged,
     derive,
 )
 
@@ -47,6 +53,8 @@ SWEEP_FILE = "sweep.json"
 TRIALS_FILE = "trials.parquet"
 TIMESERIES_DIR = "timeseries"
 LOCK_FILE = ".lock"
+PARTS_DIR = "trials.parts"  # one JSON row per trial recorded since the last compaction
+COMPACT_LOCK = ".trials.lock"
 SWEEP_SCHEMA = "cloudprof.sweep/1"
 
 
@@ -144,6 +152,31 @@ def _unreadable(path: Path, exc: Exception) -> UsageError:
         "move it aside to make --resume run every trial again")
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar in a row as the Python value it holds (JSON knows no numpy)."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a trials table value")
+
+
+def _read_parts(parts: list[Path]) -> list[dict[str, Any]]:
+    """The rows of ``parts``, in order; a part another reader folded meanwhile is gone."""
+    rows = []
+    for part in parts:
+        try:
+            rows.append(json.loads(part.read_bytes()))
+        except FileNotFoundError:
+            continue
+    return rows
+
+
+def compact_parts(run_dir: Path) -> None:
+    """Fold a run's recorded parts into its trials.parquet, if it has any: what a reader of
+    the file itself (a report, a notebook) calls first to see every recorded trial."""
+    if any((Path(run_dir) / PARTS_DIR).glob("*.json")):
+        RunStore(Path(run_dir)).compact()
+
+
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -163,6 +196,8 @@ class RunStore:
         # The trials table this store last wrote, keyed by the file's (st_ino, st_size,
         # st_mtime_ns) then: see ``_read_table``.
         self._trials_cache: tuple[tuple[int, int, int], pa.Table] | None = None
+        self._parts_made = False
+        self._part_seq = itertools.count()
 
     # -- creation -------------------------------------------------------------
 
@@ -299,18 +334,18 @@ class RunStore:
     def record_trial(self, row: dict[str, Any], timeseries_path: Path | None) -> dict[str, Any]:
         """Store one trial's row (from ``trial_row``), its time series first, and return it.
 
-        A row with the same trial id is replaced: a re-run supersedes a failure. The time
-        series is hard-linked where it can be (the engine's fetched copy, removed next;
-        the caller never rewrites it in place), synced either way. Runs
-        between two trials, so it needs pyarrow alone (no pandas): the row is appended to
-        the Arrow table this store last wrote (``_appended``) with the columns' types the
-        pandas round trip gave them before (``concat`` + ``from_pandas``), so what a
-        reader gets from the file is what it got then.
+        The row is written as one part (``trials.parts/``), folded into trials.parquet by
+        the next read (:meth:`compact`); a row with the same trial id replaces the earlier
+        one there: a re-run supersedes a failure. The time series is hard-linked where it
+        can be (the engine's fetched copy, removed next; the caller never rewrites it in
+        place), synced either way. Runs between two trials, so it needs neither pandas nor
+        a read of the table, unless the table changed since this store last read it (it
+        is checked then: a table that no longer reads back stops the sweep).
         """
         trial_id = row["trial_id"]
         with self._lock:
             try:  # first: a table that no longer reads back is left as it is, never replaced
-                table = self._read_table()
+                self._read_base()
             except UsageError as exc:
                 why = one_line(exc.__cause__) if exc.__cause__ is not None else \
                     "its columns are not a trials table's"
@@ -322,8 +357,51 @@ class RunStore:
                 with _atomic_path(self.timeseries_path(trial_id), mode=None) as tmp:
                     if not link_or_copy(timeseries_path, tmp):
                         tmp.chmod(0o644)  # a copy: readable as every result (a link keeps its mode)
-            self._write_table(_appended(table, row))
+            self._write_part(row)
         return row
+
+    def _write_part(self, row: dict[str, Any]) -> None:
+        """The row as one file of ``trials.parts/``, named so that names sort in the order
+        of the records (nanoseconds, then this process and its own count)."""
+        parts = self.run_dir / PARTS_DIR
+        if not self._parts_made:
+            parts.mkdir(exist_ok=True)
+            self._parts_made = True
+        name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._part_seq):08d}.json"
+        atomic_write_bytes(parts / name, json.dumps(row, default=_plain).encode())
+
+    def compact(self) -> pa.Table:
+        """Fold the recorded parts into trials.parquet, in their order, and return the table.
+
+        Under an OS lock, so that two readers never fold the same part twice; the parts are
+        removed only once the table holding them is in place (a crash before that leaves
+        them to the next read, which gives the same table). A store this process cannot
+        write (a copy on a read-only disk) is read with its parts folded in memory.
+        """
+        import fcntl
+
+        with self._lock:
+            parts_dir = self.run_dir / PARTS_DIR
+            if not any(parts_dir.glob("*.json")):
+                return self._read_base()
+            try:
+                fh = open(self.run_dir / COMPACT_LOCK, "a+")  # noqa: SIM115 - closed below
+            except OSError:
+                return _merged(self._read_base(), _read_parts(sorted(parts_dir.glob("*.json"))))
+            with fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                parts = sorted(parts_dir.glob("*.json"))  # another reader may have folded some
+                table = self._read_base()
+                if not parts:
+                    return table
+                table = _merged(table, _read_parts(parts))
+                try:
+                    self._write_table(table)
+                except OSError:
+                    return table
+                for part in parts:
+                    part.unlink(missing_ok=True)
+                return table
 
     def done_trial_ids(self) -> set[str]:
         """Trials whose result stands (``DONE_STATUSES``): what ``--resume`` skips."""
@@ -356,6 +434,7 @@ class RunStore:
     def _read_trials(self) -> pd.DataFrame:
         """trials.parquet as a frame with every column of ``ALL_COLUMNS``."""
         with self._lock:
+            self.compact()
             if not self.trials_path.exists():
                 return self._empty_frame()
             frame = read_trials_file(self.trials_path)
@@ -365,13 +444,16 @@ class RunStore:
         return frame
 
     def _read_table(self) -> pa.Table:
+        """Every trial recorded: the parts compacted into the table (:meth:`compact`)."""
+        return self.compact()
+
+    def _read_base(self) -> pa.Table:
         """trials.parquet as the Arrow table in the file (an empty one without the file).
 
-        The table this store wrote last is kept in memory and returned while the file is
-        still that one: same inode, size and modification time. Reading it back was a
-        quarter of each ``record_trial``, between two trials. Any other writer (another
-        process on the run, a test, a user removing a row for ``--resume``) replaces or
-        rewrites the file, which changes the key, so the file is read again.
+        The table this store wrote or read last is kept in memory and returned while the
+        file is still that one: same inode, size and modification time. Any other writer
+        (another process on the run, a test, a user removing a row for ``--resume``)
+        replaces or rewrites the file, which changes the key, so the file is read again.
         """
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -381,8 +463,9 @@ class RunStore:
                 st = self.trials_path.stat()
             except FileNotFoundError:
                 return pa.table({})
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
             cached = self._trials_cache
-            if cached is not None and cached[0] == (st.st_ino, st.st_size, st.st_mtime_ns):
+            if cached is not None and cached[0] == key:
                 return cached[1]
             try:  # not pq.read_table, which imports pandas
                 with pq.ParquetFile(self.trials_path) as file:
@@ -390,6 +473,7 @@ class RunStore:
             except Exception as exc:  # pyarrow raises several types for a corrupt file
                 raise _unreadable(self.trials_path, exc) from exc
             check_trials_columns(self.trials_path, table.column_names)
+            self._trials_cache = (key, table)
             return table
 
     def _write_table(self, table: pa.Table) -> None:

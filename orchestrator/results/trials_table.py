@@ -280,48 +280,196 @@ def _arrow_column(values: list[Any], kind: _Kind) -> pa.Array:
     return arrow.nullable(nullable, pa.float64() if kind == "float64" else pa.int64())
 
 
-def _appended(old: pa.Table, row: dict[str, Any]) -> pa.Table:
-    """``old`` (the file's table) without ``row``'s trial, then ``row``, derived columns
-    recomputed: the table that read, concat, ``derive`` and ``from_pandas`` made."""
+# -- many rows at once ---------------------------------------------------------------
+# Compacting a sweep's parts merges thousands of rows. Appending them one at a time
+# (read the table, concat, derive, write) would cost O(rows) each; ``_merged`` gives the
+# same table, to the type of every column, in one pass: it keeps each column's values
+# as they read back from the file (its "read kind") and, per row, follows the one step
+# the row changes; only a step that changes a column's type (a few per column and
+# sweep) takes the whole column through Arrow, as writing the file would.
+
+_DERIVED = ("units_per_s_per_vcpu", "efficiency", "cost_per_million_units",
+            "scaleout_efficiency", "oversubscribed")
+
+
+def _class_of(value: Any) -> str:
+    """What ``_arrow_column`` sees of a value when it infers an object column's type."""
+    if _missing(value):
+        return "missing"
+    for name, kind in (("bool", bool), ("int", int), ("float", float), ("str", str)):
+        if isinstance(value, kind):
+            return name
+    return "other"
+
+
+def _inferred(counts: dict[str, int]) -> _Kind | None:
+    """The read kind of an object column with these value classes (None: not followed
+    here, the column goes through Arrow)."""
+    present = {c for c, k in counts.items() if k and c != "missing"}
+    nulls = bool(counts.get("missing"))
+    if not present:
+        return "object"
+    if present == {"bool"}:
+        return "object" if nulls else "bool"
+    if present == {"int"}:
+        return "float64" if nulls else "int64"
+    if present <= {"int", "float"}:
+        return "float64"
+    if present == {"str"}:
+        return "str"
+    return None
+
+
+class _Column:
+    """One column while rows merge: values as they read back (``kind``), the kind they
+    were last written with, and how many values of each class it holds."""
+
+    def __init__(self, kind: _Kind, values: list[Any], written: _Kind | None = None) -> None:
+        self.kind, self.values, self.written = kind, values, written or kind
+        # The last write: its array (a step through Arrow) or its last value as written
+        # (a step that appended; the values above are as it reads back)
+        self.array: pa.Array | None = None
+        self.last: Any = values[-1] if values else None
+        self.counts: dict[str, int] = {}
+        for v in values:
+            self._count(v, 1)
+
+    def _count(self, value: Any, by: int) -> None:
+        c = _class_of(value)
+        self.counts[c] = self.counts.get(c, 0) + by
+
+    def _only(self, *classes: str) -> bool:
+        return all(c in classes for c, k in self.counts.items() if k)
+
+    def pop(self, i: int) -> None:
+        self._count(self.values.pop(i), -1)
+
+    def _push(self, value: Any, written: _Kind, raw: Any = None) -> None:
+        self.values.append(value)
+        self._count(value, 1)
+        self.written, self.array = written, None
+        self.last = value if raw is None else raw
+
+    def final(self) -> pa.Array:
+        """The column as the last step wrote it."""
+        if self.array is not None:
+            return self.array
+        return _arrow_column([*self.values[:-1], self.last], self.written)
+
+    def through_arrow(self, values: list[Any], written: _Kind) -> None:
+        """Write ``values`` as ``written`` and read them back, as the file would."""
+        array = _arrow_column(values, written)
+        kind = _kind_of_column(array)
+        self.__init__(kind, _as_kind(array.to_pylist(), kind), written)  # type: ignore[misc]
+        self.array = array
+
+    def append(self, value: Any, new: _Kind | None, name: str) -> None:
+        """One row's step for this column: ``value`` (``new``: its kind, None
+        when the row lacks the column) joins, then the column is written and read back."""
+        kind = _common_kind(self.kind, new)
+        if name == "grid":
+            written = kind if kind == "str" else "object"
+            plain = "" if _missing(value) else value
+            if isinstance(plain, str) and self._only("str"):
+                self._push(plain, written)
+            else:
+                self.through_arrow(["" if _missing(v) else v
+                                    for v in _as_kind([*self.values, value], kind)], written)
+            return
+        if name == "nodes":
+            if self._only("int"):
+                value = _as_kind([value], kind)[0]
+                self._push(1 if _missing(value) else int(value), "int64")
+            else:
+                self.__init__("int64", [1 if _missing(v) else int(v)  # type: ignore[misc]
+                                        for v in _as_kind([*self.values, value], kind)])
+            return
+        if kind == self.kind and kind != "object":
+            self._push(_as_kind([value], kind)[0], kind)
+            return
+        if kind == "object":
+            self._count(value, 1)
+            read = _inferred(self.counts)
+            self._count(value, -1)
+            if read == self.kind:
+                if read == "float64":
+                    back = math.nan if _missing(value) else float(value)
+                else:
+                    back = None if _missing(value) else value
+                self._push(back, kind, raw=value)
+                return
+        self.through_arrow(_as_kind([*self.values, value], kind), kind)
+
+
+def _merged(old: pa.Table, rows: list[dict[str, Any]]) -> pa.Table:
+    """``old`` with ``rows`` recorded one after another, each replacing its trial's row,
+    derived columns recomputed: the table that reading, concatenating, ``derive`` and
+    ``Table.from_pandas`` made, row by row, in one pass."""
     import numpy as np
     import pyarrow as pa
 
-    in_old = {name: i for i, name in enumerate(old.column_names)}
-    trial_ids = old.column(in_old["trial_id"]).to_pylist() if "trial_id" in in_old else []
-    keep = [i for i, t in enumerate(trial_ids) if t != row["trial_id"]]
-    everything = len(keep) == len(trial_ids)
-    columns: dict[str, tuple[_Kind, list[Any]]] = {}
-    if not keep:  # the new row alone: its own dtypes
-        for name in ALL_COLUMNS:
-            columns[name] = (_kind_of_value(row.get(name)), [row.get(name)])
-    else:
-        for name in [*in_old, *(c for c in ALL_COLUMNS if c not in in_old)]:
-            if name in in_old:
-                column = old.column(in_old[name])
-                kind = _kind_of_column(column)
-                every = column.to_pylist()
-                values = _as_kind(every if everything else [every[i] for i in keep], kind)
-            else:  # a column the file lacks: added as None (object) when it was read
-                kind, values = "object", [None] * len(keep)
-            new_kind = _kind_of_value(row[name]) if name in row else None
-            kind = _common_kind(kind, new_kind)
-            columns[name] = (kind, _as_kind([*values, row.get(name)], kind))
+    if not rows:
+        return old
+    names = old.column_names
+    ids = old.column("trial_id").to_pylist() if "trial_id" in names else []
+    cols: dict[str, _Column] = {}
+    if ids:
+        for name in names:
+            column = old.column(name)
+            kind = _kind_of_column(column)
+            cols[name] = _Column(kind, _as_kind(column.to_pylist(), kind))
+    where = {t: i for i, t in enumerate(ids)}
+    for row in rows:
+        cols = _merge_row(cols, ids, where, row)
 
     def num(name: str) -> np.ndarray:
         return np.array([float(v) if isinstance(v, (int, float)) else np.nan
-                         for v in columns[name][1]], dtype=float)
+                         for v in cols[name].values], dtype=float)
 
-    grid_kind, grid = columns["grid"]
-    columns["grid"] = (grid_kind if grid_kind == "str" else "object",
-                       ["" if _missing(v) else v for v in grid])
-    nodes = [1 if _missing(v) else int(v) for v in columns["nodes"][1]]
-    columns["nodes"] = ("int64", nodes)
     derived = _derived(num("units_per_s"), num("workers"), num("vcpus"), num("price_per_hour"),
-                       np.array(nodes, dtype=float),
-                       np.array([v == "ok" for v in columns["status"][1]], dtype=bool),
-                       lambda name: columns[name][1])
-    arrays = {name: _arrow_column(values, kind) for name, (kind, values) in columns.items()}
+                       num("nodes"), np.array([v == "ok" for v in cols["status"].values]),
+                       lambda name: cols[name].values)
+    arrays = {name: c.final() for name, c in cols.items()}
     for name, values in derived.items():
-        arrays[name] = _arrow_column(values.tolist(),
-                                     "bool" if values.dtype == bool else "float64")
+        arrays[name] = _arrow_column(values.tolist(), "bool" if values.dtype == bool else "float64")
     return pa.table(arrays)
+
+
+def _merge_row(cols: dict[str, _Column], ids: list[Any], where: dict[Any, int],
+               row: dict[str, Any]) -> dict[str, _Column]:
+    """One row of ``_merged`` (``ids`` and ``where``, the trial ids in order and their
+    rows, are updated in place): its trial's old row out, the row in (alone in a table
+    that had no other row, with its own kinds, as ``DataFrame([row])`` types them)."""
+    trial_id = row["trial_id"]
+    if trial_id in where:
+        i = where.pop(trial_id)
+        for column in cols.values():
+            column.pop(i)
+        del ids[i]
+        where.update({t: j for j, t in enumerate(ids[i:], start=i)})
+    if not ids:
+        cols = {}
+        for name in ALL_COLUMNS:
+            value = row.get(name)
+            kind = _kind_of_value(value)
+            if name == "grid":
+                value, kind = ("" if _missing(value) else value), (
+                    kind if kind == "str" else "object")
+            elif name == "nodes":
+                value, kind = (1 if _missing(value) else int(value)), "int64"
+            column = _Column(kind, [])
+            column.through_arrow([value], kind)
+            cols[name] = column
+    else:
+        for name in ALL_COLUMNS:
+            if name not in cols:  # a column the file lacks: read as missing values
+                cols[name] = _Column("object", [None] * len(ids))
+        for name, column in cols.items():
+            if name in _DERIVED:  # recomputed from the others at the end
+                column.values.append(None)
+                continue
+            column.append(row.get(name), _kind_of_value(row[name]) if name in row else None,
+                          name)
+    where[trial_id] = len(ids)
+    ids.append(trial_id)
+    return cols

@@ -48,6 +48,7 @@ from orchestrator.results.store import (
     TRIAL_COLUMNS,
     TRIALS_FILE,
     check_trials_columns,
+    compact_parts,
 )
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ def load_run(run_dir: str | Path) -> RunData:
             raise UsageError(f"cannot read {sweep_file}: {exc}") from exc
         if not isinstance(sweep, dict):
             raise UsageError(f"cannot read {sweep_file}: not a JSON object")
+    compact_parts(path)  # the trials a sweep recorded since its table was last compacted
     if not trials_file.exists():
         raise CloudprofError(f"no trials in {path}")
     try:
