@@ -248,7 +248,8 @@ class RunStore:
     def running(self) -> Iterator[None]:
         """Hold the run's lock while a process works on it: two at once would run trials twice.
 
-        An OS lock (``flock``), so a crashed or killed process releases it by itself.
+        An OS lock (``flock``), so a crashed or killed process releases it by itself. The
+        recorded parts are compacted when the block ends, however it ends.
         """
         import fcntl
 
@@ -270,8 +271,17 @@ class RunStore:
             except BaseException as exc:
                 self._settle(exc)
                 raise
+            finally:
+                self._compact_at_end()
         finally:
             fh.close()
+
+    def _compact_at_end(self) -> None:
+        """However a run ends, its parts are folded into trials.parquet, so that the file
+        alone (a notebook, DuckDB) holds every trial; a table that no longer reads back is
+        left as it is (its parts with it, for the next reader)."""
+        with contextlib.suppress(OSError, UsageError):
+            self.compact()
 
     def _settle(self, exc: BaseException) -> None:
         """However a run ends, sweep.json never stays ``running``: an error that escaped
