@@ -672,7 +672,53 @@ class UslModel:
         }
 
 
+    def to_state(self) -> dict[str, Any]:
+        """Everything the model holds, as JSON values (a store keeps it: ``results.fits``)."""
+        return {"fit": {**self.fit.__dict__, "tested": list(self.fit.tested)},
+                "boot": [list(b) for b in self.boot],
+                "intervals": {k: list(v) for k, v in self.intervals.items()}}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> UslModel:
+        fit = dict(state["fit"])
+        return cls(fit=UslFit(**{**fit, "tested": tuple(fit["tested"])}),
+                   boot=tuple(tuple(b) for b in state["boot"]),  # type: ignore[misc]
+                   intervals={k: (v[0], v[1]) for k, v in state["intervals"].items()})
+
+
+# Fits made in this process, by the data they came from (``fit_key``): a report fits each
+# machine once, whoever asks (tables, plots, --json), and a store's kept fits
+# (``orchestrator.results.fits``) are read into it. Each set in _FIT_LOGS collects the
+# keys fitted or looked up while it is open.
+FIT_VERSION = 1  # part of every key: a change to the fitting changes every key
+_FITS: dict[str, UslModel | None] = {}
+_FIT_LOGS: list[set[str]] = []
+
+
+def fit_key(samples: Samples, n_boot: int = N_BOOT, seed: int = SEED) -> str:
+    """The fit's identity: every (workers, units/s) it is fitted to, the resamples, the seed."""
+    import hashlib
+
+    np = _np()
+    n, x = _flatten(samples)
+    order = np.lexsort((x, n))
+    data = np.stack([n[order], x[order]]).astype(float).tobytes()
+    return hashlib.sha256(data + f"{n_boot}/{seed}/{FIT_VERSION}".encode()).hexdigest()[:32]
+
+
 def fit_usl_with_intervals(
+    samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
+) -> UslModel | None:
+    """:func:`fit_usl_bootstrapped`, once per data set in this process (see ``_FITS``)."""
+    key = fit_key(samples, n_boot, seed)
+    for log in _FIT_LOGS:
+        log.add(key)
+    if key not in _FITS:
+        _FITS[key] = fit_usl_bootstrapped(samples, n_boot, seed)
+    return _FITS[key]
+
+
+def fit_usl_bootstrapped(
     samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
 ) -> UslModel | None:
     """USL fit plus bootstrap 95 % intervals of λ, σ, κ, N* and X(N*); None if it cannot fit.

@@ -23,6 +23,7 @@ from orchestrator.formatting import (
     n_workers,
 )
 from orchestrator.plan.model import KNEE_GAIN
+from orchestrator.results.fits import stored_fits
 from orchestrator.results.report.html import render_html
 from orchestrator.results.report.json_doc import SCHEMA as JSON_SCHEMA
 from orchestrator.results.report.json_doc import render_json, report_document
@@ -107,7 +108,8 @@ PLOTS_DIR = "plots"
 
 def print_summary(run_dir: str | Path, console: Console) -> Report:
     """The terminal report of one store (``cloudprof report`` and the end of a sweep)."""
-    report = build_report(load_run(run_dir))
+    with stored_fits(run_dir):
+        report = build_report(load_run(run_dir))
     render_console(report, console)
     return report
 
@@ -121,7 +123,8 @@ def report_run(run_dir: str | Path, console: Console) -> Path:
     results while the figures are drawn.
     """
     run = load_run(run_dir)
-    report = build_report(run)
+    with stored_fits(run_dir):
+        report = build_report(run)
     render_console(report, console)
     return _write_files(run, report)
 
@@ -133,7 +136,9 @@ def write_report(run_dir: str | Path) -> Path:
     half a report.
     """
     run = load_run(run_dir)
-    return _write_files(run, build_report(run))
+    with stored_fits(run_dir):
+        report = build_report(run)
+    return _write_files(run, report)
 
 
 def _write_files(run: RunData, report: Report) -> Path:
@@ -154,6 +159,7 @@ def _write_files(run: RunData, report: Report) -> Path:
 
 def print_json(run_dir: str | Path, out: TextIO) -> dict[str, Any]:
     """``cloudprof report --json``: the report document on ``out``; writes no file."""
-    document = report_document(load_run(run_dir))
+    with stored_fits(run_dir, write=False):
+        document = report_document(load_run(run_dir))
     out.write(render_json(document))
     return document
