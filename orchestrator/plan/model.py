@@ -632,7 +632,8 @@ class UslModel:
         if not self.boot:
             pred = self.fit.predict(ns)
             return [(float(p), float(p), float(p)) for p in pred]
-        curves = np.array([usl(ns, *p) for p in self.boot])
+        lam, sigma, kappa = np.array(self.boot, dtype=float).T[:, :, None]
+        curves = usl(ns, lam, sigma, kappa)  # one row per resample, all at once
         alpha = (1.0 - CONFIDENCE) / 2
         lo = np.quantile(curves, alpha, axis=0)
         hi = np.quantile(curves, 1 - alpha, axis=0)
