@@ -188,7 +188,7 @@ def scale(args: argparse.Namespace) -> None:
     from orchestrator.results.report import report_run
     from orchestrator.results.store import RunStore
 
-    rounds = 2 if args.quick else args.rounds
+    rounds = 1 if args.quick else args.rounds
     grid = [(m, t) for t in (10, 1000, 10000) for m in (1, 20, 200) if t >= m]
     cold: dict[tuple[int, int], list[float]] = {}
     warm: dict[tuple[int, int], list[float]] = {}
@@ -233,7 +233,7 @@ def scale(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5, help="rounds (median, min-max)")
-    ap.add_argument("--quick", action="store_true", help="2 rounds")
+    ap.add_argument("--quick", action="store_true", help="1 round")
     ap.add_argument("--inner", type=int, default=5,
                     help="with --code: timed calls per round, in its process (their median)")
     ap.add_argument("--store", help="with --code: an existing run directory (default: make a "
