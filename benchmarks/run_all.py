@@ -126,6 +126,17 @@ def clean(text: str) -> str:
     return _SCRATCH.sub("<temporary directory>", text)
 
 
+def cleaned(value: Any) -> Any:
+    """``value`` (a results document or any part of it) with :func:`clean` strings."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, list):
+        return [cleaned(v) for v in value]
+    if isinstance(value, dict):
+        return {k: cleaned(v) for k, v in value.items()}
+    return value
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 10 else f"{value:,.1f}"
@@ -150,7 +161,7 @@ def _gib(n: int | None) -> str:
 
 
 def _dates(doc: dict[str, Any]) -> str:
-    dates = sorted({s["date"] for s in doc["scripts"] if s.get("date")}) or [doc["date"]]
+    dates = sorted({s.get("date") or doc["date"] for s in doc["scripts"]}) or [doc["date"]]
     return dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
 
 
@@ -230,6 +241,7 @@ def main() -> int:
                 ran.values())
             kept["scripts"].sort(key=lambda s: s["script"])
             doc = kept
+        doc = cleaned(doc)  # the results are committed beside the page: no machine paths
         args.results.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     args.page.write_text(render(doc), encoding="utf-8")
     print(f"wrote {args.page}")

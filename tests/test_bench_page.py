@@ -79,3 +79,10 @@ def test_a_scripts_tables_come_back_as_json_lines(tmp_path: Path) -> None:
 def test_the_committed_page_is_the_render_of_the_committed_results() -> None:
     doc = json.loads((REPO / "benchmarks" / "results.json").read_text(encoding="utf-8"))
     assert run_all.render(doc) == (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+
+
+def test_recorded_results_keep_no_machine_paths() -> None:
+    doc = run_all.cleaned(_doc(load=0.3))
+    text = json.dumps(doc)
+    assert "/tmp/" not in text and str(REPO) not in text
+    assert doc["scripts"][2]["error"] == "FileNotFoundError: runs/x and <temporary directory>"
