@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine_line, median, print_table
+from _common import machine_line, median, print_table, unavailable
 
 from orchestrator.providers.remote import SshTarget, open_ssh
 from tests.fixtures.sshd import start_sshd
@@ -47,6 +47,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if not Path("/usr/sbin/sshd").is_file():
+        unavailable("it needs an OpenSSH server (/usr/sbin/sshd: apt-get install openssh-server)")
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="bench-bootstrap-") as tmp:
         server = start_sshd(Path(tmp) / "sshd")
