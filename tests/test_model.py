@@ -291,6 +291,7 @@ def test_the_batched_bootstrap_refits_what_scipy_refits_one_at_a_time(lam, sigma
     """The 200 refits run as one numpy batch; each must land where scipy's least_squares
     lands from the same start (the fit the bootstrap made before), within its tolerances."""
     from orchestrator.plan import model
+    from orchestrator.plan.usl_batch import least_squares_batch
 
     samples = surface(lam, sigma, kappa, noise=noise, repeats=3, grid=GRID[:7], seed=3)
     fit = fit_usl(samples)
@@ -300,10 +301,10 @@ def test_the_batched_bootstrap_refits_what_scipy_refits_one_at_a_time(lam, sigma
     rel = (x / fitted - 1.0) * math.sqrt(n.size / (n.size - 3))
     bxs = np.maximum(fitted * (1.0 + rel[rng.integers(0, n.size, size=(40, n.size))]), 1e-12)
     p0 = (fit.lam, min(fit.sigma, 0.99), max(fit.kappa, 1e-9))
-    batch, ok = model._least_squares_batch(n, bxs, p0)
+    batch, ok = least_squares_batch(n, bxs, p0)
     assert ok.all()
     for got, bx in zip(batch, bxs, strict=True):
-        want = model._fit_arrays(n, bx, p0)
+        want = model._least_squares(n, bx, p0)
         assert got[0] == pytest.approx(want[0], rel=1e-4)
         assert got[1] == pytest.approx(want[1], rel=1e-3, abs=1e-5)
         assert got[2] == pytest.approx(want[2], rel=1e-3, abs=1e-7)
