@@ -320,11 +320,17 @@ def _inferred(counts: dict[str, int]) -> _Kind | None:
     return None
 
 
+_AS_READ = object()  # _Column._push: the value was written as it reads back
+
+
 class _Column:
     """One column while rows merge: values as they read back (``kind``), the kind they
     were last written with, and how many values of each class it holds."""
 
     def __init__(self, kind: _Kind, values: list[Any], written: _Kind | None = None) -> None:
+        self._reset(kind, values, written)
+
+    def _reset(self, kind: _Kind, values: list[Any], written: _Kind | None = None) -> None:
         self.kind, self.values, self.written = kind, values, written or kind
         # The last write: its array (a step through Arrow) or its last value as written
         # (a step that appended; the values above are as it reads back)
@@ -344,11 +350,12 @@ class _Column:
     def pop(self, i: int) -> None:
         self._count(self.values.pop(i), -1)
 
-    def _push(self, value: Any, written: _Kind, raw: Any = None) -> None:
+    def _push(self, value: Any, written: _Kind, raw: Any = _AS_READ) -> None:
+        """Append ``value`` as it reads back; ``raw``: as it was written, when not the same."""
         self.values.append(value)
         self._count(value, 1)
         self.written, self.array = written, None
-        self.last = value if raw is None else raw
+        self.last = value if raw is _AS_READ else raw
 
     def final(self) -> pa.Array:
         """The column as the last step wrote it."""
@@ -360,7 +367,7 @@ class _Column:
         """Write ``values`` as ``written`` and read them back, as the file would."""
         array = _arrow_column(values, written)
         kind = _kind_of_column(array)
-        self.__init__(kind, _as_kind(array.to_pylist(), kind), written)  # type: ignore[misc]
+        self._reset(kind, _as_kind(array.to_pylist(), kind), written)
         self.array = array
 
     def append(self, value: Any, new: _Kind | None, name: str) -> None:
@@ -381,8 +388,8 @@ class _Column:
                 value = _as_kind([value], kind)[0]
                 self._push(1 if _missing(value) else int(value), "int64")
             else:
-                self.__init__("int64", [1 if _missing(v) else int(v)  # type: ignore[misc]
-                                        for v in _as_kind([*self.values, value], kind)])
+                self._reset("int64", [1 if _missing(v) else int(v)
+                                      for v in _as_kind([*self.values, value], kind)])
             return
         if kind == self.kind and kind != "object":
             self._push(_as_kind([value], kind)[0], kind)
