@@ -46,5 +46,9 @@ lint:
 unit:
 	$(PY) -m pytest -q -p no:cacheprovider -n 2
 
+# the benchmarks page (docs/benchmarks.md, from benchmarks/results.json):
+#   make bench BENCH_ARGS=--quick   fewer rounds and shorter trials
+BENCH_ARGS ?=
+
 bench: venv
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/run_all.py $(BENCH_ARGS)

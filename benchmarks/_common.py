@@ -1,5 +1,11 @@
 """Shared by the benchmark scripts: a memory-bandwidth probe, timers and a table printer.
 
+Every table a script prints with :func:`print_table` is also appended, as one JSON
+line, to the file named by ``CLOUDPROF_BENCH_RESULTS`` when it is set: that is how
+``benchmarks/run_all.py`` (``make bench``) collects the figures it writes into the
+benchmarks page, each with the command that produced it. A script that cannot run
+on this machine calls :func:`unavailable`, which the page shows instead of a figure.
+
 Benchmarks state their figures as ratios measured side by side in one run, so
 that a loaded or slower machine shifts both sides alike. The bandwidth probe
 exists because the cube kernel's honest yardstick is this machine's memory
@@ -8,15 +14,17 @@ bandwidth, measured in the same run, not a number from a datasheet.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 # Benchmarks run as plain scripts (``python benchmarks/x.py``) from a checkout.
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +130,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: st
         ]
         return "| " + " | ".join(parts) + " |"
 
+    record({"kind": "table", "title": title, "headers": list(headers),
+            "rows": [[_plain(v) for v in row] for row in rows]})
     if title:
         print(f"\n{title}")
     print(line(headers))
@@ -151,3 +161,46 @@ def input_spec(args: Any) -> Any:
     from workloads.inputs import InputSpec
 
     return InputSpec(frames=args.frames, rows=args.rows, cols=args.cols, seed=args.seed)
+
+
+RESULTS_ENV = "CLOUDPROF_BENCH_RESULTS"
+
+
+def command_line() -> str:
+    """The command that ran this script, as a reader would type it from the checkout."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        shown = script.relative_to(ROOT)
+    except ValueError:
+        shown = Path(script.name)
+    return shlex.join(["python", str(shown), *sys.argv[1:]])
+
+
+def _plain(value: Any) -> Any:
+    """A table cell as JSON holds it (numpy scalars as Python numbers)."""
+    if hasattr(value, "item"):
+        return value.item()
+    return value if isinstance(value, (int, float, str)) or value is None else str(value)
+
+
+def record(result: dict[str, Any]) -> None:
+    """Append ``result`` (with this script's command) to the results file, if one is set."""
+    path = os.environ.get(RESULTS_ENV)
+    if not path:
+        return
+    line = json.dumps({"command": command_line(), **result}, allow_nan=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+
+
+def note(text: str) -> None:
+    """A sentence the page prints under this script's tables (what was measured, how)."""
+    print(text)
+    record({"kind": "note", "text": text})
+
+
+def unavailable(reason: str) -> NoReturn:
+    """This machine lacks what the script needs: say so (on the page too) and stop, exit 0."""
+    print(f"not run: {reason}")
+    record({"kind": "unavailable", "reason": reason})
+    raise SystemExit(0)

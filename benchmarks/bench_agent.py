@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, machine_line, print_table
+from _common import ROOT, machine_line, print_table, unavailable
 
 RUN = [sys.executable, "-m", "workloads.run"]
 
@@ -335,6 +335,9 @@ def main() -> int:
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--skip-accuracy", action="store_true")
     args, _unknown = p.parse_known_args()  # run_all.py passes its own arguments through
+    if not args.skip_accuracy and not Path("/usr/bin/time").is_file():
+        unavailable("its accuracy check needs GNU time (/usr/bin/time: apt-get install "
+                    "time), or pass --skip-accuracy")
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="bench_agent_") as d:
         tmp = Path(d)

@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, machine_line, median, print_table
+from _common import ROOT, machine_line, median, print_table, unavailable
 
 _WRAPPER = """
 import sys
@@ -100,6 +100,10 @@ def main() -> None:
     ap.add_argument("--code", action="append", default=None,
                     help="a checkout to run the command from (repeatable; default: this one)")
     args = ap.parse_args()
+    import importlib.util
+
+    if importlib.util.find_spec("moto") is None:
+        unavailable("it needs moto, the tests' AWS stand-in (pip install -e '.[dev]')")
     print(f"machine: {machine_line()}")
     codes = [str(Path(c).resolve()) for c in (args.code or [str(ROOT)])]
 

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, machine_line, median, print_table
+from _common import ROOT, machine_line, median, print_table, unavailable
 
 PLACEBO = "placebo (cpu launch path, no sampling)"
 MEMORY = "memory (memray native)"
@@ -80,6 +80,14 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true", help="leave memray out")
     ap.add_argument("--no-placebo", action="store_true")
     args = ap.parse_args()
+    import importlib.util
+
+    if shutil.which("py-spy", path=str(Path(sys.executable).parent)) is None and \
+            shutil.which("py-spy") is None:
+        unavailable("py-spy is not installed here (pip install -e '.[dev]')")
+    if not args.no_memory and importlib.util.find_spec("memray") is None:
+        unavailable("memray is not installed here (pip install -e '.[dev]'), or pass "
+                    "--no-memory")
     base = ["--workload", args.workload, "--workers", str(args.workers),
             "--duration", str(args.duration)]  # fmt: skip
     print(machine_line())

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, add_input_args, input_spec, machine_line, print_table
+from _common import ROOT, add_input_args, input_spec, machine_line, print_table, unavailable
 
 
 def trial(args: argparse.Namespace, inputs: Path, out: Path, address: str | None) -> dict:
@@ -60,6 +60,10 @@ def main() -> None:
     add_input_args(ap)
     ap.set_defaults(frames=20)
     args = ap.parse_args()
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        unavailable("Ray is not installed here (pip install 'cloudprof[ray]')")
     from workloads.inputs import ensure_inputs
 
     inputs = ensure_inputs(input_spec(args))

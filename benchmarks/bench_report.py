@@ -1,8 +1,21 @@
 """The sweep process's own work at the end and per trial: the report, and recording trials.
 
-    python benchmarks/bench_report.py                                 # this checkout
-    python benchmarks/bench_report.py --code /tmp/before --code .     # two checkouts, interleaved
-    python benchmarks/bench_report.py --store runs/<sweep-id> --rounds 7
+    python benchmarks/bench_report.py                         # how both scale (synthetic stores)
+    python benchmarks/bench_report.py --quick                 # the same, fewer rounds
+    python benchmarks/bench_report.py --code ../before --code .   # two checkouts, interleaved
+    python benchmarks/bench_report.py --code . --store runs/<sweep-id> --rounds 7
+
+**How they scale** (the default): synthetic stores of 1, 20 and 200 machines and 10,
+1,000 and 10,000 trials (each machine's trials spread over worker counts 1, 2, 4, 8,
+16 and 32 with repeats, rates drawn around a USL curve with 5 % noise; no time
+series), written before anything is timed. Per store, in rounds, on a fresh copy:
+``report_run`` (summary to a console in memory, report.md, report.html, plots) with
+no kept fits (the first report of a run) and again with the fits the first kept
+(``fits.json``: every later report). Then ``record_trial`` into a store whose table
+already holds 10, 1,000 or 10,000 rows: the median of 20 records per round. Figures:
+the median over rounds of wall seconds, with the min–max over rounds.
+
+**Two checkouts** (``--code``, optionally ``--store``): the figures below for each.
 
 Both run in the sweep's own process, on the critical path: ``report_run`` once at
 the end of a sweep (``_finish``: the printed summary, report.md, report.html and
@@ -117,16 +130,121 @@ def one_round(args: argparse.Namespace, code: str, store: Path) -> dict[str, Any
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def synthetic_rows(machines: int, trials: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``trials`` rows over ``machines`` machines, as a sweep records them (``trial_row``)."""
+    import numpy as np
+    from orchestrator.spec.catalog import MachineType
+
+    from orchestrator.analysis.model import usl
+    from orchestrator.plan.planner import TrialPlan
+    from orchestrator.results.store import trial_row
+
+    rng = np.random.default_rng(seed)
+    counts = (1, 2, 4, 8, 16, 32)
+    rows = []
+    for i in range(trials):
+        m, k = i % machines, i // machines
+        workers, repeat = counts[k % len(counts)], k // len(counts)
+        machine = MachineType(provider="gcp", name=f"bench-{m:03d}", family="bench", vcpus=64,
+                              memory_gib=64.0, region="us-central1",
+                              price_on_demand=1.0 + m / 100, price_spot=None,
+                              price_source="bench", price_date="2026-01-01")
+        rate = float(usl(workers, 100.0 + m, 0.03 + m % 5 / 100, 2e-4 * (1 + m % 3)))
+        rate *= 1 + 0.05 * rng.standard_normal()
+        summary = {"status": "ok", "unit": "cube", "units": int(rate * 2), "seconds": 2.0,
+                   "units_per_s": rate, "peak_rss_bytes": (100 + workers) << 20,
+                   "cpu_utilisation": 0.5, "leak": {"verdict": "ok", "slope_mb_per_s": 0.0},
+                   "host": {"hostname": "h", "cores_logical": 64, "memory_bytes": 64 << 30},
+                   "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:02Z"}
+        plan = TrialPlan(f"bench-{m:03d}-w{workers}-r{repeat}", machine.name, workers, repeat, [])
+        rows.append(trial_row(summary, machine, trial=plan, sweep_id="bench", ran_on=machine.name,
+                              provider="gcp"))
+    return rows
+
+
+def synthetic_store(run_dir: Path, rows: list[dict[str, Any]]) -> Path:
+    """A store holding ``rows``, its table written at once (as compacting its parts does)."""
+    import pyarrow as pa
+
+    from orchestrator.results.store import RunStore
+    from orchestrator.results.trials_table import _merged
+
+    store = RunStore.create(run_dir, {"sweep_id": "bench", "status": "done", "spec": {},
+                                      "plan": {}})
+    store._write_table(_merged(pa.table({}), rows))
+    return run_dir
+
+
+def _spread(values: list[float]) -> list[Any]:
+    return [median(values), f"{min(values):.3g}–{max(values):.3g}", len(values)]
+
+
+def scale(args: argparse.Namespace) -> None:
+    """The report's time and a record's cost against the store's size (see the docstring)."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from orchestrator.analysis import model
+    from orchestrator.results.report import report_run
+    from orchestrator.results.store import RunStore
+
+    rounds = 1 if args.quick else args.rounds
+    grid = [(m, t) for t in (10, 1000, 10000) for m in (1, 20, 200) if t >= m]
+    cold: dict[tuple[int, int], list[float]] = {}
+    warm: dict[tuple[int, int], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-report-scale-") as tmp:
+        base = Path(tmp)
+        stores = {key: synthetic_store(base / f"m{key[0]}-t{key[1]}", synthetic_rows(*key))
+                  for key in grid}
+        report_run(shutil.copytree(stores[grid[0]], base / "warm-up"),
+                   Console(file=io.StringIO(), width=160))  # imports, once
+        for r in range(rounds):
+            for key, store in stores.items():
+                copy = Path(shutil.copytree(store, base / f"round{r}-m{key[0]}-t{key[1]}"))
+                for times in (cold, warm):
+                    model._FITS.clear()  # as in a new process: no fit but the store's
+                    start = time.perf_counter()
+                    report_run(copy, Console(file=io.StringIO(), width=160))
+                    times.setdefault(key, []).append(time.perf_counter() - start)
+                shutil.rmtree(copy)
+            print(f"  round {r + 1}/{rounds} done", flush=True)
+        rows = [[m, t, *_spread(cold[(m, t)])[:2], *_spread(warm[(m, t)])[:2]]
+                for m, t in grid]
+        print_table(["machines", "trials", "first report s (median)", "min–max",
+                     "with kept fits s", "min–max"], rows,
+                    title=f"report_run on synthetic stores: median of {rounds} rounds")
+        record_rows = []
+        for size in (10, 1000, 10000):
+            store = RunStore.open(synthetic_store(base / f"record-{size}",
+                                                  synthetic_rows(20, size)))
+            extra = synthetic_rows(20, size + 20 * max(rounds, 1), seed=1)[size:]
+            per_round = []
+            for r in range(rounds):
+                times = []
+                for row in extra[r * 20:(r + 1) * 20]:
+                    start = time.perf_counter()
+                    store.record_trial(row, None)
+                    times.append(time.perf_counter() - start)
+                per_round.append(median(times) * 1000)
+            record_rows.append([size, *_spread(per_round)[:2]])
+        print_table(["rows in the table", "record_trial ms (median)", "min–max"], record_rows,
+                    title=f"record_trial: median of 20 records per round, {rounds} rounds")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5, help="rounds per checkout (median, min-max)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds (median, min-max)")
+    ap.add_argument("--quick", action="store_true", help="1 round")
     ap.add_argument("--inner", type=int, default=5,
-                    help="timed calls per round, in the round's process (their median)")
-    ap.add_argument("--store", help="an existing run directory (default: make a 6-trial dry run)")
+                    help="with --code: timed calls per round, in its process (their median)")
+    ap.add_argument("--store", help="with --code: an existing run directory (default: make a "
+                    "6-trial dry run)")
     ap.add_argument(
         "--code", action="append", default=None,
-        help="a checkout whose orchestrator/ is timed (repeatable: the checkouts alternate "
-        "round by round; default: this one)",
+        help="compare checkouts: one whose orchestrator/ is timed (repeatable: the checkouts "
+        "alternate round by round)",
     )  # fmt: skip
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
@@ -134,6 +252,14 @@ def main() -> None:
     if args.child:
         child(args)
         return
+    if args.code:
+        compare(args)
+        return
+    print(f"machine: {machine_line()}")
+    scale(args)
+
+
+def compare(args: argparse.Namespace) -> None:
     print(f"machine: {machine_line()}")
     codes = [str(Path(c).resolve()) for c in (args.code or [str(ROOT)])]
     with tempfile.TemporaryDirectory(prefix="bench-report-store-") as tmp:

@@ -281,3 +281,50 @@ def test_the_knee_range_is_what_one_resample_at_a_time_finds_to_the_last_bit(sam
         want = _knee_range_one_resample_at_a_time(samples, n_boot=n_boot, seed=seed)
         assert got == want
         assert list(got.share.items()) == list(want.share.items())  # the order shown, too
+
+
+@pytest.mark.parametrize(("lam", "sigma", "kappa", "noise"), [
+    (300.0, 0.05, 1e-3, 0.05), (120.0, 0.0, 0.0, 0.02), (80.0, 0.2, 1e-4, 0.15),
+    (500.0, 0.01, 5e-3, 0.01),
+])
+def test_the_batched_bootstrap_refits_what_scipy_refits_one_at_a_time(lam, sigma, kappa, noise):
+    """The 200 refits run as one numpy batch; each must land where scipy's least_squares
+    lands from the same start (the fit the bootstrap made before), within its tolerances."""
+    from orchestrator.analysis.usl_batch import least_squares_batch
+    from orchestrator.analysis import model
+
+    samples = surface(lam, sigma, kappa, noise=noise, repeats=3, grid=GRID[:7], seed=3)
+    fit = fit_usl(samples)
+    n, x = model._flatten(samples)
+    rng = np.random.default_rng(SEED)
+    fitted = fit.predict(n)
+    rel = (x / fitted - 1.0) * math.sqrt(n.size / (n.size - 3))
+    bxs = np.maximum(fitted * (1.0 + rel[rng.integers(0, n.size, size=(40, n.size))]), 1e-12)
+    p0 = (fit.lam, min(fit.sigma, 0.99), max(fit.kappa, 1e-9))
+    batch, ok = least_squares_batch(n, bxs, p0)
+    assert ok.all()
+    for got, bx in zip(batch, bxs, strict=True):
+        want = model._least_squares(n, bx, p0)
+        assert got[0] == pytest.approx(want[0], rel=1e-4)
+        assert got[1] == pytest.approx(want[1], rel=1e-3, abs=1e-5)
+        assert got[2] == pytest.approx(want[2], rel=1e-3, abs=1e-7)
+        sse = [float(np.sum((usl(n, *p) / bx - 1.0) ** 2)) for p in (got, want)]
+        assert sse[0] <= sse[1] * (1 + 1e-6)  # never a worse fit than scipy's
+
+
+def test_a_fit_is_made_once_per_data_set_and_a_stored_one_is_read_back(tmp_path):
+    from orchestrator.analysis import model
+    from orchestrator.results.fits import FITS_FILE, stored_fits
+
+    samples = surface(200.0, 0.05, 1e-3, noise=0.05, repeats=3, grid=GRID[:6], seed=4)
+    with stored_fits(tmp_path):
+        first = fit_usl_with_intervals(samples)
+        assert fit_usl_with_intervals(dict(reversed(samples.items()))) is first  # same data
+    kept = json.loads((tmp_path / FITS_FILE).read_text())["fits"]
+    assert list(kept) == [model.fit_key(samples)]
+    model._FITS.clear()  # a new process
+    with stored_fits(tmp_path):
+        again = fit_usl_with_intervals(samples)
+    assert again == first and again is not first
+    moved = {w: [v * 1.01 for v in vals] for w, vals in samples.items()}
+    assert model.fit_key(moved) != model.fit_key(samples)  # another trial: another fit

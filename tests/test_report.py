@@ -1194,6 +1194,7 @@ def test_the_report_says_what_one_unit_delivered(
                           price_spot=0.09, price_source="test", price_date="2024-06-01")
     store.record_trial(trial_row(summary, machine, trial=TrialPlan("t1", machine.name, 1, 0, []),
                                  sweep_id="u", ran_on="local", provider="local"), None)
+    store.compact()  # what the sweep's end does
     assert pd.read_parquet(store.trials_path)["unit_detail"].tolist() == [
         f"one cube of 4×10×10 float64 (0.0032 MB) {delivered}"
     ]

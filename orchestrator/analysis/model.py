@@ -603,7 +603,8 @@ class UslModel:
         if not self.boot:
             pred = self.fit.predict(ns)
             return [(float(p), float(p), float(p)) for p in pred]
-        curves = np.array([usl(ns, *p) for p in self.boot])
+        lam, sigma, kappa = np.array(self.boot, dtype=float).T[:, :, None]
+        curves = usl(ns, lam, sigma, kappa)  # one row per resample, all at once
         alpha = (1.0 - CONFIDENCE) / 2
         lo = np.quantile(curves, alpha, axis=0)
         hi = np.quantile(curves, 1 - alpha, axis=0)
@@ -643,7 +644,53 @@ class UslModel:
         }
 
 
+    def to_state(self) -> dict[str, Any]:
+        """Everything the model holds, as JSON values (a store keeps it: ``results.fits``)."""
+        return {"fit": {**self.fit.__dict__, "tested": list(self.fit.tested)},
+                "boot": [list(b) for b in self.boot],
+                "intervals": {k: list(v) for k, v in self.intervals.items()}}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> UslModel:
+        fit = dict(state["fit"])
+        return cls(fit=UslFit(**{**fit, "tested": tuple(fit["tested"])}),
+                   boot=tuple(tuple(b) for b in state["boot"]),  # type: ignore[misc]
+                   intervals={k: (v[0], v[1]) for k, v in state["intervals"].items()})
+
+
+# Fits made in this process, by the data they came from (``fit_key``): a report fits each
+# machine once, whoever asks (tables, plots, --json), and a store's kept fits
+# (``orchestrator.results.fits``) are read into it. Each set in _FIT_LOGS collects the
+# keys fitted or looked up while it is open.
+FIT_VERSION = 1  # part of every key: a change to the fitting changes every key
+_FITS: dict[str, UslModel | None] = {}
+_FIT_LOGS: list[set[str]] = []
+
+
+def fit_key(samples: Samples, n_boot: int = N_BOOT, seed: int = SEED) -> str:
+    """The fit's identity: every (workers, units/s) it is fitted to, the resamples, the seed."""
+    import hashlib
+
+    np = _np()
+    n, x = _flatten(samples)
+    order = np.lexsort((x, n))
+    data = np.stack([n[order], x[order]]).astype(float).tobytes()
+    return hashlib.sha256(data + f"{n_boot}/{seed}/{FIT_VERSION}".encode()).hexdigest()[:32]
+
+
 def fit_usl_with_intervals(
+    samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
+) -> UslModel | None:
+    """:func:`fit_usl_bootstrapped`, once per data set in this process (see ``_FITS``)."""
+    key = fit_key(samples, n_boot, seed)
+    for log in _FIT_LOGS:
+        log.add(key)
+    if key not in _FITS:
+        _FITS[key] = fit_usl_bootstrapped(samples, n_boot, seed)
+    return _FITS[key]
+
+
+def fit_usl_bootstrapped(
     samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
 ) -> UslModel | None:
     """USL fit plus bootstrap 95 % intervals of λ, σ, κ, N* and X(N*); None if it cannot fit.
@@ -655,7 +702,7 @@ def fit_usl_with_intervals(
     interval in 72 % of noisy surfaces, against 88 % this way; tests/test_model.py
     and benchmarks/bench_model.py check coverage), because a draw from three
     values cannot be wider than those three values. Each refit starts from the
-    point fit, which keeps 200 refits under a second.
+    point fit, and all of them run as one batch (``usl_batch``).
     """
     np = _np()
     fit = fit_usl(samples)
@@ -667,13 +714,15 @@ def fit_usl_with_intervals(
     dof = max(1, n.size - 3)
     rel_resid = (x / fitted - 1.0) * math.sqrt(n.size / dof)
     p0 = (fit.lam, min(fit.sigma, 0.99), max(fit.kappa, 1e-9))
-    boot: list[tuple[float, float, float]] = []
-    for _ in range(n_boot):
-        bx = np.maximum(fitted * (1.0 + rel_resid[rng.integers(0, n.size, size=n.size)]), 1e-12)
-        try:
-            boot.append(_fit_arrays(n, bx, p0))
-        except ValueError:
-            continue
+    draws = rng.integers(0, n.size, size=(n_boot, n.size))  # the draws one at a time gave
+    bxs = np.maximum(fitted * (1.0 + rel_resid[draws]), 1e-12)
+    from orchestrator.analysis.usl_batch import least_squares_batch
+
+    params, ok = least_squares_batch(n, bxs, p0)
+    top = float(np.max(n))  # κ this small is κ = 0, as in _fit_arrays
+    flat = params[:, 2] * top * (top - 1.0) < KAPPA_ZERO * (1.0 + params[:, 1] * (top - 1.0))
+    params[:, 2] = np.where(flat, 0.0, params[:, 2])
+    boot = [(float(a), float(b), float(c)) for a, b, c in params[ok]]
     cols = {
         "lam": [b[0] for b in boot],
         "sigma": [b[1] for b in boot],

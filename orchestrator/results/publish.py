@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.results.fits import stored_fits
 from orchestrator.results.report import (
     PLOTS_DIR,
     REPORT_HTML,
@@ -39,7 +40,8 @@ def report_run(run_dir: str | Path, console: Console, question: Any = None) -> P
     (``whole_job.Question``), answered after the summary.
     """
     run = with_question(load_run(run_dir), question)
-    report = build_report(run)
+    with stored_fits(run_dir):  # each machine's USL fit, kept in the store (fits.json)
+        report = build_report(run)
     render_console(report, console)
     if question is not None:  # --target / --total: the forecast and the whole job's figures
         from orchestrator.results.whole_job import render_lines
@@ -57,7 +59,9 @@ def write_report(run_dir: str | Path) -> Path:
     report.
     """
     run = load_run(run_dir)
-    return write_files(run, build_report(run))
+    with stored_fits(run_dir):
+        report = build_report(run)
+    return write_files(run, report)
 
 
 def write_files(run: RunData, report: Report) -> Path:

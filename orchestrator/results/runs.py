@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.results.store import DONE_STATUSES, SWEEP_FILE, TRIALS_FILE
+from orchestrator.results.store import DONE_STATUSES, SWEEP_FILE, TRIALS_FILE, compact_parts
 
 
 @dataclass
@@ -97,6 +97,7 @@ def read_run(run_dir: Path, *, now: float | None = None) -> RunSummary:
     if created is not None:
         run.age_s = max(0.0, (time.time() if now is None else now) - created)
     try:
+        compact_parts(run_dir)  # a running or crashed sweep's latest trials
         rows = _trial_rows(run_dir / TRIALS_FILE)
     except Exception as exc:  # pyarrow raises many kinds for a broken file
         run.error = f"{TRIALS_FILE}: {' '.join(str(exc).split())}"

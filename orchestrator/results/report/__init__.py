@@ -25,6 +25,7 @@ from orchestrator.formatting import (
     fmt_usd,
     n_workers,
 )
+from orchestrator.results.fits import stored_fits
 from orchestrator.results.report.html import render_html
 from orchestrator.results.report.json_doc import SCHEMA as JSON_SCHEMA
 from orchestrator.results.report.json_doc import render_json, report_document
@@ -106,7 +107,8 @@ PLOTS_DIR = "plots"
 
 def print_summary(run_dir: str | Path, console: Console) -> Report:
     """The terminal report of one store (``cloudprof report`` and the end of a sweep)."""
-    report = build_report(load_run(run_dir))
+    with stored_fits(run_dir):
+        report = build_report(load_run(run_dir))
     render_console(report, console)
     return report
 
@@ -123,6 +125,7 @@ def with_question(run: RunData, question: Any) -> RunData:
 
 def print_json(run_dir: str | Path, out: TextIO, question: Any = None) -> dict[str, Any]:
     """``cloudprof report --json``: the report document on ``out``; writes no file."""
-    document = report_document(with_question(load_run(run_dir), question))
+    with stored_fits(run_dir, write=False):
+        document = report_document(with_question(load_run(run_dir), question))
     out.write(render_json(document))
     return document

@@ -201,10 +201,13 @@ def answer_cards(
               for r in memory_rows(trials)}
     profiles = load_profiles(run.run_dir)
     ok = trials.where(lambda r: r["status"] == OK)
+    ok_of: dict[tuple[str, str], list[Any]] = {}  # one pass, not a scan per machine
+    for r in ok.rows:
+        ok_of.setdefault((str(r["machine"]), str(r["ran_on"])), []).append(r)
     cards = []
     for (machine, ran_on), group in summary.group_by(["machine", "ran_on"]):
         key = (str(machine), str(ran_on))
-        mine = ok.where(lambda r, k=key: (str(r["machine"]), str(r["ran_on"])) == k)
+        mine = Frame(ok_of.get(key, []), ok.columns)
         card = _card(key, group, mine, knee_of.get(key), by_machine.get(key, {}), memory,
                      profiles)
         if card is not None and getattr(run, "question", None) is not None:
