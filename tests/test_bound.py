@@ -4,6 +4,7 @@ trials (workloads/bound.py), and the cube measured against it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from workloads.bound import CACHE_FILE, bound_at, host_bound, measure
 
@@ -53,3 +54,26 @@ def test_a_cube_trial_carries_its_bound_and_stays_below_it(tmp_path):
     assert bound["units_per_s"] == bound_at(bound, 1)
     # gathering random columns from 8 frames cannot beat copying the same bytes in a row
     assert 0 < summary["units_per_s"] <= bound["units_per_s"] * 1.1
+
+
+def test_the_answer_card_names_the_gap_to_the_copy_bound_and_to_linear_scaling(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.fixtures.sweeps import dry_run_sweep
+
+    result = dry_run_sweep(tmp_path, "--workers", "1,2", "--frames", "8", "--dim", "48",
+                           "--rows", "100", "--cols", "100", "--duration", "0.5")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "│ Gap " in result.stdout  # the card's line, whatever the terminal's width
+    (run,) = list((tmp_path / "runs").iterdir())
+    doc = json.loads(subprocess.run(
+        [sys.executable, "-m", "orchestrator", "report", str(run), "--json"],
+        capture_output=True, text=True, check=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}).stdout)
+    (card,) = doc["answer"]
+    assert card["bound_units_per_s"] > 0 and card["linear_share"] > 0
+    assert card["units_per_s"] <= card["bound_units_per_s"] * 1.1
+    assert card["lines"]["gap"].startswith(f"{card['units_per_s'] / card['bound_units_per_s']:.0%}")

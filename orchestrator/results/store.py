@@ -623,6 +623,7 @@ def trial_row(
         "node_addresses": _per_node(s, "address"),
         "peak_usage_with_cache_bytes": _num(s.get("peak_usage_with_cache_bytes")),
         "spikes": json.dumps(s["spikes"]) if s.get("spikes") else None,
+        "bound_units_per_s": _num((s.get("bound") or {}).get("units_per_s")),
     }
 
 

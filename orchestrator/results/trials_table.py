@@ -85,6 +85,9 @@ EXTRA_COLUMNS = (
     # counted once; peak_rss_source "held"); the cgroup's usage with page cache beside it.
     "peak_usage_with_cache_bytes",
     "spikes",  # JSON list of the summary's memory spikes ({"t", "rss_bytes", ...}), or None
+    # units/s a plain copy of each unit's bytes allows at the trial's workers, on its host
+    # (workloads/bound.py); None for a workload without bytes_per_unit and a command job
+    "bound_units_per_s",
 )
 ALL_COLUMNS = TRIAL_COLUMNS + EXTRA_COLUMNS
 

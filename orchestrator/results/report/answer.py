@@ -95,6 +95,11 @@ class AnswerCard:
     why: str  # why scaling stops, in words (the profile's shares where profiled)
     shares: dict[str, float] | None  # the profile's mean thread-time shares behind ``why``
     whole_job: str = ""  # --total / --target: the whole job's time and cost (whole_job.py)
+    # the optimality gap: units/s a plain copy of each unit's bytes allows at ``workers`` on
+    # the same host (workloads/bound.py; nan: no such bound), and the rate against
+    # ``workers`` x the 1-worker rate (nan: no 1-worker trial)
+    bound_units_per_s: float = math.nan
+    linear_share: float = math.nan
 
     def lines(self) -> list[tuple[str, str]]:
         """(label, text) pairs: what every renderer prints, in this order."""
@@ -102,6 +107,9 @@ class AnswerCard:
                ("Scaling", self._scaling())]
         if self.whole_job:
             out.append(("Whole job", self.whole_job))
+        gap = self._gap()
+        if gap:
+            out.append(("Gap", gap))
         if self.measured_elsewhere:
             out.append(("Hardware", self._hardware()))
         return out
@@ -168,6 +176,21 @@ class AnswerCard:
         if len(self.workers_tested) < 2:
             return self.why
         return f"not reached: {self.why}"
+
+    def _gap(self) -> str:
+        """How far the best rate is from what the hardware allows, where that is measured."""
+        parts = []
+        if is_finite(self.bound_units_per_s) and self.bound_units_per_s > 0 \
+                and is_finite(self.units_per_s):
+            parts.append(f"{fmt_pct(self.units_per_s / self.bound_units_per_s)} of the "
+                         f"memory-copy bound ({fmt_rate(self.bound_units_per_s)} "
+                         f"{_plural(self.unit)}/s: a plain copy of each {self.unit}'s bytes "
+                         f"at {n_workers(self.workers)}, measured on the same host)")
+        if is_finite(self.linear_share) and self.workers > 1:
+            parts.append(f"{fmt_pct(self.linear_share)} of linear scaling from 1 worker "
+                         f"(the gap to {self.workers} x the 1-worker "
+                         f"{'rate' if not self.fixed_work else 'speed'})")
+        return "; ".join(parts)
 
     def _hardware(self) -> str:
         where = f"this host, {self.host}" if self.ran_on == LOCAL else self.host
@@ -292,7 +315,18 @@ def _card(
         why=_why(knee, shares, where, vcpus, group,
                  "runs per hour" if fixed else f"{_plural(unit)}/s"),
         shares=shares,
+        bound_units_per_s=_bound(trials, workers),
+        linear_share=_num(best["efficiency"]) if "efficiency" in group.columns else math.nan,
     )
+
+
+def _bound(trials: Frame, workers: int) -> float:
+    """The median copy bound of the trials at ``workers`` (nan where none carries one)."""
+    if "bound_units_per_s" not in trials.columns:
+        return math.nan
+    found = [float(r["bound_units_per_s"]) for r in trials
+             if int(r["workers"]) == workers and is_finite(r.get("bound_units_per_s"))]
+    return median(found) if found else math.nan
 
 
 def _runner_up(groups: dict[int, list[float]], best: int,
