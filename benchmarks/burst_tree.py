@@ -2,7 +2,7 @@
 
     python benchmarks/burst_tree.py MB HOLD
 
-The process tree whose simultaneous peak BENCHMARKS.md's "A process tree's peak"
+The process tree whose simultaneous peak docs/benchmarks.md's "A process tree's peak"
 measures under ``python -m workloads.run --command`` (with and without a memory cgroup).
 """
 

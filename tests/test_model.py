@@ -290,8 +290,8 @@ def test_the_knee_range_is_what_one_resample_at_a_time_finds_to_the_last_bit(sam
 def test_the_batched_bootstrap_refits_what_scipy_refits_one_at_a_time(lam, sigma, kappa, noise):
     """The 200 refits run as one numpy batch; each must land where scipy's least_squares
     lands from the same start (the fit the bootstrap made before), within its tolerances."""
-    from orchestrator.analysis.usl_batch import least_squares_batch
     from orchestrator.analysis import model
+    from orchestrator.analysis.usl_batch import least_squares_batch
 
     samples = surface(lam, sigma, kappa, noise=noise, repeats=3, grid=GRID[:7], seed=3)
     fit = fit_usl(samples)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 # 0 = no background sampling: one sample at start and stop, and the kernel's exact peak
 # (the agent's baseline). Above 100 Hz the sampler process's reads of /proc cost more
-# than the 1% of a core the agent is allowed (BENCHMARKS.md), and a 10 ms interval is
+# than the 1% of a core the agent is allowed (docs/benchmarks.md), and a 10 ms interval is
 # already below what a busy machine's scheduler keeps.
 MIN_SAMPLE_HZ = 0.0
 MAX_SAMPLE_HZ = 100.0

@@ -101,7 +101,7 @@ SUMMARY_KEYS: tuple[str, ...] = tuple(_EverySummary.__annotations__)
 """Keys every summary.json has (the runner may add those of TrialSummary)."""
 
 # cpu: py-spy without pausing the job (top functions, ~3 % cost); gil: py-spy pausing it to
-# read native frames too, for the Python / native / GIL-wait split (~20 %, BENCHMARKS.md).
+# read native frames too, for the Python / native / GIL-wait split (~20 %, docs/benchmarks.md).
 PROFILE_KINDS = ("cpu", "gil", "memory")
 # summary["profile"]: always "kind", "tool", "status" ("ok" | "unavailable" | "failed"),
 # "reason" (one line, when not ok) and "files" (names in the trial directory). Then, for

@@ -3,7 +3,7 @@
 Why a process and not a thread: a sampling thread inside the profiled Python
 process must take the GIL for every sample, and at 100 Hz the workers waiting
 for it between their numpy calls cost about twice the sampler's own CPU in
-throughput (BENCHMARKS.md measured both side by side). From its own process the
+throughput (docs/benchmarks.md measured both side by side). From its own process the
 sampler reads ``/proc/PID`` — which needs nothing from the profiled process —
 and the profiled process never runs a line of profiling code.
 

@@ -237,7 +237,7 @@ def scaling_section(
     if any(_no_profile(r) is None and not r["profile"].get("shares") for r in cpu):
         notes.append("No shares where py-spy read Python frames only (--profile cpu, about 3 % "
                      "cost): the Python / native / GIL-wait split needs --profile gil (about "
-                     "20 %; BENCHMARKS.md).")  # fmt: skip
+                     "20 %; docs/benchmarks.md).")  # fmt: skip
     return Section("Why scaling stops", ["Machine", "Workers", *SHARE_LABELS.values(),
                    "Slowdown", "Top function"], rows, notes)  # fmt: skip
 

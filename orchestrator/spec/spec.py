@@ -20,7 +20,7 @@ class SweepSpec:
     workers: list[int] | None = None  # None: powers of two up to vCPUs, vCPUs, one oversubscribed
     # Three repeats per worker count: one gives no spread, and on replayed surfaces with
     # 2–5 % noise the peak N* lands within ±10 % in 78 % of cases with one, 95 % with three
-    # (benchmarks/bench_model.py, BENCHMARKS.md "Scaling model"); --adaptive spends fewer.
+    # (benchmarks/bench_model.py, docs/benchmarks.md); --adaptive spends fewer.
     repeats: int = 3
     # Scale out: each trial also runs at these node counts (a Ray cluster of that many VMs
     # of the machine type); [1] is the one-VM sweep of before, without Ray.

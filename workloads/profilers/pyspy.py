@@ -64,7 +64,7 @@ DEFAULT_RATE_HZ = PYSPY_DEFAULT_RATE_HZ
 # reads Python frames only; "nonblocking" never pauses it (frames can be torn).
 MODES = ("native", "blocking", "nonblocking")
 # The default never pauses the job: side by side, --native at 100 Hz cost 22 % of cube's
-# throughput, Python frames with pauses 12 %, --nonblocking 3 % (BENCHMARKS.md, "Profilers").
+# throughput, Python frames with pauses 12 %, --nonblocking 3 % (docs/benchmarks.md).
 DEFAULT_MODE = "nonblocking"
 SPEEDSCOPE_FILE = protocol.PYSPY_SPEEDSCOPE_FILE
 FLAMEGRAPH_FILE = protocol.PYSPY_FLAMEGRAPH_FILE
