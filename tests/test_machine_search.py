@@ -149,3 +149,29 @@ def test_when_no_machine_meets_the_deadline_the_fastest_tried_is_named_and_why()
                                     noise=0.0)
     assert measured[step.pick] == max(measured.values())
     assert step.stopped is not None and "no machine tried meets the deadline" in step.stopped
+
+
+@pytest.mark.parametrize(("goal", "expected"), [("cost", 1000.0), ("throughput", 1400.0)])
+def test_a_search_with_nodes_compares_rates_per_vm_for_cost_and_whole_clusters_for_speed(
+        goal, expected):
+    """With --nodes, a two-VM configuration costs twice the machine's price: a cost search
+    weighs its rate per VM, a throughput search its whole rate."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from orchestrator.engine.strategies import _Search
+
+    machine = SimpleNamespace(name="m-8", vcpus=8, memory_gib=8.0, family="m",
+                              price=lambda spot: 0.4)
+    vm = SimpleNamespace(name="vm-m-8", machine=machine)
+    rows = [{"machine": "m-8", "status": "ok", "workers": 4, "nodes": 1, "units_per_s": 1000.0},
+            {"machine": "m-8", "status": "ok", "workers": 4, "nodes": 2, "units_per_s": 1400.0}]
+    store = SimpleNamespace(trials_frame=lambda: pd.DataFrame(rows),
+                            read_sweep=lambda: {"search": {"tried": ["vm-m-8"]}})
+    ctx = SimpleNamespace(plan=SimpleNamespace(search={"objective": goal, "budget": 3},
+                                               vms=[vm]),
+                          spec=SimpleNamespace(spot=False), store=store)
+    measured = _Search(ctx).measured()  # type: ignore[arg-type]
+    # cost: 1,000 units/s on one VM beats 1,400 on two (700 per VM); speed: 1,400 wins
+    assert measured == {"vm-m-8": expected}

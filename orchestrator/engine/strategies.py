@@ -186,10 +186,16 @@ class _Search:
         out = {}
         for name in self.tried:
             rows = ok[ok["machine"] == self.vms[name].machine.name]
-            samples = {int(w): [u for u in map(trial_rate, g.to_dict("records"))
-                                if math.isfinite(u)]
-                       for w, g in rows.groupby("workers")}
-            out[name] = peak_throughput(samples) or 0.0
+            nodes = rows["nodes"].fillna(1).astype(int) if "nodes" in rows else 1
+            best = 0.0
+            # each (workers, nodes) its own configuration: with --nodes, cost per unit is
+            # nodes x the machine's price over the rate, so a cost search compares rates per
+            # VM; a throughput search, the cluster's whole rate
+            for (_, n), g in rows.assign(nodes=nodes).groupby(["workers", "nodes"]):
+                rates = [u for u in map(trial_rate, g.to_dict("records")) if math.isfinite(u)]
+                rate = peak_throughput({0: rates}) or 0.0
+                best = max(best, rate / n if self.goal == "cost" else rate)
+            out[name] = best
         return out
 
     def record(self, step: Any) -> dict[str, Any]:
