@@ -16,13 +16,12 @@ from orchestrator.analysis.model import (
     fit_usl_with_intervals,
     knee_point,
     knee_range,
-    machine_confidence,
     peak_workers,
-    rank,
     spread,
     usl,
     within_noise,
 )
+from orchestrator.analysis.ranking import machine_confidence, rank
 
 GRID = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
 

@@ -1076,7 +1076,7 @@ def test_report_json_holds_the_summarys_numbers_with_stable_keys(
     assert doc["results"][0]["efficiency"] is None  # no 1-worker baseline: null, not NaN
     _, machine = doc["machines"]
     assert machine["knee_workers"] == 4 and machine["best_units_per_s"] == 395
-    from orchestrator.analysis.model import machine_confidence
+    from orchestrator.analysis.ranking import machine_confidence
 
     confidence = machine["confidence"]
     assert confidence == json.loads(json.dumps(machine_confidence(N2, predict_at=[1, 2, 4, 8, 16])))

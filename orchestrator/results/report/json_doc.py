@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any
 
-from orchestrator.analysis.model import machine_confidence
+from orchestrator.analysis.ranking import machine_confidence
 from orchestrator.results.report.measure import Measure
 from orchestrator.results.report.model import (
     OK,
@@ -162,7 +162,7 @@ def _machines(
 ) -> list[dict[str, Any]]:
     """Per machine: the knee, best row, peak memory, and ``confidence``.
 
-    ``confidence`` is :func:`orchestrator.analysis.model.machine_confidence`: the
+    ``confidence`` is :func:`orchestrator.analysis.ranking.machine_confidence`: the
     spread per worker count, the knee's bootstrap range and the USL fit with
     intervals, its verdict and predictions at the tested counts and at 2× the
     largest one (an untested count, with its band).

@@ -22,8 +22,8 @@ from orchestrator.analysis.model import (
     MIN_REPEATS_FOR_CI,
     UslModel,
     fit_usl_with_intervals,
-    rank,
 )
+from orchestrator.analysis.ranking import rank
 from orchestrator.formatting import (
     DASH,
     EST,
@@ -241,7 +241,7 @@ def _runner_up(
 ) -> str:
     """ "; runner-up n2 × 4 is within noise of it": what one more repeat could overturn.
 
-    :func:`orchestrator.analysis.model.rank` compares the best and the runner-up by a
+    :func:`orchestrator.analysis.ranking.rank` compares the best and the runner-up by a
     bootstrap of their repeats; a single repeat on either side is never a clear win.
     """
     ranking = rank(repeat_groups(trials, metric, by_machine),
