@@ -477,7 +477,11 @@ def _print_catalog_table(rows: list[Any]) -> None:
         ("region", "left"), ("on-demand", "right"), ("spot", "right"), ("source", "left"),
         ("price date", "left"),
     ):  # fmt: skip
-        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        # names and figures whole at any width; the source and date wrap instead
+        wraps = column in ("source", "price date")
+        widest = max((len(m.name) for m in rows), default=0) if column == "machine type" else None
+        table.add_column(column, justify=justify, no_wrap=not wraps,  # type: ignore[arg-type]
+                         overflow="fold", min_width=widest)
     for m in rows:
         age = m.age_days()
         table.add_row(
@@ -496,7 +500,8 @@ def _print_catalog_table(rows: list[Any]) -> None:
     console.print("Price sources (offline estimates are not fetched: run `cloudprof catalog "
                   "refresh` for dated provider prices):", highlight=False)
     for (source, day), number in notes.items():
-        console.print(f"  [{number}] {source}; price date {day}", highlight=False, markup=False)
+        console.print(f"  [{number}] {source}; price date {day}", highlight=False, markup=False,
+                      soft_wrap=True)  # one line per source, as long as it is
 
 
 @app.command(cls=_Command)

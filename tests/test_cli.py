@@ -245,7 +245,10 @@ def test_catalog_filters_and_sorts(capsys: pytest.CaptureFixture[str]) -> None:
     assert [r["instance_type"] for r in rows][-1] == "m1-ultramem-160"
 
 
-def test_catalog_table(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_catalog_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                       columns: str) -> None:
+    monkeypatch.setenv("COLUMNS", columns)  # machine names whole on a narrow terminal too
     code, out, _ = run_main(["catalog", "--family", "c2", "--region", "us-central1"], capsys)
     assert code == 0
     assert "c2-standard-60" in out and "c2-standard-4" in out and "n2-" not in out

@@ -26,7 +26,7 @@ from orchestrator.errors import EXIT_INTERRUPTED
 from orchestrator.plan.planner import slug
 from orchestrator.providers import open_bucket
 from tests.fixtures import sweeps
-from tests.fixtures.sweeps import CloudSweep, processes_with, wait_for
+from tests.fixtures.sweeps import CloudSweep, processes_with, trials_of, wait_for
 
 # The fixtures of tests/fixtures/sweeps.py, for this module.
 cloud_sweep = sweeps.cloud_sweep
@@ -38,7 +38,8 @@ PRIVATE_KEY_RE = re.compile(
 
 def _trials(run_dir: Path) -> pd.DataFrame:
     path = run_dir / "trials.parquet"
-    return pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=["trial_id",
+    return trials_of(run_dir) if path.is_file() or (run_dir / "trials.parts").is_dir() \
+        else pd.DataFrame(columns=["trial_id",
                                                                               "status"])
 
 

@@ -51,7 +51,7 @@ from orchestrator.providers.base import (
 from orchestrator.providers.local import LocalBucket, LocalExecutor, LocalProvider
 from orchestrator.results.store import RunStore
 from orchestrator.spec.spec import SweepSpec
-from tests.fixtures.sweeps import ctrl_c_twice, processes_with, runner_processes
+from tests.fixtures.sweeps import ctrl_c_twice, processes_with, runner_processes, trials_of
 from workloads import protocol
 from workloads.base import UnitCounter, Workload
 
@@ -266,7 +266,7 @@ def test_local_sweep_end_to_end(first_run: tuple[Path, str], cache: Path) -> Non
     assert vm["id"] and vm["state"] == "released" and vm["provider"] == "local"
     assert sweep["machines"]["n2-highcpu-8"]["status"] == "done"
 
-    trials = pd.read_parquet(run_dir / "trials.parquet").sort_values("workers")
+    trials = trials_of(run_dir).sort_values("workers")
     assert list(trials["trial_id"]) == ["n2-highcpu-8-w1-r0", "n2-highcpu-8-w2-r0"]
     assert set(trials["status"]) == {"ok"} and set(trials["ran_on"]) == {"local"}
     assert set(trials["machine"]) == {"n2-highcpu-8"} and set(trials["provider"]) == {"local"}
@@ -316,7 +316,7 @@ def test_memory_gate_fails_after_recording(cache: Path, tmp_path: Path) -> None:
         run_sweep(spec_for(tmp_path, workers=[1], max_peak_memory=1 << 20), console=quiet())
     assert info.value.exit_code == EXIT_MEMORY_GATE == 3
     run_dir = only_run(tmp_path)
-    assert len(pd.read_parquet(run_dir / "trials.parquet")) == 1
+    assert len(trials_of(run_dir)) == 1
     assert (run_dir / "report.html").is_file()
 
 
@@ -328,7 +328,7 @@ def test_a_load_peak_trips_the_memory_gate_and_is_the_reported_peak(
                     duration_s=0.5, max_peak_memory=gate)
     with pytest.raises(MemoryGateError, match="while loading"):
         run_sweep(spec, console=quiet())
-    row = pd.read_parquet(only_run(tmp_path) / "trials.parquet").iloc[0]
+    row = trials_of(only_run(tmp_path)).iloc[0]
     assert row["peak_rss_bytes"] >= 600 * 2**20 and row["peak_phase"] == "load"
     assert row["peak_rss_trial_bytes"] < gate  # the trial alone would have passed
     assert row["peak_rss_bytes"] == row["peak_rss_before_trial_bytes"]
@@ -338,7 +338,7 @@ def test_a_trial_gate_ignores_the_load_peak(cache: Path, tmp_path: Path) -> None
     spec = spec_for(tmp_path, workload=f"{__name__}:HeavyLoad", workload_params={}, workers=[1],
                     duration_s=0.5, max_peak_memory=300 * 2**20, peak_gate="trial")
     run_sweep(spec, console=quiet())  # no MemoryGateError
-    row = pd.read_parquet(only_run(tmp_path) / "trials.parquet").iloc[0]
+    row = trials_of(only_run(tmp_path)).iloc[0]
     assert row["status"] == "ok" and row["peak_rss_bytes"] >= 600 * 2**20
 
 
@@ -355,7 +355,7 @@ def test_failing_trial_is_recorded_and_the_sweep_goes_on(cache: Path, tmp_path: 
     with pytest.raises(PartialSweepError, match="1 trial") as info:
         run_sweep(spec, console=quiet())
     assert info.value.exit_code == EXIT_PARTIAL
-    trials = pd.read_parquet(only_run(tmp_path) / "trials.parquet").set_index("workers")
+    trials = trials_of(only_run(tmp_path)).set_index("workers")
     assert trials.loc[2, "status"] == "failed" and "boom at two workers" in trials.loc[2, "error"]
     assert trials.loc[1, "status"] == "ok" and trials.loc[3, "status"] == "ok"  # ran after it
 
@@ -364,7 +364,7 @@ def test_bad_parameter_fails_its_trials_with_the_reason(cache: Path, tmp_path: P
     spec = spec_for(tmp_path, workers=[1], workload_params={**SMALL, "strategy": "bogus"})
     with pytest.raises(PartialSweepError):
         run_sweep(spec, console=quiet())
-    row = pd.read_parquet(only_run(tmp_path) / "trials.parquet").iloc[0]
+    row = trials_of(only_run(tmp_path)).iloc[0]
     assert row["status"] == "failed" and "bogus" in row["error"]
 
 
@@ -383,8 +383,11 @@ def _wait_mid_trial(proc: subprocess.Popen, out: Path) -> None:
     """Until one trial is recorded and the next one runs."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
+        recorded = len(list(out.glob("*/trials.parts/*.json")))  # appended as they end
         files = list(out.glob("*/trials.parquet"))
-        if files and len(pd.read_parquet(files[0])) >= 1 and runner_processes(str(out)):
+        if files:
+            recorded += len(pd.read_parquet(files[0]))
+        if recorded >= 1 and runner_processes(str(out)):
             return
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else proc.returncode
         time.sleep(0.1)
@@ -419,7 +422,7 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
         assert not runner_processes(str(out))  # no trial left running
         sweep = json.loads((run_dir / "sweep.json").read_text())
         assert sweep["status"] == "interrupted"
-    trials = pd.read_parquet(run_dir / "trials.parquet")
+    trials = trials_of(run_dir)
     done = set(trials.loc[trials["status"] == "ok", "trial_id"])
     assert "n2-highcpu-8-w1-r0" in done
     if not then_resume:
@@ -475,7 +478,7 @@ def test_a_finished_sweep_piped_to_head_exits_0(cache: Path, tmp_path: Path) -> 
     assert "error:" not in errors and "Broken pipe" not in errors
     run_dir = only_run(out)
     assert json.loads((run_dir / "sweep.json").read_text())["status"] == "done"
-    assert set(pd.read_parquet(run_dir / "trials.parquet")["status"]) == {"ok"}
+    assert set(trials_of(run_dir)["status"]) == {"ok"}
 
 
 # A terminal's foreground job: the sweep and the reader of its pipe share one process group,
@@ -521,7 +524,7 @@ def test_ctrl_c_on_a_sweep_piped_to_tee_ends_interrupted(cache: Path, tmp_path: 
     assert not runner_processes(str(out))
     run_dir = only_run(out)
     assert json.loads((run_dir / "sweep.json").read_text())["status"] == "interrupted"
-    trials = pd.read_parquet(run_dir / "trials.parquet")
+    trials = trials_of(run_dir)
     assert "ok" in set(trials["status"])  # the trial finished before Ctrl-C is kept
 
 
@@ -561,7 +564,7 @@ def test_dropped_session_fetches_the_result_from_the_bucket(
                     bucket=str(tmp_path / "bucket"))
     run_dir = run_sweep(spec, console=console)
     assert DroppingExecutor.drops_left == 0
-    trials = pd.read_parquet(run_dir / "trials.parquet")
+    trials = trials_of(run_dir)
     (vm_name,) = json.loads((run_dir / "sweep.json").read_text())["vms"]
     assert set(trials["status"]) == {"ok"} and set(trials["ran_on"]) == {vm_name}  # its host
     for trial_id in trials["trial_id"]:
@@ -623,7 +626,7 @@ def test_preempted_machine_is_recorded_and_torn_down(
     assert vm["state"] == "deleted" and VanishingProvider.deleted == [vm["id"]]
     assert vm["labels"]["cloudprof-creator"] and int(vm["labels"]["cloudprof-expires"]) > \
         int(vm["labels"]["cloudprof-created"])
-    trials = pd.read_parquet(run_dir / "trials.parquet")
+    trials = trials_of(run_dir)
     assert list(trials["trial_id"]) == ["n2-highcpu-8-w1-r0"]  # the rest are left to --resume
     assert not (run_dir / "keys").exists() or not list((run_dir / "keys").iterdir())
 
@@ -702,7 +705,7 @@ def test_users_own_inputs_directory_is_staged_and_used(cache: Path, tmp_path: Pa
     spec = spec_for(tmp_path / "runs", workers=[1], workload_params={"inputs": str(own),
                                                                      "dim": "8"})
     run_dir = run_sweep(spec, console=quiet())
-    row = pd.read_parquet(run_dir / "trials.parquet").iloc[0]
+    row = trials_of(run_dir).iloc[0]
     assert row["status"] == "ok" and row["units"] > 0
     staged = json.loads((run_dir / "sweep.json").read_text())["inputs"]
     assert staged["local_dir"] == str(own)
@@ -754,7 +757,7 @@ def test_a_relative_out_gives_one_store_with_absolute_paths_for_the_trials(
     monkeypatch.chdir(tmp_path)
     run_dir = run_sweep(spec_for(Path("rel-runs"), workers=[1], duration_s=0.5), console=quiet())
     assert run_dir.is_absolute() and run_dir.parent == tmp_path / "rel-runs"
-    assert pd.read_parquet(run_dir / "trials.parquet").iloc[0]["status"] == "ok"
+    assert trials_of(run_dir).iloc[0]["status"] == "ok"
     # the trial wrote into the store, not into a second runs/<id>/ below its host's workdir
     assert not [p for p in run_dir.rglob("rel-runs")], sorted(run_dir.rglob("*"))
     assert [p.name for p in (tmp_path / "rel-runs").iterdir()] == [run_dir.name]
@@ -899,7 +902,7 @@ def test_the_machines_are_created_while_the_inputs_upload_and_fetch_them_once_st
     spec = spec_for(tmp_path / "runs", provider="booting", dry_run=False, workers=[1],
                     bucket=str(tmp_path / "bucket"))
     run_dir = run_sweep(spec, console=quiet())
-    trials = pd.read_parquet(run_dir / "trials.parquet")
+    trials = trials_of(run_dir)
     assert list(trials["status"]) == ["ok"]
     (vm,) = json.loads((run_dir / "sweep.json").read_text())["vms"].values()
     assert uploaded_at and vm["inputs_staged_at"][:19] >= uploaded_at[0]  # fetched once staged
@@ -943,4 +946,4 @@ def test_the_machines_start_before_the_store_writes_its_empty_trials_table(
     run_dir = run_sweep(spec_for(tmp_path / "runs", workers=[1]), console=quiet())
     first = events[0]  # the machine thread waits for the main thread's pandas, imported after
     assert first[:2] == ("table", "MainThread") and first[2], events
-    assert list(pd.read_parquet(run_dir / "trials.parquet")["status"]) == ["ok"]
+    assert list(trials_of(run_dir)["status"]) == ["ok"]

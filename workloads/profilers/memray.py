@@ -43,6 +43,7 @@ CAPTURE_FILE = "memray.bin"
 FLAMEGRAPH_FILE = protocol.MEMRAY_FLAMEGRAPH_FILE
 TOP_SITES = 10
 WHOLE_PROCESS = "whole process (prepare() included)"
+CENSUS_FILE = "cloudprof_heap.py"  # the heap census runs in the profiled process too
 _LIBRARY_DIRS = tuple(
     p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p
 )
@@ -89,6 +90,8 @@ def top_sites(
     site in the job's own files."""
     by_site: dict[tuple[str, str, str, bool], list[int]] = defaultdict(lambda: [0, 0])
     for size, count, stack in allocations:
+        if any(file.endswith(CENSUS_FILE) for _fn, file, _line in stack):
+            continue  # the heap census's own bookkeeping (profile.heap), not the job's
         own = bool(stack) and is_own(stack[_site_frame(stack, own_dirs)][1], own_dirs)
         acc = by_site[(*call_site(stack, own_dirs), own)]
         acc[0] += size
