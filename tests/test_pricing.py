@@ -27,6 +27,7 @@ def user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv(catalog.CATALOG_ENV)
     monkeypatch.setenv(catalog.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "test-project")
+    monkeypatch.setenv("COLUMNS", "200")  # the catalog table's rows read whole, one per line
     return tmp_path / "cache" / "catalog"
 
 
