@@ -30,6 +30,8 @@ MIN_GAP_S = 0.25  # a census walks every object while holding the GIL: not more 
 GAP_PER_CENSUS_S = 4  # and at least 4 x the last census's time apart (<= ~20 % of the run)
 PLATEAU = 1.01  # and only once growth pauses (a peak is where growth stops);
 BIG_GROWTH = 1.2  # 20 % above the last census: a census now, however recent the last
+SETTLE_S = 1.0  # none in a process's first second: its imports, not the job's heap, and a
+#                 census per freshly spawned pool worker slowed the very trial it profiles
 TOP_TYPES = 10
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 FILE_ENV = "CLOUDPROF_HEAP_FILE"
@@ -127,7 +129,8 @@ class HeapWatch:
             gap = max(MIN_GAP_S, GAP_PER_CENSUS_S * self.last_census_s)
             step = min(last * CENSUS_GROWTH, last + CENSUS_STEP)
             soon = now - self.last_census < gap and rss < last * BIG_GROWTH
-            if not force and (rising or rss < step or soon):
+            young = now - self.started < SETTLE_S
+            if not force and (rising or rss < step or soon or young):
                 return
             if force and rss <= last:
                 return
