@@ -1,8 +1,17 @@
-"""The shipped catalog (``infra/catalog/*.csv``): offline estimates, generated here.
+"""The shipped catalog (``infra/catalog/*.csv``), generated here.
 
-No price can be fetched where cloudprof is built, so the shipped files hold
-*estimates*, labelled as such on every row, and computed the same way for
-every machine from the per-family rates below (one place to correct a rate):
+No price API can be called where cloudprof is built, so the shipped prices are
+imported from SkyPilot's catalog (``skypilot-org/skypilot-catalog``): from a
+git copy (``--skypilot GIT_DIR``: each row sourced ``skypilot-catalog@<commit>``
+and dated by that commit), or from single ``vms.csv`` files read at a known
+commit (``--skypilot-file gcp=PATH --commit gcp=SHA --read-on DAY``: dated by
+the day read, which the source says, since the commit's date is unknown).
+
+Machines the import does not price keep an estimate, labelled "offline
+estimate (not fetched)" on every row: fitted to the family's imported rows of
+the region where there are some (``fitted``), else computed from the
+per-family rates below, remembered from the providers' price pages around
+``ESTIMATE_DATE`` (one place to correct a rate):
 
 * GCP: vCPUs × USD per vCPU-hour + GiB × USD per GiB-hour, the way Google
   prices its predefined machine types (and the way the refresh computes them);
@@ -12,17 +21,9 @@ every machine from the per-family rates below (one place to correct a rate):
   × a typical spot fraction (none for GCP's memory-optimized series, which
   have no spot offering in the shipped regions).
 
-The rates are from memory of the providers' public price pages around
-``ESTIMATE_DATE`` (not fetched). ``cloudprof catalog refresh`` replaces them
-with fetched prices in the user's cache. Regenerate the files after editing:
-``python -m orchestrator.catalog.pricing.shipped``.
-
-With a git copy of ``skypilot-org/skypilot-catalog`` (a checkout or a bare
-clone), ``python -m orchestrator.catalog.pricing.shipped --skypilot GIT_DIR``
-writes its prices instead: every machine type of the covered families in the
-shipped regions, each row sourced ``skypilot-catalog@<commit>`` and dated by
-that commit, with the source's vCPUs and memory; a shipped machine the copy
-lacks keeps its estimate, labelled as such.
+``python -m orchestrator.catalog.pricing.shipped`` without options writes the
+remembered estimates alone; ``cloudprof catalog refresh`` fetches current
+prices into the user's cache.
 """
 
 from __future__ import annotations
