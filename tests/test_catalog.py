@@ -67,14 +67,39 @@ def test_shipped_catalog_covers_the_articles_machines_and_aws_families() -> None
         assert len({m.region for m in load_catalog(provider)}) >= 3
 
 
-def test_every_shipped_price_has_a_source_and_a_date_and_says_it_is_an_offline_estimate() -> None:
+def shipped_row(name: str, region: str, provider: str = "gcp") -> catalog.MachineType:
+    """The row of the shipped file itself (not the merged lookup) for a machine and region."""
+    rows = parse_catalog_file(catalog.shipped_dir() / f"{provider}.csv", provider)
+    return next(m for m in rows if (m.name, m.region) == (name, region))
+
+
+SKYPILOT_SOURCE = re.compile(
+    r"skypilot-catalog@([0-9a-f]{7}) \(catalogs/v\d+/(gcp|aws)/vms\.csv as read on "
+    r"(\d{4}-\d{2}-\d{2}), not its commit date; ")
+
+
+def test_every_shipped_price_is_dated_and_names_its_source_or_says_it_is_an_estimate() -> None:
+    imported = 0
     for m in load_catalog():
         assert m.price_on_demand is not None and m.price_on_demand > 0
-        assert m.price_source
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", m.price_date)
-        # none of these figures was fetched live: the source must not pretend otherwise
-        assert "offline estimate (not fetched)" in m.price_source
-        assert not m.fetched
+        found = SKYPILOT_SOURCE.match(m.price_source)
+        if found:  # read from SkyPilot's catalog: its file, commit and the day it was read
+            imported += 1
+            assert found.group(2) == m.provider and found.group(3) == m.price_date
+            assert m.fetched and m.fetched_at == m.price_date
+            assert m.source_name == f"skypilot-catalog@{found.group(1)}"
+        else:  # anything else must say it was not fetched
+            assert m.price_source.startswith("offline estimate (not fetched): ")
+            assert not m.fetched and m.source_name == "offline estimate"
+    assert imported, "no shipped price comes from SkyPilot's catalog"
+
+
+def test_shipped_spot_prices_are_below_on_demand() -> None:
+    rows = load_catalog()
+    spot = [m for m in rows if m.price_spot is not None]
+    assert len(spot) > len(rows) / 2
+    assert all(m.price_spot < m.price_on_demand for m in spot)  # type: ignore[operator]
 
 
 def test_shipped_prices_are_consistent_within_a_family_and_region() -> None:
@@ -247,12 +272,28 @@ def test_sorts() -> None:
 # ---------------------------------------------------------------- families, arch, freshness
 
 
-def test_the_shipped_files_are_exactly_what_the_one_rate_table_generates() -> None:
-    """A hand edit of a shipped price (instead of its family's rate) is caught here."""
-    from orchestrator.catalog.pricing.shipped import shipped_texts
+def test_the_shipped_files_are_exactly_what_the_importer_makes_of_their_imported_rows() -> None:
+    """A hand edit of a shipped estimate or fitted price (instead of the rate table or the
+    imported rows they come from) is caught here: re-importing the files' own imported
+    rows gives the files again, byte for byte."""
+    from orchestrator.catalog.pricing.shipped import texts_from
 
-    for name, text in shipped_texts().items():
+    imported = {p: [m for m in load_catalog(p) if SKYPILOT_SOURCE.match(m.price_source)]
+                for p in catalog.CATALOG_PROVIDERS}
+    for name, text in texts_from(imported).items():
         assert (catalog.shipped_dir() / name).read_text(encoding="utf-8") == text, name
+
+
+def test_fitted_estimates_say_what_they_were_fitted_to_and_agree_with_it() -> None:
+    fitted = [m for m in load_catalog() if "fitted to skypilot-catalog@" in m.price_source]
+    assert fitted
+    for m in fitted:
+        read = [r for r in load_catalog(m.provider) if SKYPILOT_SOURCE.match(r.price_source)
+                and (r.family, r.region) == (m.family, m.region)
+                and r.memory_gib / r.vcpus == m.memory_gib / m.vcpus]
+        per_vcpu = [r.price_on_demand / r.vcpus for r in read]  # type: ignore[operator]
+        if per_vcpu:  # a same-shape fit: within the read rows' range per vCPU
+            assert min(per_vcpu) * 0.999 <= m.price_on_demand / m.vcpus <= max(per_vcpu) * 1.001
 
 
 def test_the_shipped_catalog_covers_every_family_of_the_issue_with_its_architecture() -> None:
@@ -291,8 +332,8 @@ def test_sweeps_use_the_freshest_price_per_machine_and_fall_back_to_the_shipped_
 ) -> None:
     monkeypatch.delenv(catalog.CATALOG_ENV)
     monkeypatch.setenv(catalog.CACHE_ENV, str(tmp_path))
-    shipped = lookup("n2-highcpu-8")
-    assert not shipped.fetched  # no refreshed file yet: the shipped estimate
+    # no refreshed file yet: the shipped row
+    assert lookup("n2-highcpu-8") == shipped_row("n2-highcpu-8", "us-central1")
     user = catalog.user_catalog_dir()
     assert user == tmp_path / "catalog"
     user.mkdir()
@@ -303,11 +344,10 @@ def test_sweeps_use_the_freshest_price_per_machine_and_fall_back_to_the_shipped_
     write_csv(user / "gcp.csv", [fresh, stale])
     assert lookup("n2-highcpu-8").price_on_demand == 0.3
     assert lookup("n2-highcpu-8").fetched
-    # older than the shipped estimate: the shipped row wins
-    assert "offline estimate" in lookup("n2-highcpu-16").price_source
-    assert not lookup("n2-highcpu-16").fetched
-    # machines the refresh did not cover stay available, labelled as estimates
-    assert "offline estimate" in lookup("c3-standard-8").price_source
+    # older than the shipped price: the shipped row wins
+    assert lookup("n2-highcpu-16") == shipped_row("n2-highcpu-16", "us-central1")
+    # machines the refresh did not cover stay available, as the shipped file prices them
+    assert lookup("c3-standard-8") == shipped_row("c3-standard-8", "us-central1")
     assert lookup("c6i.large").provider == "aws"  # no user aws file: shipped only
 
 
@@ -337,7 +377,9 @@ def test_prices_are_stale_only_past_90_days_from_their_own_date() -> None:
         assert (row.age_days(), row.stale()) == (days, stale), days
         assert row.source_name == "skypilot-catalog@abc1234"
     assert catalog.STALE_DAYS == 90
-    assert lookup("c6i.large").source_name == "offline estimate"
+    shipped = lookup("c6i.large")
+    assert shipped.source_name.startswith("skypilot-catalog@")
+    assert not shipped.stale(date.fromisoformat(shipped.price_date))  # fresh on the day read
 
 
 def test_the_shipped_files_can_be_regenerated_from_a_git_copy_of_skypilot_catalog(

@@ -133,7 +133,9 @@ def test_the_plan_says_where_each_price_comes_from_and_warns_when_it_is_old() ->
 
     from orchestrator.catalog.machines import lookup
 
-    shipped = lookup("n2-highcpu-8")
+    shipped = replace(lookup("n2-highcpu-8"), price_source="offline estimate (not fetched): "
+                      "a test rate", price_date=(date.today() - timedelta(days=200)).isoformat(),
+                      fetched_at="")
     fresh = replace(lookup("c2-standard-4"), price_source="Cloud Billing Catalog API",
                     price_date=(date.today() - timedelta(days=3)).isoformat(),
                     fetched_at="2026-01-01T00:00:00Z")

@@ -19,6 +19,7 @@ from orchestrator.errors import CloudprofError
 from tests.fixtures.fake_aws_pricing import FakeAwsPricing, product
 from tests.fixtures.fake_billing import FakeBilling, family_skus, sku
 from tests.fixtures.fake_gce import FakeGce
+from tests.test_catalog import shipped_row
 
 
 @pytest.fixture
@@ -96,8 +97,8 @@ def test_a_missing_gcp_sku_leaves_the_family_out_and_says_so(
     done = refresh.refresh("gcp")
     assert "t2a in us-central1" in done.missing and "m3 in us-central1" in done.missing
     assert not any(m.family == "t2a" for m in done.rows)
-    fallback = lookup("t2a-standard-4", region="us-central1")  # the shipped estimate
-    assert not fallback.fetched and "offline estimate" in fallback.price_source
+    fallback = lookup("t2a-standard-4", region="us-central1")  # the shipped price
+    assert fallback == shipped_row("t2a-standard-4", "us-central1")
 
 
 def test_a_gcp_api_error_is_one_line_and_writes_nothing(
@@ -170,7 +171,8 @@ def test_a_missing_aws_price_leaves_the_type_out_and_says_so(
         p for p in fake_aws_pricing.products["us-east-1"] if '"c6i.xlarge"' not in p]
     done = refresh.refresh("aws", regions=["us-east-1"])
     assert done.missing == ["c6i.xlarge in us-east-1"]
-    assert not lookup("c6i.xlarge", region="us-east-1").fetched  # shipped estimate
+    assert lookup("c6i.xlarge", region="us-east-1") == shipped_row(
+        "c6i.xlarge", "us-east-1", "aws")  # the shipped price, not a refreshed one
 
 
 def test_an_aws_api_error_is_one_line(

@@ -1,8 +1,17 @@
-"""The shipped catalog (``infra/catalog/*.csv``): offline estimates, generated here.
+"""The shipped catalog (``infra/catalog/*.csv``), generated here.
 
-No price can be fetched where cloudprof is built, so the shipped files hold
-*estimates*, labelled as such on every row, and computed the same way for
-every machine from the per-family rates below (one place to correct a rate):
+No price API can be called where cloudprof is built, so the shipped prices are
+imported from SkyPilot's catalog (``skypilot-org/skypilot-catalog``): from a
+git copy (``--skypilot GIT_DIR``: each row sourced ``skypilot-catalog@<commit>``
+and dated by that commit), or from single ``vms.csv`` files read at a known
+commit (``--skypilot-file gcp=PATH --commit gcp=SHA --read-on DAY``: dated by
+the day read, which the source says, since the commit's date is unknown).
+
+Machines the import does not price keep an estimate, labelled "offline
+estimate (not fetched)" on every row: fitted to the family's imported rows of
+the region where there are some (``fitted``), else computed from the
+per-family rates below, remembered from the providers' price pages around
+``ESTIMATE_DATE`` (one place to correct a rate):
 
 * GCP: vCPUs × USD per vCPU-hour + GiB × USD per GiB-hour, the way Google
   prices its predefined machine types (and the way the refresh computes them);
@@ -12,17 +21,9 @@ every machine from the per-family rates below (one place to correct a rate):
   × a typical spot fraction (none for GCP's memory-optimized series, which
   have no spot offering in the shipped regions).
 
-The rates are from memory of the providers' public price pages around
-``ESTIMATE_DATE`` (not fetched). ``cloudprof catalog refresh`` replaces them
-with fetched prices in the user's cache. Regenerate the files after editing:
-``python -m orchestrator.catalog.pricing.shipped``.
-
-With a git copy of ``skypilot-org/skypilot-catalog`` (a checkout or a bare
-clone), ``python -m orchestrator.catalog.pricing.shipped --skypilot GIT_DIR``
-writes its prices instead: every machine type of the covered families in the
-shipped regions, each row sourced ``skypilot-catalog@<commit>`` and dated by
-that commit, with the source's vCPUs and memory; a shipped machine the copy
-lacks keeps its estimate, labelled as such.
+``python -m orchestrator.catalog.pricing.shipped`` without options writes the
+remembered estimates alone; ``cloudprof catalog refresh`` fetches current
+prices into the user's cache.
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.catalog.machines import COLUMNS
+from orchestrator.catalog.machines import COLUMNS, CatalogError, MachineType
 from orchestrator.catalog.pricing.families import AWS_FAMILIES, GCP_FAMILIES, arch_of
+
+if TYPE_CHECKING:
+    from orchestrator.catalog.pricing.fitted import Fitter
 
 ESTIMATE_DATE = "2025-06-01"
 SHIPPED_MARK = "offline estimate"  # in every shipped row's price_source
@@ -192,35 +197,115 @@ def shipped_texts() -> dict[str, str]:
 
 
 def imported_rows(provider: str, estimates: list[dict[str, str]],
-                  git_dir: Path) -> list[dict[str, str]]:
-    """``estimates`` with each (machine, region) the SkyPilot copy prices replaced by its
-    row, then the copy's other machines of the same regions (names in natural order)."""
+                  imported: list[MachineType]) -> list[dict[str, str]]:
+    """``estimates`` with each (machine, region) of ``imported`` replaced by its row,
+    then ``imported``'s other machines of the same regions (names in natural order).
+
+    A machine ``imported`` prices in some shipped regions but not in others is not
+    offered there: its estimates for those regions are dropped, not kept. A machine it
+    does not price at all keeps an estimate, fitted to the family's imported rows of
+    the region where there are some (``fitted``).
+    """
     from orchestrator.catalog.machines import _name_key, to_cells
-    from orchestrator.catalog.pricing import skypilot
+    from orchestrator.catalog.pricing.fitted import Fitter
 
     regions = list(GCP_REGIONS if provider == "gcp" else AWS_REGIONS)
-    rows, _ = skypilot.load(provider, git_dir)
-    found = {(m.name, m.region): to_cells(m) for m in rows if m.region in regions}
-    out = [found.pop((r["instance_type"], r["region"]), r) for r in estimates]
+    imported = [m for m in imported if m.region in regions]
+    found = {(m.name, m.region): to_cells(m) for m in imported}
+    priced = {name for name, _ in found}
+    fitter = Fitter.of(imported)
+    out = [found.pop((r["instance_type"], r["region"]), None) or _refit(provider, r, fitter)
+           for r in estimates
+           if (r["instance_type"], r["region"]) in found or r["instance_type"] not in priced]
     extra = sorted(found, key=lambda key: (_name_key(key[0]), regions.index(key[1])))
     return out + [found[key] for key in extra]
 
 
+def _refit(provider: str, row: dict[str, str], fitter: Fitter) -> dict[str, str]:
+    """``row``, an estimate, re-priced by ``fitter`` where it has a fit (else as is)."""
+    vcpus, gib = int(row["vcpus"]), float(row["memory_gib"])
+    got = fitter.prices(row["family"], row["region"], vcpus, gib)
+    if got is None:
+        return row
+    on_demand, spot, how, day = got
+    return {**_row(provider, row["instance_type"], row["family"], vcpus, gib, row["region"],
+                   on_demand, "" if spot is None else _money(spot),
+                   f"{SHIPPED_MARK} (not fetched): {how}"), "price_date": day}
+
+
+def texts_from(imported: dict[str, list[MachineType]]) -> dict[str, str]:
+    """File name -> the shipped file's text with ``imported``'s prices (provider -> rows);
+    a provider or machine not imported keeps its estimates."""
+    return {"gcp.csv": render(imported_rows("gcp", gcp_rows(), imported.get("gcp", []))),
+            "aws.csv": render(imported_rows("aws", aws_rows(), imported.get("aws", [])))}
+
+
 def skypilot_texts(git_dir: Path) -> dict[str, str]:
     """File name -> the shipped file's text with the prices of a skypilot-catalog copy."""
-    return {"gcp.csv": render(imported_rows("gcp", gcp_rows(), git_dir)),
-            "aws.csv": render(imported_rows("aws", aws_rows(), git_dir))}
+    from orchestrator.catalog.pricing import skypilot
+
+    return texts_from({p: skypilot.load(p, git_dir)[0] for p in ("gcp", "aws")})
+
+
+def file_texts(files: dict[str, Path], commits: dict[str, str], day: str,
+               version: str = "v7") -> dict[str, str]:
+    """File name -> the shipped file's text with the prices of single ``vms.csv`` files
+    (provider -> local path), each read from skypilot-catalog at ``commits[provider]`` on
+    ``day``: where no git copy can be had, the files themselves (or the rows of them
+    that were read, in their format) carry the prices, dated by the day of reading."""
+    from orchestrator.catalog.pricing import skypilot
+
+    imported = {}
+    for provider, path in files.items():
+        if provider not in commits:
+            raise CatalogError(f"--commit {provider}=SHA: the commit {path} was read at")
+        inside = f"catalogs/{version}/{provider}/vms.csv"
+        origin = skypilot.read_on(commits[provider], inside, day)
+        with path.open(newline="", encoding="utf-8") as fh:
+            imported[provider] = skypilot.import_vms_csv(provider, fh, origin, str(path))
+    return texts_from(imported)
+
+
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    """``["gcp=x", "aws=y"]`` -> ``{"gcp": "x", "aws": "y"}``, providers checked."""
+    out = {}
+    for value in values:
+        provider, sep, rest = value.partition("=")
+        if not sep or provider not in ("gcp", "aws") or not rest:
+            raise SystemExit(f"{what}: expected gcp=... or aws=..., got {value!r}")
+        out[provider] = rest
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     """Rewrite ``infra/catalog/*.csv`` from the tables above, or from SkyPilot's catalog."""
     import argparse
+    from datetime import date
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--skypilot", type=Path, metavar="GIT_DIR",
                         help="a git copy of skypilot-org/skypilot-catalog to take prices from")
+    parser.add_argument("--skypilot-file", action="append", default=[],
+                        metavar="PROVIDER=PATH",
+                        help="a vms.csv of skypilot-catalog (or rows of it, with its header)")
+    parser.add_argument("--commit", action="append", default=[], metavar="PROVIDER=SHA",
+                        help="the skypilot-catalog commit each --skypilot-file was read at")
+    parser.add_argument("--read-on", default=date.today().isoformat(), metavar="YYYY-MM-DD",
+                        help="the day the files were read: their prices' date (default: today)")
+    parser.add_argument("--catalog-version", default="v7", help="catalogs/<version>/ read")
     args = parser.parse_args(argv)
-    texts = shipped_texts() if args.skypilot is None else skypilot_texts(args.skypilot)
+    if args.skypilot_file:
+        files = {p: Path(v) for p, v in _pairs(args.skypilot_file, "--skypilot-file").items()}
+        try:
+            date.fromisoformat(args.read_on)
+            texts = file_texts(files, _pairs(args.commit, "--commit"), args.read_on,
+                               args.catalog_version)
+        except (CatalogError, OSError, ValueError) as exc:
+            raise SystemExit(f"error: {exc}") from None
+    elif args.skypilot is not None:
+        texts = skypilot_texts(args.skypilot)
+    else:
+        texts = shipped_texts()
     target = Path(__file__).resolve().parents[3] / "infra" / "catalog"
     for name, text in texts.items():
         (target / name).write_text(text, encoding="utf-8")

@@ -14,6 +14,8 @@ from a git copy of ``skypilot-org/skypilot-catalog`` (a checkout, or a bare
 clone read with ``git show``), and its source is ``skypilot-catalog@<commit>``;
 a plain file is dated by its modification time. The commit date is what the
 age warning counts from, so a catalog left unrefreshed upstream shows its age.
+A file read at a known commit whose date is unknown (``read_on``) is dated by
+the day it was read, and its source says so.
 """
 
 from __future__ import annotations
@@ -42,6 +44,21 @@ class Origin:
     label: str  # "skypilot-catalog@1a2b3c4", or the file's path
     day: str  # ISO date of the prices: the commit's, else the file's modification
     fetched_at: str  # the same moment, ISO 8601 UTC
+    note: str = ""  # what the date is, where it is not the commit's or the file's
+
+
+def read_on(commit: str, inside: str, day: str) -> Origin:
+    """The origin of ``inside`` (a path in skypilot-catalog) read at ``commit`` on ``day``.
+
+    Read one file at a time from the repository's web view, the commit is known but not
+    its date: the prices are dated by the day they were read, the one date known to be
+    no earlier than theirs, and the source says so (``fetched_at`` holds the day alone,
+    its time unknown).
+    """
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        raise CatalogError(f"not a git commit hash: {commit!r}")
+    return Origin(f"{REPO_NAME}@{commit[:7]}", day, day,
+                  note=f"{inside} as read on {day}, not its commit date")
 
 
 def _utc(moment: datetime) -> str:
@@ -160,7 +177,8 @@ def import_vms_csv(provider: str, lines: Iterable[str], origin: Origin,
         MachineType(
             provider=provider, name=name, family=family_of(provider, name), vcpus=vcpus,
             memory_gib=gib, region=region, price_on_demand=on_demand, price_spot=spot,
-            price_source=f"{origin.label} ({zones}; spot "
+            price_source=f"{origin.label} ({origin.note + '; ' if origin.note else ''}"
+                         f"{zones}; spot "
                          f"{'none listed' if spot is None else 'from the same file'})",
             price_date=origin.day, arch=arch_of(provider, name), fetched_at=origin.fetched_at,
         )
