@@ -336,19 +336,19 @@ def test_a_git_copy_of_skypilot_catalog_dates_each_price_by_its_commit(
     tmp_path: Path, user_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bare = git_catalog(tmp_path, {"aws": [
-        "c7i.large,,,2.0,4.0,,0.08925,0.0321,us-east-1,use1-az1",
-        "c7i.large,,,2.0,4.0,,0.08925,0.0402,us-east-1,use1-az2",
+        "c7i.large,,,2.0,4.0,,0.08925,0.0321,us-east-2,use2-az1",
+        "c7i.large,,,2.0,4.0,,0.08925,0.0402,us-east-2,use2-az2",
     ]}, "2026-11-02T10:00:00+00:00")
     commit = subprocess.run(["git", f"--git-dir={bare}", "rev-parse", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
     code, out, err = run_main(["catalog", "refresh", "--provider", "aws", "--from", "skypilot",
                                str(bare)], capsys)
     assert code == 0, err
-    c7i = lookup("c7i.large", region="us-east-1")
+    c7i = lookup("c7i.large", region="us-east-2")
     assert c7i.price_source.startswith(f"skypilot-catalog@{commit[:7]} (highest of 2 zone(s)")
     assert (c7i.price_date, c7i.fetched_at) == ("2026-11-02", "2026-11-02T10:00:00Z")
     assert (c7i.price_on_demand, c7i.price_spot) == (0.08925, 0.0402)
-    code, out, _ = run_main(["catalog", "--family", "c7i", "--region", "us-east-1"], capsys)
+    code, out, _ = run_main(["catalog", "--family", "c7i", "--region", "us-east-2"], capsys)
     line = next(x for x in out.splitlines() if " c7i.large " in f" {x} ")
     age = (date.today() - date(2026, 11, 2)).days
     assert f"skypilot-catalog@{commit[:7]} [" in line and f"2026-11-02 ({age} d" in line
@@ -357,7 +357,7 @@ def test_a_git_copy_of_skypilot_catalog_dates_each_price_by_its_commit(
                                str(tmp_path / "work")], capsys)
     assert code == 0, err
     assert f"(skypilot-catalog@{commit[:7]}, 2026-11-02)" in out
-    assert lookup("c7i.large", region="us-east-1").price_date == "2026-11-02"
+    assert lookup("c7i.large", region="us-east-2").price_date == "2026-11-02"
 
 
 def test_a_refresh_merges_by_region_and_machine_into_the_users_file(
