@@ -175,3 +175,70 @@ def test_a_search_with_nodes_compares_rates_per_vm_for_cost_and_whole_clusters_f
     measured = _Search(ctx).measured()  # type: ignore[arg-type]
     # cost: 1,000 units/s on one VM beats 1,400 on two (700 per VM); speed: 1,400 wins
     assert measured == {"vm-m-8": expected}
+
+
+def _nodes_search(goal: str, rows: list[dict], prices: dict[str, float],
+                  min_rate: float | None):
+    """A ``_Search`` over machines whose (workers, nodes) trials are ``rows``, all tried."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from orchestrator.engine.strategies import _Search
+
+    vms = [SimpleNamespace(name=f"vm-{m}", nodes=2, machine=SimpleNamespace(
+        name=m, vcpus=8, memory_gib=8.0, family=m.split("-")[0],
+        price=lambda spot, p=p: p)) for m, p in prices.items()]
+    store = SimpleNamespace(trials_frame=lambda: pd.DataFrame(rows),
+                            read_sweep=lambda: {"search": {"tried": [v.name for v in vms]}})
+    search = {"objective": goal, "budget": len(vms)}
+    if min_rate is not None:
+        search["min_rate"] = min_rate
+    ctx = SimpleNamespace(plan=SimpleNamespace(search=search, vms=vms),
+                          spec=SimpleNamespace(spot=False), store=store)
+    return _Search(ctx)  # type: ignore[arg-type]
+
+
+def test_a_deadline_under_nodes_is_met_by_the_whole_cluster_and_costed_per_vm():
+    """m-8 ($0.40/h a VM) runs 1,000 units/s on one VM and 1,800 on two; f-8 ($1.60/h)
+    1,500 on one. A job due at 1,200 units/s: only m-8 × 2 and f-8 × 1 meet it, and m-8 × 2
+    ($0.80/h for 1,800 units/s) is the cheaper by far. Compared per VM (900 and 1,000 units/s)
+    against the whole job's 1,200, m-8 would never meet it and f-8 would be picked."""
+    rows = [{"machine": m, "status": "ok", "workers": 8, "nodes": n, "units_per_s": u}
+            for m, n, u in (("m-8", 1, 1000.0), ("m-8", 2, 1800.0), ("f-8", 1, 1500.0))]
+    prices = {"m-8": 0.40, "f-8": 1.60}
+    search = _nodes_search("cost", rows, prices, min_rate=1200.0)
+    ranked, whole = search.rates()
+    # the deadline rules out m-8 on one VM: its cost is the two-VM configuration's, per VM
+    assert ranked == {"vm-m-8": 900.0, "vm-f-8": 1500.0}
+    assert whole == {"vm-m-8": 1800.0, "vm-f-8": 1500.0}
+    step = search.step()
+    assert step.pick == "vm-m-8" and step.next is None
+    assert "deadline" not in (step.stopped or "")
+    # its cost per unit is two VMs' price over the two VMs' rate
+    cost = objective_value("cost", prices["m-8"], ranked["vm-m-8"])
+    assert cost == pytest.approx(2 * 0.40 / 3600 / 1800 * 1e6)
+    # without the deadline, m-8 on one VM is the cheapest configuration of all
+    free = _nodes_search("cost", rows, prices, min_rate=None)
+    assert free.rates()[0] == {"vm-m-8": 1000.0, "vm-f-8": 1500.0}
+    assert free.step().pick == "vm-m-8"
+    # past every configuration's whole rate, none meets it: the fastest comes closest
+    late = _nodes_search("cost", rows, prices, min_rate=2000.0).step()
+    assert late.pick == "vm-m-8" and "no machine tried meets the deadline" in late.stopped
+
+
+def test_an_untried_machine_may_meet_a_deadline_on_the_most_nodes_swept():
+    """A cost search ranks rates per VM: an untried machine whose rate per VM is half the
+    deadline's can still meet it on two VMs, so its chance to is not zero with scale_out=2."""
+    cands, peak = _world(2)
+    tried = [c.name for c in cands[::7]][:4]
+    measured = {n: peak[n] for n in tried}
+    min_rate = 1.6 * max(measured.values())  # no tried machine alone, nor most untried ones
+    one = search_step(cands, measured, "cost", 10, min_rate=min_rate)
+    two = search_step(cands, measured, "cost", 10, min_rate=min_rate,
+                      whole={n: 2 * r for n, r in measured.items()}, scale_out=2)
+    assert one.pick == max(measured, key=measured.__getitem__)  # none meets it: the fastest
+    # on two VMs the fastest tried machines meet it: the pick is the cheapest of those
+    ok = [n for n in tried if 2 * measured[n] >= min_rate]
+    price = {c.name: c.price_per_hour for c in cands}
+    assert two.pick == min(ok, key=lambda n: objective_value("cost", price[n], measured[n]))

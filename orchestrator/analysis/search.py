@@ -226,6 +226,8 @@ def search_step(
     ei_stop: float = EI_STOP,
     seed: int = SEED,
     min_rate: float | None = None,
+    whole: Mapping[str, float] | None = None,
+    scale_out: int = 1,
 ) -> SearchStep:
     """Which machine to try next, from the peak throughput (units/s) of those tried so far.
 
@@ -243,6 +245,16 @@ def search_step(
     it is never the pick (unless none meets it: then the fastest, and the step
     says so), and each untried machine's expected improvement is weighted by the
     GP's probability that it meets it (constrained expected improvement).
+
+    With ``--nodes`` a configuration is (workers, nodes) and the deadline is the
+    whole configuration's: ``whole`` holds each tried machine's fastest
+    configuration's rate over all its VMs (default: ``measured``), which the
+    deadline is checked against, while ``measured`` is what the objective ranks
+    (a cost search: the rate per VM of the cheapest configuration that meets the
+    deadline, as n VMs cost n prices). ``scale_out``: how many VMs an untried
+    machine's rate in ``measured`` may be spread over to meet the deadline (the
+    most nodes swept, for a cost search), an optimistic bound (scaling across VMs
+    linear) that its measurement then settles.
     """
     import numpy as np
 
@@ -256,19 +268,21 @@ def search_step(
     if tried:
         f_tried = {n: offset[names.index(n)] - math.log(measured[n] / _vcpus(candidates, n))
                    for n in tried}
+        speed = whole if whole is not None else measured
         feasible = {n: f for n, f in f_tried.items()
-                    if min_rate is None or measured[n] >= min_rate}
+                    if min_rate is None or speed.get(n, 0.0) >= min_rate}
         if feasible:
             pick = min(feasible, key=feasible.__getitem__)
         else:  # nothing measured meets the deadline: the fastest comes closest
-            pick = max(tried, key=lambda n: measured[n])
+            pick = max(tried, key=lambda n: speed.get(n, 0.0))
             short = f"no machine tried meets the deadline; {pick} comes closest"
     untried = [i for i, n in enumerate(names) if n not in measured]
     spent = len([n for n in names if n in measured])
     if len(tried) >= 2:
         mean, cov = _posterior(feats, names, tried, measured, candidates, seed)
         f_mean, f_sd = offset - mean, np.sqrt(np.clip(np.diag(cov), 1e-12, None))
-        meets = _meets(candidates, mean, f_sd, min_rate)
+        meets = _meets(candidates, mean, f_sd,
+                       None if min_rate is None else min_rate / max(1, scale_out))
         if feasible:
             best = min(feasible.values())
             gains = {i: _expected_improvement(best, f_mean[i], f_sd[i]) * meets[i]
