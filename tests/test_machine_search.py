@@ -117,6 +117,21 @@ def test_the_stated_confidence_matches_how_often_the_pick_is_the_best():
     assert abs(np.mean(stated) - np.mean(best)) < 0.10
 
 
+def test_under_a_deadline_the_confidence_is_against_the_machines_that_meet_it():
+    """m-2 is the cheapest per unit but far too slow for the deadline: it does not make the
+    pick, m-8 (half m-16's cost) any less sure to be the cheapest machine that meets it."""
+    cands = [Candidate(f"m-{v}", v, 4.0 * v, "m", 0.05 * v) for v in (2, 4, 8, 16)]
+    measured = {"m-2": 600.0, "m-4": 400.0, "m-8": 1600.0, "m-16": 1700.0}
+    free = search_step(cands, measured, "cost", budget=4)
+    assert free.pick == "m-2"
+    step = search_step(cands, measured, "cost", budget=4, min_rate=1000.0)
+    assert step.pick == "m-8" and step.confidence > 0.95
+    # m-16 only just meets it: that two VMs of m-8 would is known, not drawn away
+    close = search_step(cands, measured, "cost", budget=4, min_rate=1650.0,
+                        whole={**measured, "m-8": 3000.0}, scale_out=2)
+    assert close.pick == "m-8" and close.confidence > 0.95
+
+
 def test_a_machine_that_failed_counts_against_the_budget_but_is_never_picked():
     cands = [Candidate(f"m-{v}", v, 4.0 * v, "m", 0.05 * v) for v in (2, 4, 8, 16)]
     step = search_step(cands, {"m-2": 0.0, "m-4": 400.0}, "cost", budget=2)

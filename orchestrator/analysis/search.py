@@ -271,8 +271,8 @@ def search_step(
     offset = _offsets(candidates, objective)  # f = offset − y, lower is better
     pick, conf, gain, short = None, None, None, None
     if tried:
-        f_tried = {n: offset[names.index(n)] - math.log(measured[n] / _vcpus(candidates, n))
-                   for n in tried}
+        y_tried = {n: math.log(measured[n] / _vcpus(candidates, n)) for n in tried}
+        f_tried = {n: offset[names.index(n)] - y for n, y in y_tried.items()}
         speed = whole if whole is not None else measured
         feasible = {n: f for n, f in f_tried.items()
                     if min_rate is None or speed.get(n, 0.0) >= min_rate}
@@ -286,8 +286,9 @@ def search_step(
     if len(tried) >= 2:
         mean, cov = _posterior(feats, names, tried, measured, candidates, seed)
         f_mean, f_sd = offset - mean, np.sqrt(np.clip(np.diag(cov), 1e-12, None))
-        meets = _meets(candidates, mean, f_sd,
-                       None if min_rate is None else min_rate / max(1, scale_out))
+        need = None if min_rate is None else _needs(candidates, y_tried, speed, min_rate,
+                                                    scale_out)
+        meets = _meets(mean, f_sd, need)
         if feasible:
             best = min(feasible.values())
             gains = {i: _expected_improvement(best, f_mean[i], f_sd[i]) * meets[i]
@@ -296,7 +297,8 @@ def search_step(
             gains = {i: float(meets[i]) for i in untried}
         gain = max(gains.values()) if gains else 0.0
         pinned = _pinned(cov, [names.index(n) for n in tried], PEAK_NOISE)
-        conf = _confidence(offset, mean, pinned, names.index(pick), seed)
+        conf = _confidence(offset, mean, pinned, names.index(pick), seed,
+                           need if feasible else None)
     else:
         gains = {}
     def stop(why: str) -> SearchStep:
@@ -314,18 +316,27 @@ def search_step(
     return SearchStep(names[nxt], pick, conf, gain, None)
 
 
-def _meets(candidates: Sequence[Candidate], mean: Any, sd: Any, min_rate: float | None) -> Any:
-    """P(a candidate's peak units/s >= min_rate) under the GP (1 everywhere without one).
+def _needs(candidates: Sequence[Candidate], tried_y: Mapping[str, float],
+           speed: Mapping[str, float], min_rate: float, scale_out: int) -> Any:
+    """Per candidate, the log(units/s per vCPU) a posterior draw must reach to meet the
+    deadline. An untried machine: ``min_rate`` over ``scale_out`` VMs. A tried one, measured
+    at ``tried_y``: its fastest configuration (``speed``) stays at ``min_rate`` or above
+    while its draw falls short of ``y`` by at most log(speed / min_rate)."""
+    import numpy as np
 
-    The GP models y = log(units/s per vCPU), so the rate is at least ``min_rate``
-    where y >= log(min_rate / vCPUs)."""
+    return np.array([tried_y[c.name] - math.log(speed[c.name] / min_rate)
+                     if c.name in tried_y else math.log(min_rate / max(1, scale_out)
+                                                        / max(1, c.vcpus))
+                     for c in candidates])
+
+
+def _meets(mean: Any, sd: Any, need: Any) -> Any:
+    """P(each candidate meets the deadline) under the GP (1 everywhere without one): the
+    GP models y = log(units/s per vCPU), and the deadline needs y >= ``need``."""
     import numpy as np
     from scipy.stats import norm
 
-    if min_rate is None:
-        return np.ones(len(candidates))
-    need = np.array([math.log(min_rate / max(1, c.vcpus)) for c in candidates])
-    return norm.sf((need - mean) / sd)
+    return np.ones(len(mean)) if need is None else norm.sf((need - mean) / sd)
 
 
 def _vcpus(candidates: Sequence[Candidate], name: str) -> float:
@@ -452,14 +463,19 @@ def _pinned(cov: Any, tried: list[int], noise: float) -> Any:
     return out
 
 
-def _confidence(offset: Any, mean: Any, cov: Any, pick: int, seed: int) -> float:
-    """Share of joint posterior draws in which ``pick`` has the lowest objective."""
+def _confidence(offset: Any, mean: Any, cov: Any, pick: int, seed: int,
+                need: Any = None) -> float:
+    """Share of joint posterior draws in which ``pick`` has the lowest objective; under a
+    deadline (``need``: see :func:`_needs`), the lowest of the draws that meet it, the pick
+    meeting it too."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     draws = rng.multivariate_normal(mean, cov, size=CONFIDENCE_SAMPLES, method="eigh")
     f = offset[None, :] - draws
-    return float(np.mean(np.argmin(f, axis=1) == pick))
+    if need is not None:
+        f = np.where(draws >= need[None, :], f, np.inf)
+    return float(np.mean((np.argmin(f, axis=1) == pick) & np.isfinite(f[:, pick])))
 
 
 def _spread_pick(feats: Any, names: list[str], measured: Mapping[str, object]) -> int:
