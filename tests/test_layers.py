@@ -119,7 +119,8 @@ def wrong_way(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 def test_every_package_has_a_rule() -> None:
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
-    assert packages == set(ALLOWED), "a new package needs its line in ALLOWED"
+    # the top (the cli package) may import every stage, so it needs no line
+    assert packages - TOP == set(ALLOWED), "a new package needs its line in ALLOWED"
     modules = {p.stem for p in ROOT.glob("*.py")} - {"__init__"}
     assert modules <= FOUNDATION | TOP, "a new top-level module is foundation or top"
 

@@ -64,12 +64,14 @@ from workloads.base import UnitCounter, Workload, WorkloadInputError
 from workloads.profilers import torch_gpu
 from workloads.runner_args import (
     UsageError,
+    _check_args,
     _guess_out,
     _make_workload,
     _now,
     _one_line,
     _parse_params,
     _split_command,
+    _trial_params,
     parser,
 )
 from workloads.trial_results import (
@@ -83,7 +85,6 @@ from workloads.trial_results import (
 if TYPE_CHECKING:
     from workloads import job as jobs
 
-DEFAULT_DURATION_S = 10.0
 TERMINATE_GRACE_S = 3.0  # SIGTERM first, SIGKILL after this
 # How this trial's process began; workloads.warm sets it in the trials it forks.
 STARTED_AS = "fresh interpreter"
@@ -196,13 +197,10 @@ def _seconds_since_process_start() -> float | None:
     return None if age is None else round(age, 3)
 
 
-def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
+def _load_workload(args: argparse.Namespace, summary: dict[str, Any]) -> Workload:
+    """The workload made and prepared, its own load phase timed, and the speed limit of its
+    unit on this host where it says how many bytes a unit moves."""
     params = summary["params"]
-    # memory attribution covers loading too (the peak is often in prepare()); cpu starts below.
-    # pyarrow's arenas (a 1 GiB mmap reservation) are cloudprof's, mapped before tracking.
-    if args.profile in profilers.LIFETIME:
-        _warm_result_writer()
-    early = profilers.start_lifetime_profile(args.profile, args.out)
     workload = _make_workload(args, params)
     summary["unit"] = workload.unit
     prepare_started = time.perf_counter()
@@ -217,6 +215,17 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
 
         found = host_bound(per_unit)
         summary["bound"] = {**found, "units_per_s": bound_at(found, args.workers)}
+    return workload
+
+
+def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signals) -> int:
+    params = summary["params"]
+    # memory attribution covers loading too (the peak is often in prepare()); cpu starts below.
+    # pyarrow's arenas (a 1 GiB mmap reservation) are cloudprof's, mapped before tracking.
+    if args.profile in profilers.LIFETIME:
+        _warm_result_writer()
+    early = profilers.start_lifetime_profile(args.profile, args.out)
+    workload = _load_workload(args, summary)
     if args.warmup > 0:
         _drive(workload, args.workers, args.warmup, None, sig, None, None)
     if sig.received:
@@ -445,13 +454,9 @@ def _trial_cgroup(summary: dict[str, Any]) -> cgroups.TrialCgroup | None:
         return None
 
 
-def _run_command_in(
-    args: argparse.Namespace, command: list[str], summary: dict[str, Any], sig: _Signals,
-    env: Any, spawn_rss: int, group: cgroups.TrialCgroup | None,
-) -> int:
-    wake = sig.wake
-    if args.job:
-        from workloads import job as jobs
+def _spawn(args: argparse.Namespace, command: list[str], env: Any,
+           group: cgroups.TrialCgroup | None) -> subprocess.Popen[Any]:
+    """Start the command in a session of its own, in the trial's cgroup from its first step."""
     steps = [f for f in (group.join_in_child if group is not None else None,
                          profilers.allow_tracing_by(os.getpid()) if args.profile else None) if f]
 
@@ -459,10 +464,8 @@ def _run_command_in(
         for step in steps:
             step()
 
-    start = time.perf_counter()
-    summary["started_at"] = _now()
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             profilers.wrap_command(args.profile, command, args.out, env),
             start_new_session=True, env=env,
             preexec_fn=before_exec if steps else None,
@@ -472,6 +475,18 @@ def _run_command_in(
         )  # fmt: skip
     except OSError as exc:
         raise UsageError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
+
+
+def _run_command_in(
+    args: argparse.Namespace, command: list[str], summary: dict[str, Any], sig: _Signals,
+    env: Any, spawn_rss: int, group: cgroups.TrialCgroup | None,
+) -> int:
+    wake = sig.wake
+    if args.job:
+        from workloads import job as jobs
+    start = time.perf_counter()
+    summary["started_at"] = _now()
+    proc = _spawn(args, command, env, group)
     sig.tree = proc.pid
     waited: dict[str, Any] = {}
 
@@ -513,27 +528,9 @@ def _run_command_in(
     )
     progress = _Progress(args.quiet)
     end_at = start + args.duration if args.duration is not None else None
-    stopped_by: str | None = None
-    try:
-        while "status" not in waited:
-            now = time.perf_counter()
-            progress.maybe(now - start, counter.value if counter else 0, agent.latest_rss)
-            reason = (
-                "signal" if sig.received else "memory_budget" if breach.is_set()
-                else "bad_output" if bad_output.is_set()
-                else "duration" if end_at is not None and now >= end_at else None
-            )  # fmt: skip
-            if reason and stopped_by is None:
-                stopped_by = reason
-                _terminate_tree(proc.pid, proc.pid)
-            timeout = progress.due_in(now - start)
-            if end_at is not None and stopped_by is None:
-                timeout = min(timeout, end_at - now)
-            wake.wait(max(timeout, 0.0))
-            wake.clear()
-    finally:
-        if "status" not in waited:  # an exception in our loop: never leave the tree running
-            _terminate_tree(proc.pid, proc.pid)
+    stopped_by = _watch_tree(proc.pid, waited, sig, breach=breach, bad_output=bad_output,
+                             start=start, end_at=end_at, progress=progress, agent=agent,
+                             counter=counter)
     seconds = waited["at"] - start
     tree_peak = left = None
     if group is not None:
@@ -558,6 +555,48 @@ def _run_command_in(
             print(f"note: {summary[key]}", file=sys.stderr, flush=True)
     if reader is not None:
         reader.fill_summary(summary, report, seconds, waited["at"] - agent.t0)
+    return _judge_command(args, summary, code, reader, stopped_by, seconds, proc.returncode)
+
+
+def _watch_tree(
+    pid: int, waited: dict[str, Any], sig: _Signals, *, breach: threading.Event,
+    bad_output: threading.Event, start: float, end_at: float | None, progress: _Progress,
+    agent: Agent, counter: UnitCounter | None,
+) -> str | None:
+    """Wait for the command's tree to be reaped, ending it on a signal, a memory budget
+    breach, bad output or ``--duration``; returns which of them ended it (None: it ended)."""
+    wake = sig.wake
+    stopped_by: str | None = None
+    try:
+        while "status" not in waited:
+            now = time.perf_counter()
+            progress.maybe(now - start, counter.value if counter else 0, agent.latest_rss)
+            reason = (
+                "signal" if sig.received else "memory_budget" if breach.is_set()
+                else "bad_output" if bad_output.is_set()
+                else "duration" if end_at is not None and now >= end_at else None
+            )  # fmt: skip
+            if reason and stopped_by is None:
+                stopped_by = reason
+                _terminate_tree(pid, pid)
+            timeout = progress.due_in(now - start)
+            if end_at is not None and stopped_by is None:
+                timeout = min(timeout, end_at - now)
+            wake.wait(max(timeout, 0.0))
+            wake.clear()
+    finally:
+        if "status" not in waited:  # an exception in our loop: never leave the tree running
+            _terminate_tree(pid, pid)
+    return stopped_by
+
+
+def _judge_command(
+    args: argparse.Namespace, summary: dict[str, Any], code: int,
+    reader: jobs.OutputReader | None, stopped_by: str | None, seconds: float,
+    returncode: int | None,
+) -> int:
+    """A measured command that exited badly, printed errors, or was cut short before it
+    reported units failed, though the agent saw nothing wrong."""
     if code == protocol.EXIT_OK and reader is not None and reader.error:
         summary["status"] = "failed"
         summary["error"] = reader.error
@@ -569,12 +608,14 @@ def _run_command_in(
         summary["error"] = (f"--duration {args.duration:g} s stopped the job before it "
                             "finished, and it reported no units (cloudprof:units N)")
         return protocol.EXIT_FAILED
-    if code == protocol.EXIT_OK and proc.returncode != 0 and stopped_by != "duration":
+    if code == protocol.EXIT_OK and returncode != 0 and stopped_by != "duration":
         summary["status"] = "failed"
-        summary["error"] = f"command exited with code {proc.returncode}" + (
+        summary["error"] = f"command exited with code {returncode}" + (
             f" after {seconds:.1f} s" if args.job else "")
         if args.job:
-            summary["error"] += f" (its output is in {jobs.LOG_FILE})"
+            from workloads.job import LOG_FILE
+
+            summary["error"] += f" (its output is in {LOG_FILE})"
         code = protocol.EXIT_FAILED
     return code
 
@@ -629,18 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = args.out
             if args.put is not None:  # before --chdir moves the working directory
                 put = (args.put, Path(os.path.abspath(args.put)))
-            if args.command and not command:
-                raise UsageError("--command needs the command after --, e.g. --command -- sleep 1")
-            if command is not None and not args.command:
-                raise UsageError(f"unexpected arguments after --: {command!r} (add --command)")
-            if args.warmup < 0:
-                raise UsageError("--warmup must be ≥ 0 seconds")
-            if out.exists() and not out.is_dir():
-                raise UsageError(f"--out {str(out)!r} exists and is not a directory")
-            if (args.job or args.shell or args.var) and not args.command:
-                raise UsageError("--job, --shell and --var go with --command")
-            if args.memory_limit is not None and not args.command:
-                raise UsageError("--memory-limit goes with --command (a tree in a cgroup)")
+            _check_args(args, command)
             if args.chdir is not None:
                 from workloads import job as jobs
 
@@ -649,24 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.job_paths = jobs.enter_copy(args.chdir)
                 except jobs.JobError as exc:
                     raise UsageError(str(exc)) from None
-            duration = args.duration
-            if duration is None and args.units is None and not args.command:
-                duration = DEFAULT_DURATION_S
-            summary = base_summary(
-                {
-                    "workload": None if args.command else args.workload,
-                    "workload_params": _parse_params(args.param),
-                    "workers": args.workers,
-                    "duration_s": duration,
-                    "units_target": args.units,
-                    "sample_hz": args.sample_hz,
-                    "memory_budget_bytes": args.memory_budget,
-                    "memory_limit_bytes": args.memory_limit,
-                    "warmup_s": args.warmup,
-                    "command": command if args.command else None,
-                    "profile": args.profile,
-                }
-            )
+            summary = base_summary(_trial_params(args, command))
             if args.command:
                 assert command is not None
                 code = _run_command(args, command, summary, sig)

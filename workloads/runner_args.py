@@ -17,6 +17,8 @@ from typing import Any
 from workloads import limits, protocol
 from workloads.base import Workload, WorkloadInputError, load_workload
 
+DEFAULT_DURATION_S = 10.0  # a workload's trial, when neither --duration nor --units is given
+
 
 class UsageError(Exception):
     """Bad arguments or inputs: printed as one ``error:`` line, exit EXIT_USAGE."""
@@ -210,3 +212,40 @@ def _guess_out(argv: list[str]) -> Path | None:
         if arg.startswith("--out="):
             return Path(arg.split("=", 1)[1])
     return None
+
+
+def _check_args(args: argparse.Namespace, command: list[str] | None) -> None:
+    """The runner's own usage errors, found before anything runs."""
+    if args.command and not command:
+        raise UsageError("--command needs the command after --, e.g. --command -- sleep 1")
+    if command is not None and not args.command:
+        raise UsageError(f"unexpected arguments after --: {command!r} (add --command)")
+    if args.warmup < 0:
+        raise UsageError("--warmup must be ≥ 0 seconds")
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {str(args.out)!r} exists and is not a directory")
+    if (args.job or args.shell or args.var) and not args.command:
+        raise UsageError("--job, --shell and --var go with --command")
+    if args.memory_limit is not None and not args.command:
+        raise UsageError("--memory-limit goes with --command (a tree in a cgroup)")
+
+
+def _trial_params(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
+    """The trial's parameters as the summary records them (a workload runs for
+    DEFAULT_DURATION_S when neither a duration nor a number of units is given)."""
+    duration = args.duration
+    if duration is None and args.units is None and not args.command:
+        duration = DEFAULT_DURATION_S
+    return {
+        "workload": None if args.command else args.workload,
+        "workload_params": _parse_params(args.param),
+        "workers": args.workers,
+        "duration_s": duration,
+        "units_target": args.units,
+        "sample_hz": args.sample_hz,
+        "memory_budget_bytes": args.memory_budget,
+        "memory_limit_bytes": args.memory_limit,
+        "warmup_s": args.warmup,
+        "command": command if args.command else None,
+        "profile": args.profile,
+    }

@@ -357,33 +357,7 @@ def make_plan(
                    else default_workers(machine.vcpus) if machine.vcpus >= 1 or not sized
                    else sized)
         node_counts = sorted(set(spec.nodes or [1]))
-        trials = [
-            TrialPlan(
-                trial_id=(tid := trial_id(machine.name, w, r, point, n)),
-                machine=machine.name,
-                workers=w,
-                repeat=r,
-                request=trial_request(spec, w, tid, r, point, n),
-                grid=point,
-                nodes=n,
-            )
-            for r in range(spec.repeats)
-            for point in grid_points(spec.grid)
-            for n in node_counts
-            for w in workers
-        ]
-        if spec.profile:  # extra trials: a profiler's overhead never reaches the tables
-            # The same trial as repeat 0 of each grid point (command, grid values, workdir,
-            # setup), with the profiler attached; on one node, as before.
-            trials += [
-                TrialPlan(
-                    trial_id=(tid := profiled_trial_id(machine.name, w, spec.profile, point)),
-                    machine=machine.name, workers=w, repeat=0, profiled=True, grid=point,
-                    request=trial_request(spec, w, tid, 0, point, 1, profile=spec.profile),
-                )
-                for point in grid_points(spec.grid)
-                for w in workers
-            ]  # fmt: skip
+        trials = _trials(spec, machine.name, workers, node_counts)
         # --region/--zone are the cloud's; in a sweep across providers not an SSH host's
         where = spec.provider is not None or provider in ("gcp", "aws")
         region = (spec.region if where else None) or machine.region or None
@@ -408,16 +382,56 @@ def make_plan(
                 ),
             )
         )
-    search = None
-    if spec.search:
-        from orchestrator.analysis.search import default_budget
+    return Plan(sweep_id=sweep_id, vms=vms, search=_search(spec, len(vms)))
 
-        budget = min(len(vms), spec.budget or default_budget(len(vms)))
-        search = {"objective": spec.search, "budget": budget, "candidates": len(vms)}
-        if spec.deadline_s is not None and spec.total is not None:  # N units within T
-            search.update(deadline_s=spec.deadline_s, total=spec.total,
-                          min_rate=spec.total / spec.deadline_s)
-    return Plan(sweep_id=sweep_id, vms=vms, search=search)
+
+def _trials(spec: SweepSpec, machine: str, workers: list[int],
+            node_counts: list[int]) -> list[TrialPlan]:
+    """Every trial one machine runs: each repeat × grid point × node count × worker count,
+    then with --profile one profiled trial per grid point and worker count."""
+    trials = [
+        TrialPlan(
+            trial_id=(tid := trial_id(machine, w, r, point, n)),
+            machine=machine,
+            workers=w,
+            repeat=r,
+            request=trial_request(spec, w, tid, r, point, n),
+            grid=point,
+            nodes=n,
+        )
+        for r in range(spec.repeats)
+        for point in grid_points(spec.grid)
+        for n in node_counts
+        for w in workers
+    ]
+    if spec.profile:  # extra trials: a profiler's overhead never reaches the tables
+        # The same trial as repeat 0 of each grid point (command, grid values, workdir,
+        # setup), with the profiler attached; on one node, as before.
+        trials += [
+            TrialPlan(
+                trial_id=(tid := profiled_trial_id(machine, w, spec.profile, point)),
+                machine=machine, workers=w, repeat=0, profiled=True, grid=point,
+                request=trial_request(spec, w, tid, 0, point, 1, profile=spec.profile),
+            )
+            for point in grid_points(spec.grid)
+            for w in workers
+        ]  # fmt: skip
+    return trials
+
+
+def _search(spec: SweepSpec, candidates: int) -> dict[str, Any] | None:
+    """--search's objective and budget (machine types to try) over the plan's VMs."""
+    if not spec.search:
+        return None
+    from orchestrator.analysis.search import default_budget
+
+    budget = min(candidates, spec.budget or default_budget(candidates))
+    search: dict[str, Any] = {"objective": spec.search, "budget": budget,
+                              "candidates": candidates}
+    if spec.deadline_s is not None and spec.total is not None:  # N units within T
+        search.update(deadline_s=spec.deadline_s, total=spec.total,
+                      min_rate=spec.total / spec.deadline_s)
+    return search
 
 
 def _times(price: float | None, n: int) -> float | None:
@@ -444,8 +458,6 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
     are printed once with a count; ``done`` (a resumed sweep's finished trial ids)
     leaves only what remains to run.
     """
-    from rich.markup import escape
-
     head = ("Plan — dry run: no cloud call is made; the same pipeline runs on this machine"
             if dry_run else "Plan")
     console.print(f"[bold]{head}[/bold]\nsweep {plan.sweep_id}", highlight=False)
@@ -454,49 +466,11 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
     if done:
         console.print(f"[bold]Resumed:[/bold] {total - left} of {total} trials already done, "
                       f"{left} remain", highlight=False)
-    verb = "would be created" if dry_run else "to create"
     estimates = []  # of what remains: the whole plan unless resumed
     for i, vm in enumerate(plan.vms, 1):
-        m = vm.machine
-        remaining = sum(1 for t in vm.trials if t.trial_id not in done)
-        if remaining == 0:
-            console.print(f"[bold]VM {i}/{len(plan.vms)}:[/bold] {vm.provider} {m.name}: all "
-                          f"{len(vm.trials)} trials done, not created", highlight=False)
-            continue
-        e = replace(vm.estimate, trials_s=vm.estimate.trials_s * remaining / len(vm.trials))
-        estimates.append(e)
-        price = "no catalog price" if e.price_per_hour is None else (
-            f"${e.price_per_hour:.4f}/h {'spot' if vm.spot else 'on-demand'} "
-            f"({m.price_label()})")
-        labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
-        trials = (f"{remaining} of {len(vm.trials)} trials remain" if done
-                  else f"{len(vm.trials)} trials")
-        if vm.nodes > 1:
-            counts = ",".join(str(n) for n in sorted({t.nodes for t in vm.trials}))
-            trials += (f" on a Ray cluster of {vm.nodes} × {m.name} (nodes {counts}; "
-                       f"priced for {vm.nodes} VMs)")
-        if vm.provider in EXISTING_HOSTS:
-            head = (f"[bold]Host {i}/{len(plan.vms)} "
-                    f"{'would be used' if dry_run else 'to use'}:[/bold] {vm.provider} "
-                    f"{m.name} ({_fmt_size(m)}), already running: nothing is created or "
-                    f"deleted · {price}\n")
-        else:
-            head = (f"[bold]VM {i}/{len(plan.vms)} {verb}:[/bold] {vm.provider} {m.name} "
-                    f"({_fmt_size(m)}) named {vm.name}"
-                    + (f" .. {vm.node_name(vm.nodes - 1)} ({vm.nodes} VMs)" if vm.nodes > 1
-                       else "") + "\n"
-                    f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
-                    f"spot {'yes' if vm.spot else 'no'} · {price}\n"
-                    f"  labels {escape(labels)} + creator, created, expires (set at "
-                    "creation)\n")
-        console.print(
-            f"{head}"
-            f"  {trials} · estimated {_fmt_s(e.total_s)} = boot "
-            f"{_fmt_s(e.boot_s)} + bootstrap {_fmt_s(e.bootstrap_s)} + staging "
-            f"{_fmt_s(e.staging_s)} + trials {_fmt_s(e.trials_s)} + teardown "
-            f"{_fmt_s(e.teardown_s)} · estimated cost {_cost(e.cost_usd)}",
-            highlight=False,
-        )
+        estimate = _render_vm(f"{i}/{len(plan.vms)}", vm, console, dry_run, done)
+        if estimate is not None:
+            estimates.append(estimate)
     if plan.uploads:
         _render_uploads(plan.uploads, console)
     stale = sorted({vm.machine.name for vm in plan.vms
@@ -505,19 +479,7 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
         console.print(f"[yellow]warning:[/yellow] the prices of {', '.join(stale)} are over "
                       f"{STALE_DAYS} days old: run `cloudprof catalog refresh` for current "
                       "ones", highlight=False)
-    commands: dict[str, int] = {}  # in plan order; the repeats of one command are counted
-    for vm in plan.vms:
-        for t in vm.trials:
-            if t.trial_id not in done:
-                line = shlex.join(t.request.argv())
-                commands[line] = commands.get(line, 0) + 1
-    console.print(f"[bold]Trial commands[/bold] ({left} trial{'' if left == 1 else 's'}; "
-                  "each also gets --param inputs=<staged dir> and --chdir <job copy> "
-                  "where staged, and --out <trial dir>):", highlight=False)
-    for line, count in commands.items():
-        times = f"  [dim]× {count} repeats[/dim]" if count > 1 else ""
-        console.print(f"  python -m workloads.run {escape(line)}{times}",
-                      soft_wrap=True, highlight=False)
+    _render_commands(plan, console, done, left)
     if _single_repeat(plan):
         console.print(
             "[yellow]note:[/yellow] one repeat per worker count: no spread is measured, and on "
@@ -536,6 +498,76 @@ def render_plan(plan: Plan, console: Console, dry_run: bool, *,
         "measurements.",
         highlight=False,
     )
+
+
+def _render_vm(number: str, vm: VmPlan, console: Console, dry_run: bool,
+               done: set[str] | frozenset[str]) -> Estimate | None:
+    """One VM's (or host's) block: what is created, its trials, its estimate of what
+    remains to run (returned; None when all its trials are done and it is not created)."""
+    from rich.markup import escape
+
+    m = vm.machine
+    remaining = sum(1 for t in vm.trials if t.trial_id not in done)
+    if remaining == 0:
+        console.print(f"[bold]VM {number}:[/bold] {vm.provider} {m.name}: all "
+                      f"{len(vm.trials)} trials done, not created", highlight=False)
+        return None
+    e = replace(vm.estimate, trials_s=vm.estimate.trials_s * remaining / len(vm.trials))
+    verb = "would be created" if dry_run else "to create"
+    price = "no catalog price" if e.price_per_hour is None else (
+        f"${e.price_per_hour:.4f}/h {'spot' if vm.spot else 'on-demand'} "
+        f"({m.price_label()})")
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(vm.labels.items()))
+    trials = (f"{remaining} of {len(vm.trials)} trials remain" if done
+              else f"{len(vm.trials)} trials")
+    if vm.nodes > 1:
+        counts = ",".join(str(n) for n in sorted({t.nodes for t in vm.trials}))
+        trials += (f" on a Ray cluster of {vm.nodes} × {m.name} (nodes {counts}; "
+                   f"priced for {vm.nodes} VMs)")
+    if vm.provider in EXISTING_HOSTS:
+        head = (f"[bold]Host {number} "
+                f"{'would be used' if dry_run else 'to use'}:[/bold] {vm.provider} "
+                f"{m.name} ({_fmt_size(m)}), already running: nothing is created or "
+                f"deleted · {price}\n")
+    else:
+        head = (f"[bold]VM {number} {verb}:[/bold] {vm.provider} {m.name} "
+                f"({_fmt_size(m)}) named {vm.name}"
+                + (f" .. {vm.node_name(vm.nodes - 1)} ({vm.nodes} VMs)" if vm.nodes > 1
+                   else "") + "\n"
+                f"  zone {vm.zone or vm.region or '-'} · image {vm.image or '-'} · "
+                f"spot {'yes' if vm.spot else 'no'} · {price}\n"
+                f"  labels {escape(labels)} + creator, created, expires (set at "
+                "creation)\n")
+    console.print(
+        f"{head}"
+        f"  {trials} · estimated {_fmt_s(e.total_s)} = boot "
+        f"{_fmt_s(e.boot_s)} + bootstrap {_fmt_s(e.bootstrap_s)} + staging "
+        f"{_fmt_s(e.staging_s)} + trials {_fmt_s(e.trials_s)} + teardown "
+        f"{_fmt_s(e.teardown_s)} · estimated cost {_cost(e.cost_usd)}",
+        highlight=False,
+    )
+    return e
+
+
+def _render_commands(plan: Plan, console: Console, done: set[str] | frozenset[str],
+                     left: int) -> None:
+    """The runner's command line of every trial that remains, each command once with the
+    number of its repeats."""
+    from rich.markup import escape
+
+    commands: dict[str, int] = {}  # in plan order; the repeats of one command are counted
+    for vm in plan.vms:
+        for t in vm.trials:
+            if t.trial_id not in done:
+                line = shlex.join(t.request.argv())
+                commands[line] = commands.get(line, 0) + 1
+    console.print(f"[bold]Trial commands[/bold] ({left} trial{'' if left == 1 else 's'}; "
+                  "each also gets --param inputs=<staged dir> and --chdir <job copy> "
+                  "where staged, and --out <trial dir>):", highlight=False)
+    for line, count in commands.items():
+        times = f"  [dim]× {count} repeats[/dim]" if count > 1 else ""
+        console.print(f"  python -m workloads.run {escape(line)}{times}",
+                      soft_wrap=True, highlight=False)
 
 
 def _single_repeat(plan: Plan) -> bool:

@@ -4,7 +4,7 @@ Each entry holds what the option is everywhere it appears: its flags, its
 ``--help`` text and panel, its converter (which also reads it from
 ``sweep.toml``), its ``sweep.toml`` key and aliases, the ``SweepSpec`` field it
 fills and the longer text of the reference page. The Typer command
-(``orchestrator/cli.py``), the config reader (``spec/config.py``) and the docs'
+(``orchestrator/cli/sweep.py``), the config reader (``spec/config.py``) and the docs'
 option tables (``docs/gen_cli.py``) are all generated from this table, so an
 option cannot exist in one of them and not in the others.
 """

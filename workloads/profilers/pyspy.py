@@ -194,6 +194,25 @@ def _site(frame: dict[str, Any]) -> str:
     return f"{os.path.basename(str(frame.get('file', '')))}:{frame.get('line', 0)}"
 
 
+def _job_threads(profiles: list[dict[str, Any]], skip_tids: set[int],
+                 skip_names: set[str]) -> list[tuple[object, dict[str, Any]]]:
+    """The job's threads' profiles, each with its thread (its id, else its place): the
+    threads cloudprof runs itself are left out by id or name."""
+    # py-spy may write one thread twice (with and without its name, when it sampled the
+    # thread before Python registered it): a thread is excluded if any of its names is.
+    for profile in profiles:
+        tid, name = _thread_of(str(profile.get("name", "")))
+        if tid is not None and (name in skip_names or name.startswith(OWN)):
+            skip_tids.add(tid)
+    kept: list[tuple[object, dict[str, Any]]] = []
+    for n, profile in enumerate(profiles):
+        tid, name = _thread_of(str(profile.get("name", "")))
+        if (tid is not None and tid in skip_tids) or name in skip_names or name.startswith(OWN):
+            continue
+        kept.append((tid if tid is not None else f"#{n}", profile))
+    return kept
+
+
 def summarize_speedscope(
     doc: dict[str, Any],
     *,
@@ -215,23 +234,12 @@ def summarize_speedscope(
     the leaf is in a library), so the user's functions are named first.
     """
     frames = doc.get("shared", {}).get("frames", [])
-    skip_tids, skip_names = set(exclude_tids), set(exclude_thread_names)
     counts: Counter[str] = Counter()
     leaf_counts: Counter[tuple[str, str, str, bool]] = Counter()
     own_counts: Counter[tuple[str, str]] = Counter()
     counter_samples = 0
-    # py-spy may write one thread twice (with and without its name, when it sampled the
-    # thread before Python registered it): a thread is excluded if any of its names is.
-    for profile in doc.get("profiles", []):
-        tid, name = _thread_of(str(profile.get("name", "")))
-        if tid is not None and (name in skip_names or name.startswith(OWN)):
-            skip_tids.add(tid)
-    seen: set[object] = set()
-    for n, profile in enumerate(doc.get("profiles", [])):
-        tid, name = _thread_of(str(profile.get("name", "")))
-        if (tid is not None and tid in skip_tids) or name in skip_names or name.startswith(OWN):
-            continue
-        seen.add(tid if tid is not None else f"#{n}")
+    threads = _job_threads(doc.get("profiles", []), set(exclude_tids), set(exclude_thread_names))
+    for _thread, profile in threads:
         for sample in profile.get("samples", []):
             stack = [frames[i] for i in sample]
             if is_cloudprof_counter(stack):  # cloudprof's bookkeeping, not the job's time
@@ -262,7 +270,7 @@ def summarize_speedscope(
         # thread samples in cloudprof's own unit counter (a workload's counter.add), left out
         # of every share: measured, so the report can say what cloudprof's counting cost
         "cloudprof_samples": counter_samples,
-        "threads": len(seen),
+        "threads": len({thread for thread, _profile in threads}),
         "shares": shares if native else None,
         "top_functions": top,
         "own_functions": [
