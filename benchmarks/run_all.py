@@ -52,6 +52,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "bench_report.py": ["--quick"],
     "bench_report_command.py": ["--repeats", "2"],
     "bench_sampler_tick.py": ["--rounds", "2", "--seconds", "0.5"],
+    "bench_search_confidence.py": ["--replays", "300"],
     "bench_sweep.py": ["--repeats", "1", "--duration", "1"],
     "bench_sweep_process.py": ["--repeats", "1"],
     "bench_trial_cycle.py": ["--repeats", "2", "--trials", "4"],

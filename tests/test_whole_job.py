@@ -235,3 +235,25 @@ def test_a_job_that_reports_units_is_forecast_in_units_per_second_and_totalled(
     assert total["amount_unit"] == "rows"
     assert total["seconds"] == pytest.approx(START_S + 800000 * per_row(800000), rel=0.02)
     assert total["cost_usd"] == pytest.approx(_billed(total["seconds"], 0.40), rel=0.02)
+
+
+@pytest.mark.slow
+def test_a_sweeps_card_carries_the_whole_job_where_the_report_puts_it(tmp_path: Path) -> None:
+    """``sweep --total N`` prints the whole job on the answer card, as ``report RUN --total N``
+    does, and every configuration's figures once, after the report's last line."""
+    from tests.test_answer_card import _card_lines, _cloudprof, _sweep
+
+    run, printed = _sweep(tmp_path, "--workers", "1,2", "--duration", "1", "--frames", "4",
+                          "--rows", "100", "--cols", "100", "--dim", "20", "--total", "50000")
+    title = "Answer for n2-highcpu-8"
+    card = _card_lines(printed, title)
+    whole = next(text for label, text in card.items() if label == "Whole")
+    assert whole.startswith("job 50,000 cubes: ") and "$" in whole
+    report = _cloudprof(tmp_path, "report", str(run), "--total", "50000").stdout
+    assert _card_lines(report, title)["Whole"] == whole  # the same line in the same place
+    # the card comes before the tables, the list of configurations after the report's line
+    lines = printed.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Report: "))
+    assert printed.index(title) < printed.index("Whole job") < printed.index(lines[at])
+    assert printed.count("Whole job (VM start as measured") == 1
+    assert any(line.startswith("Whole job (VM start") for line in lines[at + 1:])

@@ -178,39 +178,65 @@ class _Search:
             (ctx.store.read_sweep().get("search") or {}).get("tried") or [])
 
     def measured(self) -> dict[str, float]:
+        return self.rates()[0]
+
+    def rates(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Per machine tried: the rate its objective ranks, and its fastest whole rate.
+
+        Each (workers, nodes) is its own configuration. With --nodes, cost per unit is
+        nodes x the machine's price over the whole rate, so a cost search ranks rates per
+        VM; a throughput search, the whole rate. A deadline (--deadline T --total N) is
+        met by the whole configuration, all its VMs: only configurations whose whole rate
+        reaches N/T are ranked, unless none of the machine's does (then all are, and the
+        machine is not feasible: the fastest whole rate says so).
+        """
         from orchestrator.analysis.search import peak_throughput
         from orchestrator.results.report.measure import trial_rate
 
+        assert self.plan.search is not None
+        min_rate = self.plan.search.get("min_rate")
         frame = self.ctx.store.trials_frame()
         ok = frame[frame["status"] == "ok"]
-        out = {}
+        out, whole = {}, {}
         for name in self.tried:
             rows = ok[ok["machine"] == self.vms[name].machine.name]
             nodes = rows["nodes"].fillna(1).astype(int) if "nodes" in rows else 1
-            best = 0.0
-            # each (workers, nodes) its own configuration: with --nodes, cost per unit is
-            # nodes x the machine's price over the rate, so a cost search compares rates per
-            # VM; a throughput search, the cluster's whole rate
+            configs = []  # (whole rate, nodes)
             for (_, n), g in rows.assign(nodes=nodes).groupby(["workers", "nodes"]):
                 rates = [u for u in map(trial_rate, g.to_dict("records")) if math.isfinite(u)]
-                rate = peak_throughput({0: rates}) or 0.0
-                best = max(best, rate / n if self.goal == "cost" else rate)
-            out[name] = best
-        return out
+                configs.append((peak_throughput({0: rates}) or 0.0, int(n)))
+            meets = [c for c in configs if min_rate is None or c[0] >= min_rate]
+            out[name] = max((r / n if self.goal == "cost" else r
+                             for r, n in meets or configs), default=0.0)
+            whole[name] = max((r for r, _ in configs), default=0.0)
+        return out, whole
+
+    def step(self) -> Any:
+        """``analysis.search.search_step`` on what was measured: the deadline against each
+        machine's whole configurations, a cost search's untried machines free to spread
+        their rate per VM over the most nodes swept."""
+        from orchestrator.analysis.search import search_step
+
+        assert self.plan.search is not None
+        ranked, whole = self.rates()
+        most = max((vm.nodes for vm in self.vms.values()), default=1)
+        return search_step(self.cands, ranked, self.goal, self.budget,
+                           min_rate=self.plan.search.get("min_rate"), whole=whole,
+                           scale_out=most if self.goal == "cost" else 1)
 
     def record(self, step: Any) -> dict[str, Any]:
         from orchestrator.analysis.search import objective_value
 
         plan, vms, goal, store = self.plan, self.vms, self.goal, self.ctx.store
         assert plan.search is not None
-        values = self.measured()
+        values, whole = self.rates()
         spent = [vms[n].estimate.cost_usd for n in self.tried]
         info = {
             **plan.search, **step.to_dict(),
             "pick_machine": vms[step.pick].machine.name if step.pick else None,
             "tried": self.tried,
             "measured": {vms[n].machine.name: {
-                "peak_units_per_s": v,
+                "peak_units_per_s": v, "fastest_units_per_s": whole[n],
                 goal: objective_value(goal, self.cands[list(vms).index(n)].price_per_hour, v)
                 if v > 0 else None} for n, v in values.items()},
             "estimated_cost_usd": sum(c for c in spent if c is not None),
@@ -245,8 +271,6 @@ def run_search(ctx: SweepContext, todo: Todo, execute: Callable[[Todo], bool]) -
     on from there and the end of the sweep does not count the untried candidates
     as missing. False when interrupted.
     """
-    from orchestrator.analysis.search import search_step
-
     search = _Search(ctx)
     tried, vms = search.tried, search.vms
     again = [n for n in tried if todo.get(n)]  # --resume: a machine cut short goes on first
@@ -254,8 +278,7 @@ def run_search(ctx: SweepContext, todo: Todo, execute: Callable[[Todo], bool]) -
         if again:
             name = again.pop(0)
         else:
-            step = search_step(search.cands, search.measured(), search.goal, search.budget,
-                               min_rate=search.plan.search.get("min_rate"))
+            step = search.step()
             if step.next is None:
                 break
             name = step.next

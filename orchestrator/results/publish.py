@@ -31,19 +31,22 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def report_run(run_dir: str | Path, console: Console, question: Any = None) -> Path:
+def report_run(run_dir: str | Path, console: Console, question: Any = None, *,
+               follow_up: bool = True) -> Path:
     """Print the terminal summary, then write the report files; returns report.html's path.
 
     What ``cloudprof report`` and the end of a sweep do. The store is read and the report
     built once for both, and the summary is printed before the figures are drawn, so the
     user reads the results while they are drawn. ``question``: the user's --target/--total
-    (``whole_job.Question``), answered after the summary.
+    (``whole_job.Question``): its whole-job figure on each machine's card, and (unless
+    ``follow_up`` is False: the sweep command prints them itself, after its last line) the
+    forecast and every configuration's whole job after the summary.
     """
     run = with_question(load_run(run_dir), question)
     with stored_fits(run_dir):  # each machine's USL fit, kept in the store (fits.json)
         report = build_report(run)
     render_console(report, console)
-    if question is not None:  # --target / --total: the forecast and the whole job's figures
+    if question is not None and follow_up:  # --target / --total: every configuration
         from orchestrator.results.whole_job import render_lines
 
         for line in render_lines(run, question):

@@ -174,7 +174,8 @@ SWEEP_OPTIONS: tuple[SweepOption, ...] = (
          "may be the pick, e.g. 10m.", SEARCH, metavar="TIME", convert=v.parse_duration,
          field="deadline_s", aliases=("deadline_s",),
          doc="`--search` under a deadline (CherryPick's constraint): with `--total N`, only a "
-         "machine whose measured peak rate finishes N units within this time may be the pick, "
+         "machine whose measured peak rate finishes N units within this time may be the pick "
+         "(with `--nodes`, the rate of all a configuration's VMs together), "
          "and each untried machine is weighed by how likely it is to; when none tried "
          "does, the fastest is named and the search says so"),
     _opt("config", "sweep.toml with any of these options; flags override it.", SWEEP,
