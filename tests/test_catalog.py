@@ -223,7 +223,7 @@ def test_unknown_machine_suggests_the_nearest_names() -> None:
 
 def test_a_region_without_a_price_lists_the_regions_that_have_one() -> None:
     with pytest.raises(UsageError, match=r"no catalog price in region 'asia-east1'.*us-central1"):
-        lookup("m1-ultramem-40", region="asia-east1")
+        lookup("m2-ultramem-208", region="asia-east1")
 
 
 @pytest.mark.parametrize("name", ["n2;rm -rf /", "$(reboot)", "a b", "`id`", "x|y", "-rf", ""])
@@ -252,7 +252,7 @@ def test_filters() -> None:
     cheap_spot = filter_catalog(rows, max_price=0.1, spot=True)
     assert len(cheap_spot) > len(cheap)
     assert all(m.price_spot is not None and m.price_spot <= 0.1 for m in cheap_spot)
-    assert not any(m.family == "m1" for m in filter_catalog(rows, spot=True))
+    assert not any(m.family == "m2" for m in filter_catalog(rows, spot=True))
 
 
 def test_sorts() -> None:
@@ -282,6 +282,53 @@ def test_the_shipped_files_are_exactly_what_the_importer_makes_of_their_imported
                 for p in catalog.CATALOG_PROVIDERS}
     for name, text in texts_from(imported).items():
         assert (catalog.shipped_dir() / name).read_text(encoding="utf-8") == text, name
+
+
+def test_a_family_read_in_full_offers_only_the_sizes_its_source_lists(tmp_path: Path) -> None:
+    """c7i goes from 24xlarge to 48xlarge: read in full, it gets no made-up 32xlarge; read
+    in part, the size not read keeps an estimate fitted to the read ones."""
+    from orchestrator.catalog.pricing import skypilot
+    from orchestrator.catalog.pricing.shipped import AWS_REGIONS, SHIPPED_MARK, texts_from
+
+    header = ("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,"
+              "Price,SpotPrice,Region,AvailabilityZone")
+    lines = [header] + [f"c7i.{size},,,{v}.0,{2 * v}.0,,{v * 0.0525:.4f},{v * 0.02:.4f},"
+                        f"{region},{region}-az1"
+                        for size, v in (("24xlarge", 96), ("48xlarge", 192))
+                        for region in AWS_REGIONS]
+    origin = skypilot.read_on("27f67dd", "catalogs/v7/aws/vms.csv", "2026-11-26")
+    imported = {"aws": skypilot.import_vms_csv("aws", lines, origin, "vms.csv")}
+
+    def c7i(complete: set[str]) -> dict[str, list[catalog.MachineType]]:
+        path = tmp_path / "aws.csv"
+        path.write_text(texts_from(imported, {"aws": complete})["aws.csv"], encoding="utf-8")
+        sizes: dict[str, list[catalog.MachineType]] = {}
+        for m in parse_catalog_file(path, "aws"):
+            if m.family == "c7i":
+                sizes.setdefault(m.name, []).append(m)
+        return sizes
+
+    in_full, in_part = c7i({"c7i"}), c7i(set())
+    assert set(in_full) == {"c7i.24xlarge", "c7i.48xlarge"}
+    assert all(m.price_source.startswith("skypilot-catalog@27f67dd")
+               for rows in in_full.values() for m in rows)
+    assert {"c7i.large", "c7i.32xlarge"} <= set(in_part)
+    for m in in_part["c7i.32xlarge"]:
+        assert "fitted to skypilot-catalog@27f67dd rows of c7i" in m.price_source
+        assert m.price_on_demand == pytest.approx(128 * 0.0525)
+    # a family not in the import at all keeps its remembered estimates either way
+    assert any(m.family == "m7i" and SHIPPED_MARK in m.price_source
+               for m in parse_catalog_file(tmp_path / "aws.csv", "aws"))
+
+
+def test_a_family_the_shipped_files_read_in_full_has_no_estimate_left() -> None:
+    from orchestrator.catalog.pricing.shipped import READ_IN_FULL
+
+    for provider, families in READ_IN_FULL.items():
+        left = {m.name for m in load_catalog(provider)
+                if m.family in families and not SKYPILOT_SOURCE.match(m.price_source)}
+        assert not left, f"{provider}: {sorted(left)}"
+        assert families <= {m.family for m in load_catalog(provider)}
 
 
 def test_fitted_estimates_say_what_they_were_fitted_to_and_agree_with_it() -> None:
@@ -403,7 +450,11 @@ def test_the_shipped_files_can_be_regenerated_from_a_git_copy_of_skypilot_catalo
     assert (real.price_on_demand, real.price_date) == (0.097118, "2026-10-31")  # UTC date
     assert ("n2-standard-2", "us-east1") not in gcp  # only the shipped regions
     assert gcp["n2-custom-9", "us-central1"].vcpus == 9  # the source's shape, appended
-    assert "offline estimate" in gcp["n2-standard-4", "us-central1"].price_source
+    # a git copy holds every row: a size of a family it lists but not that size is not
+    # sold; a family it does not list keeps its estimates
+    assert ("n2-standard-4", "us-central1") not in gcp
+    assert "offline estimate" in gcp["e2-standard-4", "us-central1"].price_source
     aws = parse_catalog_file(tmp_path / "aws.csv", "aws")
     assert aws[-1].name == "c7i.metal-24xl" and aws[-1].memory_gib == 192
-    assert len(aws) == len(shipped.aws_rows()) + 1
+    others = [r for r in shipped.aws_rows() if r["family"] != "c7i"]
+    assert len(aws) == len(others) + 1

@@ -309,8 +309,8 @@ def test_zone_region_and_spot(tmp_path: Path) -> None:
         spec_of(tmp_path, machines=["n2-highcpu-8"], region="europe-west4", zone="us-central1-a")
     with pytest.raises(UsageError, match="no catalog price in region 'mars-north1'"):
         spec_of(tmp_path, machines=["n2-highcpu-8"], region="mars-north1")
-    with pytest.raises(UsageError, match="'m1-ultramem-40' has no spot price"):
-        spec_of(tmp_path, machines=["m1-ultramem-40"], spot=True)
+    with pytest.raises(UsageError, match="'m2-ultramem-208' has no spot price"):
+        spec_of(tmp_path, machines=["m2-ultramem-208"], spot=True)
 
 
 def test_workload_parameters_are_checked_by_the_workload(tmp_path: Path) -> None:

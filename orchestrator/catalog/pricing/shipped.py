@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,6 +119,15 @@ _AWS_SIZES = {"large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 3
               "48xlarge": 192}
 AWS_LARGEST = {"6i": 128, "6a": 192, "7i": 192, "7a": 192, "7g": 64, "8g": 192}  # vCPUs
 
+# Families whose every row in the shipped regions was read from the source the
+# shipped files were imported from (single vms.csv files, read page by page). A
+# size of these families the source does not list is not sold (c7i has no
+# 32xlarge: it goes from 24xlarge to 48xlarge), so its estimate is dropped; a
+# family read in part keeps fitted estimates for its unread sizes.
+READ_IN_FULL: dict[str, frozenset[str]] = {
+    "gcp": frozenset({"c2", "c2d", "c3", "m1", "m3", "n1", "n2", "n2d", "t2a", "t2d"}),
+    "aws": frozenset(AWS_FAMILIES),
+}
 
 
 def _money(value: float) -> str:
@@ -197,26 +207,31 @@ def shipped_texts() -> dict[str, str]:
 
 
 def imported_rows(provider: str, estimates: list[dict[str, str]],
-                  imported: list[MachineType]) -> list[dict[str, str]]:
+                  imported: list[MachineType],
+                  complete: Collection[str] = ()) -> list[dict[str, str]]:
     """``estimates`` with each (machine, region) of ``imported`` replaced by its row,
     then ``imported``'s other machines of the same regions (names in natural order).
 
     A machine ``imported`` prices in some shipped regions but not in others is not
-    offered there: its estimates for those regions are dropped, not kept. A machine it
-    does not price at all keeps an estimate, fitted to the family's imported rows of
-    the region where there are some (``fitted``).
+    offered there: its estimates for those regions are dropped, not kept. So is a
+    machine it does not price of a family in ``complete`` (read in full) that it has
+    rows of: the source lists every size the provider sells. Any other machine it
+    does not price keeps an estimate, fitted to the family's imported rows of the
+    region where there are some (``fitted``).
     """
     from orchestrator.catalog.machines import _name_key, to_cells
     from orchestrator.catalog.pricing.fitted import Fitter
 
     regions = list(GCP_REGIONS if provider == "gcp" else AWS_REGIONS)
+    sold_in_full = set(complete) & {m.family for m in imported}
     imported = [m for m in imported if m.region in regions]
     found = {(m.name, m.region): to_cells(m) for m in imported}
     priced = {name for name, _ in found}
     fitter = Fitter.of(imported)
     out = [found.pop((r["instance_type"], r["region"]), None) or _refit(provider, r, fitter)
            for r in estimates
-           if (r["instance_type"], r["region"]) in found or r["instance_type"] not in priced]
+           if (r["instance_type"], r["region"]) in found
+           or (r["instance_type"] not in priced and r["family"] not in sold_in_full)]
     extra = sorted(found, key=lambda key: (_name_key(key[0]), regions.index(key[1])))
     return out + [found[key] for key in extra]
 
@@ -233,18 +248,23 @@ def _refit(provider: str, row: dict[str, str], fitter: Fitter) -> dict[str, str]
                    f"{SHIPPED_MARK} (not fetched): {how}"), "price_date": day}
 
 
-def texts_from(imported: dict[str, list[MachineType]]) -> dict[str, str]:
+def texts_from(imported: dict[str, list[MachineType]],
+               complete: dict[str, Collection[str]] | None = None) -> dict[str, str]:
     """File name -> the shipped file's text with ``imported``'s prices (provider -> rows);
-    a provider or machine not imported keeps its estimates."""
-    return {"gcp.csv": render(imported_rows("gcp", gcp_rows(), imported.get("gcp", []))),
-            "aws.csv": render(imported_rows("aws", aws_rows(), imported.get("aws", [])))}
+    a provider or machine not imported keeps its estimates, unless its family is one of
+    ``complete[provider]`` (default ``READ_IN_FULL``): then the source does not sell it."""
+    complete = READ_IN_FULL if complete is None else complete
+    return {f"{p}.csv": render(imported_rows(p, rows(), imported.get(p, []), complete.get(p, ())))
+            for p, rows in (("gcp", gcp_rows), ("aws", aws_rows))}
 
 
 def skypilot_texts(git_dir: Path) -> dict[str, str]:
-    """File name -> the shipped file's text with the prices of a skypilot-catalog copy."""
+    """File name -> the shipped file's text with the prices of a skypilot-catalog copy,
+    which holds every row: each family it lists is read in full."""
     from orchestrator.catalog.pricing import skypilot
 
-    return texts_from({p: skypilot.load(p, git_dir)[0] for p in ("gcp", "aws")})
+    imported = {p: skypilot.load(p, git_dir)[0] for p in ("gcp", "aws")}
+    return texts_from(imported, {p: {m.family for m in rows} for p, rows in imported.items()})
 
 
 def file_texts(files: dict[str, Path], commits: dict[str, str], day: str,
