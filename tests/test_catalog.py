@@ -321,6 +321,34 @@ def test_a_family_read_in_full_offers_only_the_sizes_its_source_lists(tmp_path: 
                for m in parse_catalog_file(tmp_path / "aws.csv", "aws"))
 
 
+def test_two_files_of_one_provider_keep_each_rows_own_source(tmp_path: Path) -> None:
+    """Families a newer catalog version added come from its file, the others from the
+    older one: every row names the file and commit it was read from, and a machine
+    priced by both files is refused rather than silently taken from one."""
+    from orchestrator.catalog.pricing.shipped import file_texts
+
+    header = ("InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,"
+              "Region,AvailabilityZone,Price,SpotPrice")
+    v7, v8 = tmp_path / "v7.csv", tmp_path / "v8.csv"
+    v7.write_text(f"{header}\nn2-standard-4,4.0,16.0,,,,us-central1,us-central1-a,0.19,0.06\n",
+                  encoding="utf-8")
+    v8.write_text(f"{header}\nc4-standard-4,4.0,15.0,,,,us-central1,us-central1-a,0.2,0.08\n"
+                  "c4-standard-4,4.0,15.0,,,,us-central1,us-central1-b,0.21,0.09\n",
+                  encoding="utf-8")
+    commits = {"gcp": "6f65ab58724c0a5b17dbb81ee124e7d7dee0d4a5", "gcp@v8": "8427bbf"}
+    text = file_texts({"gcp": v7, "gcp@v8": v8}, commits, "2026-11-26")["gcp.csv"]
+    (tmp_path / "gcp.csv").write_text(text, encoding="utf-8")
+    rows = {(m.name, m.region): m for m in parse_catalog_file(tmp_path / "gcp.csv", "gcp")}
+    n2, c4 = rows[("n2-standard-4", "us-central1")], rows[("c4-standard-4", "us-central1")]
+    assert n2.price_source.startswith("skypilot-catalog@6f65ab5 (catalogs/v7/gcp/vms.csv")
+    assert c4.price_source.startswith("skypilot-catalog@8427bbf (catalogs/v8/gcp/vms.csv")
+    assert (c4.price_on_demand, c4.price_spot) == (0.21, 0.09)  # the dearer zone's
+    v8.write_text(v8.read_text(encoding="utf-8") + v7.read_text(encoding="utf-8")
+                  .splitlines()[1] + "\n", encoding="utf-8")
+    with pytest.raises(CatalogError, match="n2-standard-4 in us-central1"):
+        file_texts({"gcp": v7, "gcp@v8": v8}, commits, "2026-11-26")
+
+
 def test_a_family_the_shipped_files_read_in_full_has_no_estimate_left() -> None:
     from orchestrator.catalog.pricing.shipped import READ_IN_FULL
 

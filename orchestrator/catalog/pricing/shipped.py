@@ -6,6 +6,9 @@ git copy (``--skypilot GIT_DIR``: each row sourced ``skypilot-catalog@<commit>``
 and dated by that commit), or from single ``vms.csv`` files read at a known
 commit (``--skypilot-file gcp=PATH --commit gcp=SHA --read-on DAY``: dated by
 the day read, which the source says, since the commit's date is unknown).
+Families a newer catalog version added come from a second file of the same
+provider (``--skypilot-file gcp@v8=PATH --commit gcp@v8=SHA``), each row
+sourced by the file and commit it was read from.
 
 Machines the import does not price keep an estimate, labelled "offline
 estimate (not fetched)" on every row: fitted to the family's imported rows of
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -125,7 +129,8 @@ AWS_LARGEST = {"6i": 128, "6a": 192, "7i": 192, "7a": 192, "7g": 64, "8g": 192} 
 # 32xlarge: it goes from 24xlarge to 48xlarge), so its estimate is dropped; a
 # family read in part keeps fitted estimates for its unread sizes.
 READ_IN_FULL: dict[str, frozenset[str]] = {
-    "gcp": frozenset({"c2", "c2d", "c3", "m1", "m3", "n1", "n2", "n2d", "t2a", "t2d"}),
+    "gcp": frozenset({"c2", "c2d", "c3", "c3d", "c4", "m1", "m3", "n1", "n2", "n2d", "n4",
+                      "t2a", "t2d"}),
     "aws": frozenset(AWS_FAMILIES),
 }
 
@@ -270,30 +275,45 @@ def skypilot_texts(git_dir: Path) -> dict[str, str]:
 def file_texts(files: dict[str, Path], commits: dict[str, str], day: str,
                version: str = "v7") -> dict[str, str]:
     """File name -> the shipped file's text with the prices of single ``vms.csv`` files
-    (provider -> local path), each read from skypilot-catalog at ``commits[provider]`` on
-    ``day``: where no git copy can be had, the files themselves (or the rows of them
-    that were read, in their format) carry the prices, dated by the day of reading."""
+    (key -> local path), each read from skypilot-catalog at ``commits[key]`` on ``day``:
+    where no git copy can be had, the files themselves (or the rows of them that were
+    read, in their format) carry the prices, dated by the day of reading.
+
+    A key is a provider (``gcp``: its file is ``catalogs/<version>/gcp/vms.csv``) or a
+    provider and a catalog version (``gcp@v8``), so one provider's rows can come from
+    two files, such as the families a newer catalog version added; each row keeps its
+    own file's source. A (machine, region) priced by two of the files is refused: which
+    file a shipped price came from would no longer be clear.
+    """
     from orchestrator.catalog.pricing import skypilot
 
-    imported = {}
-    for provider, path in files.items():
-        if provider not in commits:
-            raise CatalogError(f"--commit {provider}=SHA: the commit {path} was read at")
-        inside = f"catalogs/{version}/{provider}/vms.csv"
-        origin = skypilot.read_on(commits[provider], inside, day)
+    imported: dict[str, list[MachineType]] = {}
+    for key, path in files.items():
+        if key not in commits:
+            raise CatalogError(f"--commit {key}=SHA: the commit {path} was read at")
+        provider, _, own_version = key.partition("@")
+        inside = f"catalogs/{own_version or version}/{provider}/vms.csv"
+        origin = skypilot.read_on(commits[key], inside, day)
         with path.open(newline="", encoding="utf-8") as fh:
-            imported[provider] = skypilot.import_vms_csv(provider, fh, origin, str(path))
+            rows = skypilot.import_vms_csv(provider, fh, origin, str(path))
+        known = {(m.name, m.region) for m in imported.get(provider, [])}
+        twice = sorted(f"{m.name} in {m.region}" for m in rows if (m.name, m.region) in known)
+        if twice:
+            raise CatalogError(f"{path}: priced by another file too: {', '.join(twice[:3])}")
+        imported.setdefault(provider, []).extend(rows)
     return texts_from(imported)
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
-    """``["gcp=x", "aws=y"]`` -> ``{"gcp": "x", "aws": "y"}``, providers checked."""
+    """``["gcp=x", "gcp@v8=y"]`` -> ``{"gcp": "x", "gcp@v8": "y"}``, providers checked."""
     out = {}
     for value in values:
-        provider, sep, rest = value.partition("=")
-        if not sep or provider not in ("gcp", "aws") or not rest:
-            raise SystemExit(f"{what}: expected gcp=... or aws=..., got {value!r}")
-        out[provider] = rest
+        key, sep, rest = value.partition("=")
+        provider, at, version = key.partition("@")
+        if (not sep or provider not in ("gcp", "aws") or not rest
+                or (at and not re.fullmatch(r"v\d+", version))):
+            raise SystemExit(f"{what}: expected gcp=..., aws=... or gcp@v8=..., got {value!r}")
+        out[key] = rest
     return out
 
 
@@ -306,9 +326,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skypilot", type=Path, metavar="GIT_DIR",
                         help="a git copy of skypilot-org/skypilot-catalog to take prices from")
     parser.add_argument("--skypilot-file", action="append", default=[],
-                        metavar="PROVIDER=PATH",
-                        help="a vms.csv of skypilot-catalog (or rows of it, with its header)")
-    parser.add_argument("--commit", action="append", default=[], metavar="PROVIDER=SHA",
+                        metavar="PROVIDER[@VERSION]=PATH",
+                        help="a vms.csv of skypilot-catalog (or rows of it, with its header); "
+                             "gcp@v8=PATH: one of catalogs/v8/ besides --catalog-version's")
+    parser.add_argument("--commit", action="append", default=[], metavar="PROVIDER[@VERSION]=SHA",
                         help="the skypilot-catalog commit each --skypilot-file was read at")
     parser.add_argument("--read-on", default=date.today().isoformat(), metavar="YYYY-MM-DD",
                         help="the day the files were read: their prices' date (default: today)")
