@@ -98,6 +98,10 @@ def test_a_call_site_is_the_jobs_own_frame_below_library_code():
         ("<module>", "/home/me/job/main.py", 3),
     ]
     assert call_site(stack) == ("ones", "cube.py:120", "build")
+    # a list comprehension's own frame (before Python 3.12) is named by its function
+    comp = [("join", "<string>", 0), ("<listcomp>", "/home/me/job/batch.py", 40),
+            ("make_records", "/home/me/job/batch.py", 39), ("main", "/home/me/job/batch.py", 90)]
+    assert call_site(comp) == ("join", "batch.py:40", "make_records")
     rows = top_sites([(100, 1, stack), (50, 2, stack), (30, 1, stack[1:])], peak_bytes=200)
     assert rows[0]["bytes"] == 150 and rows[0]["allocations"] == 3
     assert rows[0]["share_of_peak"] == 0.75
