@@ -1,7 +1,8 @@
 """The answer card every report opens with, read back from real dry-run sweeps in each format.
 
-Two small sweeps run through the CLI as a user runs them: the cube (a job that
-reports units) and a fixed-work ``--command`` job (one complete run per trial).
+Two small sweeps run through the CLI as a user runs them (its entry point, in the
+test's process): the cube (a job that reports units) and a fixed-work ``--command`` job
+(one complete run per trial).
 Each format (the 80-column terminal, report.md, report.html, ``report --json``)
 must show the card before its first table, with the figures of the tables' best
 row, and say that a dry run measured this host's hardware.
@@ -11,11 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import statistics
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -25,17 +23,16 @@ import pytest
 from orchestrator.formatting import fmt_bytes, fmt_rate, fmt_usd
 from orchestrator.results import report
 from orchestrator.results.report.memory import memory_request
+from tests.fixtures.in_process import Called, cloudprof
 from tests.test_report import N2, md_table, scaling_trials, write_store
 
-REPO = Path(__file__).resolve().parents[1]
 WIDTH = 80
 
 
-def _cloudprof(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
-           "COLUMNS": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"}
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=280)
+def _cloudprof(tmp_path: Path, *args: str) -> Called:
+    """The command as a user runs it, in this process (what it prints is what is read)."""
+    env = {"CLOUDPROF_CACHE": str(tmp_path / "cache"), "NO_COLOR": "1", "TERM": "dumb"}
+    proc = cloudprof(*args, cwd=tmp_path, env=env, columns=WIDTH)
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
     return proc
 

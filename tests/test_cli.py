@@ -26,6 +26,7 @@ from orchestrator.errors import (
     CloudprofError,
     MemoryGateError,
 )
+from tests.fixtures.in_process import cloudprof as in_process
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = {
@@ -443,8 +444,9 @@ def test_dry_run_sweep_then_report_compare_resume_and_the_memory_gate(tmp_path: 
     tiny = ["--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10", "--duration", "1",
             "--repeats", "1"]
     out = tmp_path / "runs"
-    proc = cloudprof("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--workers", "1,2",
-                     "--out", str(out), timeout=240)  # fmt: skip
+    # in this process (what a command says and returns); the console script's report below
+    proc = in_process("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--workers", "1,2",
+                      "--out", str(out), cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run1,) = out.iterdir()
     trials = pd.read_parquet(run1 / "trials.parquet")
@@ -455,8 +457,8 @@ def test_dry_run_sweep_then_report_compare_resume_and_the_memory_gate(tmp_path: 
     assert "dry run" in proc.stdout and (run1 / "report.html").is_file()
 
     # the memory gate: a limit no trial can stay under fails the sweep with exit 3
-    proc = cloudprof("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--workers", "1",
-                     "--max-peak-memory", "1M", "--out", str(out), timeout=240)  # fmt: skip
+    proc = in_process("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--workers", "1",
+                      "--max-peak-memory", "1M", "--out", str(out), cwd=tmp_path)  # fmt: skip
     assert proc.returncode == EXIT_MEMORY_GATE, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()
     assert (
@@ -475,11 +477,11 @@ def test_dry_run_sweep_then_report_compare_resume_and_the_memory_gate(tmp_path: 
         proc.stdout
     assert f"wrote {run1 / 'report.html'}" in proc.stdout.replace("\n", "")
 
-    proc = cloudprof("compare", str(run1), str(run2), timeout=120)
+    proc = in_process("compare", str(run1), str(run2), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert run1.name in proc.stdout and run2.name in proc.stdout
 
-    proc = cloudprof("sweep", "--resume", str(run1), timeout=120)
+    proc = in_process("sweep", "--resume", str(run1), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "2 trial(s) already done" in proc.stdout
     assert len(pd.read_parquet(run1 / "trials.parquet")) == 2  # nothing ran twice
@@ -504,8 +506,10 @@ def test_the_reports_json_compare_and_runs_never_import_pandas(tmp_path: Path) -
     out = tmp_path / "runs"
     tiny = ["--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10", "--duration", "0.5",
             "--repeats", "1", "--workers", "1,2"]
-    _, proc = _imports_pandas(["sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny,
-                               "--out", str(out)], tmp_path)
+    # the run they read, made in this process: what the sweep imports is not checked here
+    proc = in_process("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--out", str(out),
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = out.iterdir()
     assert "Best by throughput" in proc.stdout and (run / "report.html").is_file()
     loaded, proc = _imports_pandas(["report", "--json", str(run)], tmp_path)

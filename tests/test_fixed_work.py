@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -31,8 +28,7 @@ from orchestrator.results import compare, plots, report
 from orchestrator.results.report.measure import RUNS, UNITS, trial_rate
 from orchestrator.results.runs import read_run
 from orchestrator.results.store import RunStore, trial_row
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.fixtures.in_process import cloudprof
 
 
 def machine(name: str, price: float) -> MachineType:
@@ -290,13 +286,11 @@ def test_a_dry_run_sweep_of_a_fixed_work_job_reports_runs_from_its_measured_time
     project = tmp_path / "proj"
     project.mkdir()
     (project / "work.py").write_text(WORK)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
-           "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "sweep", "--machine", "n2-highcpu-2",
-         "--dry-run", "--workers", "1,2", "--repeats", "3", "--workdir", str(project),
-         "--command", "python work.py {workers}", "--out", str(tmp_path / "runs")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = {"CLOUDPROF_CACHE": str(tmp_path / "cache")}  # each command in this process
+    result = cloudprof(
+        "sweep", "--machine", "n2-highcpu-2", "--dry-run", "--workers", "1,2", "--repeats", "3",
+        "--workdir", str(project), "--command", "python work.py {workers}",
+        "--out", str(tmp_path / "runs"), cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert "no price known" not in result.stdout and "runs/h" in result.stdout
@@ -307,9 +301,9 @@ def test_a_dry_run_sweep_of_a_fixed_work_job_reports_runs_from_its_measured_time
     seconds = {w: statistics.median(r["seconds"] for r in stored
                                     if r["workers"] == w and r["status"] == "ok")
                for w in (1, 2)}
-    doc = json.loads(subprocess.run(
-        [sys.executable, "-m", "orchestrator", "report", "--json", str(run_dir)],
-        env=env, capture_output=True, text=True, timeout=120, check=True).stdout)
+    done = cloudprof("report", "--json", str(run_dir), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
     assert doc["measure"]["name"] == "runs/h"
     for row in doc["results"]:
         s = seconds[row["workers"]]
@@ -323,9 +317,8 @@ def test_a_dry_run_sweep_of_a_fixed_work_job_reports_runs_from_its_measured_time
     if seconds[1] / seconds[2] > 1 + KNEE_GAIN:  # 2 workers clearly sooner on this host
         assert machine["knee_workers"] != 1
         assert "scaling stops at 1 worker" not in result.stdout.lower()
-    listed = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "runs", "--json", "--out", str(tmp_path / "runs")],
-        env=env, capture_output=True, text=True, timeout=120, check=True)
+    listed = cloudprof("runs", "--json", "--out", str(tmp_path / "runs"), cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
     (entry,) = json.loads(listed.stdout)
     assert entry["best"]["measure"] == "runs/h" and entry["best"]["workers"] == fastest
     assert entry["best"]["rate"] == pytest.approx(3600 / seconds[fastest])

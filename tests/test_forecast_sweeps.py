@@ -10,6 +10,13 @@ a job that mixes growths is fitted by one law, see docs/measurement/forecast.md)
 sizes, each run five times (the median is fitted): one start slowed by a busy machine must
 not bend the curve, and the choice between the laws needs more points than they have
 parameters. Limits from the issue: 10 % on peak memory, 30 % on time, at 10× the largest.
+
+The waits are long beside a start's jitter on a loaded host (tens of ms): 1.5 s at the
+largest swept size for linear and 2 s for n log n. Over these sizes n log n is nearly a
+line, so with short waits the jitter on the large sizes decides between the laws: in a
+simulation of this fit with 30 ms of exponential jitter per start, the 0.5 s waits used
+before missed the 30 % in about 4 % of runs, these in under 1 %. Their runs at the target
+(15 s and 25 s) still end before the n² one (40 s), beside which all six run.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ for i in range(0, len(held), 4096):
     held[i] = 1
 time.sleep(0.1)  # hold the peak long enough to be sampled at every size
 steps = {"linear": n, "nlogn": n * math.log2(n), "quadratic": n * n}[growth]
-time.sleep(steps * {"linear": 5e-5, "nlogn": 4e-6, "quadratic": 4e-9}[growth])
+time.sleep(steps * {"linear": 1.5e-4, "nlogn": 1.5e-5, "quadratic": 4e-9}[growth])
 """
 
 
@@ -57,7 +64,7 @@ def _sweep(tmp_path: Path, out: str, sizes: str, growths: str,
 
 
 def _done(tmp_path: Path, out: str, proc: subprocess.Popen[str]) -> tuple[Path, str]:
-    stdout, err = proc.communicate(timeout=120)
+    stdout, err = proc.communicate(timeout=280)
     assert proc.returncode == 0, err[-2000:]
     (run,) = list((tmp_path / out).iterdir())
     return run, stdout
@@ -72,13 +79,22 @@ def swept_and_truth(
     jobs wait more than they compute."""
     tmp = tmp_path_factory.mktemp("forecast")
     procs = {}
-    for growth in GROWTHS:
-        procs[(growth, "swept")] = _sweep(tmp, f"swept-{growth}", ",".join(map(str, SIZES)),
-                                          growth, "5", "--target", f"n={TARGET}")
+    # the longest first: the n² run at the target (40 s), then the 35 trials of each sweep
+    order = [("quadratic", "truth"), *((g, "swept") for g in GROWTHS),
+             ("nlogn", "truth"), ("linear", "truth")]
+    for growth, kind in order:
+        procs[(growth, kind)] = (
+            _sweep(tmp, f"swept-{growth}", ",".join(map(str, SIZES)), growth, "5",
+                   "--target", f"n={TARGET}") if kind == "swept"
+            else _sweep(tmp, f"truth-{growth}", str(TARGET), growth))
         time.sleep(1.1)
-        procs[(growth, "truth")] = _sweep(tmp, f"truth-{growth}", str(TARGET), growth)
-        time.sleep(1.1)
-    runs = {key: _done(tmp, f"{key[1]}-{key[0]}", proc) for key, proc in procs.items()}
+    try:
+        runs = {key: _done(tmp, f"{key[1]}-{key[0]}", proc) for key, proc in procs.items()}
+    finally:  # one that failed leaves no sweep running on after the tests
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return {g: (runs[(g, "swept")][0], load_run(runs[(g, "truth")][0]).trials.rows[0],
                 runs[(g, "swept")][1]) for g in GROWTHS}
 

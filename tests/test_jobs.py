@@ -19,6 +19,7 @@ import pytest
 
 from orchestrator.engine import jobs
 from tests.fixtures import sweeps
+from tests.fixtures.in_process import Called, cloudprof
 from workloads import protocol
 
 # The cloud stand-ins' fixtures (tests/fixtures/sweeps.py), for this module.
@@ -83,14 +84,18 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _sweep(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-           timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1", *args,
-                           "--out", str(tmp_path / "runs")], cwd=tmp_path,
-                          env=env or _env(tmp_path), capture_output=True, text=True,
-                          timeout=timeout)
+           timeout: float = 240) -> subprocess.CompletedProcess[str] | Called:
+    """``cloudprof sweep``: in this process (see tests/fixtures/in_process.py), or with
+    ``env`` (a whole environment, some variables taken out) in a process of its own."""
+    argv = ["sweep", "--repeats", "1", *args, "--out", str(tmp_path / "runs")]
+    if env is None:
+        return cloudprof(*argv, cwd=tmp_path, columns=1000,
+                         env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
+    return subprocess.run([sys.executable, "-m", "orchestrator", *argv], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
-def _one_error(result: subprocess.CompletedProcess[str]) -> str:
+def _one_error(result: subprocess.CompletedProcess[str] | Called) -> str:
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
     return errors[0]

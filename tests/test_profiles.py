@@ -98,16 +98,19 @@ def test_a_call_site_is_the_jobs_own_frame_below_library_code():
         ("<module>", "/home/me/job/main.py", 3),
     ]
     assert call_site(stack) == ("ones", "cube.py:120", "build")
+    # a list comprehension's own frame (before Python 3.12) is named by its function
+    comp = [("join", "<string>", 0), ("<listcomp>", "/home/me/job/batch.py", 40),
+            ("make_records", "/home/me/job/batch.py", 39), ("main", "/home/me/job/batch.py", 90)]
+    assert call_site(comp) == ("join", "batch.py:40", "make_records")
     rows = top_sites([(100, 1, stack), (50, 2, stack), (30, 1, stack[1:])], peak_bytes=200)
     assert rows[0]["bytes"] == 150 and rows[0]["allocations"] == 3
     assert rows[0]["share_of_peak"] == 0.75
     assert rows[1]["function"] == "build" and rows[1]["bytes"] == 30
 
 
-def gil_trial(tmp_path: Path, workers: int) -> dict:
-    out = tmp_path / f"spin{workers}"
+def gil_trial(out: Path, workers: int) -> dict:
     proc = run(out, "--workload", f"{WORKLOADS}:Spin", "--workers", str(workers),
-               "--duration", "2", "--profile", "gil")  # fmt: skip
+               "--duration", "3", "--profile", "gil")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     s = summary(out)
     assert s["profiled"] is True and s["profile"]["status"] == "ok", s["profile"]
@@ -116,8 +119,16 @@ def gil_trial(tmp_path: Path, workers: int) -> dict:
     return s["profile"]
 
 
-def test_gil_wait_share_grows_from_one_to_two_pure_python_workers(tmp_path):
-    one, two = gil_trial(tmp_path, 1), gil_trial(tmp_path, 2)
+@pytest.fixture(scope="module")
+def gil_profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict]:
+    """The Spin workload's --profile gil at 1 and 2 workers, read by the tests below (3 s
+    each: over 100 samples at 1 worker even where a loaded host halves py-spy's rate)."""
+    tmp = tmp_path_factory.mktemp("gil")
+    return {w: gil_trial(tmp / f"spin{w}", w) for w in (1, 2)}
+
+
+def test_gil_wait_share_grows_from_one_to_two_pure_python_workers(gil_profiles):
+    one, two = gil_profiles[1], gil_profiles[2]
     assert (one["threads"], two["threads"]) == (1, 2), (one, two)  # cloudprof's threads left out
     assert one["samples"] > 100
     assert one["shares"]["gil_wait"] < 0.1 and one["shares"]["python"] > 0.8
@@ -138,11 +149,11 @@ def test_cloudprofs_own_unit_counter_is_left_out_of_the_jobs_profile(tmp_path):
     assert abs(sum(prof["shares"].values()) - 1) < 1e-3
 
 
-def test_the_knee_of_a_gil_bound_workload_is_annotated_with_waiting_for_the_gil(tmp_path):
+def test_the_knee_of_a_gil_bound_workload_is_annotated_with_waiting_for_the_gil(gil_profiles):
     from orchestrator.results.profiles import scaling_section
 
     records = [{"machine": "here", "workers": w, "trial_id": f"here-w{w}-prof-gil",
-                "profile": gil_trial(tmp_path, w)} for w in (1, 2)]  # fmt: skip
+                "profile": gil_profiles[w]} for w in (1, 2)]  # fmt: skip
     section = scaling_section(records, {"here": 1})
     assert section is not None
     sentence = next(n for n in section.notes if n.startswith("here:"))

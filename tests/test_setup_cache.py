@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.in_process import cloudprof
 from workloads import job
-
-REPO = Path(__file__).resolve().parents[1]
 
 JOB = textwrap.dedent('''\
     """Uses what its setup built: a module written into the site dir by the setup."""
@@ -30,15 +27,13 @@ SETUP = ('mkdir -p .cloudprof-site && echo VALUE = 7 > .cloudprof-site/built.py 
 
 
 def _sweep(tmp_path: Path, project: Path, setup: str = SETUP) -> Path:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
-           "SETUP_COUNTER": str(tmp_path / "counter"), "COLUMNS": "200"}
+    env = {"CLOUDPROF_CACHE": str(tmp_path / "cache"), "SETUP_COUNTER": str(tmp_path / "counter")}
     out = tmp_path / "runs"
     before = set(out.iterdir()) if out.exists() else set()
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "sweep", "--machine", "n2-highcpu-2", "--dry-run",
-         "--workers", "1", "--repeats", "1", "--workdir", str(project), "--setup", setup,
-         "--command", "python userjob.py", "--out", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = cloudprof(
+        "sweep", "--machine", "n2-highcpu-2", "--dry-run", "--workers", "1", "--repeats", "1",
+        "--workdir", str(project), "--setup", setup, "--command", "python userjob.py",
+        "--out", str(out), cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
     (run,) = set(out.iterdir()) - before
     return run

@@ -232,6 +232,9 @@ class Agent:
         self._local: Sampler | None = None  # sample_hz == 0: start and stop samples only
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
+        # native ids of the threads it runs: a profiler leaves them out by id, since py-spy
+        # may never learn the name of a thread started after it attached
+        self.thread_ids: set[int] = set()
         self._result: SamplerResult | None = None
         self._t0 = 0.0
         self._ru_start = 0
@@ -293,6 +296,7 @@ class Agent:
             self._reader = threading.Thread(target=self._read_messages, daemon=True,
                                             name="cloudprof-agent")  # fmt: skip
             self._reader.start()
+            self.thread_ids.add(self._reader.native_id or 0)
         else:
             assert self._local is not None
             self._local.begin(self._t0)

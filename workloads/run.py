@@ -248,9 +248,10 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
         units=counter,
     )
     profile = early
+    own_tids = {threading.get_native_id()}  # cloudprof's threads; the agent's join below
     if profile is None and args.profile is not None:  # a kind that watches the timed part
         profile = profilers.start_profile(args.profile, args.out, profilers.Target(
-            os.getpid(), in_process=True, exclude_tids={threading.get_native_id()},
+            os.getpid(), in_process=True, exclude_tids=own_tids,
             exclude_thread_names={"workload"},
         ))  # fmt: skip
     profilers.steady_state_begins(profile)
@@ -259,6 +260,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
     summary["load_s"] = _seconds_since_process_start()
     summary["started_at"] = _now()
     agent.start()
+    own_tids |= agent.thread_ids  # in place: py-spy may never name the agent's reader thread
     progress = _Progress(args.quiet)
     failure: BaseException | None = None
     start = time.perf_counter()

@@ -68,6 +68,9 @@ def _site_frame(stack: Sequence[tuple[str, str, int]], own_dirs: tuple[str, ...]
     return 0
 
 
+_COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>")
+
+
 def call_site(stack: Sequence[tuple[str, str, int]],
               own_dirs: tuple[str, ...] = ()) -> tuple[str, str, str]:
     """(function, file:line of the job's frame, the job's function) for a stack, innermost first.
@@ -78,7 +81,13 @@ def call_site(stack: Sequence[tuple[str, str, int]],
     """
     if not stack:
         return "<native>", "<unknown>", "<native>"
-    fn, file, line = stack[_site_frame(stack, own_dirs)]
+    at = _site_frame(stack, own_dirs)
+    fn, file, line = stack[at]
+    # before 3.12 a comprehension ran in a frame of its own: the job's function is the one
+    # it is written in, as 3.12 names it (PEP 709 inlines them)
+    while fn in _COMPREHENSIONS and at + 1 < len(stack) and stack[at + 1][1] == file:
+        at += 1
+        fn = stack[at][0]
     return stack[0][0], f"{os.path.basename(file)}:{line}", fn
 
 
