@@ -411,11 +411,11 @@ def test_two_boxes_form_a_ray_cluster_installed_from_the_index(
     python3-venv (the bootstrap's apt step is another test's): the bootstrap installs
     Ray into each box's venv from the package index, ``ray start`` runs over SSH on
     each, and the 2-node trial runs on the cluster with a memory peak per node."""
-    from tests.fixtures.box import pip_cache_dir, running_boxes
+    from tests.fixtures.box import running_boxes
     from tests.fixtures.sshd import SECOND_HOST
 
     with running_boxes(venv_image, tmp_path / "boxes",
-                       {"box": "127.0.0.1", "box2": SECOND_HOST}, pip_cache_dir()) as pair:
+                       {"box": "127.0.0.1", "box2": SECOND_HOST}) as pair:
         _check_a_ray_cluster_on(pair, tmp_path, box_sweep_cache)
 
 
