@@ -113,8 +113,9 @@ def block_the_index(box: Box) -> None:
 
 
 def _check_a_cube_sweep_from_staged_wheels(box: Box, tmp_path: Path, cache: Path) -> None:
-    """Bootstrap once per sweep: this machine downloads the wheels, the box installs them
-    with its own index blocked, so it cannot have fetched them from there."""
+    """Bootstrap once per sweep: this machine fetches the wheels (into ``cache``, kept on
+    the machine), the box installs them with its own index blocked, so it cannot have
+    fetched them from there."""
     unblocked = box.path("/etc/pip.conf").read_text()
     block_the_index(box)
     start = time.monotonic()
