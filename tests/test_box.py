@@ -8,6 +8,10 @@ a Google Cloud and an AWS sweep (the fake Compute Engine, moto) hand their VM's
 first-boot script to a box, which runs it for real as root. They need root (CI
 is root) and the network to Debian's mirror and the package index; they skip
 only without root. The image is built once per machine (minutes) and reused.
+
+Each box costs a boot and a bootstrap (~20-40 s on a loaded 2-core machine), so
+one box serves every check of one story: a bare VM bootstrapped from staged
+wheels and then running a user's job is one test, not three boxes.
 """
 
 from __future__ import annotations
@@ -47,14 +51,14 @@ def _hosts_file(tmp_path: Path, box: Box) -> Path:
     return path
 
 
-def _sweep(tmp_path: Path, box: Box, *args: str,
+def _sweep(tmp_path: Path, box: Box, *args: str, out: str = "runs",
            env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROF_SSH_")}
     env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", "--provider", "ssh",
          "--hosts", str(_hosts_file(tmp_path, box)), "--machine", "box", *args,
-         "--out", str(tmp_path / "runs")],
+         "--out", str(tmp_path / out)],
         env=env, capture_output=True, text=True, timeout=1000,
     )  # fmt: skip
 
@@ -72,23 +76,26 @@ def _login_uid(box: Box) -> int:
     return int(box.exec("id", "-u", LOGIN_USER).stdout)
 
 
-def test_a_box_is_a_bare_vm_whose_power_off_ends_only_the_box(box: Box) -> None:
-    # What a cloud image lacks, the box lacks: cloudprof must install it.
+def _check_a_bare_vm(box: Box) -> None:
+    """What a cloud image lacks, the box lacks: cloudprof must install it."""
     assert box.exec("python3", "-c", "import numpy", check=False).returncode != 0
     assert box.exec("python3", "-m", "pip", "--version", check=False).returncode != 0
     assert not _installed(box, "python3-venv")
     # The login user is not root and has passwordless sudo, as on a cloud image.
     assert box.exec("id", "-un", user=LOGIN_USER).stdout.strip() == LOGIN_USER
     assert box.exec("sudo", "-n", "id", "-u", user=LOGIN_USER).stdout.strip() == "0"
-    # Its own PID namespace: PID 1 is the box's init, and kill -1 reaches only the box.
+
+
+def _check_power_off_ends_only_the_box(box: Box) -> None:
+    """Its own PID namespace: PID 1 is the box's init, and kill -1 reaches only the box."""
     assert box.exec("cat", "/proc/1/cmdline").stdout.startswith("/bin/sh\0/sbin/box-init")
-    outside = subprocess.Popen(["sleep", "60"])
+    outside = subprocess.Popen(["sleep", "600"])
     try:
         box.exec("sh", "-c", "kill -9 -1", check=False)
         time.sleep(0.5)
         assert outside.poll() is None and box.running()  # PID 1 ignores what it has no trap for
         box.exec("poweroff", check=False)
-        box.proc.wait(15)  # the box ended...
+        box.proc.wait(120)  # the box ended...
         assert outside.poll() is None  # ...and nothing outside it did
     finally:
         outside.kill()
@@ -105,16 +112,18 @@ def block_the_index(box: Box) -> None:
                     f"{BLOCKED_INDEX}', timeout=5)", check=False).returncode != 0
 
 
-def test_an_ssh_sweep_of_the_cube_bootstraps_a_bare_box_from_staged_wheels(
-        box: Box, tmp_path: Path) -> None:
-    # Bootstrap once per sweep: this machine downloads the wheels, the box installs them
-    # with its own index blocked, so it cannot have fetched them from there.
+def _check_a_cube_sweep_from_staged_wheels(box: Box, tmp_path: Path, cache: Path) -> None:
+    """Bootstrap once per sweep: this machine fetches the wheels (into ``cache``, kept on
+    the machine), the box installs them with its own index blocked, so it cannot have
+    fetched them from there."""
+    unblocked = box.path("/etc/pip.conf").read_text()
     block_the_index(box)
     start = time.monotonic()
-    result = _sweep(tmp_path, box, *TINY)
+    result = _sweep(tmp_path, box, *TINY, out="cube", env_extra={"CLOUDPROF_CACHE": str(cache)})
     took = time.monotonic() - start
+    box.path("/etc/pip.conf").write_text(unblocked)  # the index again, for what comes next
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
-    (run,) = list((tmp_path / "runs").iterdir())
+    (run,) = list((tmp_path / "cube").iterdir())
     import pandas as pd
 
     trials = pd.read_parquet(run / "trials.parquet")
@@ -147,30 +156,8 @@ def test_an_ssh_sweep_of_the_cube_bootstraps_a_bare_box_from_staged_wheels(
     print(f"cube sweep on a bare box, bootstrap included: {took:.0f}s")
 
 
-def test_a_staged_set_that_does_not_install_falls_back_to_the_index(
-        box: Box, tmp_path: Path) -> None:
-    from orchestrator.providers.wheelhouse import LISTING, PROBE, HostPlatform, cache_key
-    from orchestrator.providers.wheels import requirements
-
-    # This machine's cache holds a broken set for the box's platform (a numpy wheel that
-    # is no zip): the box's offline install fails, and it installs from the index.
-    probe = box.exec("python3", "-c", PROBE).stdout.split(" ", 1)[1]
-    platform = HostPlatform.parse(probe)
-    assert platform is not None, probe
-    broken = tmp_path / "cache" / "wheels" / cache_key(requirements(), platform)
-    broken.mkdir(parents=True)
-    name = f"numpy-2.0.0-cp{platform.python.replace('.', '')}-none-any.whl"
-    (broken / name).write_bytes(b"not a wheel")
-    (broken / LISTING).write_text(json.dumps({"files": [name]}))
-    result = _sweep(tmp_path, box, *TINY, env_extra={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
-    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
-    log = box.path(f"{WORKDIR}/bootstrap.log").read_text().splitlines()
-    assert [line.split()[-1] for line in log if " install " in line] == ["index"], log
-    assert "installed from the package index" in result.stdout, result.stdout[-2000:]
-
-
-def test_a_command_job_with_setup_and_a_memory_profile_runs_on_a_box_as_the_login_user(
-        box: Box, tmp_path: Path) -> None:
+def _check_a_command_job_with_setup_and_a_memory_profile(box: Box, tmp_path: Path) -> None:
+    """A user's job: its --setup and memray from the index, run as the login user."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "job.py").write_text(
@@ -185,9 +172,9 @@ def test_a_command_job_with_setup_and_a_memory_profile_runs_on_a_box_as_the_logi
     )
     result = _sweep(tmp_path, box, "--workers", "1,2", "--workdir", str(project),
                     "--setup", "pip install --quiet tabulate",
-                    "--command", "python job.py {workers}", "--profile", "memory")
+                    "--command", "python job.py {workers}", "--profile", "memory", out="job")
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
-    (run,) = list((tmp_path / "runs").iterdir())
+    (run,) = list((tmp_path / "job").iterdir())
     import pandas as pd
 
     trials = pd.read_parquet(run / "trials.parquet")
@@ -212,6 +199,42 @@ def test_a_command_job_with_setup_and_a_memory_profile_runs_on_a_box_as_the_logi
     for record in records:
         assert record["profile"]["status"] == "ok", record["profile"]
         assert record["profile"]["top_sites"][0]["site"] == "job.py:3", record["profile"]
+
+
+def test_a_bare_box_bootstraps_from_staged_wheels_then_runs_a_users_job_as_its_login_user(
+        box: Box, box_sweep_cache: Path, tmp_path: Path) -> None:
+    """One bare box, as a fresh VM that serves one sweep and then another: it lacks what a
+    cloud image lacks; an SSH sweep of the cube bootstraps it from the staged wheels with
+    its index blocked (apt's python3-venv, the env, the trials as the login user); a
+    command job with --setup and --profile memory then runs in that env as the login user,
+    with what it installs from the index; and its power-off ends the box alone."""
+    _check_a_bare_vm(box)
+    _check_a_cube_sweep_from_staged_wheels(box, tmp_path, box_sweep_cache)
+    _check_a_command_job_with_setup_and_a_memory_profile(box, tmp_path)
+    _check_power_off_ends_only_the_box(box)
+
+
+def test_a_staged_set_that_does_not_install_falls_back_to_the_index(
+        venv_box: Box, tmp_path: Path) -> None:
+    box = venv_box  # python3-venv comes with the image: the point here is pip's source
+    from orchestrator.providers.wheelhouse import LISTING, PROBE, HostPlatform, cache_key
+    from orchestrator.providers.wheels import requirements
+
+    # This machine's cache holds a broken set for the box's platform (a numpy wheel that
+    # is no zip): the box's offline install fails, and it installs from the index.
+    probe = box.exec("python3", "-c", PROBE).stdout.split(" ", 1)[1]
+    platform = HostPlatform.parse(probe)
+    assert platform is not None, probe
+    broken = tmp_path / "cache" / "wheels" / cache_key(requirements(), platform)
+    broken.mkdir(parents=True)
+    name = f"numpy-2.0.0-cp{platform.python.replace('.', '')}-none-any.whl"
+    (broken / name).write_bytes(b"not a wheel")
+    (broken / LISTING).write_text(json.dumps({"files": [name]}))
+    result = _sweep(tmp_path, box, *TINY, env_extra={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    log = box.path(f"{WORKDIR}/bootstrap.log").read_text().splitlines()
+    assert [line.split()[-1] for line in log if " install " in line] == ["index"], log
+    assert "installed from the package index" in result.stdout, result.stdout[-2000:]
 
 
 class FirstBoot:
@@ -280,7 +303,7 @@ def _check_vm_sweep(box: Box, tmp_path: Path, boot: FirstBoot,
 
 
 def test_a_gce_sweep_whose_vm_is_a_box_booted_with_its_startup_script(
-        box: Box, fake_gce, gcs_emulator, tmp_path: Path) -> None:
+        box: Box, fake_gce, gcs_emulator, box_sweep_cache: Path, tmp_path: Path) -> None:
     """The fake Compute Engine hands each new instance's startup-script metadata to the
     box; the sweep waits for it, bootstraps, runs the cube and deletes the VM."""
     from google.cloud import storage
@@ -293,13 +316,15 @@ def test_a_gce_sweep_whose_vm_is_a_box_booted_with_its_startup_script(
     storage.Client().create_bucket(bucket)
     result = _cloud_sweep(box, tmp_path, "--provider", "gcp", "--project", "proj",
                           "--zone", "us-central1-a", "--machine", "n2-highcpu-2",
-                          "--bucket", f"gs://{bucket}")
+                          "--bucket", f"gs://{bucket}",
+                          env_extra={"CLOUDPROF_CACHE": str(box_sweep_cache)})
     _check_vm_sweep(box, tmp_path, boot, result)
     assert fake_gce.instances == {}  # the sweep deleted its VM
 
 
 def test_an_ec2_sweep_whose_vm_is_a_box_booted_with_its_user_data(
-        box: Box, moto_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        box: Box, moto_env, box_sweep_cache: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """moto keeps each instance's user data; a watcher hands it to the box as soon as the
     instance exists, as cloud-init runs it at boot."""
     import base64
@@ -329,7 +354,8 @@ def test_an_ec2_sweep_whose_vm_is_a_box_booted_with_its_user_data(
     watcher.start()
     try:
         result = _cloud_sweep(box, tmp_path, "--provider", "aws", "--machine", "c6i.large",
-                              "--bucket", f"s3://{bucket}")
+                              "--bucket", f"s3://{bucket}",
+                              env_extra={"CLOUDPROF_CACHE": str(box_sweep_cache)})
     finally:
         stop.set()
         watcher.join(10)
@@ -358,7 +384,7 @@ def test_a_gce_sweep_whose_box_never_answers_ssh_fails_it_in_bounded_time_and_de
     fake_gce.on_insert = lambda instance: inserted.append(instance["name"])
     bucket = f"cp-box-{uuid.uuid4().hex[:10]}"
     storage.Client().create_bucket(bucket)
-    bound = 20
+    bound = 10
     start = time.monotonic()
     result = _cloud_sweep(box, tmp_path, "--provider", "gcp", "--project", "proj",
                           "--zone", "us-central1-a", "--machine", "n2-highcpu-2",
@@ -380,51 +406,56 @@ def test_a_gce_sweep_whose_box_never_answers_ssh_fails_it_in_bounded_time_and_de
 
 
 def test_two_boxes_form_a_ray_cluster_installed_from_the_index(
-        box: Box, box_image, tmp_path: Path) -> None:
-    """Two bare boxes as the nodes of one machine (the second at another loopback address,
-    so each node has an address of its own): the bootstrap installs Ray into each box's
-    venv from the package index, ``ray start`` runs over SSH on each, and the 2-node
-    trial runs on the cluster with a memory peak per node."""
-    from tests.fixtures.box import remove_box, run_box
+        venv_image, box_sweep_cache: Path, tmp_path: Path) -> None:
+    """Two boxes as the nodes of one machine (the second at another loopback address, so
+    each node has an address of its own), started at once from the image with
+    python3-venv (the bootstrap's apt step is another test's): the bootstrap installs
+    Ray into each box's venv from the package index, ``ray start`` runs over SSH on
+    each, and the 2-node trial runs on the cluster with a memory peak per node."""
+    from tests.fixtures.box import running_boxes
     from tests.fixtures.sshd import SECOND_HOST
 
-    second = run_box(box_image, tmp_path / "second", "box2", SECOND_HOST)
-    try:
-        hosts = tmp_path / "hosts.toml"
-        hosts.write_text("".join(
-            "[[hosts]]\n"
-            f'name = "{b.name}"\naddress = "{b.host}"\nport = {b.port}\nuser = "{b.user}"\n'
-            f'key_file = "{b.client_key}"\nknown_host_key = "{b.host_public}"\n'
-            'machine = "pair"\n'
-            for b in (box, second)))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROF_SSH_")}
-        start = time.monotonic()
-        result = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "sweep", "--provider", "ssh",
-             "--hosts", str(hosts), "--machine", "pair", "--nodes", "1,2", "--workload",
-             "sleep", "--param", "unit_ms=10", "--workers", "2", "--repeats", "1",
-             "--duration", "3", "--out", str(tmp_path / "runs")],
-            env=env, capture_output=True, text=True, timeout=1000)
-        took = time.monotonic() - start
-        print(f"two-box Ray sweep, bootstrap and Ray install included: {took:.0f}s")
-        assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
-        (run,) = list((tmp_path / "runs").iterdir())
-        import pandas as pd
+    with running_boxes(venv_image, tmp_path / "boxes",
+                       {"box": "127.0.0.1", "box2": SECOND_HOST}) as pair:
+        _check_a_ray_cluster_on(pair, tmp_path, box_sweep_cache)
 
-        trials = pd.read_parquet(run / "trials.parquet").set_index("nodes")
-        assert set(trials["status"]) == {"ok"}, trials["error"].tolist()
-        assert json.loads(trials.loc[2, "node_addresses"])[1] == SECOND_HOST
-        for each in (box, second):
-            (venv,) = each.path(WORKDIR).glob("env-*")
-            site = next((venv / "lib").glob("python3*/site-packages"))
-            (info,) = site.glob("ray-*.dist-info")
-            assert not (info / "direct_url.json").exists()  # from the index into the box
-        from orchestrator.results.report.json_doc import report_document
-        from orchestrator.results.report.model import load_run
 
-        rows = report_document(load_run(run))["scale_out"]
-        two = next(r for r in rows if r["nodes"] == 2)
-        assert len(two["node_peaks"]) == 2 and all(p > 0 for p in two["node_peaks"]), two
-    finally:
-        second.stop()
-        remove_box(second)
+def _check_a_ray_cluster_on(pair: list[Box], tmp_path: Path, cache: Path) -> None:
+    from tests.fixtures.sshd import SECOND_HOST
+
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text("".join(
+        "[[hosts]]\n"
+        f'name = "{b.name}"\naddress = "{b.host}"\nport = {b.port}\nuser = "{b.user}"\n'
+        f'key_file = "{b.client_key}"\nknown_host_key = "{b.host_public}"\n'
+        'machine = "pair"\n'
+        for b in pair))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROF_SSH_")}
+    env["CLOUDPROF_CACHE"] = str(cache)
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "sweep", "--provider", "ssh",
+         "--hosts", str(hosts), "--machine", "pair", "--nodes", "1,2", "--workload",
+         "sleep", "--param", "unit_ms=10", "--workers", "2", "--repeats", "1",
+         "--duration", "3", "--out", str(tmp_path / "runs")],
+        env=env, capture_output=True, text=True, timeout=1000)
+    took = time.monotonic() - start
+    print(f"two-box Ray sweep, bootstrap and Ray install included: {took:.0f}s")
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    import pandas as pd
+
+    trials = pd.read_parquet(run / "trials.parquet").set_index("nodes")
+    assert set(trials["status"]) == {"ok"}, trials["error"].tolist()
+    assert json.loads(trials.loc[2, "node_addresses"])[1] == SECOND_HOST
+    for each in pair:
+        (venv,) = each.path(WORKDIR).glob("env-*")
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        (info,) = site.glob("ray-*.dist-info")
+        assert not (info / "direct_url.json").exists()  # from the index into the box
+    from orchestrator.results.report.json_doc import report_document
+    from orchestrator.results.report.model import load_run
+
+    rows = report_document(load_run(run))["scale_out"]
+    two = next(r for r in rows if r["nodes"] == 2)
+    assert len(two["node_peaks"]) == 2 and all(p > 0 for p in two["node_peaks"]), two

@@ -87,7 +87,7 @@ def test_two_node_sweep_runs_on_two_vms_with_the_rule_and_leaves_nothing(
     sweep = cloud_sweep
     proc = sweep.start(_argv(sweep))
     wait_for("two nodes and the inter-node rule", lambda: _two_nodes_and_the_rule(sweep), proc,
-             timeout=180)
+             timeout=400)
     if sweep.provider == "gcp":
         assert _inter_node_rules(sweep) == [cluster_firewall_name(_sweep_id(sweep))]
     else:
@@ -144,7 +144,7 @@ def test_sigint_on_a_two_node_sweep_deletes_both_vms_and_the_rule(
     sweep = cloud_sweep
     proc = sweep.start(_argv(sweep, duration="20"))
     wait_for("two nodes and the inter-node rule", lambda: _two_nodes_and_the_rule(sweep), proc,
-             timeout=180)
+             timeout=400)
     proc.send_signal(signal.SIGINT)
     out, err = sweep.finish(proc, timeout=600)
 

@@ -214,4 +214,4 @@ def test_vms_that_cannot_be_deleted_in_both_clouds_are_each_named_with_their_clo
     gcp = CloudSweep("gcp", tmp_path, private_sshd, "", bootstrapped_workdir, fake_gce)
     aws = CloudSweep("aws", tmp_path, private_sshd, "", bootstrapped_workdir, ec2_faults)
     wait_for("both clouds to be empty", lambda: gcp.live() == [] and aws.live() == [],
-             timeout=30)
+             timeout=120)

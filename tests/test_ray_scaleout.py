@@ -369,7 +369,7 @@ def test_ctrl_c_while_the_cluster_starts_leaves_no_ray_process_behind(tmp_path: 
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     temp_dir = None
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline and temp_dir is None:
             time.sleep(0.2)
             for sweep_json in out.glob("*/sweep.json"):
@@ -379,7 +379,11 @@ def test_ctrl_c_while_the_cluster_starts_leaves_no_ray_process_behind(tmp_path: 
                     temp_dir = plan_cluster(data["sweep_id"], "n2-highcpu-4", "127.0.0.1",
                                             "local", False).temp_dir
         assert temp_dir is not None, "the second node never became ready"
-        time.sleep(3)  # inside `ray start` on the head
+        # until `ray start` runs on the head, the cluster's first process (a fixed 3 s
+        # wait could end before it, or after it, on a loaded machine)
+        while not _cluster_processes(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _cluster_processes(temp_dir), "ray start never ran"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
     finally:
