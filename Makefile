@@ -44,7 +44,7 @@ lint:
 	$(PY) -m ruff check .
 
 unit:
-	$(PY) -m pytest -q -p no:cacheprovider -n 2
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal
 
 # the benchmarks page (docs/benchmarks.md, from benchmarks/results.json):
 #   make bench BENCH_ARGS=--quick   fewer rounds and shorter trials

@@ -56,3 +56,14 @@ def _shipped_catalog_only(monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.catalog.machines import CATALOG_ENV, shipped_dir
 
     monkeypatch.setenv(CATALOG_ENV, str(shipped_dir()))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests marked slow (and the box tests) first.
+
+    With ``-n 2`` the workers take tests in this order; a minutes-long test
+    picked up last would leave one core idle while it finishes alone. The
+    sort is stable, so every worker computes the same order.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None
+               and item.get_closest_marker("box") is None)

@@ -17,6 +17,7 @@ from orchestrator.results.store import SWEEP_FILE, TRIALS_FILE
 from orchestrator.spec.spec import SweepSpec
 
 
+@pytest.mark.slow
 def test_adaptive_sweep_stays_within_the_grids_trials_with_unique_resumable_ids(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -281,6 +281,7 @@ WORK = textwrap.dedent('''\
 ''')
 
 
+@pytest.mark.slow
 def test_a_dry_run_sweep_of_a_fixed_work_job_reports_runs_from_its_measured_times(
         tmp_path: Path) -> None:
     project = tmp_path / "proj"

@@ -99,6 +99,7 @@ def swept_and_truth(
                 runs[(g, "swept")][1]) for g in GROWTHS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("growth", GROWTHS)
 def test_a_forecast_at_ten_times_the_largest_size_matches_the_run_there(
         swept_and_truth: dict[str, tuple[Path, dict, str]], growth: str) -> None:

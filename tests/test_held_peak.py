@@ -119,6 +119,7 @@ def _measured(tmp: Path, argv: list[str], before: Any = None) -> list[dict[str, 
     return out
 
 
+@pytest.mark.slow
 def test_a_numpy_tree_gets_a_request_within_10_percent_above_the_smallest_limit(
     tmp_path: Path,
 ) -> None:
@@ -145,6 +146,7 @@ def test_a_numpy_tree_gets_a_request_within_10_percent_above_the_smallest_limit(
     assert abs(alone["peak_rss_bytes"] - max(peaks)) < 0.03 * max(peaks)
 
 
+@pytest.mark.slow
 def test_a_file_readers_headline_is_what_it_holds_not_its_page_cache(tmp_path: Path) -> None:
     hold, size = 320, 640
     data = tmp_path / "big.bin"

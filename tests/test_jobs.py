@@ -264,6 +264,7 @@ def _check_job_run(run: Path, n_trials: int) -> None:
         assert kept["peak_rss_bytes"] == row["peak_rss_bytes"] and kept["phases"]
 
 
+@pytest.mark.slow
 def test_a_user_project_sweeps_on_local_with_setup_once_per_host_and_a_grid(
         user_project, tmp_path):
     result = _sweep(tmp_path, "--machine", "n2-highcpu-2", "--machine", "c6i.large",
