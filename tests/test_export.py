@@ -71,9 +71,10 @@ def _export(run: Path, *args: str) -> str:
 
 def _best_row(run: Path) -> dict:
     """The best worker count's memory row, by the store's own units/s."""
-    trials = report.load_run(run).trials.where(lambda r: r["status"] == "ok")
+    trials = report.load_run(run).trials
+    trials = trials[trials["status"] == "ok"]
     rates: dict[int, list[float]] = {}
-    for r in trials:
+    for r in trials.to_dict("records"):
         rates.setdefault(int(r["workers"]), []).append(float(r["units_per_s"]))
     best = max(rates, key=lambda w: sorted(rates[w])[len(rates[w]) // 2])
     (row,) = [r for r in memory_rows(trials) if r["workers"] == best]

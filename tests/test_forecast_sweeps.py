@@ -79,7 +79,7 @@ def swept_and_truth(
         procs[(growth, "truth")] = _sweep(tmp, f"truth-{growth}", str(TARGET), growth)
         time.sleep(1.1)
     runs = {key: _done(tmp, f"{key[1]}-{key[0]}", proc) for key, proc in procs.items()}
-    return {g: (runs[(g, "swept")][0], load_run(runs[(g, "truth")][0]).trials.rows[0],
+    return {g: (runs[(g, "swept")][0], load_run(runs[(g, "truth")][0]).trials.iloc[0],
                 runs[(g, "swept")][1]) for g in GROWTHS}
 
 

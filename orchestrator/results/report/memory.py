@@ -44,9 +44,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.formatting import DASH, fmt_bytes
-from orchestrator.results.report.rows import Frame, as_frame, idx_max, nanmax
+from orchestrator.results.report.values import numeric
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from orchestrator.results.report.table import Table
 
 MARGIN_SIGMAS = 3.0
@@ -97,29 +99,29 @@ def memory_request(peaks: Sequence[float]) -> MemoryRequest | None:
     return MemoryRequest(peak, margin, request, method, default)
 
 
-def memory_rows(trials: Frame) -> list[dict[str, Any]]:
+def memory_rows(trials: pd.DataFrame) -> list[dict[str, Any]]:
     """Per (machine, ran_on, workers) over ok trials: peaks by phase, source, the request."""
-    ok = as_frame(trials).where(lambda r: r["status"] == "ok")
+    ok = trials[trials["status"] == "ok"]
     if ok.empty:
         return []
     rows = []
-    for (machine, ran_on, workers), group in ok.group_by(["machine", "ran_on", "workers"]):
-        life = group.numbers("peak_rss_bytes")
-        load = group.numbers("peak_rss_before_trial_bytes")
-        trial = [t if t == t else w for t, w in zip(group.numbers("peak_rss_trial_bytes"), life,
-                                                   strict=True)]
-        req = memory_request(life)
+    for (machine, ran_on, workers), group in ok.groupby(["machine", "ran_on", "workers"],
+                                                        sort=True, dropna=False):
+        life = numeric(group, "peak_rss_bytes")
+        req = memory_request(life.tolist())
         if req is None:
             continue
-        top = group.rows[idx_max(life)]
+        trial = numeric(group, "peak_rss_trial_bytes").fillna(life)
+        top = group.loc[life.idxmax()] if life.notna().any() else group.iloc[0]
         phase = top.get("peak_phase")
-        sources = sorted({str(s) for s in group.get("peak_rss_source", []) if isinstance(s, str)})
+        sources = sorted({s for s in group.get("peak_rss_source", ()) if isinstance(s, str)})
         leak = _leak(group, req.peak_bytes)
         rows.append({
             "machine": machine, "ran_on": ran_on, "workers": int(workers),
             "repeats": len(group), "peak_rss_bytes": req.peak_bytes,
             "peak_phase": phase if isinstance(phase, str) else None,
-            "load_peak_bytes": nanmax(load), "trial_peak_bytes": nanmax(trial),
+            "load_peak_bytes": numeric(group, "peak_rss_before_trial_bytes").max(),
+            "trial_peak_bytes": trial.max(),
             "peak_sources": sources, "margin_bytes": req.margin_bytes,
             "margin_method": req.method, "margin_is_default": req.default,
             "request_bytes": None if leak else req.request_bytes,
@@ -129,22 +131,20 @@ def memory_rows(trials: Frame) -> list[dict[str, Any]]:
     return rows
 
 
-def _leak(group: Frame, peak: float) -> dict[str, Any] | None:
+def _leak(group: pd.DataFrame, peak: float) -> dict[str, Any] | None:
     """A leaking row's growth rate and the peak it reached at the trial's length, or None."""
-    verdicts = group.get("leak_verdict", [])
-    if "leak" not in verdicts:
+    if "leak_verdict" not in group.columns or not (leaks := group["leak_verdict"] == "leak").any():
         return None
-    slopes = [s for s, v in zip(group.numbers("leak_slope_mb_per_s"), verdicts, strict=True)
-              if v == "leak" and s == s]
-    seconds = [s for s in group.numbers("seconds") if s == s]
-    return {"slope_mb_per_s": max(slopes) if slopes else None, "peak_bytes": peak,
-            "at_s": max(seconds) if seconds else None}
+    slope = numeric(group, "leak_slope_mb_per_s")[leaks].max()
+    seconds = numeric(group, "seconds").max()
+    return {"slope_mb_per_s": None if math.isnan(slope) else slope, "peak_bytes": peak,
+            "at_s": None if math.isnan(seconds) else seconds}
 
 
-def _spikes(group: Frame) -> list[dict[str, Any]]:
+def _spikes(group: pd.DataFrame) -> list[dict[str, Any]]:
     """Every repeat's spikes (from its summary), the highest first."""
     found = []
-    for raw in group.get("spikes", []):
+    for raw in group.get("spikes", ()):
         if isinstance(raw, str) and raw:
             try:
                 found.extend(s for s in json.loads(raw) if isinstance(s, dict))
@@ -153,17 +153,17 @@ def _spikes(group: Frame) -> list[dict[str, Any]]:
     return sorted(found, key=lambda s: -float(s.get("rss_bytes") or 0))
 
 
-def _other_bases(group: Frame, peak: float) -> list[str]:
+def _other_bases(group: pd.DataFrame, peak: float) -> list[str]:
     """The other bases that differ from the headline by more than BASES_DIFFER, in words:
     for a command's tree only (a runner that kept its cgroup's usage, or a held peak)."""
-    usage = [u for u in group.numbers("peak_usage_with_cache_bytes") if u == u]
-    held = any(str(s).startswith("held") for s in group.get("peak_rss_source", []))
+    usage = numeric(group, "peak_usage_with_cache_bytes").notna().any()
+    held = any(str(s).startswith("held") for s in group.get("peak_rss_source", ()))
     if not usage and not held:
         return []
     out = []
     for column, name in (("peak_usage_with_cache_bytes", "cgroup usage with page cache"),
                          ("peak_rss_sampled_bytes", "sampled RSS sum")):
-        value = nanmax(group.numbers(column)) if column in group.columns else None
+        value = numeric(group, column).max() if column in group.columns else None
         if value is not None and value == value and abs(value - peak) > BASES_DIFFER * peak:
             out.append(f"{name} {fmt_bytes(value)} ({100.0 * (value / peak - 1):+.0f} %)")
     return out
@@ -189,7 +189,7 @@ def _spikes_cell(spikes: list[dict[str, Any]]) -> str:
     return f"{len(spikes)}: {fmt_bytes(top.get('rss_bytes'))} {where}"
 
 
-def memory_table(trials: Frame) -> Table | None:
+def memory_table(trials: pd.DataFrame) -> Table | None:
     """The report's table: headline peak, its phase, the phases' peaks and the request."""
     from orchestrator.results.report.model import machine_label
     from orchestrator.results.report.table import Row, Table
