@@ -99,8 +99,8 @@ def test_the_k8s_job_is_valid_and_asks_for_what_the_trials_measured(swept: Path)
     assert row["peak_rss_bytes"] > 2 * 24 * MIB  # the peak is the job's own, measured
     assert container["command"] == ["python", "hold.py", "2"]
     assert container["image"] == export.PLACEHOLDER_IMAGE
-    ids = sorted(str(r["trial_id"]) for r in report.load_run(swept).trials
-                 if r["status"] == "ok" and int(r["workers"]) == 2)
+    trials = report.load_run(swept).trials
+    ids = sorted(trials.loc[(trials["status"] == "ok") & (trials["workers"] == 2), "trial_id"])
     notes = manifest["metadata"]["annotations"]
     assert notes["cloudprof.dev/trials"].split(",") == ids and len(ids) == 2
     assert notes["cloudprof.dev/run"] == swept.name

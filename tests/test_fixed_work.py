@@ -115,7 +115,8 @@ def test_the_store_holds_zero_units_and_the_summary_holds_runs_from_the_seconds(
         t1 = statistics.median(times_of(r["machine"])[1])
         assert r["efficiency"] == pytest.approx(t1 / (r["workers"] * median_s))
         assert r["units_per_s_per_vcpu"] == pytest.approx(r["units_per_s"] / 8)
-    for r in run.trials.to_dict("records"):  # every measured trial has its rate: no zero where a time exists
+    # every measured trial has its rate: no zero where a time exists
+    for r in run.trials.to_dict("records"):
         assert r["units_per_s"] == pytest.approx(1 / r["seconds"])
 
 

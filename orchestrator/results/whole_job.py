@@ -150,7 +150,11 @@ def _per_unit_seconds(rows: list[dict[str, Any]], fixed: bool) -> list[float]:
 
 def _ok_rows(run: RunData) -> list[dict[str, Any]]:
     """The trials that finished ok, a row at a time: a configuration's key reads the grid."""
-    return run.trials[run.trials["status"] == OK].to_dict("records")
+    trials = run.trials
+    columns = trials.columns.intersection(["machine", "machine_type", "ran_on", "workers", "nodes",
+                                           "grid", "job_kind", "seconds", "units_per_s",
+                                           "peak_rss_bytes", "price_per_hour"])
+    return trials.loc[trials["status"] == OK, columns].to_dict("records")
 
 
 def forecasts(run: RunData, q: Question) -> list[dict[str, Any]]:

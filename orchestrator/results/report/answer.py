@@ -228,7 +228,7 @@ def answer_cards(
     memory = {(str(r["machine"]), str(r["ran_on"]), int(r["workers"])): r
               for r in memory_rows(trials)}
     profiles = load_profiles(run.run_dir)
-    ok = trials[trials["status"] == OK]
+    ok = trials.loc[trials["status"] == OK, trials.columns.intersection(_CARD_COLUMNS)]
     # one grouping, not a scan per machine
     ok_of = dict(list(ok.groupby([ok["machine"].astype(str), ok["ran_on"].astype(str)])))
     cards = []
@@ -243,6 +243,10 @@ def answer_cards(
         if card is not None:
             cards.append(card)
     return cards
+
+
+_CARD_COLUMNS = ["machine", "ran_on", "workers", "job_kind", "seconds", "unit", "cpu_model",
+                 "bound_units_per_s", "grid", "machine_type", "nodes"]  # what a card reads
 
 
 def _card(

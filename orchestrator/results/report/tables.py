@@ -110,7 +110,7 @@ def build_report(run: RunData) -> Report:
 
     knee_at = {m: k.workers for (m, _), k in knee_of.items() if k.reached}
     tables += [Table(s.title, s.headers, [Row(r) for r in s.rows], s.notes)
-               for s in profile_sections(run.run_dir, knee_at, run.trials.to_dict("records"))]
+               for s in profile_sections(run.run_dir, knee_at, _slowdown_rows(run.trials))]
     from orchestrator.results.report.answer import answer_cards
 
     return Report(
@@ -118,6 +118,15 @@ def build_report(run: RunData) -> Report:
         usl_models=models, measure=measure,
         answers=answer_cards(run, summary, knee_of, by_machine),
     )  # fmt: skip
+
+
+def _slowdown_rows(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    """The columns a profiled trial's slowdown is measured against, a row at a time."""
+    return trials[trials.columns.intersection(_SLOWDOWN_COLUMNS)].to_dict("records")
+
+
+_SLOWDOWN_COLUMNS = ["status", "nodes", "machine_type", "machine", "ran_on", "workers", "grid",
+                     "units", "units_per_s", "seconds"]
 
 
 def _where(row: dict[str, Any]) -> str:
