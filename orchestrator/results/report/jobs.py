@@ -147,8 +147,10 @@ def job_tables(trials: pd.DataFrame) -> list[Table]:
              "cost per run = $/hour of the planned machine × time to complete; (est.) when "
              "the trial ran elsewhere (a dry run)."]))
     rows = []
-    for trial in ok.sort_values(["machine", "workers", "repeat"], kind="stable",
-                                na_position="last").to_dict("records"):
+    with_phases = ok.loc[ok["phases"].notna(), ["machine", "workers", "repeat", "phases",
+                                                 "peak_rss_bytes"]] \
+        if "phases" in ok.columns else ok.iloc[:0]
+    for trial in with_phases.sort_values(["machine", "workers", "repeat"]).to_dict("records"):
         phases = _phases(trial.get("phases"))
         peak = float(trial["peak_rss_bytes"]) if trial.get("peak_rss_bytes") else None
         for phase in phases:

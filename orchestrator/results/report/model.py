@@ -422,8 +422,11 @@ def knees(
 ) -> dict[tuple[str, str], Knee]:
     """The knee of each (machine, ran_on) group of a summary, with its range when repeats given."""
     out: dict[tuple[str, str], Knee] = {}
-    for key, group in by_host(summary):
-        knee = find_knee(group["workers"].tolist(), group["units_per_s"].tolist())
+    by = summary.groupby(_GROUP, sort=True, dropna=False)
+    for (machine, ran_on), workers, rates in zip(by.size().index, by["workers"].agg(list),
+                                                 by["units_per_s"].agg(list), strict=True):
+        key = (str(machine), str(ran_on))
+        knee = find_knee(workers, rates)
         if by_machine and key in by_machine:
             knee = Knee(
                 knee.workers,
@@ -495,7 +498,7 @@ def best_rows(summary: pd.DataFrame) -> tuple[dict[str, Any] | None, dict[str, A
 
 def _row(frame: pd.DataFrame, label: Any) -> dict[str, Any]:
     """One row as a dict of plain values."""
-    return frame.loc[[label]].to_dict("records")[0]
+    return frame.loc[label].to_dict()
 
 
 def best_row(group: pd.DataFrame, column: str = "units_per_s") -> dict[str, Any]:
@@ -508,13 +511,15 @@ def peak_memory(summary: pd.DataFrame) -> pd.DataFrame:
     """Per (machine, ran_on): the highest peak RSS of any successful trial and its worker count."""
     import pandas as pd
 
-    records = []
-    for (machine, ran_on), group in by_host(summary):
-        peak = group["peak_rss_bytes"]
-        top = _row(group, peak.idxmax()) if peak.notna().any() else None
-        records.append({"machine": machine, "ran_on": ran_on,
-                        "peak_rss_bytes": math.nan if top is None else float(top["peak_rss_bytes"]),
-                        "workers": None if top is None else int(top["workers"])})
+    by = summary.assign(_top=summary["peak_rss_bytes"].fillna(-math.inf)).groupby(
+        _GROUP, sort=True, dropna=False)
+    known = by["peak_rss_bytes"].count() > 0
+    top = summary.loc[by["_top"].idxmax()]  # the first row with the highest peak
+    records = [{"machine": machine, "ran_on": ran_on,
+                "peak_rss_bytes": float(peak) if seen else math.nan,
+                "workers": int(workers) if seen else None}
+               for (machine, ran_on), peak, workers, seen in zip(
+                   known.index, top["peak_rss_bytes"], top["workers"], known, strict=True)]
     return pd.DataFrame(records, columns=[*_GROUP, "peak_rss_bytes", "workers"])
 
 
