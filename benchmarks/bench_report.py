@@ -133,9 +133,9 @@ def one_round(args: argparse.Namespace, code: str, store: Path) -> dict[str, Any
 def synthetic_rows(machines: int, trials: int, seed: int = 0) -> list[dict[str, Any]]:
     """``trials`` rows over ``machines`` machines, as a sweep records them (``trial_row``)."""
     import numpy as np
-    from orchestrator.spec.catalog import MachineType
 
     from orchestrator.analysis.model import usl
+    from orchestrator.catalog.machines import MachineType
     from orchestrator.plan.planner import TrialPlan
     from orchestrator.results.store import trial_row
 
@@ -187,7 +187,7 @@ def scale(args: argparse.Namespace) -> None:
     from rich.console import Console
 
     from orchestrator.analysis import model
-    from orchestrator.results.report import report_run
+    from orchestrator.results.publish import report_run
     from orchestrator.results.store import RunStore
 
     rounds = 1 if args.quick else args.rounds

@@ -93,10 +93,10 @@ def run_cell(line: str, cell: str, show: Callable[[str], None] = print
 
 def summary_table(run: Path) -> Any:
     """The per machine × workers table of the run, as the report computes it, as a pandas
-    frame (what a notebook displays and works on; the report itself does without pandas)."""
+    frame (what a notebook displays and works on)."""
     from orchestrator.results.report import load_run, summarise
 
-    return summarise(load_run(run).trials).to_pandas()
+    return summarise(load_run(run).trials)
 
 
 def cloudprof(line: str, cell: str) -> Path | None:

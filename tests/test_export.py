@@ -71,9 +71,10 @@ def _export(run: Path, *args: str) -> str:
 
 def _best_row(run: Path) -> dict:
     """The best worker count's memory row, by the store's own units/s."""
-    trials = report.load_run(run).trials.where(lambda r: r["status"] == "ok")
+    trials = report.load_run(run).trials
+    trials = trials[trials["status"] == "ok"]
     rates: dict[int, list[float]] = {}
-    for r in trials:
+    for r in trials.to_dict("records"):
         rates.setdefault(int(r["workers"]), []).append(float(r["units_per_s"]))
     best = max(rates, key=lambda w: sorted(rates[w])[len(rates[w]) // 2])
     (row,) = [r for r in memory_rows(trials) if r["workers"] == best]
@@ -98,8 +99,8 @@ def test_the_k8s_job_is_valid_and_asks_for_what_the_trials_measured(swept: Path)
     assert row["peak_rss_bytes"] > 2 * 24 * MIB  # the peak is the job's own, measured
     assert container["command"] == ["python", "hold.py", "2"]
     assert container["image"] == export.PLACEHOLDER_IMAGE
-    ids = sorted(str(r["trial_id"]) for r in report.load_run(swept).trials
-                 if r["status"] == "ok" and int(r["workers"]) == 2)
+    trials = report.load_run(swept).trials
+    ids = sorted(trials.loc[(trials["status"] == "ok") & (trials["workers"] == 2), "trial_id"])
     notes = manifest["metadata"]["annotations"]
     assert notes["cloudprof.dev/trials"].split(",") == ids and len(ids) == 2
     assert notes["cloudprof.dev/run"] == swept.name

@@ -100,7 +100,7 @@ def test_the_store_holds_zero_units_and_the_summary_holds_runs_from_the_seconds(
     assert run.measure is RUNS
     summary = report.summarise(run.trials)
     assert len(summary) == 6
-    for r in summary:
+    for r in summary.to_dict("records"):
         median_s = statistics.median(times_of(r["machine"])[r["workers"]])
         assert r["seconds_per_run"] == pytest.approx(median_s)
         assert r["units_per_s"] > 0 and RUNS.rate(r["units_per_s"]) == pytest.approx(
@@ -111,13 +111,15 @@ def test_the_store_holds_zero_units_and_the_summary_holds_runs_from_the_seconds(
         t1 = statistics.median(times_of(r["machine"])[1])
         assert r["efficiency"] == pytest.approx(t1 / (r["workers"] * median_s))
         assert r["units_per_s_per_vcpu"] == pytest.approx(r["units_per_s"] / 8)
-    for r in run.trials:  # every measured trial has its rate: no zero where a time exists
+    # every measured trial has its rate: no zero where a time exists
+    for r in run.trials.to_dict("records"):
         assert r["units_per_s"] == pytest.approx(1 / r["seconds"])
 
 
 def test_best_rows_are_the_fastest_and_the_cheapest_measured_runs(fixed: Path) -> None:
     summary = report.summarise(report.load_run(fixed).trials)
     cheapest, fastest = report.best_rows(summary)
+    summary = summary.to_dict("records")
     assert fastest is not None and cheapest is not None
     shortest = min(summary, key=lambda r: r["seconds_per_run"])
     assert (fastest["machine"], fastest["workers"]) == (shortest["machine"], shortest["workers"])

@@ -95,7 +95,7 @@ def swept_and_truth(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return {g: (runs[(g, "swept")][0], load_run(runs[(g, "truth")][0]).trials.rows[0],
+    return {g: (runs[(g, "swept")][0], load_run(runs[(g, "truth")][0]).trials.iloc[0],
                 runs[(g, "swept")][1]) for g in GROWTHS}
 
 

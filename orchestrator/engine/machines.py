@@ -44,7 +44,7 @@ class Machines:
         # does while the machines provision and stage: pyarrow (ensure_trials_table), and
         # pandas only for --adaptive and --search (they read the trials as a frame between
         # trials); no trial starts before it, so no import runs beside a trial. A plain sweep
-        # never imports pandas: recording a trial and the report need pyarrow alone.
+        # imports pandas only for its report, after the last trial: recording needs pyarrow.
         self.pandas_ready = threading.Event()
 
     # -- the whole run ---------------------------------------------------------

@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import UsageError
 from orchestrator.results import report as rpt
 from orchestrator.results.report.measure import UNITS, Measure
-from orchestrator.results.report.rows import Frame, idx_max, idx_min, missing
+from orchestrator.results.report.model import best_row
+from orchestrator.results.report.values import numeric
 
 if TYPE_CHECKING:
+    import pandas as pd
     from rich.console import Console
 
     from orchestrator.analysis.model import Comparison
@@ -99,30 +101,31 @@ def _where(row: Any) -> str:
 
 
 def _extreme(
-    summary: Frame,
+    summary: pd.DataFrame,
     column: str,
     largest: bool,
     costs: bool = False,
-    trials: Frame | None = None,
+    trials: pd.DataFrame | None = None,
 ) -> Metric:
     """The best row for ``column``; only a cost can be an estimate (throughput is measured).
 
     With ``trials``, the metric carries the per-repeat values behind that row's
     median, so a ratio between runs can be given with its interval.
     """
-    known = summary.where(lambda r: not missing(r[column]))
-    if known.empty:
+    found = summary[column]
+    if found.isna().all():
         return Metric(math.nan, "")
-    found = known[column]
-    row = known.rows[idx_max(found) if largest else idx_min(found)]
+    row = summary.loc[found.idxmax() if largest else found.idxmin()]
     repeats: tuple[float, ...] = ()
     if trials is not None:
-        mine = trials.where(lambda r: r["status"] == rpt.OK
-                            and str(r["machine"]) == str(row["machine"])
-                            and str(r["ran_on"]) == str(row["ran_on"])
-                            and r["workers"] == row["workers"])
-        values = (float(v) for v in mine[column] if v is not None)
-        repeats = tuple(v for v in values if math.isfinite(v))
+        mine = trials[(trials["status"] == rpt.OK)
+                      & (trials["machine"].astype(str) == str(row["machine"]))
+                      & (trials["ran_on"].astype(str) == str(row["ran_on"]))
+                      & (trials["workers"] == row["workers"])]
+        import numpy as np
+
+        values = numeric(mine, column)
+        repeats = tuple(values[np.isfinite(values)].tolist())
     return Metric(float(row[column]), _where(row), costs and bool(row["estimate"]), repeats)
 
 
@@ -132,7 +135,7 @@ def headline(run: rpt.RunData) -> Headline:
     fastest = _extreme(summary, "units_per_s", largest=True, trials=run.trials)
     knee = Metric(math.nan, "")
     if not summary.empty:
-        top = summary.rows[idx_max(summary["units_per_s"])]
+        top = best_row(summary)
         found = rpt.knees(summary)[(str(top["machine"]), str(top["ran_on"]))]
         machine = rpt.machine_label(top["machine"], top["ran_on"])
         if found.reached and found.workers is not None:

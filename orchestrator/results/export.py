@@ -106,8 +106,11 @@ def measured(run: RunData, machine: str | None = None, workers: int | None = Non
             f"{card.machine} at {count} workers leaks (memory grew {rate}, reaching "
             f"{fmt_bytes(mem['peak_rss_bytes'])}): any fixed memory limit is too small for a "
             "longer run, so none is exported; fix the leak or export a count that does not leak")
-    trials = run.trials.where(lambda r: r["status"] == OK and str(r["machine"]) == card.machine
-                              and str(r["ran_on"]) == card.ran_on and int(r["workers"]) == count)
+    all_trials = run.trials
+    trials = all_trials[(all_trials["status"] == OK)
+                        & (all_trials["machine"].astype(str) == card.machine)
+                        & (all_trials["ran_on"].astype(str) == card.ran_on)
+                        & (all_trials["workers"] == count)]
     ids = tuple(sorted(str(t) for t in trials["trial_id"] if t))
     grid = _grid(trials)
     spec = run.sweep.get("spec") or {}
@@ -145,7 +148,7 @@ def _vcpus(vcpus: int | None, workers: int) -> str:
 
 def _grid(trials: Any) -> dict[str, str]:
     """The --grid point of the chosen trials, as the command's placeholders saw it."""
-    for raw in trials.get("grid", []):
+    for raw in trials.get("grid", ()):
         if isinstance(raw, str) and raw:
             try:
                 values = json.loads(raw)

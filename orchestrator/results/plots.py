@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import altair as alt
 import numpy as np
@@ -31,9 +31,6 @@ from orchestrator.formatting import is_finite
 from orchestrator.results import report as rpt
 from orchestrator.results.report.measure import UNITS, Measure
 from orchestrator.results.series import MAX_POINTS_PER_TRIAL, frame, timeline_data
-
-if TYPE_CHECKING:
-    from orchestrator.results.report.rows import Frame
 
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
@@ -99,7 +96,7 @@ def _labelled(table: pd.DataFrame, split_by: str | None = None) -> pd.DataFrame:
 _RATE_COLUMNS = ("units_per_s", "units_per_s_low", "units_per_s_high")
 
 
-def in_measure(table: Frame | pd.DataFrame, measure: Measure) -> pd.DataFrame:
+def in_measure(table: pd.DataFrame, measure: Measure) -> pd.DataFrame:
     """``table``'s rates and cost in ``measure``'s units (runs/h, $ per run for a fixed-work
     job), under the same column names, so a figure draws what the tables show."""
     out = frame(table).copy()
@@ -195,8 +192,8 @@ def _zoomable(*layers: Any) -> Any:
 
 
 def throughput_figure(
-    summary: Frame | pd.DataFrame,
-    trials: Frame | pd.DataFrame | None = None,
+    summary: pd.DataFrame,
+    trials: pd.DataFrame | None = None,
     split_by: str | None = None,
     colours: dict[str, str] | None = None,
     usl_models: dict[tuple[str, str], Any] | None = None,
@@ -265,7 +262,7 @@ def _knees(data: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["label", "split", "workers", "value"])
 
 
-def _repeat_dots(trials: Frame | pd.DataFrame, summary: pd.DataFrame,
+def _repeat_dots(trials: pd.DataFrame, summary: pd.DataFrame,
                  colours: dict[str, str], x: Any, pick: Any, measure: Measure) -> list[Any]:
     """Every successful repeat as a faint dot at its own rate."""
     shown = _labelled(in_measure(trials, measure))
@@ -283,7 +280,7 @@ def _repeat_dots(trials: Frame | pd.DataFrame, summary: pd.DataFrame,
                  alt.Tooltip("value:Q", title=measure.name, format=",.4~g")])]
 
 
-def usl_curves(trials: Frame | pd.DataFrame, labels: set[str],
+def usl_curves(trials: pd.DataFrame, labels: set[str],
                usl_models: dict[tuple[str, str], Any] | None = None,
                scale: float = 1.0) -> pd.DataFrame:
     """Each machine's fitted USL curve and its 95 % band, where the fit is good.
@@ -316,7 +313,7 @@ def usl_curves(trials: Frame | pd.DataFrame, labels: set[str],
     return pd.concat(parts, ignore_index=True)
 
 
-def _usl_layers(trials: Frame | pd.DataFrame, summary: pd.DataFrame,
+def _usl_layers(trials: pd.DataFrame, summary: pd.DataFrame,
                 colours: dict[str, str], x: Any, pick: Any,
                 usl_models: dict[tuple[str, str], Any] | None, scale: float) -> list[Any]:
     curves = usl_curves(trials, set(summary["label"]), usl_models, scale)
@@ -351,7 +348,7 @@ def _per_worker_figure(table: pd.DataFrame, colours: dict[str, str] | None, colu
 
 
 def efficiency_figure(
-    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
+    summary: pd.DataFrame, colours: dict[str, str] | None = None
 ) -> Any:
     """Scaling efficiency per worker count (1.0 = linear from one worker)."""
     _, layers, data = _per_worker_figure(_labelled(frame(summary)), colours, "efficiency",
@@ -364,7 +361,7 @@ def efficiency_figure(
 
 
 def memory_figure(
-    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None
+    summary: pd.DataFrame, colours: dict[str, str] | None = None
 ) -> Any:
     """Peak RSS (MiB, the largest over the repeats) per worker count."""
     table = _labelled(frame(summary))
@@ -376,7 +373,7 @@ def memory_figure(
 
 
 def cost_figure(
-    summary: Frame | pd.DataFrame, colours: dict[str, str] | None = None,
+    summary: pd.DataFrame, colours: dict[str, str] | None = None,
     measure: Measure = UNITS,
 ) -> Any:
     """$ per million units against units/s (both from 0), each point labelled with its
@@ -424,7 +421,7 @@ PANELS = ("RSS (MiB)", "CPU %", "units/s")
 
 
 def timeseries_figure(
-    run: rpt.RunData, group: Frame | pd.DataFrame, colour: str | None = None,
+    run: rpt.RunData, group: pd.DataFrame, colour: str | None = None,
     data: pd.DataFrame | None = None,
 ) -> Any | None:
     """Every trial of one machine over time: one row per worker count, three panels per row
@@ -577,7 +574,7 @@ def profile_figures(run_dir: Path) -> list[Drawn]:
 
 def report_figures(
     run: rpt.RunData,
-    summary: Frame | pd.DataFrame,
+    summary: pd.DataFrame,
     usl_models: dict[tuple[str, str], Any] | None = None,
 ) -> tuple[list[Drawn], list[Drawn]]:
     """(the figures a page shows, one time-series figure per machine for report.md).

@@ -36,6 +36,7 @@ from typing import Any
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.formatting import fmt_bytes, fmt_usd
 from orchestrator.results.report.model import OK, RunData, load_run, one_node
+from orchestrator.results.report.values import numeric
 from orchestrator.results.whole_job import (
     MIN_BILLED_S,
     Question,
@@ -117,14 +118,16 @@ def candidates(run: RunData, total: float | None, margin: float) -> list[Candida
     cost and memory (``reasons`` left to :func:`recommend` for the deadline and cost)."""
     from orchestrator.results.report.memory import memory_rows
 
-    ok = one_node(run.trials).where(lambda r: r["status"] == OK)
+    trials = one_node(run.trials)
+    ok = trials[trials["status"] == OK]
     memory = {(r["machine"], r["ran_on"], r["workers"]): r for r in memory_rows(ok)}
     starts = vm_start_seconds(run.sweep)
     out = []
-    for (machine, ran_on, workers), group in ok.group_by(["machine", "ran_on", "workers"]):
-        fixed = all(r.get("job_kind") == "fixed_work" for r in group)
+    for (machine, ran_on, workers), group in ok.groupby(["machine", "ran_on", "workers"],
+                                                        sort=True, dropna=False):
+        fixed = "job_kind" in group.columns and bool((group["job_kind"] == "fixed_work").all())
         if fixed:
-            per_run = [s for s in group.numbers("seconds") if s == s and s > 0]
+            per_run = [s for s in numeric(group, "seconds") if s == s and s > 0]
             if not per_run:
                 continue
             work = statistics.median(per_run) * (total if total is not None else 1.0)
@@ -132,7 +135,7 @@ def candidates(run: RunData, total: float | None, margin: float) -> list[Candida
             if total is None:
                 raise UsageError(f"{run.run_dir} measured a rate in units/s: say how many units "
                                  "the job has with --total N")
-            rates = [u for u in group.numbers("units_per_s") if u == u and u > 0]
+            rates = [u for u in numeric(group, "units_per_s") if u == u and u > 0]
             if not rates:
                 continue
             work = total / statistics.median(rates)
@@ -141,7 +144,7 @@ def candidates(run: RunData, total: float | None, margin: float) -> list[Candida
         elsewhere = str(ran_on) not in (str(machine), base)
         start = None if elsewhere else starts.get(base)
         seconds = work + (start or 0.0)
-        prices = [p for p in group.numbers("price_per_hour") if p == p]
+        prices = numeric(group, "price_per_hour").dropna().tolist()
         price = statistics.median(prices) if prices else math.nan
         mem = memory.get((machine, ran_on, int(workers)))
         peak = float(mem["peak_rss_bytes"]) if mem else None
@@ -191,13 +194,16 @@ def forecast_candidates(run: RunData, q: Question, margin: float) -> list[Candid
 
     peaks = {(e["machine"], e["ran_on"], e["workers"], e["nodes"], e["grid"]): e
              for e in forecasts(run, q)}
-    ok = run.trials.where(lambda r: r["status"] == OK)
+    ok = run.trials[run.trials["status"] == OK]
+    planned = ok["machine"].astype(str)
+    if "machine_type" in ok.columns:  # a --grid point's machine: the planned one
+        planned = ok["machine_type"].where(ok["machine_type"].astype(bool), planned).astype(str)
     out = []
     for t in totals(run, q):
         key = (t["machine"], t["ran_on"], t["workers"], t["nodes"], t["grid"])
         peak = peaks[key]["peak_rss_bytes"]
         base = str(t["machine"])
-        mine = ok.where(lambda r, b=base: str(r.get("machine_type") or r["machine"]) == b)
+        mine = ok[planned == base]
         catalog = _catalog_row(base)
         machine_bytes = (catalog.memory_gib * GIB if catalog else None) if t["estimate"] \
             else _machine_bytes(mine, catalog)
@@ -218,7 +224,7 @@ def forecast_candidates(run: RunData, q: Question, margin: float) -> list[Candid
 
 
 def _first_str(group: Any, column: str) -> str:
-    for value in group.get(column, []):
+    for value in group.get(column, ()):
         if isinstance(value, str) and value:
             return value
     return "-"
@@ -234,8 +240,7 @@ def _catalog_row(name: str) -> Any:
 def _machine_bytes(group: Any, catalog: Any) -> float | None:
     """The machine's memory: the trials' ``memory_gib`` (what the VM reported), else the
     catalog's."""
-    known = [g for g in group.numbers("memory_gib") if g == g and g > 0] \
-        if "memory_gib" in group.columns else []
+    known = [g for g in numeric(group, "memory_gib") if g == g and g > 0]
     if known:
         return known[0] * GIB
     return catalog.memory_gib * GIB if catalog is not None else None
@@ -286,10 +291,10 @@ def _same_job(runs: list[RunData]) -> None:
     """Runs compete only when they measured the same kind of job in the same unit: a
     rate in cubes/s and one in rows/s, or a time per run, say nothing of each other."""
     def kind(run: RunData) -> str:
-        ok = run.trials.where(lambda r: r["status"] == OK)
-        if len(ok) and all(r.get("job_kind") == "fixed_work" for r in ok):
+        ok = run.trials[run.trials["status"] == OK]
+        if len(ok) and "job_kind" in ok.columns and (ok["job_kind"] == "fixed_work").all():
             return "runs (fixed work)"
-        units = sorted({str(u) for u in ok.get("unit", []) if isinstance(u, str) and u})
+        units = sorted({str(u) for u in ok.get("unit", ()) if isinstance(u, str) and u})
         return "/".join(units) or "units"
 
     kinds = {str(run.run_dir): kind(run) for run in runs}

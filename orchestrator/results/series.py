@@ -7,7 +7,7 @@ a test reads the very numbers a figure shows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,18 +15,15 @@ import pandas as pd
 from orchestrator.formatting import is_finite
 from orchestrator.results import report as rpt
 
-if TYPE_CHECKING:
-    from orchestrator.results.report.rows import Frame
-
 MAX_POINTS_PER_TRIAL = 300
 """A time series is thinned to at most this many samples per trial (its peak always kept),
 and fewer when a run has many trials (``MAX_TIMELINE_POINTS`` in all): a 10 Hz sampler's
 thousands of samples draw no better than a few hundred, and a report must open at once."""
 
 
-def frame(table: Frame | pd.DataFrame) -> pd.DataFrame:
+def frame(table: pd.DataFrame) -> pd.DataFrame:
     """A report table (or a notebook's frame) as a pandas frame."""
-    return table.to_pandas() if hasattr(table, "to_pandas") else pd.DataFrame(table)
+    return pd.DataFrame(table)
 
 
 def cpu_percent_clipped(cpu_percent, cores: int | None):
@@ -96,7 +93,7 @@ _TIMELINE_COLUMNS = ("label", "workers", "repeat", "status", "trial", "panel", "
                      "t_end", "value")
 
 
-def timeline_data(run: rpt.RunData, group: Frame | pd.DataFrame,
+def timeline_data(run: rpt.RunData, group: pd.DataFrame,
                   budget: int = MAX_POINTS_PER_TRIAL) -> pd.DataFrame:
     """The samples a time-series figure draws, in long form: one row per trial, panel and
     (thinned) sample, ``kind`` = sample | peak | load | before.

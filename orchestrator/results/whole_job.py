@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from statistics import median
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UsageError
 from orchestrator.formatting import fmt_bytes, fmt_usd
 from orchestrator.results.report.jobs import _grid_values as _grid  # one reader of a grid
 from orchestrator.results.report.model import OK, RunData
-from orchestrator.results.report.rows import Frame, median, missing, nanmax
+from orchestrator.results.report.values import missing, number
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MIN_BILLED_S = 60.0  # per-second billing with a one-minute minimum (GCE and EC2 Linux)
 
@@ -90,7 +94,7 @@ def _number(text: str) -> float | None:
 
 def size_name(run: RunData, asked: str | None) -> str:
     """The grid variable that is a size: the one named, else the only numeric one."""
-    grids = [_grid(g) for g in run.trials.get("grid", [])]
+    grids = [_grid(g) for g in run.trials.get("grid", ())]
     names = list(dict.fromkeys(k for g in grids for k in g))
     numeric = [n for n in names if all(_number(g[n]) is not None for g in grids if n in g)]
     if asked is not None:
@@ -133,15 +137,24 @@ def _label(key: tuple[str, str, int, int, str]) -> str:
     return text + (f" × {nodes} VMs" if nodes > 1 else "")
 
 
-def _fixed_work(group: Frame) -> bool:
-    return bool(len(group)) and all(r.get("job_kind") == "fixed_work" for r in group)
+def _fixed_work(rows: list[dict[str, Any]]) -> bool:
+    return bool(rows) and all(r.get("job_kind") == "fixed_work" for r in rows)
 
 
-def _per_unit_seconds(group: Frame, fixed: bool) -> list[float]:
+def _per_unit_seconds(rows: list[dict[str, Any]], fixed: bool) -> list[float]:
     """Each ok repeat's seconds per run (a fixed-work job) or per unit (1 / units/s)."""
     if fixed:
-        return [s for s in group.numbers("seconds") if math.isfinite(s) and s > 0]
-    return [1.0 / u for u in group.numbers("units_per_s") if math.isfinite(u) and u > 0]
+        return [s for r in rows if math.isfinite(s := number(r.get("seconds"))) and s > 0]
+    return [1.0 / u for r in rows if math.isfinite(u := number(r.get("units_per_s"))) and u > 0]
+
+
+def _ok_rows(run: RunData) -> list[dict[str, Any]]:
+    """The trials that finished ok, a row at a time: a configuration's key reads the grid."""
+    trials = run.trials
+    columns = trials.columns.intersection(["machine", "machine_type", "ran_on", "workers", "nodes",
+                                           "grid", "job_kind", "seconds", "units_per_s",
+                                           "peak_rss_bytes", "price_per_hour"])
+    return trials.loc[trials["status"] == OK, columns].to_dict("records")
 
 
 def forecasts(run: RunData, q: Question) -> list[dict[str, Any]]:
@@ -154,23 +167,24 @@ def forecasts(run: RunData, q: Question) -> list[dict[str, Any]]:
 
     size = size_name(run, q.size)
     q.size = size
-    ok = run.trials.where(lambda r: r["status"] == OK and size in _grid(r.get("grid")))
     groups: dict[tuple[str, str, int, int, str], dict[float, list[dict[str, Any]]]] = {}
-    for r in ok:
+    for r in _ok_rows(run):
+        if size not in _grid(r.get("grid")):
+            continue
         n = _number(_grid(r.get("grid"))[size])
         if n is not None:
             groups.setdefault(_config(r, size), {}).setdefault(n, []).append(r)
     out = []
     for key, by_size in sorted(groups.items()):
         rows = [r for rs in by_size.values() for r in rs]
-        fixed = _fixed_work(Frame(rows, list(ok.columns)))
+        fixed = _fixed_work(rows)
         times, peaks = {}, {}
         for n, rs in by_size.items():
-            frame = Frame(rs, list(ok.columns))
-            per = _per_unit_seconds(frame, fixed)
+            per = _per_unit_seconds(rs, fixed)
             if per:
                 times[n] = median(per)
-            peak = nanmax(frame.numbers("peak_rss_bytes"))
+            peak = max((p for r in rs if (p := number(r.get("peak_rss_bytes"))) == p),
+                       default=math.nan)
             if math.isfinite(peak) and peak > 0:
                 peaks[n] = peak
         entry = _entry(key, size, q.target, fixed, maths, times, peaks, rows)
@@ -255,19 +269,17 @@ def _work(run: RunData, q: Question) -> list[dict[str, Any]]:
                                              "label", "fixed_work", "price_per_hour",
                                              "estimate")}, "per": per, "basis": "forecast"})
         return out
-    ok = run.trials.where(lambda r: r["status"] == OK)
     groups: dict[tuple[str, str, int, int, str], list[dict[str, Any]]] = {}
-    for r in ok:
+    for r in _ok_rows(run):
         groups.setdefault(_config(r, None), []).append(r)
     out = []
     for key, rows in sorted(groups.items()):
-        group = Frame(rows, list(ok.columns))
-        fixed = _fixed_work(group)
-        sp = spread(_per_unit_seconds(group, fixed))
+        fixed = _fixed_work(rows)
+        sp = spread(_per_unit_seconds(rows, fixed))
         if sp is None:
             continue
         low, high = (sp.low, sp.high) if sp.n > 1 else (sp.median, sp.median)
-        prices = [p for p in group.numbers("price_per_hour") if math.isfinite(p)]
+        prices = [p for r in rows if math.isfinite(p := number(r.get("price_per_hour")))]
         machine, ran_on, workers, nodes, _ = key
         base = next((str(r["machine_type"]) for r in rows
                      if not missing(r.get("machine_type"))), machine)
@@ -314,7 +326,7 @@ def totals(run: RunData, q: Question) -> list[dict[str, Any]]:
 
 
 def _unit(run: RunData) -> str:
-    units = sorted({str(u) for u in run.trials.get("unit", []) if isinstance(u, str) and u})
+    units = sorted({str(u) for u in run.trials.get("unit", ()) if isinstance(u, str) and u})
     return f"{units[0]}s" if len(units) == 1 and not units[0].endswith("s") else \
         (units[0] if len(units) == 1 else "units")
 
@@ -420,7 +432,7 @@ def render_lines(run: RunData, q: Question) -> list[str]:
     return lines
 
 
-def card_text(run: RunData, trials: Frame, workers: int) -> str:
+def card_text(run: RunData, trials: pd.DataFrame, workers: int) -> str:
     """The answer card's "Whole job" line for the card's machine at ``workers``: its
     configuration's total on one VM and on each measured node count; "" when not asked.
 
@@ -429,7 +441,7 @@ def card_text(run: RunData, trials: Frame, workers: int) -> str:
     q = run.question
     if q is None or not q.asked or not len(trials):
         return ""
-    row = {**trials.rows[0], "workers": workers}
+    row = {**trials.iloc[:1].to_dict("records")[0], "workers": workers}
     fc = forecasts(run, q)  # resolves q.size
     size = q.size if q.target is not None else None
     machine, ran_on, _, _, other = _config(row, size)

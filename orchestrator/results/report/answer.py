@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from statistics import median
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis.model import KNEE_GAIN, spread
 from orchestrator.formatting import (
@@ -41,12 +42,16 @@ from orchestrator.results.report.model import (
     Knee,
     RunData,
     best_row,
+    by_host,
     find_knee,
     knees,
     samples,
     summarise,
 )
-from orchestrator.results.report.rows import Frame, known, median, missing
+from orchestrator.results.report.values import missing, numeric
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FIXED_WORK = "fixed_work"
 SHARE_NAMES = {"gil_wait": "GIL wait", "idle": "idle", "native": "native", "python": "Python"}
@@ -202,7 +207,7 @@ class AnswerCard:
 
 def answer_cards(
     run: RunData,
-    summary: Frame | None = None,
+    summary: pd.DataFrame | None = None,
     knee_of: dict[tuple[str, str], Knee] | None = None,
     by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None,
 ) -> list[AnswerCard]:
@@ -223,14 +228,12 @@ def answer_cards(
     memory = {(str(r["machine"]), str(r["ran_on"]), int(r["workers"])): r
               for r in memory_rows(trials)}
     profiles = load_profiles(run.run_dir)
-    ok = trials.where(lambda r: r["status"] == OK)
-    ok_of: dict[tuple[str, str], list[Any]] = {}  # one pass, not a scan per machine
-    for r in ok.rows:
-        ok_of.setdefault((str(r["machine"]), str(r["ran_on"])), []).append(r)
+    ok = trials.loc[trials["status"] == OK, trials.columns.intersection(_CARD_COLUMNS)]
+    # one grouping, not a scan per machine
+    ok_of = dict(list(ok.groupby([ok["machine"].astype(str), ok["ran_on"].astype(str)])))
     cards = []
-    for (machine, ran_on), group in summary.group_by(["machine", "ran_on"]):
-        key = (str(machine), str(ran_on))
-        mine = Frame(ok_of.get(key, []), ok.columns)
+    for key, group in by_host(summary):
+        mine = ok_of.get(key, ok.iloc[:0])
         card = _card(key, group, mine, knee_of.get(key), by_machine.get(key, {}), memory,
                      profiles)
         if card is not None and getattr(run, "question", None) is not None:
@@ -242,33 +245,38 @@ def answer_cards(
     return cards
 
 
+_CARD_COLUMNS = ["machine", "ran_on", "workers", "job_kind", "seconds", "unit", "cpu_model",
+                 "bound_units_per_s", "grid", "machine_type", "nodes"]  # what a card reads
+
+
 def _card(
-    key: tuple[str, str], group: Frame, trials: Frame, knee: Knee | None,
+    key: tuple[str, str], group: pd.DataFrame, trials: pd.DataFrame, knee: Knee | None,
     by_workers: dict[int, list[float]],
     memory: dict[tuple[str, str, int], dict[str, Any]], profiles: list[dict[str, Any]],
 ) -> AnswerCard | None:
     machine, ran_on = key
-    fixed = bool(len(trials)) and all(r.get("job_kind") == FIXED_WORK for r in trials)
+    fixed = bool(len(trials)) and "job_kind" in trials.columns \
+        and bool((trials["job_kind"] == FIXED_WORK).all())
     seconds = _seconds_by_workers(trials) if fixed else {}
     if fixed:
         if not seconds:
             return None
         workers = min(seconds, key=lambda w: (median(seconds[w]), w))
-        best = next(r for r in group if int(r["workers"]) == workers)
+        best = group[group["workers"] == workers].to_dict("records")[0]
         sp = spread(seconds[workers])
         tested = sorted(seconds)
         # the knee of runs per second, the same rule as units/s (``knee_point``)
         knee = find_knee(tested, [1.0 / median(seconds[w]) for w in tested])
     else:
-        if not known(group["units_per_s"]):
+        if group["units_per_s"].isna().all():
             return None
         best = best_row(group)
         workers = int(best["workers"])
         sp = None
         tested = sorted(int(w) for w in group["workers"])
-        knee = knee if knee is not None else find_knee(tested, list(group["units_per_s"]))
-    groups = seconds if fixed else {int(r["workers"]): [float(r["units_per_s"])]
-                                    for r in group if is_finite(r["units_per_s"])}
+        knee = knee if knee is not None else find_knee(tested, group["units_per_s"].tolist())
+    groups = seconds if fixed else {int(w): [float(u)] for w, u in zip(
+        group["workers"], group["units_per_s"], strict=True) if is_finite(u)}
     if not fixed:
         groups.update(by_workers)
     runner_up, noise = _runner_up(groups, workers, higher_is_better=not fixed)
@@ -284,12 +292,12 @@ def _card(
     price = float(best["price_per_hour"]) if is_finite(best["price_per_hour"]) else math.nan
     per_run = median(seconds[workers]) if fixed else math.nan
     mem = memory.get((machine, ran_on, workers)) or {}
-    peaks = [(float(r["peak_rss_bytes"]), int(r["workers"])) for r in group
-             if is_finite(r["peak_rss_bytes"])]
+    peaks = [(float(p), int(w)) for p, w in zip(group["peak_rss_bytes"], group["workers"],
+                                                 strict=True) if is_finite(p)]
     top_peak, top_workers = max(peaks, key=lambda p: (p[0], -p[1])) if peaks else (math.nan, None)
     vcpus = int(best["vcpus"]) if is_finite(best["vcpus"]) else None
     shares, where = _profile_shares(profiles, machine, knee)
-    units = sorted({str(u) for u in trials.get("unit", []) if isinstance(u, str) and u})
+    units = sorted({str(u) for u in trials.get("unit", ()) if isinstance(u, str) and u})
     unit = units[0] if len(units) == 1 else "unit"
     return AnswerCard(
         machine=machine, ran_on=ran_on, host=_host(trials, ran_on, vcpus),
@@ -320,13 +328,12 @@ def _card(
     )
 
 
-def _bound(trials: Frame, workers: int) -> float:
+def _bound(trials: pd.DataFrame, workers: int) -> float:
     """The median copy bound of the trials at ``workers`` (nan where none carries one)."""
-    if "bound_units_per_s" not in trials.columns:
-        return math.nan
-    found = [float(r["bound_units_per_s"]) for r in trials
-             if int(r["workers"]) == workers and is_finite(r.get("bound_units_per_s"))]
-    return median(found) if found else math.nan
+    import numpy as np
+
+    bound = numeric(trials, "bound_units_per_s")
+    return float(bound[(trials["workers"] == workers) & np.isfinite(bound)].median())
 
 
 def _runner_up(groups: dict[int, list[float]], best: int,
@@ -343,14 +350,12 @@ def _runner_up(groups: dict[int, list[float]], best: int,
     return runner, bool(within_noise(groups[best], others[runner]))
 
 
-def _seconds_by_workers(trials: Frame) -> dict[int, list[float]]:
+def _seconds_by_workers(trials: pd.DataFrame) -> dict[int, list[float]]:
     """Worker count → time to complete of each ok fixed-work repeat."""
     out: dict[int, list[float]] = {}
-    if "seconds" not in trials.columns:
-        return out
-    for r, s in zip(trials, trials.numbers("seconds"), strict=True):
+    for w, s in zip(trials["workers"], numeric(trials, "seconds"), strict=True):
         if math.isfinite(s) and s > 0:
-            out.setdefault(int(r["workers"]), []).append(s)
+            out.setdefault(int(w), []).append(s)
     return dict(sorted(out.items()))
 
 
@@ -380,7 +385,7 @@ def _profile_shares(
 
 
 def _why(knee: Knee, shares: dict[str, float] | None, where: str, vcpus: int | None,
-         group: Frame, measure: str) -> str:
+         group: pd.DataFrame, measure: str) -> str:
     """Why scaling stops: the profile's shares when profiled, else what the measurements say;
     ``measure`` names the rate the knee is found on ("cubes/s", "runs per hour")."""
     if len(knee.tested) < 2:
@@ -395,9 +400,9 @@ def _why(knee: Knee, shares: dict[str, float] | None, where: str, vcpus: int | N
         if vcpus is not None and knee.workers >= vcpus:
             reason += f"; the host has {vcpus} vCPUs"
         else:
-            cpu = known(r["cpu_utilisation"] for r in group if int(r["workers"]) == knee.workers)
-            if cpu:
-                reason += f"; the host's CPUs were {fmt_pct(cpu[0])} busy there"
+            cpu = group.loc[group["workers"] == knee.workers, "cpu_utilisation"].dropna()
+            if len(cpu):
+                reason += f"; the host's CPUs were {fmt_pct(cpu.iloc[0])} busy there"
     r = knee.range
     if r is not None and not r.stable and (r.low is not None or r.high is not None):
         low = "1" if r.low is None else str(r.low)
@@ -412,13 +417,13 @@ def _why(knee: Knee, shares: dict[str, float] | None, where: str, vcpus: int | N
     return f"{reason}. Profiled {where}: {parts} of thread time (py-spy)"
 
 
-def _host(trials: Frame, ran_on: str, vcpus: int | None) -> str:
+def _host(trials: pd.DataFrame, ran_on: str, vcpus: int | None) -> str:
     """ "local (2 vCPUs, AMD EPYC 7B13)": the host behind the measurements."""
     facts = [f"{vcpus} vCPUs"] if vcpus is not None else []
     if "cpu_model" in trials.columns:
-        models = known(trials["cpu_model"])
-        if models:
-            facts.append(str(models[0]))
+        models = trials["cpu_model"].dropna()
+        if len(models):
+            facts.append(str(models.iloc[0]))
     return f"{ran_on} ({', '.join(facts)})" if facts else ran_on
 
 

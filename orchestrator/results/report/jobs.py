@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.results.report.rows import Frame, known, median, missing, nanmax, numbers
+from orchestrator.results.report.values import numeric
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from orchestrator.results.report.table import Table
 
 
@@ -27,7 +29,7 @@ def grid_label(text: Any) -> str:
     return " ".join(f"{k}={v}" for k, v in values.items()) if isinstance(values, dict) else ""
 
 
-def label_grid(trials: Frame) -> Frame:
+def label_grid(trials: pd.DataFrame) -> pd.DataFrame:
     """Make each --grid point a "machine" of its own in the report's tables.
 
     Every table groups by machine and host; a grid point is a separate scaling
@@ -36,13 +38,12 @@ def label_grid(trials: Frame) -> Frame:
     """
     if "grid" not in trials.columns:
         return trials
-    labels = [grid_label(g) for g in trials["grid"]]
-    if not any(labels):
+    labels = trials["grid"].map(grid_label)
+    if not (labels != "").any():
         return trials
-    machines = trials["machine"]
-    out = trials.with_column("machine_type", machines)  # the planned machine, before the label
-    return out.with_column("machine", [f"{m} · {g}" if g else m
-                                       for m, g in zip(machines, labels, strict=True)])
+    # machine_type: the planned machine, before the label
+    return trials.assign(machine_type=trials["machine"], machine=[
+        f"{m} · {g}" if g else m for m, g in zip(trials["machine"], labels, strict=True)])
 
 
 def _grid_values(text: Any) -> dict[str, str]:
@@ -53,27 +54,27 @@ def _grid_values(text: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in values.items()} if isinstance(values, dict) else {}
 
 
-def _grid_tables(ok: Frame) -> list[Table]:
+def _grid_tables(ok: pd.DataFrame) -> list[Table]:
     """One table per --grid name: peak memory and speed against its values, per machine."""
     from orchestrator.formatting import fmt_bytes, fmt_rate
     from orchestrator.results.report.table import Row, Table
 
     if "machine_type" not in ok.columns or ok.empty:
         return []
-    points = [_grid_values(g) for g in ok["grid"]]
+    points = ok["grid"].map(_grid_values)
     names = list(dict.fromkeys(k for p in points for k in p))
     tables = []
     for name in names:
-        frame = ok.with_column("_value", [p.get(name) for p in points])
-        frame = frame.where(lambda r: not missing(r["_value"]))
+        frame = ok.assign(_value=points.map(lambda p, n=name: p.get(n))).dropna(subset=["_value"])
         rows = []
-        for (machine, value), group in frame.group_by(["machine_type", "_value"], sort=False):
-            if all(r["job_kind"] == "fixed_work" for r in group):
-                speed = _seconds(median(numbers(group["seconds"])))
+        for (machine, value), group in frame.groupby(["machine_type", "_value"], sort=False,
+                                                      dropna=False):
+            if (group["job_kind"] == "fixed_work").all():
+                speed = _seconds(numeric(group, "seconds").median())
             else:
-                speed = fmt_rate(nanmax(numbers(group["units_per_s"])))
+                speed = fmt_rate(numeric(group, "units_per_s").max())
             rows.append(Row([str(machine), str(value), str(len(group)),
-                             fmt_bytes(nanmax(numbers(group["peak_rss_bytes"]))), speed]))
+                             fmt_bytes(numeric(group, "peak_rss_bytes").max()), speed]))
         rows.sort(key=lambda r: (r.cells[0], _number(r.cells[1])))
         tables.append(Table(
             f"Grid: {name}", ["machine", name, "trials", "peak RSS", "best units/s or time"],
@@ -90,12 +91,12 @@ def _number(text: str) -> tuple[int, float | str]:
         return (1, text)
 
 
-def describe_command(spec: dict[str, Any], trials: Frame) -> str:
+def describe_command(spec: dict[str, Any], trials: pd.DataFrame) -> str:
     """ "command `python fit.py {rows}`, 1 unit = 1 row, run to completion": a job's line."""
     text = f"command `{spec['command']}`"
     if spec.get("workdir"):
         text += f" in a copy of {spec['workdir']}"
-    units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
+    units = sorted({u for u in trials.get("unit", ()) if isinstance(u, str) and u})
     if len(units) == 1:
         text += f", 1 unit = 1 {units[0]}"
     stop = spec.get("stop_after_s")
@@ -113,29 +114,30 @@ def _phases(text: Any) -> list[dict[str, Any]]:
     return data if isinstance(data, list) else []
 
 
-def job_tables(trials: Frame) -> list[Table]:
+def job_tables(trials: pd.DataFrame) -> list[Table]:
     """The fixed-work table and the phase table, when the run has such trials."""
     from orchestrator.formatting import fmt_bytes, fmt_usd
     from orchestrator.results.report.table import Row, Table
 
     if trials.empty or "job_kind" not in trials.columns:
         return []
-    ok = trials.where(lambda r: r["status"] == "ok")
+    ok = trials[trials["status"] == "ok"]
     tables = _grid_tables(ok)
-    fixed = ok.where(lambda r: r["job_kind"] == "fixed_work")
+    fixed = ok[ok["job_kind"] == "fixed_work"]
     if len(fixed):
         rows = []
-        for (machine, workers), group in fixed.group_by(["machine", "workers"]):
-            seconds = median(numbers(group["seconds"]))
-            price = known(group["price_per_hour"])
-            cost = float(price[0]) * seconds / 3600.0 if price else None
-            estimate = any(True if missing(v) else bool(v)
-                           for v in group.get("cost_is_estimate", [None] * len(group)))
-            cpu = numbers(known(group["cpu_seconds"]))
+        for (machine, workers), group in fixed.groupby(["machine", "workers"], sort=True,
+                                                       dropna=False):
+            seconds = numeric(group, "seconds").median()
+            price = group["price_per_hour"].dropna()
+            cost = float(price.iloc[0]) * seconds / 3600.0 if len(price) else None
+            estimate = (group["cost_is_estimate"].isna() | group["cost_is_estimate"].astype(bool)
+                        ).any() if "cost_is_estimate" in group.columns else True
+            cpu = numeric(group, "cpu_seconds").dropna()
             rows.append(Row([str(machine), str(int(workers)), str(len(group)),
                              _seconds(seconds),
-                             f"{median(cpu):.1f} s" if cpu else "–",
-                             fmt_bytes(nanmax(numbers(group["peak_rss_bytes"]))),
+                             f"{cpu.median():.1f} s" if len(cpu) else "–",
+                             fmt_bytes(numeric(group, "peak_rss_bytes").max()),
                              fmt_usd(cost, estimate=estimate)]))
         tables.append(Table(
             "Fixed-work job: one complete run per trial (it reported no units)",
@@ -145,7 +147,10 @@ def job_tables(trials: Frame) -> list[Table]:
              "cost per run = $/hour of the planned machine × time to complete; (est.) when "
              "the trial ran elsewhere (a dry run)."]))
     rows = []
-    for trial in ok.sort_by(["machine", "workers", "repeat"]):
+    with_phases = ok.loc[ok["phases"].notna(), ["machine", "workers", "repeat", "phases",
+                                                 "peak_rss_bytes"]] \
+        if "phases" in ok.columns else ok.iloc[:0]
+    for trial in with_phases.sort_values(["machine", "workers", "repeat"]).to_dict("records"):
         phases = _phases(trial.get("phases"))
         peak = float(trial["peak_rss_bytes"]) if trial.get("peak_rss_bytes") else None
         for phase in phases:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis.ranking import machine_confidence
 from orchestrator.results.report.measure import Measure
@@ -22,13 +22,16 @@ from orchestrator.results.report.model import (
     RunData,
     best_row,
     best_rows,
+    by_host,
     knees,
     peak_memory,
     samples,
     summarise,
 )
-from orchestrator.results.report.rows import Frame
 from orchestrator.results.report.tables import describe_workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA = "cloudprof.report/1"
 
@@ -50,17 +53,17 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any]:
+def report_document(run: RunData, summary: pd.DataFrame | None = None) -> dict[str, Any]:
     """The whole report as a dict of plain values (docs/reference/report.md lists the keys)."""
     if summary is None:
         summary = summarise(run.trials)
     trials = run.trials
-    n_ok = sum(1 for r in trials if r["status"] == OK)
+    n_ok = int((trials["status"] == OK).sum())
     from orchestrator.results.profiles import load_profiles
 
     profiled = load_profiles(run.run_dir)  # extra trials, counted and listed like the others
     p_ok = sum(1 for r in profiled if r.get("status") == OK)
-    units = sorted({u for u in trials.get("unit", []) if isinstance(u, str) and u})
+    units = sorted({u for u in trials.get("unit", ()) if isinstance(u, str) and u})
     cheapest, fastest = best_rows(summary)
     measure = run.measure
     from orchestrator.results.report.answer import answer_cards
@@ -89,7 +92,7 @@ def report_document(run: RunData, summary: Frame | None = None) -> dict[str, Any
             "results": [
                 {**{column: row[column] for column in SUMMARY_COLUMNS},
                  **_in_measure(row, measure)}
-                for row in summary
+                for row in summary.to_dict("records")
             ],
             "failed_trials": _failed(trials) + _failed_profiled(profiled),
             "plan": _plan(run.sweep),
@@ -119,7 +122,7 @@ def _whole_job(run: RunData) -> dict[str, Any]:
     return out
 
 
-def _memory(trials: Frame) -> list[dict[str, Any]]:
+def _memory(trials: pd.DataFrame) -> list[dict[str, Any]]:
     """Per machine and worker count: the whole-lifetime peak, its phases, the memory request."""
     from orchestrator.results.report.memory import memory_rows
 
@@ -157,7 +160,7 @@ def _best(row: dict[str, Any] | None, metric: str, measure: Measure) -> dict[str
 
 
 def _machines(
-    summary: Frame, by_machine: dict[tuple[str, str], dict[int, list[float]]],
+    summary: pd.DataFrame, by_machine: dict[tuple[str, str], dict[int, list[float]]],
     measure: Measure,
 ) -> list[dict[str, Any]]:
     """Per machine: the knee, best row, peak memory, and ``confidence``.
@@ -167,11 +170,12 @@ def _machines(
     intervals, its verdict and predictions at the tested counts and at 2× the
     largest one (an untested count, with its band).
     """
-    memory = {(str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary)}
+    memory = {(str(r["machine"]), str(r["ran_on"])): r
+              for r in peak_memory(summary).to_dict("records")}
     out = []
+    groups = dict(by_host(summary))
     for (machine, ran_on), knee in knees(summary).items():
-        group = summary.where(lambda r, m=machine, h=ran_on: r["machine"] == m
-                              and r["ran_on"] == h)
+        group = groups[(machine, ran_on)]
         best = best_row(group)
         peak = memory[(machine, ran_on)]
         out.append(
@@ -203,19 +207,19 @@ def _confidence(data: dict[int, list[float]]) -> dict[str, Any]:
     return machine_confidence(data, predict_at=predict_at)
 
 
-def _scale_out(trials: Frame) -> list[dict[str, Any]] | None:
+def _scale_out(trials: pd.DataFrame) -> list[dict[str, Any]] | None:
     """--nodes: one entry per (machine, nodes, workers); None for a one-VM sweep."""
     from orchestrator.results.report.model import scaleout_summary
 
     frame = scaleout_summary(trials)
-    return None if frame is None else frame.records()
+    return None if frame is None else frame.to_dict("records")
 
 
-def _failed(trials: Frame) -> list[dict[str, Any]]:
-    bad = trials.where(lambda r: r["status"] != OK)
+def _failed(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    bad = trials[trials["status"] != OK].sort_values(["machine", "workers", "repeat"])
     columns = ["trial_id", "machine", "workers", "repeat", "status", "error"]
     return [{**{c: r.get(c) for c in columns}, "profiled": False}
-            for r in bad.sort_by(["machine", "workers", "repeat"])]
+            for r in bad.to_dict("records")]
 
 
 def _failed_profiled(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.results.report.rows import Frame, as_frame, median, missing, number
+from orchestrator.results.report.values import number, numeric
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,17 +94,17 @@ def trial_rate(row: dict[str, Any]) -> float:
     return ups if math.isfinite(ups) else math.nan
 
 
-def measure_of(trials: Frame | pd.DataFrame) -> Measure:
+def measure_of(trials: pd.DataFrame) -> Measure:
     """RUNS when every ok trial (every trial, when none is ok) is a fixed-work run; else UNITS.
 
     A sweep whose trials mix both kinds keeps units/s: its fixed-work trials are left as
     the runner recorded them and shown in the report's fixed-work table.
     """
-    trials = as_frame(trials)
     if trials.empty or "job_kind" not in trials.columns:
         return UNITS
-    ok = [r for r in trials if r.get("status") == "ok"] or list(trials)
-    return RUNS if all(is_fixed_work(r) for r in ok) else UNITS
+    ok = trials[trials["status"] == "ok"] if "status" in trials.columns else trials
+    kinds = (ok if len(ok) else trials)["job_kind"]
+    return RUNS if (kinds == FIXED_WORK).all() else UNITS
 
 
 def _seconds(row: dict[str, Any]) -> float:
@@ -112,7 +112,7 @@ def _seconds(row: dict[str, Any]) -> float:
     return s if math.isfinite(s) and s > 0 else math.nan
 
 
-def with_measure(trials: Frame | pd.DataFrame) -> Frame:
+def with_measure(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials with a fixed-work job's rate filled in from its time to complete.
 
     For each ok fixed-work trial with a measured ``seconds``: ``units_per_s`` = 1 / seconds
@@ -122,38 +122,29 @@ def with_measure(trials: Frame | pd.DataFrame) -> Frame:
     the same machine, host, grid point and node count. The same frame back when no trial
     is a fixed-work run of a fixed-work sweep (it is safe to call twice).
     """
-    trials = as_frame(trials)
+    import numpy as np
+
     if measure_of(trials) is not RUNS:
         return trials
-    key_columns = [c for c in ("machine", "ran_on", "grid", "nodes") if c in trials.columns]
-
-    def key(row: dict[str, Any]) -> tuple[str, ...]:
-        return tuple("" if missing(row.get(c)) else str(row.get(c)) for c in key_columns)
-
-    one_worker: dict[tuple[str, ...], list[float]] = {}
-    for r in trials:
-        if r.get("status") == "ok" and is_fixed_work(r) and number(r.get("workers")) == 1:
-            one_worker.setdefault(key(r), []).append(_seconds(r))
-    base = {k: median(v) for k, v in one_worker.items()}
-    rows = []
-    for r in trials:
-        seconds = _seconds(r)
-        if r.get("status") != "ok" or not is_fixed_work(r) or math.isnan(seconds):
-            rows.append(r)
-            continue
-        rate = 1.0 / seconds
-        vcpus, price = number(r.get("vcpus")), number(r.get("price_per_hour"))
-        workers, t1 = number(r.get("workers")), base.get(key(r), math.nan)
-        rows.append({
-            **r,
-            "units_per_s": rate,
-            "units_per_s_per_vcpu": rate / vcpus if vcpus > 0 else math.nan,
-            "cost_per_million_units": price * seconds / 3600.0 * 1e6
-            if math.isfinite(price) else math.nan,
-            "efficiency": t1 / (workers * seconds) if workers > 0 else math.nan,
-        })
-    columns = list(trials.columns)
-    for name in ("units_per_s", "units_per_s_per_vcpu", "cost_per_million_units", "efficiency"):
-        if name not in columns:
-            columns.append(name)
-    return Frame(rows, columns)
+    keys = [trials[c].map(lambda v: "" if v is None or v != v else str(v))
+            for c in ("machine", "ran_on", "grid", "nodes") if c in trials.columns]
+    seconds = numeric(trials, "seconds")
+    seconds = seconds.where(np.isfinite(seconds) & (seconds > 0))
+    runs = (trials["status"] == "ok") & (trials["job_kind"] == FIXED_WORK)
+    workers = numeric(trials, "workers")
+    # T(1): the median time of the 1-worker runs with the same key, on every row of that key
+    t1 = seconds.where(runs & (workers == 1)).groupby(keys, dropna=False).transform("median")
+    timed = runs & seconds.notna()
+    vcpus, price = numeric(trials, "vcpus"), numeric(trials, "price_per_hour")
+    rate = 1.0 / seconds
+    out = trials.copy()
+    filled = {
+        "units_per_s": rate,
+        "units_per_s_per_vcpu": rate / vcpus.where(vcpus > 0),
+        "cost_per_million_units": price * seconds / 3600.0 * 1e6,
+        "efficiency": t1 / (workers * seconds).where(workers > 0),
+    }
+    for name, values in filled.items():
+        column = numeric(out, name) if name in out.columns else values * math.nan
+        out[name] = column.where(~timed, values)
+    return out

@@ -39,14 +39,16 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.formatting import DASH, fmt_bytes
-from orchestrator.results.report.rows import Frame, as_frame, idx_max, nanmax
+from orchestrator.results.report.values import numeric
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from orchestrator.results.report.table import Table
 
 MARGIN_SIGMAS = 3.0
@@ -97,54 +99,81 @@ def memory_request(peaks: Sequence[float]) -> MemoryRequest | None:
     return MemoryRequest(peak, margin, request, method, default)
 
 
-def memory_rows(trials: Frame) -> list[dict[str, Any]]:
+def memory_rows(trials: pd.DataFrame) -> list[dict[str, Any]]:
     """Per (machine, ran_on, workers) over ok trials: peaks by phase, source, the request."""
-    ok = as_frame(trials).where(lambda r: r["status"] == "ok")
+    ok = trials[trials["status"] == "ok"]
     if ok.empty:
         return []
+    found = _by_workers(ok)
     rows = []
-    for (machine, ran_on, workers), group in ok.group_by(["machine", "ran_on", "workers"]):
-        life = group.numbers("peak_rss_bytes")
-        load = group.numbers("peak_rss_before_trial_bytes")
-        trial = [t if t == t else w for t, w in zip(group.numbers("peak_rss_trial_bytes"), life,
-                                                   strict=True)]
-        req = memory_request(life)
+    for (machine, ran_on, workers), g in zip(found.index, found.to_dict("records"), strict=True):
+        req = memory_request(g["peaks"])
         if req is None:
             continue
-        top = group.rows[idx_max(life)]
-        phase = top.get("peak_phase")
-        sources = sorted({str(s) for s in group.get("peak_rss_source", []) if isinstance(s, str)})
-        leak = _leak(group, req.peak_bytes)
+        leak = None if not g["leaking"] else {
+            "slope_mb_per_s": _or_none(g["slope"]), "peak_bytes": req.peak_bytes,
+            "at_s": _or_none(g["seconds"])}
         rows.append({
             "machine": machine, "ran_on": ran_on, "workers": int(workers),
-            "repeats": len(group), "peak_rss_bytes": req.peak_bytes,
-            "peak_phase": phase if isinstance(phase, str) else None,
-            "load_peak_bytes": nanmax(load), "trial_peak_bytes": nanmax(trial),
-            "peak_sources": sources, "margin_bytes": req.margin_bytes,
+            "repeats": g["repeats"], "peak_rss_bytes": req.peak_bytes,
+            "peak_phase": g["phase"] if isinstance(g["phase"], str) else None,
+            "load_peak_bytes": g["load"], "trial_peak_bytes": g["trial"],
+            "peak_sources": g["sources"], "margin_bytes": req.margin_bytes,
             "margin_method": req.method, "margin_is_default": req.default,
             "request_bytes": None if leak else req.request_bytes,
-            "leak": leak, "spikes": _spikes(group),
-            "other_bases": _other_bases(group, req.peak_bytes),
+            "leak": leak, "spikes": g["spikes"],
+            "other_bases": _other_bases(g, req.peak_bytes),
         })  # fmt: skip
     return rows
 
 
-def _leak(group: Frame, peak: float) -> dict[str, Any] | None:
-    """A leaking row's growth rate and the peak it reached at the trial's length, or None."""
-    verdicts = group.get("leak_verdict", [])
-    if "leak" not in verdicts:
-        return None
-    slopes = [s for s, v in zip(group.numbers("leak_slope_mb_per_s"), verdicts, strict=True)
-              if v == "leak" and s == s]
-    seconds = [s for s in group.numbers("seconds") if s == s]
-    return {"slope_mb_per_s": max(slopes) if slopes else None, "peak_bytes": peak,
-            "at_s": max(seconds) if seconds else None}
+def _by_workers(ok: pd.DataFrame) -> pd.DataFrame:
+    """One row per (machine, ran_on, workers): what a memory row is made of."""
+    import numpy as np
+    import pandas as pd
+
+    def column(name: str) -> pd.Series:
+        return ok[name] if name in ok.columns else pd.Series(None, index=ok.index, dtype=object)
+
+    life, source = numeric(ok, "peak_rss_bytes"), column("peak_rss_source")
+    leaking = column("leak_verdict") == "leak"
+    by = pd.DataFrame({
+        "life": life,
+        "top": life.fillna(-np.inf),  # the first largest peak; the first trial when none is known
+        "load": numeric(ok, "peak_rss_before_trial_bytes"),
+        "trial": numeric(ok, "peak_rss_trial_bytes").fillna(life),
+        "leaking": leaking,
+        "slope": numeric(ok, "leak_slope_mb_per_s").where(leaking),
+        "seconds": numeric(ok, "seconds"),
+        "usage": numeric(ok, "peak_usage_with_cache_bytes"),
+        "sampled": numeric(ok, "peak_rss_sampled_bytes"),
+        "held": source.map(lambda s: str(s).startswith("held")).astype(bool),
+        "source": source,
+        "spikes": column("spikes"),
+    }).groupby([ok["machine"], ok["ran_on"], ok["workers"]], sort=True, dropna=False)
+    top = by["top"].idxmax()
+    return pd.DataFrame({
+        "repeats": by.size(),
+        "peaks": by["life"].agg(list),
+        "phase": column("peak_phase").reindex(top).to_numpy(),
+        "load": by["load"].max(), "trial": by["trial"].max(),
+        "leaking": by["leaking"].any(), "slope": by["slope"].max(),
+        "seconds": by["seconds"].max(),
+        "usage_known": by["usage"].count() > 0, "usage": by["usage"].max(),
+        "sampled": by["sampled"].max(), "held": by["held"].any(),
+        "sources": by["source"].agg(lambda v: sorted({s for s in v if isinstance(s, str)})),
+        "spikes": by["spikes"].agg(_spikes),
+    })
 
 
-def _spikes(group: Frame) -> list[dict[str, Any]]:
+def _or_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _spikes(values: Iterable[Any]) -> list[dict[str, Any]]:
     """Every repeat's spikes (from its summary), the highest first."""
     found = []
-    for raw in group.get("spikes", []):
+    for raw in values:
         if isinstance(raw, str) and raw:
             try:
                 found.extend(s for s in json.loads(raw) if isinstance(s, dict))
@@ -153,18 +182,15 @@ def _spikes(group: Frame) -> list[dict[str, Any]]:
     return sorted(found, key=lambda s: -float(s.get("rss_bytes") or 0))
 
 
-def _other_bases(group: Frame, peak: float) -> list[str]:
+def _other_bases(g: dict[str, Any], peak: float) -> list[str]:
     """The other bases that differ from the headline by more than BASES_DIFFER, in words:
     for a command's tree only (a runner that kept its cgroup's usage, or a held peak)."""
-    usage = [u for u in group.numbers("peak_usage_with_cache_bytes") if u == u]
-    held = any(str(s).startswith("held") for s in group.get("peak_rss_source", []))
-    if not usage and not held:
+    if not g["usage_known"] and not g["held"]:
         return []
     out = []
-    for column, name in (("peak_usage_with_cache_bytes", "cgroup usage with page cache"),
-                         ("peak_rss_sampled_bytes", "sampled RSS sum")):
-        value = nanmax(group.numbers(column)) if column in group.columns else None
-        if value is not None and value == value and abs(value - peak) > BASES_DIFFER * peak:
+    for value, name in ((g["usage"], "cgroup usage with page cache"),
+                        (g["sampled"], "sampled RSS sum")):
+        if value == value and abs(value - peak) > BASES_DIFFER * peak:
             out.append(f"{name} {fmt_bytes(value)} ({100.0 * (value / peak - 1):+.0f} %)")
     return out
 
@@ -189,7 +215,7 @@ def _spikes_cell(spikes: list[dict[str, Any]]) -> str:
     return f"{len(spikes)}: {fmt_bytes(top.get('rss_bytes'))} {where}"
 
 
-def memory_table(trials: Frame) -> Table | None:
+def memory_table(trials: pd.DataFrame) -> Table | None:
     """The report's table: headline peak, its phase, the phases' peaks and the request."""
     from orchestrator.results.report.model import machine_label
     from orchestrator.results.report.table import Row, Table

@@ -4,18 +4,18 @@ A report answers the question cloudprof exists for: which machine, how many
 workers, what cost, what peak memory. The numbers come straight from the
 results store (``trials.parquet`` and ``sweep.json``), reduced per machine and
 worker count to the median over repeats, so a noisy repeat cannot pick the
-winner on its own. Everything here is data (small tables of rows, ``rows.Frame``, and
-records); ``tables`` turns it into strings and one renderer per format prints them.
+winner on its own. Everything here is data (pandas frames and records); ``tables``
+turns it into strings and one renderer per format prints them.
 
-No pandas: its import (0.5-0.7 s) was most of what a report cost, at the end of every
-sweep; pyarrow reads the store and ``rows`` does the few reductions (``Frame.to_pandas``
-gives a notebook its frame).
+pandas is imported inside functions: ``cloudprof --help`` and a sweep's own steps never
+pay for its import, a report does (a notebook gets the same frames).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,24 +25,12 @@ from orchestrator.analysis.model import KNEE_GAIN, KneeRange, knee_point, knee_r
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.formatting import DASH, n_workers
 from orchestrator.results.report.measure import (
+    FIXED_WORK,
     Measure,
-    is_fixed_work,
     measure_of,
     with_measure,
 )
-from orchestrator.results.report.rows import (
-    Frame,
-    as_frame,
-    first,
-    frame_from_records,
-    idx_max,
-    idx_min,
-    known,
-    median,
-    missing,
-    nanmax,
-    nanmin,
-)
+from orchestrator.results.report.values import numeric
 from orchestrator.results.store import (
     SWEEP_FILE,
     TIMESERIES_DIR,
@@ -53,7 +41,7 @@ from orchestrator.results.store import (
 )
 
 if TYPE_CHECKING:
-    import pandas as pd  # accepted where a notebook passes its own frames (``as_frame``)
+    import pandas as pd
 
 OK = "ok"
 LOCAL = "local"
@@ -71,7 +59,7 @@ class RunData:
 
     run_dir: Path
     sweep: dict[str, Any]
-    trials: Frame  # all trials, TRIAL_COLUMNS (missing optional ones filled)
+    trials: pd.DataFrame  # all trials, TRIAL_COLUMNS (missing optional ones filled)
     question: Any = None  # whole_job.Question: --target/--total, when the user asked them
 
     @property
@@ -123,24 +111,22 @@ def load_run(run_dir: str | Path) -> RunData:
         raise UsageError(f"{trials_file} lacks columns {', '.join(lacking)}")
     for column in TRIAL_COLUMNS:
         if column not in trials.columns:
-            trials = trials.with_column(column, [None] * len(trials))
-    trials = trials.with_column(
-        "ran_on", [r["machine"] if missing(r["ran_on"]) else r["ran_on"] for r in trials])
+            trials[column] = None
+    trials["ran_on"] = trials["ran_on"].where(trials["ran_on"].notna(), trials["machine"])
     from orchestrator.results.report.jobs import label_grid
 
     # a fixed-work job's rate from its time to complete: every figure below follows from it
     return RunData(run_dir=path, sweep=sweep, trials=with_measure(label_grid(trials)))
 
 
-def read_table(path: Path) -> Frame:
-    """One Parquet file as rows with the values ``pd.read_parquet`` gives (``Frame.from_arrow``),
-    read with pyarrow's single-file reader: ``read_parquet`` goes through pyarrow's dataset
-    layer, whose import (pyarrow.dataset, Acero, Substrait: ~40 ms) was the first parquet
-    read of every sweep's report."""
+def read_table(path: Path) -> pd.DataFrame:
+    """One Parquet file as the frame ``pd.read_parquet`` gives, read with pyarrow's
+    single-file reader: ``read_parquet`` goes through pyarrow's dataset layer, whose import
+    (pyarrow.dataset, Acero, Substrait: ~40 ms) was the first parquet read of every report."""
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as file:
-        return Frame.from_arrow(file.read())
+        return file.read().to_pandas()
 
 
 # ---------------------------------------------------------------- the numbers
@@ -207,17 +193,14 @@ _NUMERIC_TRIAL_COLUMNS = (
 )
 
 
-def _nodes(trials: Frame) -> list[int]:
+def _nodes(trials: pd.DataFrame) -> pd.Series:
     """VMs per trial: 1 where the column is missing (older stores)."""
-    if "nodes" not in trials:
-        return [1] * len(trials)
-    return [1 if v != v else int(v) for v in trials.numbers("nodes")]
+    return numeric(trials, "nodes").fillna(1).astype(int)
 
 
-def one_node(trials: Frame) -> Frame:
+def one_node(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials on one VM: what every scale-up figure (workers on one machine) is about."""
-    return Frame([r for r, n in zip(trials, _nodes(trials), strict=True) if n == 1],
-                 trials.columns)
+    return trials[_nodes(trials) == 1]
 
 
 SCALEOUT_COLUMNS = ["machine", "ran_on", "nodes", "workers", "repeats", "units_per_s",
@@ -225,38 +208,39 @@ SCALEOUT_COLUMNS = ["machine", "ran_on", "nodes", "workers", "repeats", "units_p
                     "node_peaks", "node_peak_source", "imbalance", "estimate", "pareto"]
 
 
-def scaleout_summary(trials: Frame | pd.DataFrame) -> Frame | None:
+def scaleout_summary(trials: pd.DataFrame) -> pd.DataFrame | None:
     """One row per (machine, ran_on, nodes, workers) over ok repeats, for a sweep with
     --nodes (None without): median units/s and scale-out efficiency X(n)/(n·X(1)), the
     cluster's $/M units (every node priced), each node's peak memory (max over repeats)
     and where it comes from (the nodes' memory cgroups, or sampled), how unbalanced the
     nodes were (largest node peak ÷ smallest), with the Pareto
     front over every row, one VM and clusters alike: scale up and scale out side by side."""
-    trials = as_frame(trials)
+    import pandas as pd
+
     nodes = _nodes(trials)
-    if not any(n > 1 for n in nodes):
+    if not (nodes > 1).any():
         return None
-    ok = trials.with_column("nodes", nodes).where(lambda r: r["status"] == OK)
+    ok = trials.assign(nodes=nodes)[trials["status"] == OK]
     records = []
-    for (machine, ran_on, n, workers), group in ok.group_by(
-            ["machine", "ran_on", "nodes", "workers"]):
-        ups = median(group.numbers("units_per_s"))
-        price = group.numbers("price_per_hour")[0]
+    for (machine, ran_on, n, workers), group in ok.groupby(
+            ["machine", "ran_on", "nodes", "workers"], sort=True, dropna=False):
+        ups = numeric(group, "units_per_s").median()
+        price = numeric(group, "price_per_hour").iloc[0]
         per_node: list[float] = []
-        for raw in known(group.get("node_peak_rss_bytes", [])):
+        for raw in _present(group, "node_peak_rss_bytes"):
             peaks = [float(p) if p is not None else math.nan for p in json.loads(raw)]
             per_node = [max(a, b) for a, b in zip(per_node, peaks, strict=False)] \
                 if per_node else peaks
-        sources = sorted({str(src) for raw in known(group.get("node_peak_rss_source", []))
+        sources = sorted({str(src) for raw in _present(group, "node_peak_rss_source")
                           for src in json.loads(raw) if src})
         if not per_node and int(n) == 1:
-            per_node = [nanmax(group.numbers("peak_rss_bytes"))]
-            sources = sorted({str(src) for src in known(group.get("peak_rss_source", []))})
+            per_node = [numeric(group, "peak_rss_bytes").max()]
+            sources = sorted({str(src) for src in _present(group, "peak_rss_source")})
         finite = [p for p in per_node if math.isfinite(p) and p > 0]
         records.append({
             "machine": machine, "ran_on": ran_on, "nodes": int(n), "workers": int(workers),
             "repeats": len(group), "units_per_s": ups,
-            "scaleout_efficiency": median(group.numbers("scaleout_efficiency")),
+            "scaleout_efficiency": numeric(group, "scaleout_efficiency").median(),
             "price_per_hour": price,
             "cost_per_million_units": cost_per_million_units(price, ups),
             "node_peaks": per_node,
@@ -264,11 +248,17 @@ def scaleout_summary(trials: Frame | pd.DataFrame) -> Frame | None:
             "imbalance": max(finite) / min(finite) if len(finite) > 1 else math.nan,
             "estimate": str(machine) != str(ran_on),
         })
-    frame = frame_from_records(records, SCALEOUT_COLUMNS[:-1])
-    return frame.with_column("pareto", pareto_front(frame))
+    frame = pd.DataFrame(records, columns=SCALEOUT_COLUMNS[:-1])
+    frame["pareto"] = pareto_front(frame)
+    return frame
 
 
-def summarise(trials: Frame | pd.DataFrame) -> Frame:
+def _present(frame: pd.DataFrame, column: str) -> list[Any]:
+    """A column's values that are not missing (none without the column)."""
+    return frame[column].dropna().tolist() if column in frame.columns else []
+
+
+def summarise(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per (machine, ran_on, workers): medians over the repeats that finished ok.
 
     Peak memory is the max over repeats, not the median: it is what a machine
@@ -283,66 +273,79 @@ def summarise(trials: Frame | pd.DataFrame) -> Frame:
     runs/h, a $/run and a time shown side by side always agree; efficiency is
     T(1 worker) ÷ (workers × T) of those medians. Other jobs: ``seconds_per_run`` NaN.
     """
+    import pandas as pd
+
     keys = [*_GROUP, "workers"]
     # scale up (a scale-out sweep: scaleout_summary()); a fixed-work job's rate filled in
-    trials = with_measure(one_node(as_frame(trials)))
-    fixed_work = measure_of(trials).fixed_work
-    attempted = {key: len(group) for key, group in trials.group_by(keys)}
-    records = []
-    for key, group in trials.where(lambda r: r["status"] == OK).group_by(keys):
-        machine, ran_on, workers = key
-        col = {c: group.numbers(c) for c in _NUMERIC_TRIAL_COLUMNS}
-        flags = {c: [bool(v) and not missing(v) for v in group.get(c, [False] * len(group))]
-                 for c in ("oversubscribed", "spot", "leak_ramp")}
-        ups = col["units_per_s"]
-        vcpus = first(col["vcpus"])  # first non-null, like every per-host fact
-        sp = spread(ups)
-        price = first(col["price_per_hour"])
-        median_ups = median(ups)
-        per_run = math.nan
-        if fixed_work and all(is_fixed_work(r) for r in group):  # 1 / median time to complete
-            per_run = median(group.numbers("seconds"))
-            median_ups = 1.0 / per_run if per_run > 0 else math.nan
-        records.append({
-            "machine": machine, "ran_on": ran_on, "workers": int(workers),
-            "vcpus": int(vcpus) if math.isfinite(vcpus) else None,
-            "repeats": len(group),
-            "failed": int(attempted[key] - len(group)),
-            "units_per_s": median_ups,
-            "units_per_s_min": nanmin(ups),
-            "units_per_s_max": nanmax(ups),
-            "units_per_s_low": sp.low if sp else math.nan,
-            "units_per_s_high": sp.high if sp else math.nan,
-            "spread_method": sp.method if sp and sp.n > 1 else None,
-            "units_per_s_per_vcpu": median(col["units_per_s_per_vcpu"]) if per_run != per_run
-            else median_ups / vcpus if vcpus > 0 else math.nan,
-            "efficiency": median(col["efficiency"]),
-            "seconds_per_run": per_run,
-            "peak_rss_bytes": nanmax(col["peak_rss_bytes"]),
-            "cpu_utilisation": median(col["cpu_utilisation"]),
-            "leak_verdict": _leak_summary(group.get("leak_verdict", [None] * len(group))),
-            "leak_probability": nanmax(col["leak_probability"]),
-            "leak_ramp": any(flags["leak_ramp"]),
-            "price_per_hour": price,
-            "cost_per_million_units": cost_per_million_units(price, median_ups),
-            "oversubscribed": any(flags["oversubscribed"]),
-            "spot": any(flags["spot"]),
-            "estimate": str(machine) != str(ran_on),
-        })  # fmt: skip
-    _fixed_work_efficiency(records)
-    summary = frame_from_records(records, SUMMARY_COLUMNS[:-1])
-    return summary.with_column("pareto", pareto_front(summary))
+    trials = with_measure(one_node(trials))
+    is_ok = trials["status"] == OK
+    counts = is_ok.groupby([trials[k] for k in keys], sort=True, dropna=False).agg(["size", "sum"])
+    counts = counts[counts["sum"] > 0]  # the groups below: those with an ok repeat
+    ok = trials[is_ok]
+    if ok.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    values = pd.DataFrame({c: numeric(ok, c) for c in (*_NUMERIC_TRIAL_COLUMNS, "seconds")})
+    for c in ("oversubscribed", "spot", "leak_ramp"):
+        flag = ok[c] if c in ok.columns else pd.Series(False, index=ok.index)
+        values[c] = flag.notna() & flag.astype(bool)
+    values["leak_verdict"] = ok["leak_verdict"]
+    values["fixed"] = ok["job_kind"] == FIXED_WORK if "job_kind" in ok.columns else False
+    by = values.groupby([ok[k] for k in keys], sort=True, dropna=False)
+    ups = by["units_per_s"]
+    vcpus = by["vcpus"].first()  # first non-null, like every per-host fact
+    price = by["price_per_hour"].first()
+    spreads = [spread(v) for v in ups.agg(list)]
+    fixed = by["fixed"].all() & measure_of(trials).fixed_work  # rate: 1 / median time
+    per_run = by["seconds"].median().where(fixed)
+    rate = ups.median().where(~fixed, 1.0 / per_run.where(per_run > 0))
+    index = rate.index
+    summary = pd.DataFrame({
+        "machine": index.get_level_values("machine"),
+        "ran_on": index.get_level_values("ran_on"),
+        "workers": index.get_level_values("workers").astype(int),
+        "vcpus": [int(v) if math.isfinite(v) else None for v in vcpus],
+        "repeats": by.size().to_numpy(),
+        "failed": (counts["size"] - counts["sum"]).to_numpy(),
+        "units_per_s": rate.to_numpy(),
+        "units_per_s_min": ups.min().to_numpy(),
+        "units_per_s_max": ups.max().to_numpy(),
+        "units_per_s_low": [sp.low if sp else math.nan for sp in spreads],
+        "units_per_s_high": [sp.high if sp else math.nan for sp in spreads],
+        "spread_method": [sp.method if sp and sp.n > 1 else None for sp in spreads],
+        "units_per_s_per_vcpu": by["units_per_s_per_vcpu"].median().where(
+            per_run.isna(), rate / vcpus.where(vcpus > 0)).to_numpy(),
+        "efficiency": by["efficiency"].median().to_numpy(),
+        "seconds_per_run": per_run.to_numpy(),
+        "peak_rss_bytes": by["peak_rss_bytes"].max().to_numpy(),
+        "cpu_utilisation": by["cpu_utilisation"].median().to_numpy(),
+        "leak_verdict": by["leak_verdict"].agg(lambda v: _leak_summary(list(v))).to_numpy(),
+        "leak_probability": by["leak_probability"].max().to_numpy(),
+        "leak_ramp": by["leak_ramp"].any().to_numpy(),
+        "price_per_hour": price.to_numpy(),
+        "cost_per_million_units": [cost_per_million_units(p, u)
+                                   for p, u in zip(price, rate, strict=True)],
+        "oversubscribed": by["oversubscribed"].any().to_numpy(),
+        "spot": by["spot"].any().to_numpy(),
+    })  # fmt: skip
+    summary["estimate"] = summary["machine"].astype(str) != summary["ran_on"].astype(str)
+    _fixed_work_efficiency(summary)
+    summary["pareto"] = pareto_front(summary)
+    return summary
 
 
-def _fixed_work_efficiency(records: list[dict[str, Any]]) -> None:
+def _fixed_work_efficiency(summary: pd.DataFrame) -> None:
+    import numpy as np
+
     """A fixed-work row's efficiency from the medians it shows: T(1) ÷ (workers × T), so
     the table's eff. follows from its own times (NaN without a 1-worker row)."""
-    base = {(r["machine"], r["ran_on"]): r["seconds_per_run"] for r in records
-            if r["workers"] == 1 and math.isfinite(r["seconds_per_run"])}
-    for r in records:
-        if math.isfinite(r["seconds_per_run"]):
-            t1 = base.get((r["machine"], r["ran_on"]), math.nan)
-            r["efficiency"] = t1 / (r["workers"] * r["seconds_per_run"])
+    timed = summary[np.isfinite(summary["seconds_per_run"])]
+    if timed.empty:
+        return
+    hosts = list(zip(timed["machine"], timed["ran_on"], strict=True))
+    base = {h: t for h, w, t in zip(hosts, timed["workers"], timed["seconds_per_run"],
+                                    strict=True) if w == 1}
+    t1 = np.array([base.get(h, math.nan) for h in hosts])
+    summary.loc[timed.index, "efficiency"] = t1 / (timed["workers"] * timed["seconds_per_run"])
 
 
 @dataclass(frozen=True)
@@ -391,29 +394,39 @@ def find_knee(workers: list[int], units_per_s: list[float], gain: float = KNEE_G
     return Knee(workers=at, reached=True, tested=tested, units_per_s=dict(points)[at])
 
 
-def samples(trials: Frame | pd.DataFrame) -> dict[tuple[str, str], dict[int, list[float]]]:
+def samples(trials: pd.DataFrame) -> dict[tuple[str, str], dict[int, list[float]]]:
     """Per (machine, ran_on): worker count → units/s of each repeat that finished ok.
 
     The input of every confidence figure (spread, knee range, USL fit).
     """
-    ok = with_measure(one_node(as_frame(trials))).where(lambda r: r["status"] == OK)
+    trials = with_measure(one_node(trials))
+    ok = trials[trials["status"] == OK]
     out: dict[tuple[str, str], dict[int, list[float]]] = {}
-    for r, ups in zip(ok, ok.numbers("units_per_s"), strict=True):
+    for machine, ran_on, workers, ups in zip(ok["machine"], ok["ran_on"], ok["workers"],
+                                             numeric(ok, "units_per_s"), strict=True):
         if math.isfinite(ups):
-            group = out.setdefault((str(r["machine"]), str(r["ran_on"])), {})
-            group.setdefault(int(r["workers"]), []).append(float(ups))
+            group = out.setdefault((str(machine), str(ran_on)), {})
+            group.setdefault(int(workers), []).append(float(ups))
     return dict(sorted(out.items()))
 
 
+def by_host(summary: pd.DataFrame) -> Iterator[tuple[tuple[str, str], pd.DataFrame]]:
+    """Each (machine, ran_on) of a summary with its rows, in sorted order."""
+    for (machine, ran_on), group in summary.groupby(_GROUP, sort=True, dropna=False):
+        yield (str(machine), str(ran_on)), group
+
+
 def knees(
-    summary: Frame | pd.DataFrame,
+    summary: pd.DataFrame,
     by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None,
 ) -> dict[tuple[str, str], Knee]:
     """The knee of each (machine, ran_on) group of a summary, with its range when repeats given."""
     out: dict[tuple[str, str], Knee] = {}
-    for (machine, ran_on), group in as_frame(summary).group_by(_GROUP):
+    by = summary.groupby(_GROUP, sort=True, dropna=False)
+    for (machine, ran_on), workers, rates in zip(by.size().index, by["workers"].agg(list),
+                                                 by["units_per_s"].agg(list), strict=True):
         key = (str(machine), str(ran_on))
-        knee = find_knee(group["workers"], group["units_per_s"])
+        knee = find_knee(workers, rates)
         if by_machine and key in by_machine:
             knee = Knee(
                 knee.workers,
@@ -427,7 +440,7 @@ def knees(
 
 
 def repeat_groups(
-    trials: Frame, metric: str,
+    trials: pd.DataFrame, metric: str,
     by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None,
 ) -> dict[tuple[str, str, int], list[float]]:
     """(machine, ran_on, workers) → ``metric`` of each ok repeat: what :func:`rank` compares.
@@ -437,17 +450,14 @@ def repeat_groups(
     ``samples(trials)`` when the caller has it already.
     """
     out: dict[tuple[str, str, int], list[float]] = {}
-    price_of: dict[str, float] = {}  # each machine's first known price of an ok trial
-    for r in trials:  # one pass: a scan per machine cost 5 s at 200 machines
-        machine, price = str(r["machine"]), r["price_per_hour"]
-        if machine not in price_of and r["status"] == OK and known([price]):
-            price_of[machine] = float(price)
+    ok = trials[trials["status"] == OK]  # each machine's first known price of an ok trial
+    price_of = ok["price_per_hour"].groupby(ok["machine"].astype(str)).first()
     for key, by_workers in (samples(trials) if by_machine is None else by_machine).items():
         for workers, rates in by_workers.items():
             if metric == "units_per_s":
                 values = rates
             else:
-                p = price_of.get(key[0], math.nan)
+                p = float(price_of.get(key[0], math.nan))
                 values = [cost_per_million_units(p, r) for r in rates]
             values = [v for v in values if math.isfinite(v)]
             if values:
@@ -455,7 +465,7 @@ def repeat_groups(
     return out
 
 
-def pareto_front(summary: Frame | pd.DataFrame) -> list[bool]:
+def pareto_front(summary: pd.DataFrame) -> list[bool]:
     """Rows no other row beats on both throughput (higher) and cost per million units (lower)."""
     points = list(zip(summary["units_per_s"], summary["cost_per_million_units"], strict=True))
     flags: list[bool] = []
@@ -476,46 +486,41 @@ def pareto_front(summary: Frame | pd.DataFrame) -> list[bool]:
     return flags
 
 
-def best_rows(
-    summary: Frame | pd.DataFrame,
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def best_rows(summary: pd.DataFrame) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The rows with the lowest cost per million units and the highest throughput."""
-    summary = as_frame(summary)
-    by_cost = summary.where(lambda r: not missing(r["cost_per_million_units"]))
-    cheapest = (dict(by_cost.rows[idx_min(by_cost["cost_per_million_units"])])
-                if not by_cost.empty else None)
+    cost = summary["cost_per_million_units"]
+    cheapest = _row(summary, cost.idxmin()) if cost.notna().any() else None
     # a rate of 0 measured nothing (a fixed-work job's rate is 1 / its time: never 0)
-    by_rate = summary.where(lambda r: not missing(r["units_per_s"]) and r["units_per_s"] > 0)
-    fastest = (dict(by_rate.rows[idx_max(by_rate["units_per_s"])])
-               if not by_rate.empty else None)
+    rate = summary["units_per_s"].where(summary["units_per_s"] > 0)
+    fastest = _row(summary, rate.idxmax()) if rate.notna().any() else None
     return cheapest, fastest
 
 
-def best_row(group: Frame, column: str = "units_per_s") -> dict[str, Any]:
-    """The first row with the largest ``column`` (``group.loc[group[column].idxmax()]``)."""
-    return group.rows[idx_max(group.numbers(column))]
+def _row(frame: pd.DataFrame, label: Any) -> dict[str, Any]:
+    """One row as a dict of plain values."""
+    return frame.loc[label].to_dict()
 
 
-def peak_memory(summary: Frame | pd.DataFrame) -> Frame:
+def best_row(group: pd.DataFrame, column: str = "units_per_s") -> dict[str, Any]:
+    """The first row with the largest ``column`` (the first row when none is known)."""
+    values = numeric(group, column)
+    return _row(group, values.idxmax() if values.notna().any() else group.index[0])
+
+
+def peak_memory(summary: pd.DataFrame) -> pd.DataFrame:
     """Per (machine, ran_on): the highest peak RSS of any successful trial and its worker count."""
-    records = []
-    for (machine, ran_on), group in as_frame(summary).group_by(_GROUP):
-        found = group.where(lambda r: not missing(r["peak_rss_bytes"]))
-        if found.empty:
-            records.append(
-                {"machine": machine, "ran_on": ran_on, "peak_rss_bytes": math.nan, "workers": None}
-            )
-            continue
-        top = best_row(found, "peak_rss_bytes")
-        records.append(
-            {
-                "machine": machine,
-                "ran_on": ran_on,
-                "peak_rss_bytes": float(top["peak_rss_bytes"]),
-                "workers": int(top["workers"]),
-            }
-        )
-    return frame_from_records(records, [*_GROUP, "peak_rss_bytes", "workers"])
+    import pandas as pd
+
+    by = summary.assign(_top=summary["peak_rss_bytes"].fillna(-math.inf)).groupby(
+        _GROUP, sort=True, dropna=False)
+    known = by["peak_rss_bytes"].count() > 0
+    top = summary.loc[by["_top"].idxmax()]  # the first row with the highest peak
+    records = [{"machine": machine, "ran_on": ran_on,
+                "peak_rss_bytes": float(peak) if seen else math.nan,
+                "workers": int(workers) if seen else None}
+               for (machine, ran_on), peak, workers, seen in zip(
+                   known.index, top["peak_rss_bytes"], top["workers"], known, strict=True)]
+    return pd.DataFrame(records, columns=[*_GROUP, "peak_rss_bytes", "workers"])
 
 
 def machine_label(machine: Any, ran_on: Any) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis.model import (
     KNEE_GAIN,
@@ -43,6 +43,7 @@ from orchestrator.results.report.model import (
     RunData,
     best_row,
     best_rows,
+    by_host,
     knees,
     machine_label,
     parse_time,
@@ -51,8 +52,11 @@ from orchestrator.results.report.model import (
     samples,
     summarise,
 )
-from orchestrator.results.report.rows import Frame, idx_max, known
 from orchestrator.results.report.table import Row, Table
+from orchestrator.results.report.values import numeric
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -60,7 +64,7 @@ class Report:
     title: str
     headlines: list[str]
     tables: list[Table]
-    summary: Frame  # ``summarise(trials)``: one row per machine, host and worker count
+    summary: pd.DataFrame  # ``summarise(trials)``: one row per machine, host and worker count
     plots: list[tuple[str, str]] = field(default_factory=list)  # (relative path, caption)
     # (machine, ran_on) -> the USL fit the table shows (None: no fit), reused by the throughput
     # figure: the bootstrap fit is the report's costliest step, computed once
@@ -106,7 +110,7 @@ def build_report(run: RunData) -> Report:
 
     knee_at = {m: k.workers for (m, _), k in knee_of.items() if k.reached}
     tables += [Table(s.title, s.headers, [Row(r) for r in s.rows], s.notes)
-               for s in profile_sections(run.run_dir, knee_at, run.trials)]
+               for s in profile_sections(run.run_dir, knee_at, _slowdown_rows(run.trials))]
     from orchestrator.results.report.answer import answer_cards
 
     return Report(
@@ -116,6 +120,15 @@ def build_report(run: RunData) -> Report:
     )  # fmt: skip
 
 
+def _slowdown_rows(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    """The columns a profiled trial's slowdown is measured against, a row at a time."""
+    return trials[trials.columns.intersection(_SLOWDOWN_COLUMNS)].to_dict("records")
+
+
+_SLOWDOWN_COLUMNS = ["status", "nodes", "machine_type", "machine", "ran_on", "workers", "grid",
+                     "units", "units_per_s", "seconds"]
+
+
 def _where(row: dict[str, Any]) -> str:
     text = f"{row['machine']} × {n_workers(int(row['workers']))}"
     if row["estimate"]:
@@ -123,27 +136,24 @@ def _where(row: dict[str, Any]) -> str:
     return text
 
 
-def _gpu_headline(trials: Frame) -> str | None:
+def _gpu_headline(trials: pd.DataFrame) -> str | None:
     """The largest GPU memory a trial used, where any trial saw a GPU (issue 12)."""
-    if "peak_gpu_mem_bytes" not in trials:
+    peaks = numeric(trials, "peak_gpu_mem_bytes")
+    if peaks.isna().all():
         return None
-    peaks = trials.numbers("peak_gpu_mem_bytes")
-    if all(p != p for p in peaks):
-        return None
-    at = idx_max(peaks)
-    top = trials.rows[at]
+    top = trials.loc[peaks.idxmax()]
     source = top.get("gpu_peak_source") or "NVML"
-    return (f"Peak GPU memory: {fmt_bytes(peaks[at])} "
+    return (f"Peak GPU memory: {fmt_bytes(peaks.max())} "
             f"({top['machine']} × {n_workers(int(top['workers']))}; {source})")  # fmt: skip
 
 
 def _headlines(
-    run: RunData, summary: Frame, knee_of: dict[tuple[str, str], Knee],
+    run: RunData, summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee],
     by_machine: dict[tuple[str, str], dict[int, list[float]]],
 ) -> list[str]:
     """The lines above the tables; ``by_machine`` is ``samples(run.trials)``, found once."""
     trials = run.trials
-    n_ok = sum(1 for r in trials if r["status"] == OK)
+    n_ok = int((trials["status"] == OK).sum())
     from orchestrator.results.profiles import load_profiles
 
     profiled = load_profiles(run.run_dir)  # a profiled trial that failed is a failed trial
@@ -188,7 +198,13 @@ def _headlines(
     gpu = _gpu_headline(trials)
     if gpu:
         lines.append(gpu)
-    records = run.sweep.get("vms") if isinstance(run.sweep.get("vms"), dict) else {}
+    return lines + _sweep_lines(run.sweep) + _caveats(trials, summary)
+
+
+def _sweep_lines(sweep: dict[str, Any]) -> list[str]:
+    """What --adaptive and --search decided, from sweep.json."""
+    lines = []
+    records = sweep.get("vms") if isinstance(sweep.get("vms"), dict) else {}
     for record in records.values():
         adaptive = record.get("adaptive") if isinstance(record, dict) else None
         if isinstance(adaptive, dict):
@@ -196,7 +212,7 @@ def _headlines(
                 f"--adaptive: {record.get('machine')} took {adaptive.get('trials')} trials "
                 f"against the full grid's {adaptive.get('grid_trials')} ({adaptive.get('stopped')})"
             )
-    search = run.sweep.get("search")
+    search = sweep.get("search")
     if isinstance(search, dict) and search.get("pick_machine"):
         conf = search.get("confidence")
         from orchestrator.analysis.search import describe_confidence
@@ -210,12 +226,18 @@ def _headlines(
             f"{fmt_usd(search.get('estimated_cost_usd'), estimate=True)} against "
             f"{fmt_usd(search.get('estimated_grid_cost_usd'), estimate=True)} for every candidate"
         )
-    if all(r["repeats"] < 2 for r in summary):
+    return lines
+
+
+def _caveats(trials: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+    """What limits the figures: one repeat, a host standing in for the planned machine."""
+    lines = []
+    if (summary["repeats"] < 2).all():
         lines.append(
             "One repeat per worker count: no spread was measured, so nothing here says how sure "
             "it is; run with --repeats 3 for a spread of each median (docs: picking repeats)."
         )
-    estimated = summary.where(lambda r: r["estimate"])
+    estimated = summary[summary["estimate"]]
     if not estimated.empty:
         hosts = ", ".join(
             _host_facts(trials, h) for h in sorted({str(h) for h in estimated["ran_on"]})
@@ -225,19 +247,18 @@ def _headlines(
             "that host's and every cost labelled (est.) prices it at the planned machine's rate."
         )
     one_host = {str(h) for h in summary["ran_on"]}
-    if len(set(summary["machine"])) > 1 and len(one_host) == 1 \
-            and all(summary["estimate"]):
+    if summary["machine"].nunique() > 1 and len(one_host) == 1 and summary["estimate"].all():
         lines.append(
             f"Every machine ran on the same host ({one_host.pop()}): between machines, only the "
             "prices differ here, not the hardware. Run without --dry-run to measure them."
         )
-    if any(summary["oversubscribed"]):
+    if summary["oversubscribed"].any():
         lines.append("Rows marked oversubscribed ran more workers than the host has logical cores.")
     return lines
 
 
 def _runner_up(
-    trials: Frame, metric: str, by_machine: dict[tuple[str, str], dict[int, list[float]]]
+    trials: pd.DataFrame, metric: str, by_machine: dict[tuple[str, str], dict[int, list[float]]]
 ) -> str:
     """ "; runner-up n2 × 4 is within noise of it": what one more repeat could overturn.
 
@@ -271,8 +292,8 @@ def describe_workload(run: RunData) -> str:
     text = str(spec["workload"])
     if params:
         text += " (" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + ")"
-    details = sorted({u for u in run.trials.get("unit_detail", []) if isinstance(u, str) and u})
-    units = sorted({u for u in run.trials.get("unit", []) if isinstance(u, str) and u})
+    details = sorted({u for u in run.trials.get("unit_detail", ()) if isinstance(u, str) and u})
+    units = sorted({u for u in run.trials.get("unit", ()) if isinstance(u, str) and u})
     if len(details) == 1:  # what one unit delivered, e.g. the cube's consumer
         text += f", 1 unit = {details[0]}"
     elif len(units) == 1:
@@ -282,27 +303,27 @@ def describe_workload(run: RunData) -> str:
     return text
 
 
-def _host_facts(trials: Frame, ran_on: str) -> str:
+def _host_facts(trials: pd.DataFrame, ran_on: str) -> str:
     """ "local (2 vCPUs, AMD EPYC 7B13)": the host behind the measurements."""
-    mine = trials.where(lambda r: str(r["ran_on"]) == ran_on)
+    mine = trials[trials["ran_on"].astype(str) == ran_on]
     facts = []
-    vcpus = known(mine["vcpus"])
-    if vcpus:
-        facts.append(f"{int(vcpus[0])} vCPUs")
+    vcpus = mine["vcpus"].dropna()
+    if len(vcpus):
+        facts.append(f"{int(vcpus.iloc[0])} vCPUs")
     if "cpu_model" in mine:
-        models = known(mine["cpu_model"])
-        if models:
-            facts.append(str(models[0]))
+        models = mine["cpu_model"].dropna()
+        if len(models):
+            facts.append(str(models.iloc[0]))
     return f"{ran_on} ({', '.join(facts)})" if facts else ran_on
 
 
-def _results_table(summary: Frame, measure: Measure = UNITS) -> Table:
+def _results_table(summary: pd.DataFrame, measure: Measure = UNITS) -> Table:
     show_ran_on, title_note = _ran_on_column(summary)
-    all_estimates = all(summary["estimate"])
+    all_estimates = bool(summary["estimate"].all())
     cost_header = measure.cost_name + (EST if all_estimates else "")
     rate = measure.name
     rows = []
-    for r in summary:
+    for r in summary.to_dict("records"):
         flags = {name for name in ("oversubscribed", "estimate", "pareto") if r[name]}
         notes = []
         if r["oversubscribed"]:
@@ -385,7 +406,7 @@ def fmt_seconds(value: Any) -> str:
     return f"{s:.2f} s" if s < 10 else f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
-def _scaleout_table(trials: Frame) -> Table | None:
+def _scaleout_table(trials: pd.DataFrame) -> Table | None:
     """--nodes: throughput, scale-out efficiency, cost and per-node memory per node count."""
     from orchestrator.results.report.model import scaleout_summary
 
@@ -393,7 +414,7 @@ def _scaleout_table(trials: Frame) -> Table | None:
     if frame is None or frame.empty:
         return None
     rows = []
-    for r in frame:
+    for r in frame.to_dict("records"):
         flags = {name for name in ("estimate", "pareto") if r[name]}
         imbalance = r["imbalance"]
         cells = [
@@ -447,25 +468,26 @@ def _leak(row: dict[str, Any]) -> str:
     return text
 
 
-def _ran_on_column(summary: Frame) -> tuple[bool, str]:
+def _ran_on_column(summary: pd.DataFrame) -> tuple[bool, str]:
     """Whether to show the "ran on" column, or a title note when all trials ran on one host."""
-    elsewhere = [str(r["machine"]) != str(r["ran_on"]) for r in summary]
-    if not any(elsewhere):
+    elsewhere = summary["machine"].astype(str) != summary["ran_on"].astype(str)
+    if not elsewhere.any():
         return False, ""
     hosts = sorted({str(h) for h in summary["ran_on"]})
-    if all(elsewhere) and len(hosts) == 1:
+    if elsewhere.all() and len(hosts) == 1:
         return False, f" (all trials ran on {hosts[0]})"
     return True, ""
 
 
-def _machine_table(summary: Frame, knee_of: dict[tuple[str, str], Knee],
+def _machine_table(summary: pd.DataFrame, knee_of: dict[tuple[str, str], Knee],
                    measure: Measure = UNITS) -> Table:
     show_ran_on, title_note = _ran_on_column(summary)
-    memory = {(str(r["machine"]), str(r["ran_on"])): r for r in peak_memory(summary)}
+    memory = {(str(r["machine"]), str(r["ran_on"])): r
+              for r in peak_memory(summary).to_dict("records")}
     rows = []
+    groups = dict(by_host(summary))
     for (machine, ran_on), knee in knee_of.items():
-        group = summary.where(lambda r, m=machine, h=ran_on: r["machine"] == m
-                              and r["ran_on"] == h)
+        group = groups[(machine, ran_on)]
         best = best_row(group)
         tested = sorted(int(w) for w in group["workers"])
         peak = memory[(machine, ran_on)]
@@ -560,15 +582,15 @@ def _usl_table(models: dict[tuple[str, str], UslModel | None],
     )
 
 
-def _failed_table(trials: Frame, run_dir: Path | None = None) -> Table | None:
+def _failed_table(trials: pd.DataFrame, run_dir: Path | None = None) -> Table | None:
     from orchestrator.results.profiles import load_profiles
 
-    bad = trials.where(lambda r: r["status"] != OK)
+    bad = trials[trials["status"] != OK]
     profiled = [r for r in (load_profiles(run_dir) if run_dir else []) if r.get("status") != OK]
     if bad.empty and not profiled:
         return None
     rows = []
-    for r in [*bad.sort_by(["machine", "workers", "repeat"]), *profiled]:
+    for r in [*bad.sort_values(["machine", "workers", "repeat"]).to_dict("records"), *profiled]:
         error = " ".join(str(r.get("error") or "").split())
         rows.append(
             Row(
