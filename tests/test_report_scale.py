@@ -69,9 +69,12 @@ def test_the_files_keep_every_machine(many: Path, tmp_path: Path) -> None:
     assert "Scaling stops for m12" in md
     page = html_path.read_text()
     assert page.count('<section class="card">') == MACHINES
-    top, folded = page.split("<details>")
+    top, folded = page.split("<details>", 1)
     assert re.findall(r"<h2>Answer for (m\d\d)</h2>", top) == ["m00", "m01", "m02", "m13"]
     assert f"{MACHINES - 4} more answer cards" in folded
+    shown, more = folded.split(f"{MACHINES - 4} more headlines, one machine each")
+    assert "Scaling stops for m13" in shown and "Scaling stops for m12" not in shown
+    assert "Scaling stops for m12" in more.split("</details>")[0]
 
 
 def test_a_few_machines_print_in_full(tmp_path: Path) -> None:

@@ -84,9 +84,7 @@ def render_html(report: Report, base_dir: Path | None = None,
         "<body>",
         f"<h1>{e(report.title)}</h1>",
         *_answers(report),
-        "<ul>",
-        *(f"<li>{e(line)}</li>" for line in report.headlines),
-        "</ul>",
+        *_headlines(report),
     ]
     out += _charts(charts) if charts and script else _images(report, base_dir)
     for table in report.tables:
@@ -156,6 +154,19 @@ def _no_break(text: str) -> str:
 
     # the dot of "n2-highcpu-8 · rows=1000" (a --grid point) stays on its machine's line
     return re.sub(r"\S*\w-\S+", keep, html.escape(text)).replace(" · ", "\u00a0· ")
+
+
+def _headlines(report: Report) -> list[str]:
+    """The headlines; for many machines those about one left-out machine are folded."""
+    from orchestrator.results.report.view import folded_headlines
+
+    e = html.escape
+    shown, folded = folded_headlines(report)
+    out = ["<ul>", *(f"<li>{e(line)}</li>" for line in shown), "</ul>"]
+    if folded:
+        out += [f"<details><summary>{len(folded)} more headlines, one machine each</summary>"
+                "<ul>", *(f"<li>{e(line)}</li>" for line in folded), "</ul></details>"]
+    return out
 
 
 def _answers(report: Report) -> list[str]:

@@ -66,6 +66,22 @@ def top_cards(cards: list[AnswerCard]) -> tuple[list[AnswerCard], list[AnswerCar
     return top + ([fastest] if fastest not in top else []), ranked
 
 
+def folded_headlines(report: Report) -> tuple[list[str], list[str]]:
+    """(the headlines shown, those folded): past ``TERMINAL_MACHINES`` machines, the lines
+    about one machine whose card is not among ``top_cards`` are folded (report.html)."""
+    from orchestrator.results.report.model import machine_label
+
+    cards = list(report.answers)
+    if len(cards) <= TERMINAL_MACHINES:
+        return list(report.headlines), []
+    top, _ = top_cards(cards)
+    labels = {machine_label(c.machine, c.ran_on) for c in cards}
+    hidden = labels - {machine_label(c.machine, c.ran_on) for c in top}
+    shown = headlines_shown(report.headlines, labels, hidden)
+    kept = set(shown)
+    return shown, [line for line in report.headlines if line not in kept]
+
+
 def terminal_view(report: Report) -> TerminalView:
     """The report as a terminal prints it (see ``TerminalView``)."""
     from orchestrator.results.report.model import machine_label
@@ -79,11 +95,11 @@ def terminal_view(report: Report) -> TerminalView:
     rank = {machine_label(c.machine, c.ran_on): i for i, c in enumerate(chosen)}
     labels = {machine_label(c.machine, c.ran_on) for c in cards}
     hidden = labels - set(rank)
-    return TerminalView(top, _headlines(report.headlines, labels, hidden),
+    return TerminalView(top, headlines_shown(report.headlines, labels, hidden),
                         [_ranked_rows(t, rank) for t in report.tables], len(cards), len(hidden))
 
 
-def _headlines(lines: list[str], labels: set[str], hidden: set[str]) -> list[str]:
+def headlines_shown(lines: list[str], labels: set[str], hidden: set[str]) -> list[str]:
     """The headlines less those about one machine the terminal leaves out ("Scaling stops
     for ..."); a line that names several (best and runner-up) or none stays."""
     import re
