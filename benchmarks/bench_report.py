@@ -14,7 +14,8 @@ series), written before anything is timed. Per store, in rounds, on a fresh copy
 no kept fits (the first report of a run) and again with the fits the first kept
 (``fits.json``: every later report). Then ``record_trial`` into a store whose table
 already holds 10, 1,000 or 10,000 rows: the median of 20 records per round. Figures:
-the median over rounds of wall seconds, with the min–max over rounds.
+the median over rounds of wall seconds, with the min–max over rounds, and of CPU
+seconds (this process, all threads; on a shared host the fairer one).
 
 **Two checkouts** (``--code``, optionally ``--store``): the figures below for each.
 With ``--synthetic MxT`` the store is a synthetic one of that size (as above) and each
