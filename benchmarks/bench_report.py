@@ -4,6 +4,7 @@
     python benchmarks/bench_report.py --quick                 # the same, fewer rounds
     python benchmarks/bench_report.py --code ../before --code .   # two checkouts, interleaved
     python benchmarks/bench_report.py --code . --store runs/<sweep-id> --rounds 7
+    python benchmarks/bench_report.py --code ../before --code . --synthetic 200x10000 --inner 1
 
 **How they scale** (the default): synthetic stores of 1, 20 and 200 machines and 10,
 1,000 and 10,000 trials (each machine's trials spread over worker counts 1, 2, 4, 8,
@@ -13,9 +14,12 @@ series), written before anything is timed. Per store, in rounds, on a fresh copy
 no kept fits (the first report of a run) and again with the fits the first kept
 (``fits.json``: every later report). Then ``record_trial`` into a store whose table
 already holds 10, 1,000 or 10,000 rows: the median of 20 records per round. Figures:
-the median over rounds of wall seconds, with the min–max over rounds.
+the median over rounds of wall seconds, with the min–max over rounds, and of CPU
+seconds (this process, all threads; on a shared host the fairer one).
 
 **Two checkouts** (``--code``, optionally ``--store``): the figures below for each.
+With ``--synthetic MxT`` the store is a synthetic one of that size (as above) and each
+round times, per fresh copy, the first report and the next (kept fits), no records.
 
 Both run in the sweep's own process, on the critical path: ``report_run`` once at
 the end of a sweep (``_finish``: the printed summary, report.md, report.html and
@@ -55,6 +59,7 @@ from typing import Any
 from _common import ROOT, machine_line, median, print_table, wall_and_cpu
 
 METRICS = ("report_run", "record_trial x N")
+SYNTHETIC_METRICS = ("first report_run", "report_run, kept fits")
 
 
 def make_store(out: Path) -> Path:
@@ -108,6 +113,9 @@ def child(args: argparse.Namespace) -> None:
         report_run(run_dir, Console(file=io.StringIO(), width=160))
 
     report(fresh_copy("warm-report"))  # imports: pandas, pyarrow, rich, the report modules
+    if args.synthetic:
+        print(json.dumps(_synthetic_rounds(args.inner, fresh_copy, report)))
+        return
     record_all(new_store("warm-record"))
     timed: dict[str, list[tuple[float, float]]] = {m: [] for m in METRICS}
     for i in range(args.inner):  # alternating; each on its own fresh copy or new store
@@ -119,10 +127,27 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({**out, "records": len(rows)}))
 
 
+def _synthetic_rounds(inner: int, fresh_copy: Any, report: Any) -> dict[str, Any]:
+    """``inner`` pairs on fresh copies: the first report (no fit kept: the process's
+    fits cleared), then the next one (the store's fits.json, the process's cleared)."""
+    from orchestrator.analysis import model
+
+    timed: dict[str, list[tuple[float, float]]] = {m: [] for m in SYNTHETIC_METRICS}
+    for i in range(inner):
+        copy = fresh_copy(f"report-{i}")
+        for metric in SYNTHETIC_METRICS:
+            model._FITS.clear()
+            timed[metric].append(wall_and_cpu(lambda copy=copy: report(copy)))
+    out: dict[str, Any] = {m: [median([w for w, _ in v]), median([c for _, c in v])]
+                           for m, v in timed.items()}
+    return {**out, "records": 0}
+
+
 def one_round(args: argparse.Namespace, code: str, store: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         argv = [sys.executable, __file__, "--child", "--code", code, "--store", str(store),
-                "--tmp", tmp, "--inner", str(args.inner)]
+                "--tmp", tmp, "--inner", str(args.inner),
+                *(["--synthetic", args.synthetic] if args.synthetic else [])]
         env = {**os.environ, "PYTHONPATH": code}
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:
@@ -179,6 +204,12 @@ def _spread(values: list[float]) -> list[Any]:
     return [median(values), f"{min(values):.3g}–{max(values):.3g}", len(values)]
 
 
+def _wall_cpu(timed: list[tuple[float, float]]) -> list[Any]:
+    """Median wall seconds, their min–max, median CPU seconds (this process, all threads:
+    on a shared, loaded host the wall time is mostly waiting for a core)."""
+    return [*_spread([w for w, _ in timed])[:2], median([c for _, c in timed])]
+
+
 def scale(args: argparse.Namespace) -> None:
     """The report's time and a record's cost against the store's size (see the docstring)."""
     import io
@@ -192,8 +223,8 @@ def scale(args: argparse.Namespace) -> None:
 
     rounds = 1 if args.quick else args.rounds
     grid = [(m, t) for t in (10, 1000, 10000) for m in (1, 20, 200) if t >= m]
-    cold: dict[tuple[int, int], list[float]] = {}
-    warm: dict[tuple[int, int], list[float]] = {}
+    cold: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    warm: dict[tuple[int, int], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-report-scale-") as tmp:
         base = Path(tmp)
         stores = {key: synthetic_store(base / f"m{key[0]}-t{key[1]}", synthetic_rows(*key))
@@ -205,15 +236,14 @@ def scale(args: argparse.Namespace) -> None:
                 copy = Path(shutil.copytree(store, base / f"round{r}-m{key[0]}-t{key[1]}"))
                 for times in (cold, warm):
                     model._FITS.clear()  # as in a new process: no fit but the store's
-                    start = time.perf_counter()
-                    report_run(copy, Console(file=io.StringIO(), width=160))
-                    times.setdefault(key, []).append(time.perf_counter() - start)
+                    times.setdefault(key, []).append(wall_and_cpu(
+                        lambda copy=copy: report_run(copy, Console(file=io.StringIO(),
+                                                                   width=160))))
                 shutil.rmtree(copy)
             print(f"  round {r + 1}/{rounds} done", flush=True)
-        rows = [[m, t, *_spread(cold[(m, t)])[:2], *_spread(warm[(m, t)])[:2]]
-                for m, t in grid]
-        print_table(["machines", "trials", "first report s (median)", "min–max",
-                     "with kept fits s", "min–max"], rows,
+        rows = [[m, t, *_wall_cpu(cold[(m, t)]), *_wall_cpu(warm[(m, t)])] for m, t in grid]
+        print_table(["machines", "trials", "first report s (median)", "min–max", "CPU s",
+                     "with kept fits s", "min–max", "CPU s"], rows,
                     title=f"report_run on synthetic stores: median of {rounds} rounds")
         record_rows = []
         for size in (10, 1000, 10000):
@@ -246,6 +276,9 @@ def main() -> None:
         help="compare checkouts: one whose orchestrator/ is timed (repeatable: the checkouts "
         "alternate round by round)",
     )  # fmt: skip
+    ap.add_argument("--synthetic", metavar="MxT",
+                    help="with --code: a synthetic store of M machines and T trials (200x10000) "
+                    "instead of a dry run; times the first report and one with kept fits")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -265,6 +298,10 @@ def compare(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-report-store-") as tmp:
         if args.store:
             store = Path(args.store).resolve()
+        elif args.synthetic:
+            machines, trials = (int(n) for n in args.synthetic.lower().split("x"))
+            store = synthetic_store(Path(tmp) / "synthetic", synthetic_rows(machines, trials))
+            print(f"store: synthetic, {machines} machines and {trials} trials")
         else:
             started = time.perf_counter()
             store = make_store(Path(tmp))
@@ -275,12 +312,13 @@ def compare(args: argparse.Namespace) -> None:
             for code in codes:  # interleaved: a neighbour's load hits every checkout alike
                 got = one_round(args, code, store)
                 results[code].append(got)
-                print(f"  round {i + 1} ({code}): report_run {got['report_run'][0]:.3f} s, "
-                      f"{got['records']} record_trial {got['record_trial x N'][0]:.3f} s")
+                print(f"  round {i + 1} ({code}): " + ", ".join(
+                    f"{m} {got[m][0]:.3f} s" for m in got if m != "records"), flush=True)
+    metrics = SYNTHETIC_METRICS if args.synthetic else METRICS
     for code in codes:
         rows = []
         n = results[code][0]["records"]
-        for metric in METRICS:
+        for metric in metrics:
             wall = [r[metric][0] for r in results[code]]
             cpu = [r[metric][1] for r in results[code]]
             rows.append([metric.replace("N", str(n)), median(wall),
@@ -291,7 +329,7 @@ def compare(args: argparse.Namespace) -> None:
                     title=f"{code}: medians of {args.rounds} rounds, each in a fresh process")
     if len(codes) == 2:
         a, b = codes
-        for metric in METRICS:
+        for metric in metrics:
             ratio = [x[metric][1] / y[metric][1]
                      for x, y in zip(results[b], results[a], strict=True)]
             print(f"{metric}: {b} takes {median(ratio):.2f}x the CPU seconds of {a} "

@@ -121,16 +121,27 @@ def bootstrap_ci(
     n_boot: int = 2000,
     seed: int = SEED,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``stat`` (default: the median) over ``values``."""
+    """Percentile bootstrap interval of ``stat`` (default: the median) over ``values``.
+
+    The median of each resample is the middle of its sorted row (the mean of the two
+    middle values for an even count), as ``np.median`` gives to the last bit: sorting a
+    few repeats is several times faster than ``np.median``'s partition, and a report of
+    1,200 groups makes 1,200 of these intervals."""
     np = _np()
     x = np.asarray(_finite(values), dtype=float)
     if x.size == 0:
         raise ValueError("bootstrap_ci needs at least one finite value")
     rng = np.random.default_rng(seed)
     draws = x[rng.integers(0, x.size, size=(n_boot, x.size))]
-    stats = np.median(draws, axis=1) if stat is None else np.apply_along_axis(stat, 1, draws)
+    if stat is None:
+        draws.sort(axis=1)
+        k = x.size // 2
+        stats = draws[:, k] if x.size % 2 else (draws[:, k - 1] + draws[:, k]) / 2
+    else:
+        stats = np.apply_along_axis(stat, 1, draws)
     alpha = (1.0 - level) / 2
-    return float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return float(low), float(high)
 
 
 def spread(values: Sequence[float], seed: int = SEED) -> Spread | None:

@@ -18,7 +18,7 @@ so ``cloudprof --help`` and a sweep's start stay instant.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,12 @@ at most (each is ~0.5 s to draw and a page of 200 is read by no one); the HTML's
 timeline has every machine."""
 FADED = 0.08
 """The opacity of a series whose legend entry was clicked away."""
+MAX_REPEAT_DOTS = 2_000
+"""The throughput figure draws every repeat as a dot up to this many; beyond, the medians
+and their intervals carry the spread (10,000 dots draw no better and cost seconds to
+encode, render and load)."""
+USL_POINTS = 60
+"""Points per USL curve, fewer when many machines share the figure (``usl_points``)."""
 
 
 @dataclass
@@ -56,17 +62,23 @@ class Drawn:
     name: str
     caption: str
     chart: Any  # an Altair chart
+    _spec: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def spec(self) -> dict[str, Any]:
-        return spec(self.chart)
+        """The chart's spec, made once: the SVG file and the HTML page draw the same one."""
+        if self._spec is None:
+            self._spec = spec(self.chart, validate=False)
+        return self._spec
 
 
-def spec(chart: Any) -> dict[str, Any]:
+def spec(chart: Any, validate: bool = True) -> dict[str, Any]:
     """The chart's Vega-Lite spec, its data inlined. Altair refuses more than 5,000 rows
     by default (a guard for notebooks); a report's data is already bounded (a thinned time
-    series, one row per point), so the guard is lifted for this call only."""
+    series, one row per point), so the guard is lifted for this call only. ``validate``:
+    check the spec against Vega-Lite's JSON schema (a second or more for a large one; a
+    report's figures, checked by the tests, skip it)."""
     with alt.data_transformers.disable_max_rows():
-        return chart.to_dict()
+        return chart.to_dict(validate=validate)
 
 
 def machine_colours(pairs) -> dict[str, str]:
@@ -229,10 +241,12 @@ def throughput_figure(
         layers.append(alt.Chart(spread, description="interval").mark_rule(strokeWidth=1.5).encode(
             x=x, y="low:Q", y2="high:Q", color=_colour(colours), opacity=_faded(pick),
             tooltip=tooltip))
+    dots: list[Any] = []
     if trials is not None:
-        layers += _repeat_dots(trials, table, colours, x, pick, measure)
+        dots = _repeat_dots(trials, table, colours, x, pick, measure)
+        layers += dots
         if split_by is None:
-            layers += _usl_layers(trials, table, colours, x, pick, usl_models,
+            layers += _usl_layers(trials, data, colours, x, pick, usl_models,
                                   measure.rate_scale)
     knees = _knees(data)
     if len(knees):
@@ -248,8 +262,10 @@ def throughput_figure(
             x=x, y="value:Q", shape=alt.Shape("label:N", title=None, legend=alt.Legend(
                 orient="bottom", direction="vertical", labelLimit=480)),
             tooltip=["label:N", "workers:Q", alt.Tooltip("value:Q", format=",.4~g")]))
+    shown = "median, interval, repeats" if dots or trials is None else (
+        f"median, interval (repeats not drawn past {MAX_REPEAT_DOTS:,})")
     return _sized(_zoomable(*layers), "Throughput vs workers",
-                  "median, interval, repeats; ★ knee; dashed: USL fit")
+                  f"{shown}; ★ knee; dashed: USL fit")
 
 
 def _knees(data: pd.DataFrame) -> pd.DataFrame:
@@ -264,7 +280,10 @@ def _knees(data: pd.DataFrame) -> pd.DataFrame:
 
 def _repeat_dots(trials: pd.DataFrame, summary: pd.DataFrame,
                  colours: dict[str, str], x: Any, pick: Any, measure: Measure) -> list[Any]:
-    """Every successful repeat as a faint dot at its own rate."""
+    """Every successful repeat as a faint dot at its own rate; none past
+    ``MAX_REPEAT_DOTS`` (the medians' intervals show the spread)."""
+    if len(trials) > MAX_REPEAT_DOTS:
+        return []
     shown = _labelled(in_measure(trials, measure))
     shown = shown[(shown["status"] == rpt.OK) & shown["label"].isin(set(summary["label"]))]
     dots = pd.DataFrame({"label": shown["label"], "workers": shown["workers"].astype(int),
@@ -282,41 +301,64 @@ def _repeat_dots(trials: pd.DataFrame, summary: pd.DataFrame,
 
 def usl_curves(trials: pd.DataFrame, labels: set[str],
                usl_models: dict[tuple[str, str], Any] | None = None,
-               scale: float = 1.0) -> pd.DataFrame:
+               scale: float = 1.0,
+               ranges: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Each machine's fitted USL curve and its 95 % band, where the fit is good.
 
     The fit is the report's own when ``usl_models`` has it (the table's numbers, not a
     second bootstrap), else fitted here from ``trials``; drawn over the tested range and a
-    quarter past it; ``scale`` turns its units/s into the figure's unit."""
-    from orchestrator.analysis.model import fit_usl_with_intervals
+    quarter past it; ``scale`` turns its units/s into the figure's unit. ``ranges``: the
+    tested worker counts' (lowest, highest) per label, when the caller has them with the
+    report's fits (the trials are not read again)."""
     from orchestrator.results.report.model import samples
 
+    if ranges is not None and usl_models is not None:
+        found = {(m, r): ranges[rpt.machine_label(m, r)] for m, r in usl_models
+                 if rpt.machine_label(m, r) in ranges}
+        fits = {key: usl_models[key] for key in found}
+    else:
+        by_machine = samples(trials)
+        found = {key: (min(data), max(data)) for key, data in by_machine.items() if data}
+        fits = {key: _fit_of(key, by_machine[key], usl_models) for key in found}
+    points = usl_points(len(found))
     parts = []
-    for (machine, ran_on), data in sorted(samples(trials).items()):
-        label = rpt.machine_label(machine, ran_on)
-        if label not in labels or not data:
+    for key in sorted(found):
+        label, model = rpt.machine_label(*key), fits[key]
+        if label not in labels or model is None or model.fit.poor:
             continue
-        if usl_models is not None and (machine, ran_on) in usl_models:
-            model = usl_models[(machine, ran_on)]
-        else:
-            model = fit_usl_with_intervals(data)
-        if model is None or model.fit.poor:
-            continue
-        ns = np.geomspace(max(min(data), 1), max(data) * 1.25, 60)
-        band = model.band(list(ns))
-        parts.append(pd.DataFrame({"label": label, "workers": ns,
-                                   "fit": [b[0] * scale for b in band],
-                                   "low": [b[1] * scale for b in band],
-                                   "high": [b[2] * scale for b in band]}))
+        low, high = found[key]
+        ns = np.geomspace(max(low, 1), high * 1.25, points)
+        band = np.asarray(model.band(list(ns)), dtype=float).reshape(-1, 3) * scale
+        parts.append(pd.DataFrame({"label": label, "workers": ns, "fit": band[:, 0],
+                                   "low": band[:, 1], "high": band[:, 2]}))
     if not parts:
         return pd.DataFrame(columns=["label", "workers", "fit", "low", "high"])
     return pd.concat(parts, ignore_index=True)
 
 
-def _usl_layers(trials: pd.DataFrame, summary: pd.DataFrame,
+def usl_points(curves: int) -> int:
+    """Points per curve: ``USL_POINTS`` for a few machines, fewer (at least 16) for many, so
+    200 curves stay a few thousand rows."""
+    return max(16, min(USL_POINTS, 4_000 // max(curves, 1)))
+
+
+def _fit_of(key: tuple[str, str], data: dict[int, list[float]],
+            usl_models: dict[tuple[str, str], Any] | None) -> Any:
+    from orchestrator.analysis.model import fit_usl_with_intervals
+
+    if usl_models is not None and key in usl_models:
+        return usl_models[key]
+    return fit_usl_with_intervals(data)
+
+
+def _usl_layers(trials: pd.DataFrame, medians: pd.DataFrame,
                 colours: dict[str, str], x: Any, pick: Any,
                 usl_models: dict[tuple[str, str], Any] | None, scale: float) -> list[Any]:
-    curves = usl_curves(trials, set(summary["label"]), usl_models, scale)
+    workers = medians.groupby("label")["workers"]
+    ranges = {label: (float(lo), float(hi))
+              for label, lo, hi in zip(workers.min().index, workers.min(), workers.max(),
+                                       strict=True)}
+    curves = usl_curves(trials, set(medians["label"]), usl_models, scale, ranges)
     if not len(curves):
         return []
     band = alt.Chart(curves, description="usl_band").mark_area(opacity=0.15).encode(
@@ -582,7 +624,22 @@ def report_figures(
     The page's list: throughput and efficiency vs workers, $ per unit vs rate with the
     Pareto front, peak memory vs workers, the memory timeline (every machine, one picked
     at a time), then the profiles' bars. ``usl_models``: the report's own USL fits per
-    (machine, ran_on), drawn as they are (fitted here when not given)."""
+    (machine, ran_on), drawn as they are (fitted here when not given).
+
+    Built with Altair's debug mode off: in it every chart object is turned into a dict
+    with its data and checked against the schema as it is made, seconds for a report of
+    200 machines; the tests build the same figures with it on."""
+    from altair.utils.schemapi import debug_mode
+
+    with debug_mode(False):
+        return _report_figures(run, summary, usl_models)
+
+
+def _report_figures(
+    run: rpt.RunData,
+    summary: pd.DataFrame,
+    usl_models: dict[tuple[str, str], Any] | None,
+) -> tuple[list[Drawn], list[Drawn]]:
     table = frame(summary)
     trials = frame(run.trials)
     colours = machine_colours(_pairs(trials))
@@ -644,10 +701,11 @@ def _safe(name: str) -> str:
 
 
 def to_svg(chart: Any) -> str:
-    """The chart as a standalone SVG (vl-convert: no browser, no network)."""
+    """The chart (or its spec) as a standalone SVG (vl-convert: no browser, no network)."""
     import vl_convert as vlc
 
-    return vlc.vegalite_to_svg(spec(chart), vl_version=_vl_version())
+    return vlc.vegalite_to_svg(chart if isinstance(chart, dict) else spec(chart),
+                               vl_version=_vl_version())
 
 
 def to_png(chart: Any, scale: float = 2.0) -> bytes:
@@ -679,11 +737,17 @@ def write_figures(figures: list[Drawn], out_dir: Path, run_dir: Path
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rel = out_dir.relative_to(run_dir) if out_dir.is_relative_to(run_dir) else out_dir
-    written = []
-    for drawn in figures:
-        if not drawn.name:
-            continue
-        atomic_write_bytes(out_dir / drawn.name, to_svg(drawn.chart).encode())
-        written.append(((rel / drawn.name).as_posix(), drawn.caption))
-    return written
+    named = [drawn for drawn in figures if drawn.name]
+    for drawn, svg in zip(named, _svgs([drawn.spec() for drawn in named]), strict=True):
+        atomic_write_bytes(out_dir / drawn.name, svg.encode())
+    return [((rel / drawn.name).as_posix(), drawn.caption) for drawn in named]
 
+
+def _svgs(specs: list[dict[str, Any]]) -> list[str]:
+    """The specs as SVG, converted side by side: vl-convert renders outside the GIL."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(specs) < 2:
+        return [to_svg(s) for s in specs]
+    with ThreadPoolExecutor(max_workers=min(4, len(specs))) as pool:
+        return list(pool.map(to_svg, specs))

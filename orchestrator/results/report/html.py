@@ -45,6 +45,7 @@ figure img{max-width:100%;height:auto}
 .chart{width:100%;overflow-x:auto}
 .vega-bind{font-size:90%;margin:.3em 0}
 p.hint{color:#555;font-size:90%}
+details summary{cursor:pointer;color:#2e7d32;font-weight:bold}
 @media (max-width:600px){body{margin:.8em}h1{font-size:1.4em}.card dl{grid-template-columns:1fr}
 .card dd{margin-bottom:.4em}figure{margin:1em 0}}
 """
@@ -83,9 +84,7 @@ def render_html(report: Report, base_dir: Path | None = None,
         "<body>",
         f"<h1>{e(report.title)}</h1>",
         *_answers(report),
-        "<ul>",
-        *(f"<li>{e(line)}</li>" for line in report.headlines),
-        "</ul>",
+        *_headlines(report),
     ]
     out += _charts(charts) if charts and script else _images(report, base_dir)
     for table in report.tables:
@@ -157,17 +156,43 @@ def _no_break(text: str) -> str:
     return re.sub(r"\S*\w-\S+", keep, html.escape(text)).replace(" · ", "\u00a0· ")
 
 
+def _headlines(report: Report) -> list[str]:
+    """The headlines; for many machines those about one left-out machine are folded."""
+    from orchestrator.results.report.view import folded_headlines
+
+    e = html.escape
+    shown, folded = folded_headlines(report)
+    out = ["<ul>", *(f"<li>{e(line)}</li>" for line in shown), "</ul>"]
+    if folded:
+        out += [f"<details><summary>{len(folded)} more headlines, one machine each</summary>"
+                "<ul>", *(f"<li>{e(line)}</li>" for line in folded), "</ul></details>"]
+    return out
+
+
 def _answers(report: Report) -> list[str]:
-    """The answer cards, side by side where the page is wide enough (stacked on a phone)."""
+    """The answer cards, side by side where the page is wide enough (stacked on a phone).
+
+    For many machines the best few come first and the others are folded below them
+    (``view.top_cards``), so the page reaches its figures without 200 cards to scroll."""
+    from orchestrator.results.report.view import top_cards
+
     if not report.answers:
         return []
+    top, ranked = top_cards(list(report.answers))
+    out = ['<div class="answers">', *(line for card in top for line in _card(card)), "</div>"]
+    rest = [card for card in ranked if card not in top]
+    if rest:
+        out += [f"<details><summary>{len(rest)} more answer cards, cheapest per unit first"
+                '</summary><div class="answers">',
+                *(line for card in rest for line in _card(card)), "</div></details>"]
+    return out
+
+
+def _card(card: Any) -> list[str]:
     e = html.escape
-    out = ['<div class="answers">']
-    for card in report.answers:
-        out.append(f'<section class="card"><h2>{e(card.title)}</h2><dl>')
-        for label, text in card.lines():
-            out.append(f'<dt>{e(label)}</dt>'
-                       f'<dd class="{e(label.lower())}">{_no_break(text)}</dd>')
-        out.append("</dl></section>")
-    out.append("</div>")
+    out = [f'<section class="card"><h2>{e(card.title)}</h2><dl>']
+    for label, text in card.lines():
+        out.append(f'<dt>{e(label)}</dt>'
+                   f'<dd class="{e(label.lower())}">{_no_break(text)}</dd>')
+    out.append("</dl></section>")
     return out

@@ -68,13 +68,19 @@ class Layout:
 
 
 def render_console(report: Report, console: Console) -> None:
-    """Headlines, then each table laid out for ``console.width`` (see the module's docstring)."""
+    """Answer cards, headlines, then each table laid out for ``console.width`` (see the
+    module's docstring); a sweep of many machines is cut to its best (``view.TerminalView``)."""
+    from orchestrator.results.report.view import terminal_view
+
+    view = terminal_view(report)
     console.print(f"[bold]{_rich_escape(report.title)}[/bold]")
-    for card in report.answers:
+    for card in view.cards:
         print_card(card, console)
-    for line in report.headlines:
+    for line in view.headlines:
         console.print(f"• {_rich_escape(line)}")
-    for table in report.tables:
+    if view.hidden:
+        console.print(f"[dim]{_rich_escape(view.note())}[/dim]")
+    for table in view.tables:
         print_table(table, console)
         console.print()
 
