@@ -53,7 +53,7 @@ def _assert_torn_down(sweep: CloudSweep, run_dir: Path) -> None:
     assert bucket.list(results) == {} and bucket.prefix_labels(results) is None
     wait_for("the VM's processes of the sweep to end",
              lambda: not [p for p in processes_with(str(sweep.workdir))
-                          if "workloads" in p or "pip" in p], timeout=15)
+                          if "workloads" in p or "pip" in p], timeout=60)
 
 
 def _results_prefix(run_dir: Path) -> str:
@@ -117,8 +117,9 @@ def test_signal_at_each_phase_tears_everything_down_and_keeps_finished_trials(
 # ---------------------------------------------------------------- the VM's sshd dies
 
 
+# gcp: the reconnect is the engine's; aws reconnects in the two tests after this one.
 @pytest.mark.slow
-@pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
+@pytest.mark.parametrize("cloud_sweep", ["gcp"], indirect=True)
 def test_sshd_killed_during_a_trial_is_retried_and_the_vm_still_torn_down(
     cloud_sweep: CloudSweep,
 ) -> None:
@@ -178,8 +179,9 @@ def test_a_vm_unreachable_for_good_still_gives_the_result_its_runner_put(
 # ---------------------------------------------------------------- SIGKILL, then resume
 
 
+# aws: a gcp resume reattaches to its VM in test_gcp.py (test_resume_after_sigkill_...).
 @pytest.mark.slow
-@pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
+@pytest.mark.parametrize("cloud_sweep", ["aws"], indirect=True)
 def test_sigkill_then_resume_runs_each_missing_trial_once_and_no_trial_twice(
     cloud_sweep: CloudSweep,
 ) -> None:
