@@ -89,7 +89,10 @@ SSH_PYTHON = Setting(
     "CLOUDPROF_SSH_PYTHON", "command or path",
     "the host's interpreter the bootstrap venv is built from", "python3")
 SSH_BOOT_TIMEOUT = Setting(
-    "CLOUDPROF_SSH_BOOT_TIMEOUT", "seconds", "how long to wait for a new VM's sshd", "300")
+    "CLOUDPROF_SSH_BOOT_TIMEOUT", "seconds",
+    "how long to wait for a new VM's sshd, and the reconnect budget: how long to keep "
+    "logging in again to any host after its connection dropped (never past the trial's "
+    "time limit)", "300")
 
 # ---------------------------------------------------------------- host settings
 

@@ -74,3 +74,33 @@ def test_a_drop_mid_run_reattaches_and_passes_each_line_once(private_sshd, tmp_p
     assert result.exit_code == 0
     assert lines == [f"line {i}" for i in range(1, 7)]  # none lost, none twice
     assert any("reattached to the trial" in line for line in logged), logged
+
+
+def test_a_host_that_stays_gone_is_given_up_after_the_patience_not_the_time_limit(
+        private_sshd, tmp_path: Path) -> None:
+    """sshd dies for good mid-run: reconnecting stops once ``patience`` has passed since the
+    drop, with the last login error, however long the command's own limit still runs."""
+    from orchestrator.errors import UnreachableError
+
+    tries: list[float] = []
+
+    def reconnect() -> SshExecutor:
+        tries.append(time.monotonic())
+        return open_ssh(_target(private_sshd), timeout=0.5)  # refused: unreachable at once
+
+    def on_line(line: str) -> None:  # the command runs: sshd goes, for good
+        lines.append(line)
+        threading.Thread(target=private_sshd.stop).start()
+
+    ex = open_ssh(_target(private_sshd), timeout=20)
+    lines: list[str] = []
+    try:
+        with pytest.raises(UnreachableError, match="cannot reach"):
+            detached.run(ex, ["sh", "-c", "echo started; sleep 30"], str(tmp_path / "trial"),
+                         timeout=300, on_line=on_line, stop=threading.Event(),
+                         log=lambda line: None, reconnect=reconnect, patience=3)
+    finally:
+        ex.close()
+    assert lines == ["started"]
+    assert len(tries) >= 2  # retried with backoff within the patience...
+    assert tries[-1] - tries[0] < 3  # ...and none after it, though 300 s were left

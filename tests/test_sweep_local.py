@@ -372,10 +372,11 @@ def test_bad_parameter_fails_its_trials_with_the_reason(cache: Path, tmp_path: P
 
 
 def _signal_cli_sweep(out: Path) -> list[str]:
-    """A dry-run sweep of four short trials, as a user types it."""
+    """A dry-run sweep of three short trials, as a user types it: a signal lands after the
+    first, in the second; the third is one a resume must run that never started."""
     return [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1",
             "--machine", "n2-highcpu-8",
-            "--dry-run", "--workers", "1,2,3,4", "--duration", "1.5", "--frames", "4",
+            "--dry-run", "--workers", "1,2,3", "--duration", "1.5", "--frames", "4",
             "--rows", "40", "--cols", "40", "--dim", "8", "--out", str(out)]
 
 
@@ -394,23 +395,24 @@ def _wait_mid_trial(proc: subprocess.Popen, out: Path) -> None:
     pytest.fail("no trial finished in time")
 
 
+# SIGINT is the Ctrl-C tests' below (a double one, one through a pipe to tee), SIGHUP the
+# closed terminal's; each signal a sweep handles is sent at least once in this module.
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "then_resume"),
-                         [(signal.SIGINT, False), (signal.SIGTERM, False),
-                          (signal.SIGHUP, False), (signal.SIGQUIT, False),
+                         [(signal.SIGTERM, False), (signal.SIGQUIT, False),
                           (signal.SIGKILL, True)], ids=lambda v: getattr(v, "name", str(v)))
 def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
     cache: Path, tmp_path: Path, sig: signal.Signals, then_resume: bool
 ) -> None:
-    """Ctrl-C, kill, a closed terminal (SIGHUP) and Ctrl-\\ (SIGQUIT) alike: exit 130,
-    no trial left running, sweep.json says interrupted."""
+    """kill, kill -9 and Ctrl-\\ (SIGQUIT) alike: exit 130 (a kill -9 cannot: resume copes),
+    no trial left running, sweep.json says interrupted, the finished trial kept."""
     out = tmp_path / "runs"
     proc = subprocess.Popen(_signal_cli_sweep(out), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         _wait_mid_trial(proc, out)
         proc.send_signal(sig)
-        output, _ = proc.communicate(timeout=60)
+        output, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -431,7 +433,7 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
     store = RunStore.open(run_dir)
     run_sweep(spec_for(out), resume=run_dir, console=quiet())
     final = store.trials_frame()
-    assert sorted(final["workers"]) == [1, 2, 3, 4] and set(final["status"]) == {"ok"}
+    assert sorted(final["workers"]) == [1, 2, 3] and set(final["status"]) == {"ok"}
     for trial_id in done:  # finished before the signal: never run twice
         assert len(trial_dirs(run_dir, trial_id)) == 1
 
@@ -449,7 +451,7 @@ def test_a_hangup_with_the_terminal_gone_still_tears_down(cache: Path, tmp_path:
         proc.stdout.close()  # type: ignore[union-attr]  # nobody reads it any more
         _wait_mid_trial(proc, out)
         proc.send_signal(signal.SIGHUP)
-        proc.wait(timeout=60)
+        proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -458,7 +460,10 @@ def test_a_hangup_with_the_terminal_gone_still_tears_down(cache: Path, tmp_path:
     assert "Traceback" not in errors and "Exception ignored" not in errors
     assert errors.strip().splitlines()[-1].startswith("error: interrupted by SIGHUP"), errors
     assert not runner_processes(str(out))
-    assert json.loads((only_run(out) / "sweep.json").read_text())["status"] == "interrupted"
+    run_dir = only_run(out)
+    assert json.loads((run_dir / "sweep.json").read_text())["status"] == "interrupted"
+    trials = trials_of(run_dir)  # the trial finished before the hangup is kept
+    assert "n2-highcpu-8-w1-r0" in set(trials.loc[trials["status"] == "ok", "trial_id"])
 
 
 @pytest.mark.slow
@@ -467,7 +472,7 @@ def test_a_finished_sweep_piped_to_head_exits_0(cache: Path, tmp_path: Path) -> 
     runs every trial, records them and exits 0, without a word about the pipe."""
     out = tmp_path / "runs"
     cmd = _signal_cli_sweep(out)
-    cmd[cmd.index("1,2,3,4")] = "1,2"
+    cmd[cmd.index("1,2,3")] = "1,2"
     errs = shlex.quote(str(tmp_path / "stderr"))
     shell = f"{shlex.join(cmd)} 2>{errs} | head -1; exit ${{PIPESTATUS[0]}}"
     proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
@@ -513,7 +518,7 @@ def test_ctrl_c_on_a_sweep_piped_to_tee_ends_interrupted(cache: Path, tmp_path: 
     try:
         _wait_mid_trial(group, out)
         os.killpg(group.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
-        group.wait(timeout=60)
+        group.wait(timeout=180)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group.pid, signal.SIGKILL)
@@ -539,13 +544,13 @@ def test_a_double_ctrl_c_mid_trial_is_quiet(cache: Path, tmp_path: Path) -> None
     try:
         _wait_mid_trial(proc, out)
         ctrl_c_twice(proc.pid, 0.05)
-        output, errors = proc.communicate(timeout=60)
+        output, errors = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == EXIT_INTERRUPTED, errors
     assert "Traceback" not in output + errors and "Exception ignored" not in output + errors
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a loaded host reaps them late
     while runner_processes(str(out)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not runner_processes(str(out))

@@ -147,22 +147,23 @@ def test_a_stuck_trial_is_failed_at_its_limit_with_one_line_and_the_sweep_goes_o
     root = tmp_path / "job"
     root.mkdir()
     (root / "hang.py").write_text(HANG)
-    (root / "sweep.toml").write_text('trial_timeout = "3s"\n')
+    # long enough for the quick case's interpreters to start on a loaded host
+    (root / "sweep.toml").write_text('trial_timeout = "8s"\n')
     result = dry_run_sweep(tmp_path, "--config", str(root / "sweep.toml"), "--workdir", str(root),
                            "--command", "python hang.py {case}", "--grid", "case=stuck,quick")
     assert result.returncode == 6, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
-    assert "failed: timed out after 3 s (--trial-timeout)" in result.stdout
+    assert "failed: timed out after 8 s (--trial-timeout)" in result.stdout
     (run,) = list((tmp_path / "runs").iterdir())
     import pyarrow.parquet as pq
 
     rows = {json.loads(r["grid"])["case"]: r for r in pq.read_table(run / "trials.parquet")
             .to_pylist()}
     assert rows["stuck"]["status"] == "failed"
-    assert rows["stuck"]["error"] == "timed out after 3 s (--trial-timeout)"
+    assert rows["stuck"]["error"] == "timed out after 8 s (--trial-timeout)"
     assert rows["quick"]["status"] == "ok"
     assert not sweeps.processes_with(str(run))  # the stuck job's process is gone too
-    assert json.loads((run / "sweep.json").read_text())["spec"]["trial_timeout_s"] == 3.0
+    assert json.loads((run / "sweep.json").read_text())["spec"]["trial_timeout_s"] == 8.0
 
 
 def test_a_bad_trial_timeout_is_one_line_before_anything_runs(tmp_path):
@@ -195,7 +196,7 @@ def test_a_stuck_trial_on_an_ssh_host_is_failed_at_its_limit_and_the_machine_goe
         [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1", "--provider", "ssh",
          "--hosts", str(hosts), "--machine", "box", "--workers", "1", "--workdir", str(root),
          "--command", "python hang.py {case}", "--grid", "case=stuck,quick",
-         "--trial-timeout", "4", "--out", str(tmp_path / "runs")],
+         "--trial-timeout", "8", "--out", str(tmp_path / "runs")],  # quick on a loaded host
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 6, result.stderr[-2000:] + result.stdout[-2000:]
     (run,) = list((tmp_path / "runs").iterdir())
@@ -204,7 +205,7 @@ def test_a_stuck_trial_on_an_ssh_host_is_failed_at_its_limit_and_the_machine_goe
     rows = {json.loads(r["grid"])["case"]: r for r in pq.read_table(run / "trials.parquet")
             .to_pylist()}
     assert (rows["stuck"]["status"], rows["stuck"]["error"]) == (
-        "failed", "timed out after 4 s (--trial-timeout)")
+        "failed", "timed out after 8 s (--trial-timeout)")
     assert rows["quick"]["status"] == "ok"
     assert not sweeps.processes_with("hang.py stuck")
 

@@ -33,6 +33,7 @@ from orchestrator.formatting import fmt_bytes
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.providers import detached
 from orchestrator.providers.base import CommandResult
+from orchestrator.providers.remote import boot_timeout
 from orchestrator.results.store import trial_row
 from workloads import protocol
 from workloads.job import LOG_FILE as JOB_LOG
@@ -209,10 +210,10 @@ class TrialRunner:
         self.ctx.progress.trial_started(key, trial, self.ctx.spec.duration_s, limit)
         started = time.monotonic()
         try:
-            result = detached.run(  # survives a dropped SSH session
+            result = detached.run(  # survives a dropped SSH session, for a reconnect budget
                 ex, argv, out_dir, timeout=limit, stop=self.ctx.stop,
                 on_line=put.watch(lambda line: self.ctx.progress.line(key, line)),
-                reconnect=lambda: self._reconnected(host),
+                reconnect=lambda: self._reconnected(host), patience=boot_timeout(),
                 log=lambda line: self.ctx.progress.log(f"{trial.trial_id}: {line}"))
         except RemoteCommandError as exc:  # an SSH host stops it at the limit and says so
             if time.monotonic() - started < limit:

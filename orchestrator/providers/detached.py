@@ -12,10 +12,13 @@ files beside the trial's result directory on the host::
     <out_dir>.session/status   its exit status, written once it ended (128+N: signal N)
 
 One SSH command follows ``output`` until the runner ends; when the
-connection drops, the engine's ``reconnect`` logs in again with backoff until the
-trial's own time limit, and the follower resumes after the last line it passed on,
-so the sweep sees each line once and the trial runs once. A connection that does
-not come back within the limit fails the trial as a lost connection always did.
+connection drops, the engine's ``reconnect`` logs in again with backoff, and the
+follower resumes after the last line it passed on, so the sweep sees each line
+once and the trial runs once. It keeps trying for the reconnect budget (``patience``,
+the sweep's ``CLOUDPROF_SSH_BOOT_TIMEOUT``) and never past the trial's own time
+limit: a host that died would otherwise hold the sweep for the whole limit (4 x the
+trial's length + 2 min, hours for a long trial). A connection that does not come
+back within them fails the trial as a lost connection always did.
 
 Timeouts, Ctrl-C and ``close`` stop the runner's whole process group as they stop
 any command of the executor. Only an :class:`~orchestrator.providers.remote.SshExecutor`
@@ -110,12 +113,14 @@ def run(
     reconnect: Callable[[], Executor],
     stop: threading.Event,
     log: Callable[[str], None],
+    patience: float | None = None,
 ) -> CommandResult:
     """Run ``argv`` on the host as ``ex.run`` would, surviving a dropped SSH session.
 
     ``reconnect`` logs in to the same host again (the engine's own connect, which also
     makes the new executor the host's); ``stop`` is the sweep's interrupt, after which
-    a lost connection is not worth reattaching to.
+    a lost connection is not worth reattaching to; ``patience`` how long after a drop
+    to keep reconnecting (None: until the time limit).
     """
     from orchestrator.providers.remote import SshExecutor
 
@@ -149,7 +154,9 @@ def run(
                     raise
                 log(f"connection lost: {one_line(lost)}; reconnecting to the trial, "
                     "which runs on")
-                ssh = _reattach(reconnect, deadline, stop, lost)
+                give_up = deadline if patience is None else min(
+                    deadline, time.monotonic() + patience)
+                ssh = _reattach(reconnect, give_up, stop, lost)
                 if pid is None:  # the drop cut the start short: did the runner start?
                     pid = _started(ssh, where)
                 if pid is not None:
@@ -192,7 +199,7 @@ def _status(ex: SshExecutor, where: str) -> int:
 
 def _reattach(reconnect: Callable[[], Executor], deadline: float, stop: threading.Event,
               lost: ConnectionLostError) -> SshExecutor:
-    """Log in again, with backoff, until the trial's deadline; the last error past it."""
+    """Log in again, with backoff, until ``deadline``; the last error past it."""
     from orchestrator.providers.remote import SshExecutor
 
     delay, most = REATTACH_BACKOFF_S
