@@ -1,0 +1,33 @@
+"""The report page's inlined JavaScript is bundled once per machine, not once per report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.results import plots
+
+
+@pytest.fixture
+def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CLOUDPROF_CACHE", str(tmp_path / "cache"))
+    plots.javascript.cache_clear()
+    yield tmp_path / "cache"
+    plots.javascript.cache_clear()
+
+
+def test_the_bundle_is_kept_and_a_later_process_reads_it_back(fresh: Path) -> None:
+    bundle = plots.javascript()
+    (kept,) = (fresh / "report").glob("vega-bundle-*.js")
+    assert kept.read_text(encoding="utf-8") == bundle and "vegaEmbed" in bundle
+    kept.write_text("/* kept */", encoding="utf-8")  # what the next process gets
+    plots.javascript.cache_clear()
+    assert plots.javascript() == "/* kept */"
+
+
+def test_a_cache_that_cannot_be_written_still_gives_the_bundle(fresh: Path) -> None:
+    fresh.mkdir(parents=True)
+    (fresh / "report").write_text("not a directory")
+    bundle = plots.javascript()
+    assert "vegaEmbed" in bundle and (fresh / "report").read_text() == "not a directory"
