@@ -40,13 +40,20 @@ still go.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.engine.cleanup_view import (
+    count,
+    id_and_name,
+    repeat_command,
+    resource_table,
+    say_line,
+    selection,
+)
 from orchestrator.errors import (
     CloudprofError,
     CredentialsError,
@@ -57,7 +64,6 @@ from orchestrator.errors import (
 from orchestrator.plan.planner import slug
 from orchestrator.providers import get_provider, open_bucket
 from orchestrator.providers.base import LABEL_SWEEP, Bucket, LabelledPrefix, Provider, Resource
-from orchestrator.results.runs import fmt_age
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,7 +100,7 @@ class Leftover:
     def describe(self) -> str:
         res = self.resource
         where = res.zone or res.region or "global"
-        return f"{self.provider} {res.kind} {_id_and_name(res)} in {where}"
+        return f"{self.provider} {res.kind} {id_and_name(res)} in {where}"
 
 
 @dataclass
@@ -135,14 +141,14 @@ def cleanup(
     _list_buckets(buckets, provider, sweep_label, console, listed, searched, failures)
     live, ended = sweep_activity(runs_dirs)
     due, kept = choose(listed, now, older_than_s, sweep_label, live=live, ended=ended)
-    what = _selection(older_than_s, sweep_id, ended)
+    what = selection(older_than_s, sweep_id, ended)
 
     if not due:
         if searched:
-            _line(console, f"nothing to clean up: no cloudprof resources {what} "
+            say_line(console, f"nothing to clean up: no cloudprof resources {what} "
                            f"in {', '.join(searched)}")
         elif not failures:
-            _line(console, "nothing searched: no cloud is set up here (see above)")
+            say_line(console, "nothing searched: no cloud is set up here (see above)")
         _say_kept(console, kept)
         if failures:
             raise ProviderError(f"cleanup: {failures[0]}")
@@ -151,20 +157,20 @@ def cleanup(
     console.print(resource_table(due, now, title=f"cloudprof resources {what}"))
     _say_kept(console, kept)
     if not yes:
-        _line(console, f"nothing was deleted. To delete these {_count(due)}, run: "
-                       f"{_command(provider, older_than_s, sweep_id, buckets)} --yes")
+        say_line(console, f"nothing was deleted. To delete these {count(due)}, run: "
+                       f"{repeat_command(provider, older_than_s, sweep_id, buckets)} --yes")
         if failures:
             raise ProviderError(f"cleanup: {failures[0]}")
         return 0
 
     deleted, failed = delete(due, console)
-    _line(console, f"deleted {deleted} of {_count(due)}"
+    say_line(console, f"deleted {deleted} of {count(due)}"
                    + (f"; {len(failed)} failed (above)" if failed else ""))
     failures += failed
     if failures:
         raise ProviderError(
             f"cleanup: {len(failures)} problem(s), first: {failures[0]}; fix the cause and run "
-            f"`{_command(provider, older_than_s, sweep_id, buckets)} --yes` again"
+            f"`{repeat_command(provider, older_than_s, sweep_id, buckets)} --yes` again"
         )
     return 0
 
@@ -193,14 +199,14 @@ def _list_everywhere(
         except (CredentialsError, UsageError) as exc:
             if provider is not None:
                 raise
-            _line(console, f"{name}: skipped, not set up here ({exc})")
+            say_line(console, f"{name}: skipped, not set up here ({exc})")
             continue
         try:
             found = cloud.list_resources(labels)
         except CloudprofError as exc:
             if provider is not None:
                 raise
-            _line(console, f"{name}: listing failed: {exc}")
+            say_line(console, f"{name}: listing failed: {exc}")
             failures.append(f"{name}: listing failed: {exc}")
             continue
         searched.append(name)
@@ -226,10 +232,10 @@ def _list_buckets(buckets: Buckets, provider: str | None, sweep_label: str | Non
         except (CloudprofError, OSError) as exc:
             message = f"bucket {url}: cannot list it: {one_line(exc)}"
             if url in buckets.given:
-                _line(console, message)
+                say_line(console, message)
                 failures.append(message)
             else:
-                _line(console, f"{message}; skipped")
+                say_line(console, f"{message}; skipped")
             continue
         searched.append(bucket.url)
         listed.extend(Leftover(cloud, p, bucket) for p in prefixes
@@ -357,7 +363,7 @@ def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
             try:
                 cloud.delete_resources([i.resource for i in instances])
                 for item in instances:
-                    _line(console, f"deleted {item.describe()}")
+                    say_line(console, f"deleted {item.describe()}")
                 deleted += len(instances)
             except CloudprofError:
                 for item in instances:
@@ -371,7 +377,7 @@ def delete(due: list[Leftover], console: Console) -> tuple[int, list[str]]:
             if item.sweep_key in stuck:
                 message = (f"kept {item.describe()}: an instance of sweep "
                            f"{item.resource.sweep_id} could not be deleted")
-                _line(console, message)
+                say_line(console, message)
                 failures.append(message)
             elif _delete_one(cloud, item, console, failures):
                 deleted += 1
@@ -389,7 +395,7 @@ def _delete_one(cloud: Provider | None, item: Leftover, console: Console,
             current = item.bucket.prefix_labels(item.resource.id)
             if current is not None and current.labels != item.resource.labels:
                 # A sweep started using the prefix (the inputs cache) since it was listed.
-                _line(console, f"kept {item.describe()}: a sweep relabelled it just now")
+                say_line(console, f"kept {item.describe()}: a sweep relabelled it just now")
                 return False
             count = item.bucket.delete_labelled(item.resource.id)
             done = f" ({count} object{'' if count == 1 else 's'})"
@@ -399,88 +405,14 @@ def _delete_one(cloud: Provider | None, item: Leftover, console: Console,
             done = ""
     except (CloudprofError, OSError) as exc:
         message = f"could not delete {item.describe()}: {one_line(exc)}"
-        _line(console, message)
+        say_line(console, message)
         failures.append(message)
         return False
-    _line(console, f"deleted {item.describe()}{done}")
+    say_line(console, f"deleted {item.describe()}{done}")
     return True
 
 
 # ---------------------------------------------------------------- showing
-
-
-def resource_table(items: list[Leftover], now: float, title: str | None = None) -> object:
-    """A rich table: provider, kind, id/name, zone/region, sweep, created, expires, state."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for column in ("provider", "kind", "id / name", "zone / region", "sweep", "created",
-                   "expires", "state"):
-        table.add_column(column, overflow="fold")
-    for item in items:
-        res = item.resource
-        table.add_row(*(escape(cell) for cell in (
-            item.provider, res.kind, _id_and_name(res), res.zone or res.region or "global",
-            res.sweep_id or "-", _when(res.created_at, now), _when(res.expires_at, now),
-            res.state or "-",
-        )))
-    return table
-
-
-def _id_and_name(res: Resource) -> str:
-    return res.id if not res.name or res.name == res.id else f"{res.id} ({res.name})"
-
-
-def _when(stamp: float | None, now: float) -> str:
-    if stamp is None:
-        return "-"
-    text = dt.datetime.fromtimestamp(stamp, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    delta = now - stamp
-    return f"{text} ({_span(delta)} ago)" if delta >= 0 else f"{text} (in {_span(-delta)})"
-
-
-_span = fmt_age  # one age format for `cloudprof runs` and `cloudprof cleanup`
-
-
-def _duration_arg(seconds: float) -> str:
-    """``seconds`` as --older-than accepts it."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-def _selection(older_than_s: float | None, sweep_id: str | None,
-               ended: set[str] | frozenset[str] = frozenset()) -> str:
-    parts = []
-    if sweep_id:
-        parts.append(f"of sweep {sweep_id}")
-    if older_than_s is not None:
-        parts.append(f"created more than {_duration_arg(older_than_s)} ago")
-    elif not sweep_id:
-        parts.append("past their expiry")
-        if ended:
-            parts.append("or of a sweep no longer running")
-    return " ".join(parts)
-
-
-def _command(provider: str | None, older_than_s: float | None, sweep_id: str | None,
-             buckets: Buckets) -> str:
-    import shlex
-
-    argv = ["cloudprof", "cleanup"]
-    if provider:
-        argv += ["--provider", provider]
-    if older_than_s is not None:
-        argv += ["--older-than", _duration_arg(older_than_s)]
-    if sweep_id:
-        argv += ["--sweep", sweep_id]
-    return " ".join(shlex.quote(a) for a in [*argv, *buckets.argv()])
-
-
-def _count(items: list[Leftover]) -> str:
-    return f"{len(items)} resource" + ("" if len(items) == 1 else "s")
 
 
 def _say_kept(console: Console, kept: list[Leftover]) -> None:
@@ -493,15 +425,10 @@ def _say_kept(console: Console, kept: list[Leftover]) -> None:
     now = time.time()
     prefixes_in_use = [i for i in kept if i.bucket is not None
                        and (i.sweeps & running_sweeps or _in_use(i, now, None))]
-    note = f"left alone: {_count(kept)} not due"
+    note = f"left alone: {count(kept)} not due"
     if in_use:
         note += f" ({len(in_use)} still used by an instance of their sweep that is not due)"
     if prefixes_in_use:
         note += (f" ({len(prefixes_in_use)} bucket prefix(es) still used by a sweep that "
                  "has not expired)")
-    _line(console, note + "; --sweep ID or --older-than DURATION selects them")
-
-
-def _line(console: Console, text: str) -> None:
-    """One plain line: no markup (cloud messages hold brackets), never wrapped."""
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    say_line(console, note + "; --sweep ID or --older-than DURATION selects them")
