@@ -157,9 +157,10 @@ def test_a_vm_unreachable_for_good_still_gives_the_result_its_runner_put(
     and puts its result in the bucket, where the sweep collects it once reconnecting has
     failed for its budget (twice: reattaching, then retrying the trial)."""
     sweep = cloud_sweep
-    # the reconnect budget: the 3 s trial ends well within twice 6 s (+ a 2 s backoff)
-    sweep.env["CLOUDPROF_SSH_BOOT_TIMEOUT"] = "6"
-    proc = sweep.start(sweep.argv("1", "3", "--trial-timeout", "12"))
+    # the reconnect budget: the 3 s trial ends well within twice 10 s (+ a 2 s backoff),
+    # also on a loaded host (with 6 s, a run beside a CPU hog found no result yet)
+    sweep.env["CLOUDPROF_SSH_BOOT_TIMEOUT"] = "10"
+    proc = sweep.start(sweep.argv("1", "3", "--trial-timeout", "20"))
     wait_for("the runner itself to run (not the shell starting it)",
              lambda: [p for p in sweep.runners() if "python" in p.split()[0]], proc)
     sweep.sshd.stop()  # for good: the daemon and every session die, the VM stays
@@ -172,7 +173,6 @@ def test_a_vm_unreachable_for_good_still_gives_the_result_its_runner_put(
     assert run_dir is not None
     trials = _trials(run_dir)
     assert list(trials["status"]) == ["ok"] and trials["units"].iloc[0] > 0
-    _assert_torn_down(sweep, run_dir)
     _assert_torn_down(sweep, run_dir)
 
 
