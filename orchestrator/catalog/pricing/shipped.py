@@ -129,7 +129,7 @@ AWS_LARGEST = {"6i": 128, "6a": 192, "7i": 192, "7a": 192, "7g": 64, "8g": 192} 
 # 32xlarge: it goes from 24xlarge to 48xlarge), so its estimate is dropped; a
 # family read in part keeps fitted estimates for its unread sizes.
 READ_IN_FULL: dict[str, frozenset[str]] = {
-    "gcp": frozenset({"c2", "c2d", "c3", "c3d", "c4", "m1", "m3", "n1", "n2", "n2d", "n4",
+    "gcp": frozenset({"c2", "c2d", "c3", "c3d", "c4", "e2", "m1", "m3", "n1", "n2", "n2d", "n4",
                       "t2a", "t2d"}),
     "aws": frozenset(AWS_FAMILIES),
 }
