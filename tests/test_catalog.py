@@ -76,6 +76,14 @@ def shipped_row(name: str, region: str, provider: str = "gcp") -> catalog.Machin
 SKYPILOT_SOURCE = re.compile(
     r"skypilot-catalog@([0-9a-f]{7}) \(catalogs/v\d+/(gcp|aws)/vms\.csv as read on "
     r"(\d{4}-\d{2}-\d{2}), not its commit date; ")
+PRICING_YML_SOURCE = re.compile(
+    r"google-cloud-pricing-cost-calculator@([0-9a-f]{7}) \(pricing\.yml generated "
+    r"(\d{4}-\d{2}-\d{2}) from the Cloud Billing API; ")
+
+
+def read_from_a_source(m: catalog.MachineType) -> bool:
+    """Whether a shipped row was imported from a source (not an estimate)."""
+    return bool(SKYPILOT_SOURCE.match(m.price_source) or PRICING_YML_SOURCE.match(m.price_source))
 
 
 def test_every_shipped_price_is_dated_and_names_its_source_or_says_it_is_an_estimate() -> None:
@@ -89,6 +97,11 @@ def test_every_shipped_price_is_dated_and_names_its_source_or_says_it_is_an_esti
             assert found.group(2) == m.provider and found.group(3) == m.price_date
             assert m.fetched and m.fetched_at == m.price_date
             assert m.source_name == f"skypilot-catalog@{found.group(1)}"
+        elif found := PRICING_YML_SOURCE.match(m.price_source):  # GCP families SkyPilot lacks
+            imported += 1
+            assert m.provider == "gcp" and m.family in ("c4a", "m2")
+            assert found.group(2) == m.price_date and m.fetched_at.startswith(m.price_date)
+            assert m.source_name == f"google-cloud-pricing-cost-calculator@{found.group(1)}"
         else:  # anything else must say it was not fetched
             assert m.price_source.startswith("offline estimate (not fetched): ")
             assert not m.fetched and m.source_name == "offline estimate"
@@ -223,7 +236,7 @@ def test_unknown_machine_suggests_the_nearest_names() -> None:
 
 def test_a_region_without_a_price_lists_the_regions_that_have_one() -> None:
     with pytest.raises(UsageError, match=r"no catalog price in region 'asia-east1'.*us-central1"):
-        lookup("m2-ultramem-208", region="asia-east1")
+        lookup("t2a-standard-8", region="asia-east1")
 
 
 @pytest.mark.parametrize("name", ["n2;rm -rf /", "$(reboot)", "a b", "`id`", "x|y", "-rf", ""])
@@ -278,7 +291,7 @@ def test_the_shipped_files_are_exactly_what_the_importer_makes_of_their_imported
     rows gives the files again, byte for byte."""
     from orchestrator.catalog.pricing.shipped import texts_from
 
-    imported = {p: [m for m in load_catalog(p) if SKYPILOT_SOURCE.match(m.price_source)]
+    imported = {p: [m for m in load_catalog(p) if read_from_a_source(m)]
                 for p in catalog.CATALOG_PROVIDERS}
     for name, text in texts_from(imported).items():
         assert (catalog.shipped_dir() / name).read_text(encoding="utf-8") == text, name
@@ -349,26 +362,109 @@ def test_two_files_of_one_provider_keep_each_rows_own_source(tmp_path: Path) -> 
         file_texts({"gcp": v7, "gcp@v8": v8}, commits, "2026-11-26")
 
 
+PRICING_YML = """\
+---
+about:
+  generated: Thu Mar  6 03:53:56 2025
+  timestamp: 1741233236
+compute:
+  instance:
+    c4a-standard-8:
+      cost:
+        asia-east1:
+          hour: 0.41591768
+          hour_spot: 0.16618184
+        us-central1:
+          hour: 0.3592
+          hour_spot: 0.14352
+        us-east1:
+          hour: 0.3592
+      cpu: 8
+      ram: 32
+    c4a-standard-8-lssd:
+      cost:
+        us-central1:
+          hour: 0.3592
+      cpu: 8
+      ram: 32
+    m2-ultramem-208:
+      cost:
+        us-central1:
+          hour: 42.111936
+          hour_spot: 50.0
+      cpu: 208
+      ram: 5888
+    n2-standard-4:
+      cost:
+        us-central1:
+          hour: 0.5
+      cpu: 4
+      ram: 16
+"""
+
+
+def test_a_pricing_yml_prices_the_families_no_skypilot_file_lists(tmp_path: Path) -> None:
+    """c4a and m2 are in no SkyPilot catalog version: a pricing.yml of
+    google-cloud-pricing-cost-calculator prices them, dated by its own generation time and
+    naming its commit; a family a SkyPilot file lists keeps that file's price, -lssd shapes
+    (priced without their SSD) and regions that are not shipped are left out."""
+    from orchestrator.catalog.pricing.shipped import file_texts, main
+
+    header = ("InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,"
+              "Region,AvailabilityZone,Price,SpotPrice")
+    v7, yml = tmp_path / "v7.csv", tmp_path / "pricing.yml"
+    v7.write_text(f"{header}\nn2-standard-4,4.0,16.0,,,,us-central1,us-central1-a,0.19,0.06\n",
+                  encoding="utf-8")
+    yml.write_text(PRICING_YML, encoding="utf-8")
+    text = file_texts({"gcp": v7}, {"gcp": "6f65ab5"}, "2026-11-26",
+                      pricing_yml=(yml, "0166a59ebba7c36f2cc8c931d9f258dcebc44776"))["gcp.csv"]
+    (tmp_path / "gcp.csv").write_text(text, encoding="utf-8")
+    rows = {(m.name, m.region): m for m in parse_catalog_file(tmp_path / "gcp.csv", "gcp")}
+    c4a = rows[("c4a-standard-8", "us-central1")]
+    assert (c4a.price_on_demand, c4a.price_spot, c4a.price_date) == (0.3592, 0.14352, "2025-03-06")
+    assert c4a.arch == "arm64" and c4a.fetched_at == "2025-03-06T03:53:56Z"
+    assert c4a.source_name == "google-cloud-pricing-cost-calculator@0166a59"
+    assert rows[("c4a-standard-8", "asia-east1")].price_on_demand == 0.41591768
+    assert {r for n, r in rows if n == "c4a-standard-8"} == {"us-central1", "asia-east1"}
+    assert not any(n.endswith("-lssd") for n, _ in rows)
+    m2 = rows[("m2-ultramem-208", "us-central1")]
+    assert m2.price_spot is None and "spot none listed" in m2.price_source  # spot above list
+    assert rows[("n2-standard-4", "us-central1")].price_on_demand == 0.19  # SkyPilot's
+    yml.write_text("about: {generated: today}\n", encoding="utf-8")
+    with pytest.raises(CatalogError, match=r"not a pricing\.yml: no about\.timestamp"):
+        file_texts({"gcp": v7}, {"gcp": "6f65ab5"}, "2026-11-26", pricing_yml=(yml, "0166a59"))
+    with pytest.raises(SystemExit, match="--pricing-yml goes with --skypilot-file"):
+        main(["--pricing-yml", str(yml)])
+
+
 def test_a_family_the_shipped_files_read_in_full_has_no_estimate_left() -> None:
     from orchestrator.catalog.pricing.shipped import READ_IN_FULL
 
     for provider, families in READ_IN_FULL.items():
         left = {m.name for m in load_catalog(provider)
-                if m.family in families and not SKYPILOT_SOURCE.match(m.price_source)}
+                if m.family in families and not read_from_a_source(m)}
         assert not left, f"{provider}: {sorted(left)}"
         assert families <= {m.family for m in load_catalog(provider)}
 
 
-def test_fitted_estimates_say_what_they_were_fitted_to_and_agree_with_it() -> None:
-    fitted = [m for m in load_catalog() if "fitted to skypilot-catalog@" in m.price_source]
-    assert fitted
-    for m in fitted:
-        read = [r for r in load_catalog(m.provider) if SKYPILOT_SOURCE.match(r.price_source)
-                and (r.family, r.region) == (m.family, m.region)
-                and r.memory_gib / r.vcpus == m.memory_gib / m.vcpus]
-        per_vcpu = [r.price_on_demand / r.vcpus for r in read]  # type: ignore[operator]
-        if per_vcpu:  # a same-shape fit: within the read rows' range per vCPU
-            assert min(per_vcpu) * 0.999 <= m.price_on_demand / m.vcpus <= max(per_vcpu) * 1.001
+def test_fitted_estimates_say_what_they_were_fitted_to_and_agree_with_it(tmp_path: Path) -> None:
+    """Every family the shipped files import is read in full, so none of their rows is
+    fitted; re-imported with some n2 sizes left out, each left-out size is fitted to the
+    rest, says so, and lands on the price the source lists for it (GCP prices n2 per
+    vCPU and GiB)."""
+    from orchestrator.catalog.pricing.shipped import texts_from
+
+    assert not [m.name for m in load_catalog() if "fitted to" in m.price_source]
+    read = [m for m in load_catalog("gcp") if SKYPILOT_SOURCE.match(m.price_source)]
+    left_out = {"n2-standard-8", "n2-highcpu-16", "n2-highmem-32"}
+    text = texts_from({"gcp": [m for m in read if m.name not in left_out]}, {"gcp": ()})
+    (tmp_path / "gcp.csv").write_text(text["gcp.csv"], encoding="utf-8")
+    fitted = {(m.name, m.region): m for m in parse_catalog_file(tmp_path / "gcp.csv", "gcp")
+              if "fitted to skypilot-catalog@6f65ab5 rows of n2 in " in m.price_source}
+    source = {(m.name, m.region): m for m in read if m.name in left_out}
+    assert set(fitted) == set(source)
+    for key, m in fitted.items():
+        assert m.price_on_demand == pytest.approx(source[key].price_on_demand, rel=0.01), key
 
 
 def test_the_shipped_catalog_covers_every_family_of_the_issue_with_its_architecture() -> None:

@@ -8,7 +8,10 @@ commit (``--skypilot-file gcp=PATH --commit gcp=SHA --read-on DAY``: dated by
 the day read, which the source says, since the commit's date is unknown).
 Families a newer catalog version added come from a second file of the same
 provider (``--skypilot-file gcp@v8=PATH --commit gcp@v8=SHA``), each row
-sourced by the file and commit it was read from.
+sourced by the file and commit it was read from. The GCP families no SkyPilot
+catalog version lists (c4a, m2) come from google-cloud-pricing-cost-calculator's
+``pricing.yml`` (``--pricing-yml PATH --pricing-yml-commit SHA``, see
+``pricing_yml``), dated by the time that file was generated.
 
 Machines the import does not price keep an estimate, labelled "offline
 estimate (not fetched)" on every row: fitted to the family's imported rows of
@@ -123,14 +126,14 @@ _AWS_SIZES = {"large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 3
               "48xlarge": 192}
 AWS_LARGEST = {"6i": 128, "6a": 192, "7i": 192, "7a": 192, "7g": 64, "8g": 192}  # vCPUs
 
-# Families whose every row in the shipped regions was read from the source the
-# shipped files were imported from (single vms.csv files, read page by page). A
+# Families whose every row in the shipped regions was read from the sources the
+# shipped files were imported from (single files, read page by page). A
 # size of these families the source does not list is not sold (c7i has no
 # 32xlarge: it goes from 24xlarge to 48xlarge), so its estimate is dropped; a
 # family read in part keeps fitted estimates for its unread sizes.
 READ_IN_FULL: dict[str, frozenset[str]] = {
-    "gcp": frozenset({"c2", "c2d", "c3", "c3d", "c4", "m1", "m3", "n1", "n2", "n2d", "n4",
-                      "t2a", "t2d"}),
+    "gcp": frozenset({"c2", "c2d", "c3", "c3d", "c4", "c4a", "e2", "m1", "m2", "m3", "n1", "n2",
+                      "n2d", "n4", "t2a", "t2d"}),
     "aws": frozenset(AWS_FAMILIES),
 }
 
@@ -273,7 +276,8 @@ def skypilot_texts(git_dir: Path) -> dict[str, str]:
 
 
 def file_texts(files: dict[str, Path], commits: dict[str, str], day: str,
-               version: str = "v7") -> dict[str, str]:
+               version: str = "v7", pricing_yml: tuple[Path, str] | None = None
+               ) -> dict[str, str]:
     """File name -> the shipped file's text with the prices of single ``vms.csv`` files
     (key -> local path), each read from skypilot-catalog at ``commits[key]`` on ``day``:
     where no git copy can be had, the files themselves (or the rows of them that were
@@ -284,6 +288,10 @@ def file_texts(files: dict[str, Path], commits: dict[str, str], day: str,
     two files, such as the families a newer catalog version added; each row keeps its
     own file's source. A (machine, region) priced by two of the files is refused: which
     file a shipped price came from would no longer be clear.
+
+    ``pricing_yml`` (a path and the commit of google-cloud-pricing-cost-calculator it
+    was read at) prices the GCP families none of the SkyPilot files lists (c4a, m2),
+    dated by the time that file says it was generated (see ``pricing_yml.py``).
     """
     from orchestrator.catalog.pricing import skypilot
 
@@ -301,7 +309,19 @@ def file_texts(files: dict[str, Path], commits: dict[str, str], day: str,
         if twice:
             raise CatalogError(f"{path}: priced by another file too: {', '.join(twice[:3])}")
         imported.setdefault(provider, []).extend(rows)
+    if pricing_yml is not None:
+        imported.setdefault("gcp", [])
+        imported["gcp"] += _pricing_yml_rows(*pricing_yml, imported["gcp"])
     return texts_from(imported)
+
+
+def _pricing_yml_rows(path: Path, commit: str, listed: list[MachineType]) -> list[MachineType]:
+    """The rows of a pricing.yml for the shipped GCP families none of ``listed`` is of."""
+    from orchestrator.catalog.pricing.pricing_yml import import_pricing_yml
+
+    families = set(GCP_FAMILIES) - {m.family for m in listed}
+    return import_pricing_yml(path.read_text(encoding="utf-8"), commit, str(path),
+                              tuple(GCP_REGIONS), families)
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
@@ -334,13 +354,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--read-on", default=date.today().isoformat(), metavar="YYYY-MM-DD",
                         help="the day the files were read: their prices' date (default: today)")
     parser.add_argument("--catalog-version", default="v7", help="catalogs/<version>/ read")
+    parser.add_argument("--pricing-yml", type=Path, metavar="PATH",
+                        help="google-cloud-pricing-cost-calculator's pricing.yml (or the "
+                             "machines of it read): the GCP families no vms.csv lists")
+    parser.add_argument("--pricing-yml-commit", metavar="SHA",
+                        help="the commit of that repository the pricing.yml was read at")
     args = parser.parse_args(argv)
+    if args.pricing_yml is not None and not (args.skypilot_file and args.pricing_yml_commit):
+        raise SystemExit("--pricing-yml goes with --skypilot-file and --pricing-yml-commit SHA")
     if args.skypilot_file:
         files = {p: Path(v) for p, v in _pairs(args.skypilot_file, "--skypilot-file").items()}
+        extra = None if args.pricing_yml is None else (args.pricing_yml, args.pricing_yml_commit)
         try:
             date.fromisoformat(args.read_on)
             texts = file_texts(files, _pairs(args.commit, "--commit"), args.read_on,
-                               args.catalog_version)
+                               args.catalog_version, extra)
         except (CatalogError, OSError, ValueError) as exc:
             raise SystemExit(f"error: {exc}") from None
     elif args.skypilot is not None:
