@@ -29,13 +29,16 @@ pytest_plugins = [
 
 @pytest.fixture(scope="session", autouse=True)
 def hermetic_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A temporary $HOME, XDG directories and CLOUDPROF_CACHE for the whole session."""
+    """A temporary $HOME, XDG directories, CLOUDPROF_CACHE and report bundle for the session."""
     root = tmp_path_factory.mktemp("hermetic")
     with pytest.MonkeyPatch.context() as mp:
         for name, sub in (("HOME", "home"), ("XDG_CACHE_HOME", "home/.cache"),
                           ("XDG_CONFIG_HOME", "home/.config"),
                           ("XDG_DATA_HOME", "home/.local/share"),
-                          ("CLOUDPROF_CACHE", "cloudprof-cache")):
+                          ("CLOUDPROF_CACHE", "cloudprof-cache"),
+                          # one Vega bundle (1.6 s of CPU to make) for every report of the
+                          # session, whatever cache a test gives its commands
+                          ("CLOUDPROF_REPORT_BUNDLE_DIR", "report-bundle")):
             (root / sub).mkdir(parents=True, exist_ok=True)
             mp.setenv(name, str(root / sub))
         yield root

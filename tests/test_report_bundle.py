@@ -12,6 +12,7 @@ from orchestrator.results import plots
 @pytest.fixture
 def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CLOUDPROF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CLOUDPROF_REPORT_BUNDLE_DIR", raising=False)  # the suite's shared one
     plots.javascript.cache_clear()
     yield tmp_path / "cache"
     plots.javascript.cache_clear()
@@ -31,3 +32,12 @@ def test_a_cache_that_cannot_be_written_still_gives_the_bundle(fresh: Path) -> N
     (fresh / "report").write_text("not a directory")
     bundle = plots.javascript()
     assert "vegaEmbed" in bundle and (fresh / "report").read_text() == "not a directory"
+
+
+def test_a_bundle_directory_of_its_own_is_used_instead_of_the_cache(
+        fresh: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLOUDPROF_REPORT_BUNDLE_DIR", str(tmp_path / "shared"))
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / plots.bundle_name()).write_text("/* shared */", encoding="utf-8")
+    assert plots.javascript() == "/* shared */"
+    assert not (fresh / "report").exists()

@@ -720,6 +720,13 @@ def _vl_version() -> str:
     return ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
 
 
+def bundle_name() -> str:
+    """The kept bundle's file name: the versions that make it."""
+    import vl_convert as vlc
+
+    return f"vega-bundle-{vlc.__version__}-vl{_vl_version()}.js"
+
+
 @cache
 def javascript() -> str:
     """Vega, Vega-Lite and vega-embed as one script to inline in a page (no network).
@@ -731,9 +738,9 @@ def javascript() -> str:
     import vl_convert as vlc
 
     from orchestrator.atomic import atomic_write_bytes
-    from orchestrator.settings import cache_root
+    from orchestrator.settings import REPORT_BUNDLE_DIR, cache_root
 
-    kept = cache_root() / "report" / f"vega-bundle-{vlc.__version__}-vl{_vl_version()}.js"
+    kept = Path(REPORT_BUNDLE_DIR.get() or cache_root() / "report") / bundle_name()
     try:
         return kept.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):

@@ -139,6 +139,7 @@ CHECKS: dict[str, Callable[[str, str], None]] = {
     settings.WARM_RUNNER.name: _switch,
     settings.CATALOG_DIR.name: _directory,
     settings.CACHE.name: _cache,
+    settings.REPORT_BUNDLE_DIR.name: _directory,
 }
 
 
