@@ -34,7 +34,6 @@ def test_a_cube_trial_carries_its_bound_and_stays_below_it(tmp_path):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     from workloads import protocol
     from workloads.protocol import TrialRequest
@@ -57,22 +56,19 @@ def test_a_cube_trial_carries_its_bound_and_stays_below_it(tmp_path):
 
 
 def test_the_answer_card_names_the_gap_to_the_copy_bound_and_to_linear_scaling(tmp_path):
-    import json
-    import os
-    import subprocess
-    import sys
+    from tests.fixtures.in_process import cloudprof
 
-    from tests.fixtures.sweeps import dry_run_sweep
-
-    result = dry_run_sweep(tmp_path, "--workers", "1,2", "--frames", "8", "--dim", "48",
-                           "--rows", "100", "--cols", "100", "--duration", "0.5")
+    # in this process: what the card prints and the report's JSON are the command's own
+    result = cloudprof("sweep", "--repeats", "1", "--machine", "n2-highcpu-2", "--dry-run",
+                       "--workers", "1,2", "--frames", "8", "--dim", "48", "--rows", "100",
+                       "--cols", "100", "--duration", "0.5", "--out", str(tmp_path / "runs"),
+                       cwd=tmp_path, env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "│ Gap " in result.stdout  # the card's line, whatever the terminal's width
     (run,) = list((tmp_path / "runs").iterdir())
-    doc = json.loads(subprocess.run(
-        [sys.executable, "-m", "orchestrator", "report", str(run), "--json"],
-        capture_output=True, text=True, check=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}).stdout)
+    report = cloudprof("report", str(run), "--json", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    doc = json.loads(report.stdout)
     (card,) = doc["answer"]
     assert card["bound_units_per_s"] > 0 and card["linear_share"] > 0
     assert card["units_per_s"] <= card["bound_units_per_s"] * 1.1

@@ -1,9 +1,10 @@
 """Ground truth for a command's peak: the memory a container limit must allow.
 
 Two jobs whose need is known by construction are measured by the runner, then run under
-real memory cgroup limits (``--memory-limit``) to find the smallest limit each runs under
-by bisection. The report's memory request from three measured repeats must be at least
-that limit and at most 10 % above it; a file reader's headline must not be its page cache.
+real memory cgroup limits (``--memory-limit``): the report's memory request from three
+measured repeats must be at least the smallest limit each runs under and at most 10 % above
+it (it runs under the request, and is killed 10 % below it); a file reader's headline must
+not be its page cache.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from workloads import protocol
 MIB = 2**20
 REPEATS = 3
 WITHIN = 0.10  # the request may be this much above the smallest limit that works
-RESOLUTION = 0.01  # bisect the smallest limit to this share of it
 
 # A parent and three children, each importing numpy and holding HOLD MiB, all at once.
 TREE_JOB = """
@@ -93,18 +93,18 @@ def _runs_under(tmp: Path, argv: list[str], limit: int, before: Any = None) -> b
     return bool(ran)
 
 
-def _smallest_limit(tmp: Path, argv: list[str], fails: int, runs: int,
-                    before: Any = None) -> int:
-    """Bisect between a limit the job is killed under and one it runs under."""
-    assert not _runs_under(tmp, argv, fails, before), f"{fails / MIB:.0f} MiB was enough"
-    assert _runs_under(tmp, argv, runs, before), f"{runs / MIB:.0f} MiB was not enough"
-    while runs - fails > RESOLUTION * runs:
-        mid = (fails + runs) // 2 // 4096 * 4096
-        if _runs_under(tmp, argv, mid, before):
-            runs = mid
-        else:
-            fails = mid
-    return runs
+def _request_is_within(tmp: Path, argv: list[str], request: int,
+                        before: Any = None) -> None:
+    """The job runs under ``request`` and is killed under ``request / (1 + WITHIN)``: the
+    smallest limit it runs under lies in between, so ``request`` is at least that limit and
+    at most WITHIN above it. (Two runs say what a bisection to that limit would, more
+    exactly: the bisected limit could itself be above the true one by its resolution.)"""
+    below = -int(-request / (1 + WITHIN) // 4096) * 4096  # whole pages, not below it
+    assert _runs_under(tmp, argv, request, before), (
+        f"the request, {request / MIB:.1f} MiB, was not enough")
+    assert not _runs_under(tmp, argv, below, before), (
+        f"{below / MIB:.1f} MiB was enough: the request, {request / MIB:.1f} MiB, is more "
+        f"than {WITHIN:.0%} above the smallest limit")
 
 
 def _measured(tmp: Path, argv: list[str], before: Any = None) -> list[dict[str, Any]]:
@@ -137,9 +137,8 @@ def test_a_numpy_tree_gets_a_request_within_10_percent_above_the_smallest_limit(
         assert s["peak_rss_sampled_bytes"] > s["peak_rss_bytes"]
     req = memory_request(peaks)
     assert req is not None and not req.default
-    smallest = _smallest_limit(tmp_path, argv, fails=4 * hold * MIB, runs=req.request_bytes)
-    assert smallest <= req.request_bytes <= (1 + WITHIN) * smallest, (
-        f"request {req.request_bytes / MIB:.1f} MiB, smallest limit {smallest / MIB:.1f} MiB")
+    assert not _runs_under(tmp_path, argv, 4 * hold * MIB), "the blocks alone were enough"
+    _request_is_within(tmp_path, argv, req.request_bytes)
     # without a cgroup (anonymous memory summed per process) the figure is the same
     alone = _trial(tmp_path / "no-cgroup", argv, env={cgroups.DISABLE_ENV: "1"})
     assert alone["peak_basis"]["anon_from"] == "statm sum"
@@ -175,7 +174,5 @@ def test_a_file_readers_headline_is_what_it_holds_not_its_page_cache(tmp_path: P
         assert "cgroup usage with page cache" in s["peak_bases_note"]
     req = memory_request([s["peak_rss_bytes"] for s in runs])
     assert req is not None
-    smallest = _smallest_limit(tmp_path, argv, fails=hold * MIB, runs=req.request_bytes,
-                               before=uncached)
-    assert smallest <= req.request_bytes <= (1 + WITHIN) * smallest, (
-        f"request {req.request_bytes / MIB:.1f} MiB, smallest limit {smallest / MIB:.1f} MiB")
+    assert not _runs_under(tmp_path, argv, hold * MIB, uncached), "its block alone was enough"
+    _request_is_within(tmp_path, argv, req.request_bytes, before=uncached)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,20 +10,19 @@ import pytest
 
 from orchestrator.results import report
 from orchestrator.results.limits import load_limits
+from tests.fixtures.in_process import Called, cloudprof
 from workloads import cgroup as cgroups
 
-REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
 # One process that holds 96 MiB for a moment: enough for a limit to matter, quick to run.
 JOB = "import time\nblock = bytearray(96 << 20)\ntime.sleep(0.6)\n"
 
 
-def _sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
-           "COLUMNS": "1000"}
-    return subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--machine",
-                           "n2-highcpu-2", "--dry-run", *args, "--out", str(tmp_path / "runs")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+def _sweep(tmp_path: Path, *args: str) -> Called:
+    """The sweep in this process: what it prints and returns is the command's own."""
+    return cloudprof("sweep", "--machine", "n2-highcpu-2", "--dry-run", *args,
+                     "--out", str(tmp_path / "runs"), cwd=tmp_path, columns=1000,
+                     env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
 
 
 @pytest.mark.parametrize("args, message", [

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.sweeps import dry_run_sweep
+from tests.fixtures.in_process import Called, cloudprof
 from workloads import protocol
 from workloads.protocol import TrialRequest
 
@@ -78,10 +78,17 @@ def project(tmp_path: Path) -> Path:
 
 
 
+def dry_run_sweep(tmp_path: Path, *args: str) -> Called:
+    """``cloudprof sweep --dry-run`` of one n2-highcpu-2 worker and one repeat from
+    ``tmp_path`` into ``tmp_path/runs``, in this process (its imports are paid once)."""
+    return cloudprof("sweep", "--repeats", "1", "--machine", "n2-highcpu-2", "--dry-run",
+                     "--workers", "1", *args, "--out", str(tmp_path / "runs"), cwd=tmp_path,
+                     env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
+
+
 def _report_json(run: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "orchestrator", "report", "--json", str(run)],
-                          env=env, capture_output=True, text=True, timeout=120, check=True)
+    done = cloudprof("report", "--json", str(run), cwd=run)
+    assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
 

@@ -274,13 +274,11 @@ def test_py_spy_denied_ptrace_gives_one_line_and_a_trial_without_profile(tmp_pat
 
 
 def test_cli_refuses_an_unknown_profile_in_one_line(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CLOUDPROF_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1",
-         "--dry-run", "--machine", "n2-highcpu-8",
-         "--profile", "disk", "--out", str(tmp_path / "runs")],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+    from tests.fixtures.in_process import cloudprof
+
+    proc = cloudprof("sweep", "--repeats", "1", "--dry-run", "--machine", "n2-highcpu-8",
+                     "--profile", "disk", "--out", str(tmp_path / "runs"), cwd=tmp_path,
+                     env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

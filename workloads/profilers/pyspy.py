@@ -425,6 +425,7 @@ class PySpyProfiler(Profiler):
     def stop(self) -> dict[str, Any]:
         assert self.proc is not None and self.out is not None and self.target is not None
         seconds = time.monotonic() - self.started_at
+        failed = self.proc.poll() not in (None, 0)  # ended by itself: start's wait was short
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
@@ -433,6 +434,9 @@ class PySpyProfiler(Profiler):
             self.proc.kill()
             self.proc.wait()
         path = self.out / SPEEDSCOPE_FILE
+        if not path.exists() and failed:  # as start says it, on a host too loaded to see it
+            raise ProfilerUnavailable(f"py-spy cannot sample pid {self.target.pid}: "
+                                      f"{self._stderr()}")
         if not path.exists():
             raise ProfilerUnavailable(f"py-spy wrote no profile: {self._stderr()}")
         doc = json.loads(path.read_text(encoding="utf-8"))
