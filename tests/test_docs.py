@@ -196,6 +196,11 @@ def test_what_is_where_names_every_module():
 
 
 RUNNABLE_COMMANDS = _runnable_blocks()
+# Each command once, with the pages that give it: a command two pages give runs alike.
+RUNNABLE_PAGES: dict[str, list[str]] = {}
+for _page, _command in RUNNABLE_COMMANDS:
+    RUNNABLE_PAGES.setdefault(_command, []).append(_page)
+SHELL = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "$("}
 
 
 def test_the_runnable_blocks_cover_the_cheap_commands():
@@ -207,18 +212,21 @@ def test_the_runnable_blocks_cover_the_cheap_commands():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("page", "command"), RUNNABLE_COMMANDS,
-                         ids=[f"{p}:{c[:40]}" for p, c in RUNNABLE_COMMANDS])
-def test_a_runnable_command_of_the_docs_exits_0(page, command, tmp_path):
-    """Run as a user would, in an empty directory: `cloudprof` on PATH, a cache of its own."""
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "CLOUDPROF_CACHE": str(tmp_path / "cache"), "COLUMNS": "120"}
-    assert shlex.split(command)[0] == "cloudprof", f"{page}: only cloudprof commands run here"
-    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=280)
-    assert done.returncode == 0, f"{page}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-    assert done.stdout.strip(), f"{page}: {command} printed nothing"
+@pytest.mark.parametrize("command", list(RUNNABLE_PAGES), ids=lambda c: c[:40])
+def test_a_runnable_command_of_the_docs_exits_0(command, tmp_path):
+    """Run as a user types it, in an empty directory with a cache of its own; in this
+    process (tests/fixtures/in_process.py: the console script is tested in test_cli.py),
+    which a runnable block's plain ``cloudprof ...`` line allows."""
+    from tests.fixtures.in_process import cloudprof
+
+    pages = ", ".join(RUNNABLE_PAGES[command])
+    argv = shlex.split(command)
+    assert argv[0] == "cloudprof", f"{pages}: only cloudprof commands run here"
+    assert not SHELL & set(argv), f"{pages}: one plain command a line, no shell"
+    done = cloudprof(*argv[1:], cwd=tmp_path, env={"CLOUDPROF_CACHE": str(tmp_path / "cache")},
+                     columns=120)
+    assert done.returncode == 0, f"{pages}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert done.stdout.strip(), f"{pages}: {command} printed nothing"
 
 
 def _report_json_table() -> dict[str, str]:
@@ -238,18 +246,17 @@ def _report_json_table() -> dict[str, str]:
 def test_report_json_has_exactly_the_documented_keys(tmp_path):
     """A real dry run's ``report --json``: its keys are the table's (``scale_out`` comes
     only with ``--nodes``, as the table says), and a result row's are the ones listed."""
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "CLOUDPROF_CACHE": str(tmp_path / "cache")}
-    cloudprof = str(bin_dir / "cloudprof")
-    subprocess.run(
-        [cloudprof, "sweep", "--machine", "n2-highcpu-8", "--dry-run", "--workers", "1,2",
-         "--repeats", "1", "--duration", "1", "--frames", "4", "--rows", "100", "--cols", "100",
-         "--dim", "20", "--out", str(tmp_path / "runs")],
-        cwd=tmp_path, env=env, check=True, capture_output=True, timeout=280,
-    )
+    from tests.fixtures.in_process import cloudprof
+
+    env = {"CLOUDPROF_CACHE": str(tmp_path / "cache")}
+    swept = cloudprof(
+        "sweep", "--machine", "n2-highcpu-8", "--dry-run", "--workers", "1,2", "--repeats", "1",
+        "--duration", "1", "--frames", "4", "--rows", "100", "--cols", "100", "--dim", "20",
+        "--out", str(tmp_path / "runs"), cwd=tmp_path, env=env)
+    assert swept.returncode == 0, swept.stderr[-2000:]
     (run,) = (tmp_path / "runs").iterdir()
-    done = subprocess.run([cloudprof, "report", str(run), "--json"], env=env, check=True,
-                          capture_output=True, text=True, timeout=120)
+    done = cloudprof("report", str(run), "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
     import json
 
     document = json.loads(done.stdout)
