@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.in_process import Called, cloudprof
+
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 README = REPO / "README.md"
@@ -211,20 +213,36 @@ def test_the_runnable_blocks_cover_the_cheap_commands():
     assert any("--dry-run" in c for c in commands)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", list(RUNNABLE_PAGES), ids=lambda c: c[:40])
-def test_a_runnable_command_of_the_docs_exits_0(command, tmp_path):
-    """Run as a user types it, in an empty directory with a cache of its own; in this
+def _run_as_typed(command: str, cwd: Path) -> Called:
+    """A runnable line as a user types it, in ``cwd`` with a cache of its own; in this
     process (tests/fixtures/in_process.py: the console script is tested in test_cli.py),
     which a runnable block's plain ``cloudprof ...`` line allows."""
-    from tests.fixtures.in_process import cloudprof
-
     pages = ", ".join(RUNNABLE_PAGES[command])
     argv = shlex.split(command)
     assert argv[0] == "cloudprof", f"{pages}: only cloudprof commands run here"
     assert not SHELL & set(argv), f"{pages}: one plain command a line, no shell"
-    done = cloudprof(*argv[1:], cwd=tmp_path, env={"CLOUDPROF_CACHE": str(tmp_path / "cache")},
+    return cloudprof(*argv[1:], cwd=cwd, env={"CLOUDPROF_CACHE": str(cwd / "cache")},
                      columns=120)
+
+
+DRY_RUN = next(c for c in RUNNABLE_PAGES if "--dry-run" in c)
+
+
+@pytest.fixture(scope="module")
+def docs_dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Called, Path]:
+    """The docs' dry-run sweep, run once as typed in an empty directory: (what it did,
+    the directory). Its runnable-line test and the report --json test both read it."""
+    cwd = tmp_path_factory.mktemp("docs-dry-run")
+    return _run_as_typed(DRY_RUN, cwd), cwd
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", list(RUNNABLE_PAGES), ids=lambda c: c[:40])
+def test_a_runnable_command_of_the_docs_exits_0(command, tmp_path, request):
+    """Run as a user types it, in an empty directory with a cache of its own."""
+    done = (request.getfixturevalue("docs_dry_run")[0] if command == DRY_RUN
+            else _run_as_typed(command, tmp_path))
+    pages = ", ".join(RUNNABLE_PAGES[command])
     assert done.returncode == 0, f"{pages}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert done.stdout.strip(), f"{pages}: {command} printed nothing"
 
@@ -243,19 +261,15 @@ def _report_json_table() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_report_json_has_exactly_the_documented_keys(tmp_path):
-    """A real dry run's ``report --json``: its keys are the table's (``scale_out`` comes
-    only with ``--nodes``, as the table says), and a result row's are the ones listed."""
-    from tests.fixtures.in_process import cloudprof
-
-    env = {"CLOUDPROF_CACHE": str(tmp_path / "cache")}
-    swept = cloudprof(
-        "sweep", "--machine", "n2-highcpu-8", "--dry-run", "--workers", "1,2", "--repeats", "1",
-        "--duration", "1", "--frames", "4", "--rows", "100", "--cols", "100", "--dim", "20",
-        "--out", str(tmp_path / "runs"), cwd=tmp_path, env=env)
+def test_report_json_has_exactly_the_documented_keys(docs_dry_run):
+    """A real dry run's ``report --json`` (the docs' own dry run): its keys are the table's
+    (``scale_out`` comes only with ``--nodes``, as the table says), and a result row's are
+    the ones listed."""
+    swept, cwd = docs_dry_run
     assert swept.returncode == 0, swept.stderr[-2000:]
-    (run,) = (tmp_path / "runs").iterdir()
-    done = cloudprof("report", str(run), "--json", cwd=tmp_path, env=env)
+    (run,) = (cwd / "runs").iterdir()
+    done = cloudprof("report", str(run), "--json", cwd=cwd,
+                     env={"CLOUDPROF_CACHE": str(cwd / "cache")})
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 
