@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.in_process import Called, cloudprof
+
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 README = REPO / "README.md"
@@ -196,6 +198,11 @@ def test_what_is_where_names_every_module():
 
 
 RUNNABLE_COMMANDS = _runnable_blocks()
+# Each command once, with the pages that give it: a command two pages give runs alike.
+RUNNABLE_PAGES: dict[str, list[str]] = {}
+for _page, _command in RUNNABLE_COMMANDS:
+    RUNNABLE_PAGES.setdefault(_command, []).append(_page)
+SHELL = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "$("}
 
 
 def test_the_runnable_blocks_cover_the_cheap_commands():
@@ -206,19 +213,38 @@ def test_the_runnable_blocks_cover_the_cheap_commands():
     assert any("--dry-run" in c for c in commands)
 
 
+def _run_as_typed(command: str, cwd: Path) -> Called:
+    """A runnable line as a user types it, in ``cwd`` with a cache of its own; in this
+    process (tests/fixtures/in_process.py: the console script is tested in test_cli.py),
+    which a runnable block's plain ``cloudprof ...`` line allows."""
+    pages = ", ".join(RUNNABLE_PAGES[command])
+    argv = shlex.split(command)
+    assert argv[0] == "cloudprof", f"{pages}: only cloudprof commands run here"
+    assert not SHELL & set(argv), f"{pages}: one plain command a line, no shell"
+    return cloudprof(*argv[1:], cwd=cwd, env={"CLOUDPROF_CACHE": str(cwd / "cache")},
+                     columns=120)
+
+
+DRY_RUN = next(c for c in RUNNABLE_PAGES if "--dry-run" in c)
+
+
+@pytest.fixture(scope="module")
+def docs_dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Called, Path]:
+    """The docs' dry-run sweep, run once as typed in an empty directory: (what it did,
+    the directory). Its runnable-line test and the report --json test both read it."""
+    cwd = tmp_path_factory.mktemp("docs-dry-run")
+    return _run_as_typed(DRY_RUN, cwd), cwd
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("page", "command"), RUNNABLE_COMMANDS,
-                         ids=[f"{p}:{c[:40]}" for p, c in RUNNABLE_COMMANDS])
-def test_a_runnable_command_of_the_docs_exits_0(page, command, tmp_path):
-    """Run as a user would, in an empty directory: `cloudprof` on PATH, a cache of its own."""
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "CLOUDPROF_CACHE": str(tmp_path / "cache"), "COLUMNS": "120"}
-    assert shlex.split(command)[0] == "cloudprof", f"{page}: only cloudprof commands run here"
-    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=280)
-    assert done.returncode == 0, f"{page}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-    assert done.stdout.strip(), f"{page}: {command} printed nothing"
+@pytest.mark.parametrize("command", list(RUNNABLE_PAGES), ids=lambda c: c[:40])
+def test_a_runnable_command_of_the_docs_exits_0(command, tmp_path, request):
+    """Run as a user types it, in an empty directory with a cache of its own."""
+    done = (request.getfixturevalue("docs_dry_run")[0] if command == DRY_RUN
+            else _run_as_typed(command, tmp_path))
+    pages = ", ".join(RUNNABLE_PAGES[command])
+    assert done.returncode == 0, f"{pages}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert done.stdout.strip(), f"{pages}: {command} printed nothing"
 
 
 def _report_json_table() -> dict[str, str]:
@@ -235,21 +261,16 @@ def _report_json_table() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_report_json_has_exactly_the_documented_keys(tmp_path):
-    """A real dry run's ``report --json``: its keys are the table's (``scale_out`` comes
-    only with ``--nodes``, as the table says), and a result row's are the ones listed."""
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "CLOUDPROF_CACHE": str(tmp_path / "cache")}
-    cloudprof = str(bin_dir / "cloudprof")
-    subprocess.run(
-        [cloudprof, "sweep", "--machine", "n2-highcpu-8", "--dry-run", "--workers", "1,2",
-         "--repeats", "1", "--duration", "1", "--frames", "4", "--rows", "100", "--cols", "100",
-         "--dim", "20", "--out", str(tmp_path / "runs")],
-        cwd=tmp_path, env=env, check=True, capture_output=True, timeout=280,
-    )
-    (run,) = (tmp_path / "runs").iterdir()
-    done = subprocess.run([cloudprof, "report", str(run), "--json"], env=env, check=True,
-                          capture_output=True, text=True, timeout=120)
+def test_report_json_has_exactly_the_documented_keys(docs_dry_run):
+    """A real dry run's ``report --json`` (the docs' own dry run): its keys are the table's
+    (``scale_out`` comes only with ``--nodes``, as the table says), and a result row's are
+    the ones listed."""
+    swept, cwd = docs_dry_run
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    (run,) = (cwd / "runs").iterdir()
+    done = cloudprof("report", str(run), "--json", cwd=cwd,
+                     env={"CLOUDPROF_CACHE": str(cwd / "cache")})
+    assert done.returncode == 0, done.stderr[-2000:]
     import json
 
     document = json.loads(done.stdout)

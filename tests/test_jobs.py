@@ -83,19 +83,22 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _sweep(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-           timeout: float = 240) -> subprocess.CompletedProcess[str] | Called:
-    """``cloudprof sweep``: in this process (see tests/fixtures/in_process.py), or with
-    ``env`` (a whole environment, some variables taken out) in a process of its own."""
+def _sweep(tmp_path: Path, *args: str,
+           env: dict[str, str | None] | None = None) -> Called:
+    """``cloudprof sweep`` in this process (see tests/fixtures/in_process.py), with ``env``
+    added to the environment (a None value takes a variable out)."""
     argv = ["sweep", "--repeats", "1", *args, "--out", str(tmp_path / "runs")]
-    if env is None:
-        return cloudprof(*argv, cwd=tmp_path, columns=1000,
-                         env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
-    return subprocess.run([sys.executable, "-m", "orchestrator", *argv], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return cloudprof(*argv, cwd=tmp_path, columns=1000,
+                     env={"CLOUDPROF_CACHE": str(tmp_path / "cache"), **(env or {})})
 
 
-def _one_error(result: subprocess.CompletedProcess[str] | Called) -> str:
+def _ssh_env(workdir: Path) -> dict[str, str | None]:
+    """A user's SSH host: its workdir, and none of the tests' loopback redirections."""
+    return {"CLOUDPROF_SSH_WORKDIR": str(workdir), "CLOUDPROF_SSH_ENDPOINT": None,
+            "CLOUDPROF_SSH_KEY": None, "CLOUDPROF_SSH_HOST_KEY": None}
+
+
+def _one_error(result: Called) -> str:
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
     return errors[0]
@@ -136,7 +139,7 @@ def test_a_workdir_above_the_limit_is_refused_naming_its_largest_files_and_leave
     (user_project / "data" / "huge.parquet").write_bytes(b"\0" * 300_000)
     result = _sweep(tmp_path, "--machine", "n2-highcpu-2", "--dry-run", "--workdir",
                     str(user_project), "--command", "python userjob.py {workers}",
-                    env=_env(tmp_path, CLOUDPROF_MAX_WORKDIR="100K"))
+                    env={"CLOUDPROF_MAX_WORKDIR": "100K"})
     assert result.returncode == 2
     line = _one_error(result)
     assert "above the 100 KiB limit" in line and "data/huge.parquet (293 KiB)" in line
@@ -338,9 +341,7 @@ def test_a_user_project_on_an_ssh_host_reuses_its_setup_when_nothing_changed(
 
     hosts = _loopback_hosts(tmp_path, sshd, python=sys.executable)
     seed_workloads_env(tmp_path / "host-workdir", tmp_path_factory)  # the job's setup is tested
-    env = _env(tmp_path, CLOUDPROF_SSH_WORKDIR=str(tmp_path / "host-workdir"))
-    for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
-        env.pop(key, None)
+    env = _ssh_env(tmp_path / "host-workdir")
     args = ["--provider", "ssh", "--hosts", str(hosts), "--machine", "box", "--workers", "1,2",
             "--workdir", str(user_project), "--setup", SETUP,
             "--command", "python userjob.py {workers}"]
@@ -359,8 +360,7 @@ def test_a_user_project_on_an_ssh_host_reuses_its_setup_when_nothing_changed(
 @pytest.mark.parametrize("cloud_sweep", ["aws", "gcp"], indirect=True)
 def test_a_user_project_sweeps_on_a_cloud_through_its_bucket(cloud_sweep, user_project):
     sweep = cloud_sweep
-    argv = [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1",
-            "--provider", sweep.provider,
+    argv = ["sweep", "--repeats", "1", "--provider", sweep.provider,
             "--machine", sweeps.MACHINE[sweep.provider], "--workers", "1,2",
             "--bucket", sweep.bucket, "--out", str(sweep.out),
             "--workdir", str(user_project), "--setup", SETUP,
@@ -371,8 +371,11 @@ def test_a_user_project_sweeps_on_a_cloud_through_its_bucket(cloud_sweep, user_p
     # The "VM"'s workdir is shared by the session (one venv): the other cloud's test may
     # have set this very job up there already, as a reused SSH host would have.
     done_before = list(sweep.workdir.glob("jobs/*/.cloudprof-setup-*.ok"))
-    code, out, err = sweep.run(argv)
-    assert code == 0, err[-2000:] + out[-2000:]
+    # in this process, in the environment the fixture made for a sweep's own
+    env: dict[str, str | None] = {k: v for k, v in sweep.env.items() if os.environ.get(k) != v}
+    env.update((k, None) for k in os.environ if k not in sweep.env)
+    result = cloudprof(*argv, cwd=sweep.tmp, env=env, columns=1000)
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
     run = sweep.run_dir()
     _check_job_run(run, 2)
     (vm,) = json.loads((run / "sweep.json").read_text())["vms"].values()
@@ -406,9 +409,7 @@ def test_an_ssh_host_keeps_no_signed_url_manifest_after_the_sweep(
     hosts = _loopback_hosts(tmp_path, sshd, python=sys.executable)
     workdir = tmp_path / "host-workdir"
     seed_workloads_env(workdir, tmp_path_factory)
-    env = _env(tmp_path, CLOUDPROF_SSH_WORKDIR=str(workdir))
-    for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
-        env.pop(key, None)
+    env = _ssh_env(workdir)
     result = _sweep(tmp_path, "--provider", "ssh", "--hosts", str(hosts), "--machine", "box",
                     "--workers", "1", "--bucket", "s3://cp-manifests",
                     "--workdir", str(user_project), "--setup", SETUP,

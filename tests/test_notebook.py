@@ -19,6 +19,8 @@ import pytest
 from nbclient import NotebookClient
 from rich.console import Console
 
+from tests.fixtures.in_process import cloudprof
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "analysis.ipynb"
 SMALL = {"frames": 8, "rows": 100, "cols": 100, "dim": 20}
 
@@ -93,9 +95,9 @@ def test_the_notebook_as_shipped_keeps_runs_apart_and_matches_the_report(
     assert not [o for o in outputs if o.output_type == "error"]
     printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs).splitlines()
     rows = json.loads(printed[0])
-    report = json.loads(subprocess.run(
-        [sys.executable, "-m", "orchestrator", "report", "--json", str(grid)],
-        check=True, capture_output=True, text=True).stdout)
+    done = cloudprof("report", "--json", str(grid), cwd=tmp_path)  # in this process
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
     mine = {(r["machine"], r["workers"]): r["units_per_s"] for r in rows
             if r["run"] == report["run"]["id"]}
     assert mine == pytest.approx({(r["machine"], r["workers"]): r["units_per_s"]

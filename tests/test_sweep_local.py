@@ -373,10 +373,11 @@ def test_bad_parameter_fails_its_trials_with_the_reason(cache: Path, tmp_path: P
 
 def _signal_cli_sweep(out: Path) -> list[str]:
     """A dry-run sweep of three short trials, as a user types it: a signal lands after the
-    first, in the second; the third is one a resume must run that never started."""
-    return [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1",
+    first, in the second; the third is one a resume must run that never started. Three
+    repeats of one worker: each trial keeps one core busy, not up to three."""
+    return [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "3",
             "--machine", "n2-highcpu-8",
-            "--dry-run", "--workers", "1,2,3", "--duration", "1.5", "--frames", "4",
+            "--dry-run", "--workers", "1", "--duration", "1.5", "--frames", "4",
             "--rows", "40", "--cols", "40", "--dim", "8", "--out", str(out)]
 
 
@@ -433,7 +434,7 @@ def test_signal_mid_sweep_tears_down_and_keeps_finished_trials(
     store = RunStore.open(run_dir)
     run_sweep(spec_for(out), resume=run_dir, console=quiet())
     final = store.trials_frame()
-    assert sorted(final["workers"]) == [1, 2, 3] and set(final["status"]) == {"ok"}
+    assert sorted(final["repeat"]) == [0, 1, 2] and set(final["status"]) == {"ok"}
     for trial_id in done:  # finished before the signal: never run twice
         assert len(trial_dirs(run_dir, trial_id)) == 1
 
@@ -472,7 +473,7 @@ def test_a_finished_sweep_piped_to_head_exits_0(cache: Path, tmp_path: Path) -> 
     runs every trial, records them and exits 0, without a word about the pipe."""
     out = tmp_path / "runs"
     cmd = _signal_cli_sweep(out)
-    cmd[cmd.index("1,2,3")] = "1,2"
+    cmd[cmd.index("--repeats") + 1] = "2"
     errs = shlex.quote(str(tmp_path / "stderr"))
     shell = f"{shlex.join(cmd)} 2>{errs} | head -1; exit ${{PIPESTATUS[0]}}"
     proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -20,10 +18,17 @@ from orchestrator.engine.progress import STALL_S, RunningTrial, SweepProgress
 from orchestrator.plan.planner import TrialPlan
 from orchestrator.spec.spec import SweepSpec
 from tests.fixtures import sweeps
-from tests.fixtures.sweeps import dry_run_sweep
+from tests.fixtures.in_process import Called, cloudprof
 from workloads.protocol import TrialRequest
 
-REPO = Path(__file__).resolve().parents[1]
+
+def dry_run_sweep(tmp_path: Path, *args: str) -> Called:
+    """``cloudprof sweep --dry-run`` of one n2-highcpu-2 worker and one repeat, in this
+    process (tests/fixtures/in_process.py), from ``tmp_path`` into ``tmp_path/runs`` with
+    its own cache; ``args`` add to or override it."""
+    return cloudprof("sweep", "--repeats", "1", "--machine", "n2-highcpu-2", "--dry-run",
+                     "--workers", "1", *args, "--out", str(tmp_path / "runs"), cwd=tmp_path,
+                     env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
 
 
 def _trial(workers: int, grid: dict[str, str] | None = None, profiled: bool = False,
@@ -167,7 +172,7 @@ def test_a_stuck_trial_is_failed_at_its_limit_with_one_line_and_the_sweep_goes_o
 
 
 def test_a_bad_trial_timeout_is_one_line_before_anything_runs(tmp_path):
-    result = dry_run_sweep(tmp_path, "--trial-timeout", "soon", timeout=120)
+    result = dry_run_sweep(tmp_path, "--trial-timeout", "soon")
     assert result.returncode == 2
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert errors == ["error: --trial-timeout: expected a duration such as 5, 30s, 2m or 1h, "
@@ -188,16 +193,14 @@ def test_a_stuck_trial_on_an_ssh_host_is_failed_at_its_limit_and_the_machine_goe
     hosts = _loopback_hosts(tmp_path, sshd, python=sys.executable)
     host_workdir = tmp_path / "host-workdir"
     seed_workloads_env(host_workdir, tmp_path_factory)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
-           "COLUMNS": "200", "CLOUDPROF_SSH_WORKDIR": str(host_workdir)}
-    for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
-        env.pop(key, None)
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1", "--provider", "ssh",
-         "--hosts", str(hosts), "--machine", "box", "--workers", "1", "--workdir", str(root),
-         "--command", "python hang.py {case}", "--grid", "case=stuck,quick",
-         "--trial-timeout", "8", "--out", str(tmp_path / "runs")],  # quick on a loaded host
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    env = {"CLOUDPROF_SSH_WORKDIR": str(host_workdir), "CLOUDPROF_SSH_ENDPOINT": None,
+           "CLOUDPROF_SSH_KEY": None, "CLOUDPROF_SSH_HOST_KEY": None}
+    result = cloudprof(
+        "sweep", "--repeats", "1", "--provider", "ssh", "--hosts", str(hosts),
+        "--machine", "box", "--workers", "1", "--workdir", str(root),
+        "--command", "python hang.py {case}", "--grid", "case=stuck,quick",
+        "--trial-timeout", "8", "--out", str(tmp_path / "runs"),  # quick on a loaded host
+        cwd=tmp_path, env={"CLOUDPROF_CACHE": str(tmp_path / "cache"), **env})
     assert result.returncode == 6, result.stderr[-2000:] + result.stdout[-2000:]
     (run,) = list((tmp_path / "runs").iterdir())
     import pyarrow.parquet as pq
@@ -211,12 +214,9 @@ def test_a_stuck_trial_on_an_ssh_host_is_failed_at_its_limit_and_the_machine_goe
 
 
 def test_the_plan_says_how_long_a_trial_may_run(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
-           "COLUMNS": "200"}
-    result = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--machine",
-                             "n2-highcpu-2", "--dry-run", "--plan", "--duration", "5",
-                             "--warmup", "2"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=60)
+    result = cloudprof("sweep", "--machine", "n2-highcpu-2", "--dry-run", "--plan",
+                       "--duration", "5", "--warmup", "2", cwd=tmp_path,
+                       env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr
     limit = timeouts.MULTIPLE * 7 + timeouts.FLOOR_S
     assert f"Time limit: a trial is failed after {limit:.0f} s" in result.stdout
