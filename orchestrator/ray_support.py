@@ -16,6 +16,11 @@ from orchestrator.errors import UsageError
 
 RAY_EXTRA = "cloudprof[ray]"
 RAY_INSTALL_HINT = f"pip install '{RAY_EXTRA}'"
+# ``python -c`` on a host: exit 0 when its interpreter finds Ray. Asked of every node of a
+# multi-node sweep before ``ray start``; an import would cost each node half a second of
+# CPU (several seconds of wall on a busy host) only to be thrown away.
+RAY_FOUND_CHECK = ("import importlib.util, sys; "
+                   "sys.exit(importlib.util.find_spec('ray') is None)")
 
 
 def ray_available() -> bool:

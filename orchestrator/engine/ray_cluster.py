@@ -271,11 +271,18 @@ def form_cluster(host: HostSession) -> None:
     if ctx.stop.is_set():
         return
     nodes = [host, *host.peers]
-    for node in nodes:
+
+    def ray_on(node: HostSession) -> None:
         assert node.executor is not None
         problem = node.executor.ensure_ray()
         if problem:
             raise RemoteCommandError(f"Ray on {node.vm.name}: {problem}")
+
+    # All nodes at once: where Ray is missing, each VM's pip install takes tens of seconds
+    # (one after the other, N nodes waited N installs); the first node's problem is shown.
+    errors = in_parallel(ray_on, nodes, lambda node: f"ray-check-{node.vm.name}")
+    if errors:
+        raise errors[0]
     _start_cluster(host, nodes)
 
 

@@ -259,10 +259,11 @@ class Executor(abc.ABC):
         for the others). By default a check only, in the host's own interpreter: an
         executor that can install into its host's env (SSH) overrides it.
         """
-        result = self.run([self.python, "-c", "import ray"], timeout=120)
+        from orchestrator.ray_support import RAY_FOUND_CHECK, RAY_INSTALL_HINT
+
+        result = self.run([self.python, "-c", RAY_FOUND_CHECK], timeout=120)
         if result.exit_code == 0:
             return None
-        from orchestrator.ray_support import RAY_INSTALL_HINT
 
         return f"ray is not importable by {self.python}: {RAY_INSTALL_HINT}"
 

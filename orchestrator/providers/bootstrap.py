@@ -4,6 +4,7 @@ script: ``orchestrator.packaged``) and the packages they install on a host."""
 from __future__ import annotations
 
 from orchestrator.packaged import data_path
+from orchestrator.ray_support import RAY_FOUND_CHECK
 
 
 def _script(name: str) -> str:
@@ -46,7 +47,7 @@ PROFILER_PACKAGES = {
 # (no dashboard, no extra servers on the nodes). The nodes of one sweep install it
 # together from the same index, so they get one version, as a Ray cluster needs.
 RAY_REQUIREMENT = "ray>=2.9"
-_RAY_PROBE = 'test -x "$2/ray" && "$1" -c "import ray"'
+_RAY_PROBE = f'test -x "$2/ray" && "$1" -c "{RAY_FOUND_CHECK}"'
 # $1 env python, $2 env bin dir, $3 probe, $4 pip requirement, $5 what it is (for the log).
 # Two "hosts" may be one machine sharing one env (ssh hosts on one box, the tests' loopback
 # nodes): installs into an env take its lock (flock, where there is one), and look again
