@@ -14,12 +14,13 @@ if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
 fi
 # $6: the sweep's staged wheels on this host (empty: none); the index when they fail.
 src=index
-if [ -n "${6:-}" ] && "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check \
+if [ -n "${6:-}" ] && "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         --no-input --no-index --find-links "$6" "$4" >&2; then
     src=staged
 else
     [ -z "${6:-}" ] || echo "cloudprof: the staged wheels did not install; using the index" >&2
-    "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2
+    "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
+        --no-input "$4" >&2
 fi
 "$tmp/bin/python" -c 'import workloads, numpy, pyarrow, psutil'
 # The scripts pip wrote (pip, f2py, activate...) name the env by its path: make it the

@@ -1,5 +1,5 @@
 install() {
-    "$1" -m pip install --quiet --disable-pip-version-check --no-input "$4" >&2 || return 1
+    "$1" -m pip install --quiet --disable-pip-version-check --no-compile --no-input "$4" >&2 || return 1
     sh -c "$3" sh "$1" "$2" || { echo "$4 installed but not usable" >&2; return 1; }
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $5 $4" >> "$(dirname "$2")/../bootstrap.log"
 }
