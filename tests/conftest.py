@@ -11,6 +11,7 @@ these itself still wins: it runs after the session's settings.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,11 +63,44 @@ def _shipped_catalog_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tests marked slow (and the box tests) first.
+    """Run the tests marked slow (and the box tests) first; the box tests last instead
+    while their images are still to be built.
 
     With ``-n 2`` the workers take tests in this order; a minutes-long test
-    picked up last would leave one core idle while it finishes alone. The
-    sort is stable, so every worker computes the same order.
+    picked up last would leave one core idle while it finishes alone. On a machine
+    without the box images (a fresh CI machine) the first box test would wait minutes
+    on debootstrap: they are built in the background from the start
+    (:func:`pytest_collection_finish`) and the box tests come last. The sort is stable
+    and the images cannot appear between the workers' collections, so every worker
+    computes the same order.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None
-               and item.get_closest_marker("box") is None)
+    from tests.fixtures import box
+
+    box_last = not box.images_built()
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("box") is not None:
+            return 2 if box_last else 0
+        return 0 if item.get_closest_marker("slow") is not None else 1
+
+    items.sort(key=rank)
+
+
+_IMAGE_BUILD: list[subprocess.Popen[bytes]] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the box images while the other tests run, when a box test is
+    selected and they are not built yet."""
+    from tests.fixtures import box
+
+    if any(item.get_closest_marker("box") for item in session.items):
+        started = box.build_images_in_background()
+        if started is not None:
+            _IMAGE_BUILD.append(started)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The background build ends with the session (the box tests waited for it)."""
+    for proc in _IMAGE_BUILD:
+        proc.wait()
