@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
@@ -27,7 +26,6 @@ from orchestrator.errors import EXIT_INTERRUPTED
 from orchestrator.plan.planner import slug
 from orchestrator.providers import open_bucket
 from tests.fixtures import sweeps
-from tests.fixtures.sshd import Sshd
 from tests.fixtures.sweeps import CloudSweep, processes_with, trials_of, wait_for
 
 # The fixtures of tests/fixtures/sweeps.py, for this module.
@@ -60,79 +58,6 @@ def _assert_torn_down(sweep: CloudSweep, run_dir: Path) -> None:
 
 def _results_prefix(run_dir: Path) -> str:
     return f"results/{slug(json.loads((run_dir / 'sweep.json').read_text())['sweep_id'])}/"
-
-
-# ---------------------------------------------------------------- the stand-in VM
-
-
-def _create_instance(provider: str, stand_in: Any, name: str) -> str:
-    if provider == "aws":
-        import boto3
-
-        # one of moto's own images (listing them takes seconds)
-        reply = boto3.client("ec2").run_instances(ImageId="ami-03cf127a", MinCount=1,
-                                                  MaxCount=1, InstanceType="c6i.large")
-        return reply["Instances"][0]["InstanceId"]
-    body = {"name": name, "machineType": "zones/us-central1-a/machineTypes/n2-highcpu-2"}
-    _gce(stand_in, "POST", "", body)
-    return name
-
-
-def _delete_instance(provider: str, stand_in: Any, instance: str) -> None:
-    if provider == "aws":
-        import boto3
-
-        boto3.client("ec2").terminate_instances(InstanceIds=[instance])
-    else:
-        _gce(stand_in, "DELETE", f"/{instance}")
-
-
-def _gce(stand_in: Any, method: str, path: str, body: object = None) -> None:
-    import urllib.request
-
-    url = f"{stand_in.url}/compute/v1/projects/proj/zones/us-central1-a/instances{path}"
-    data = json.dumps(body).encode() if body is not None else None
-    with urllib.request.urlopen(urllib.request.Request(url, data, method=method), timeout=30):
-        pass
-
-
-@pytest.mark.parametrize("provider", ["aws", "gcp"])
-def test_the_stand_in_vm_runs_until_the_clouds_last_instance_is_deleted(
-    provider: str, request: pytest.FixtureRequest, private_sshd: Sshd,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The fault tests' "VM" dies with the cloud's last instance, inside the delete call: a
-    runner detached there (setsid, reparented to init) cannot put results after teardown."""
-    import psutil
-
-    stand_in = request.getfixturevalue("moto_env" if provider == "aws" else "fake_gce")
-    sweeps.vm_dies_with_its_last_instance(provider, stand_in, private_sshd, monkeypatch)
-    first, second = (_create_instance(provider, stand_in, f"vm-{i}") for i in (1, 2))
-    ssh = ["ssh", "-i", str(private_sshd.client_key), "-p", str(private_sshd.port),
-           "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-           f"{private_sshd.user}@{private_sshd.host}",
-           "setsid sh -c 'sleep 300' < /dev/null > /dev/null 2>&1 & echo $!"]
-    leader = int(subprocess.run(ssh, capture_output=True, text=True, check=True,
-                                timeout=60).stdout)
-    runner = psutil.Process(leader)
-    wait_for("the runner's child", runner.children)
-    tree = [runner, *runner.children(recursive=True)]
-
-    def dead(proc: psutil.Process) -> bool:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            return proc.status() == psutil.STATUS_ZOMBIE  # killed, not reaped yet
-        return True
-
-    try:
-        _delete_instance(provider, stand_in, first)
-        assert not any(dead(proc) for proc in tree)  # another instance is still that VM
-        _delete_instance(provider, stand_in, second)
-        wait_for("the VM's processes to die", lambda: all(dead(proc) for proc in tree),
-                 timeout=10)  # SIGKILLed before the call answered; a loaded host reaps late
-    finally:
-        for proc in tree:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
 
 
 # ---------------------------------------------------------------- signals at each phase
