@@ -19,9 +19,10 @@ Why these methods:
   of throughput against concurrency: σ is contention (serial fraction), κ is
   coherency (cross-talk that makes throughput *fall* past a peak at
   ``N* = √((1−σ)/κ)``). It is fitted by bounded nonlinear least squares
-  (``scipy.optimize.least_squares``, what ``curve_fit`` calls; σ, κ ∈ [0, 1],
-  λ > 0) on relative errors, since run-to-run noise is a fraction of the rate,
-  and bootstrapped for intervals.
+  (σ, κ ∈ [0, 1], λ > 0) on relative errors, since run-to-run noise is a
+  fraction of the rate (``scipy.optimize.least_squares``, what ``curve_fit``
+  calls), and bootstrapped for intervals: the refits of a whole report run as
+  one numpy batch (``usl_batch``).
 
 scipy and numpy are imported inside functions: this module is imported by the
 CLI's report path and must not slow ``cloudprof --help``.
@@ -492,6 +493,20 @@ def _fit_arrays(n: Any, x: Any, p0: tuple[float, float, float] | None = None) ->
     return lam, sigma, kappa
 
 
+def _stacked(parts: Sequence[tuple[Any, Any, Any]], width: int) -> tuple[Any, Any, Any, Any]:
+    """(counts, rows of rates, start) of several data sets as one ``least_squares_batch``
+    call's arrays: padded to ``width`` points, the padding weighted 0."""
+    np = _np()
+
+    def padded(rows: Any, fill: float) -> Any:
+        return np.pad(rows, ((0, 0), (0, width - rows.shape[1])), constant_values=fill)
+
+    return (np.concatenate([padded(np.broadcast_to(n, b.shape), 1.0) for n, b, _ in parts]),
+            np.concatenate([padded(b, 1.0) for _, b, _ in parts]),
+            np.concatenate([np.tile(p0, (len(b), 1)) for _, b, p0 in parts]),
+            np.concatenate([padded(np.ones(b.shape), 0.0) for _, b, _ in parts]))
+
+
 def _flatten(samples: Samples) -> tuple[Any, Any]:
     np = _np()
     data = _clean(samples)
@@ -692,33 +707,58 @@ def fit_key(samples: Samples, n_boot: int = N_BOOT, seed: int = SEED) -> str:
 def fit_usl_with_intervals(
     samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
 ) -> UslModel | None:
-    """:func:`fit_usl_bootstrapped`, once per data set in this process (see ``_FITS``)."""
-    key = fit_key(samples, n_boot, seed)
-    for log in _FIT_LOGS:
-        log.add(key)
-    if key not in _FITS:
-        _FITS[key] = fit_usl_bootstrapped(samples, n_boot, seed)
-    return _FITS[key]
-
-
-def fit_usl_bootstrapped(
-    samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
-) -> UslModel | None:
     """USL fit plus bootstrap 95 % intervals of λ, σ, κ, N* and X(N*); None if it cannot fit.
 
-    The bootstrap resamples the repeats' relative deviations from the fit (pooled
-    over all worker counts, scaled by √(n/(n−3)) for the three fitted parameters)
-    onto the fitted curve and refits. Resampling each count's own 2–3 repeats
-    instead was measured to under-cover badly (the true N* fell inside the "95 %"
-    interval in 72 % of noisy surfaces, against 88 % this way; tests/test_model.py
-    and benchmarks/bench_model.py check coverage), because a draw from three
-    values cannot be wider than those three values. Each refit starts from the
-    point fit, and all of them run as one batch (``usl_batch``).
+    Made once per data set in this process (see ``_FITS``). The bootstrap resamples
+    the repeats' relative deviations from the fit (pooled over all worker counts,
+    scaled by √(n/(n−3)) for the three fitted parameters) onto the fitted curve and
+    refits. Resampling each count's own 2–3 repeats instead was measured to
+    under-cover badly (the true N* fell inside the "95 %" interval in 72 % of noisy
+    surfaces, against 88 % this way; tests/test_model.py and benchmarks/bench_model.py
+    check coverage), because a draw from three values cannot be wider than those
+    three values. Each refit starts from the point fit, and all of them run as one
+    batch (``usl_batch``).
     """
+    return fit_usl_many([samples], n_boot, seed)[0]
+
+
+def fit_usl_many(
+    many: Sequence[Samples], n_boot: int = N_BOOT, seed: int = SEED
+) -> list[UslModel | None]:
+    """:func:`fit_usl_with_intervals` of many data sets (a report's machines), the same
+    models, with every bootstrap refit not yet made in one ``usl_batch`` call.
+
+    A report of 200 machines made 200 batches of 200 refits; numpy's per-call overhead
+    of those small batches was most of a first report's time. Here the resamples of
+    every machine are stacked (padded to the longest, the padding weighted 0) and each
+    row's steps are those it takes alone, so each model is the one its own call makes.
+    """
+    from orchestrator.analysis.usl_batch import least_squares_batch
+
+    keys = [fit_key(s, n_boot, seed) for s in many]
+    for log in _FIT_LOGS:
+        log.update(keys)
+    todo = {k: s for k, s in zip(keys, many, strict=True) if k not in _FITS}
+    fits = {k: fit_usl(s) for k, s in todo.items()}
+    _FITS.update({k: None for k, f in fits.items() if f is None})
+    drawn = {k: (f, *_resamples(f, todo[k], n_boot, seed)) for k, f in fits.items() if f}
+    if drawn:
+        params, ok = least_squares_batch(*_stacked(
+            [(n, b, p0) for _, n, b, p0 in drawn.values()],
+            max(n.size for _, n, _, _ in drawn.values())))
+        at = 0
+        for key, (fit, n, bxs, _) in drawn.items():
+            rows = slice(at, at + len(bxs))
+            _FITS[key] = _with_intervals(fit, n, params[rows], ok[rows])
+            at += len(bxs)
+    return [_FITS[k] for k in keys]
+
+
+def _resamples(
+    fit: UslFit, samples: Samples, n_boot: int, seed: int
+) -> tuple[Any, Any, tuple[float, float, float]]:
+    """The worker counts, the ``n_boot`` resampled rates (one row each) and the refits' start."""
     np = _np()
-    fit = fit_usl(samples)
-    if fit is None:
-        return None
     n, x = _flatten(samples)
     rng = np.random.default_rng(seed)
     fitted = fit.predict(n)
@@ -726,10 +766,13 @@ def fit_usl_bootstrapped(
     rel_resid = (x / fitted - 1.0) * math.sqrt(n.size / dof)
     p0 = (fit.lam, min(fit.sigma, 0.99), max(fit.kappa, 1e-9))
     draws = rng.integers(0, n.size, size=(n_boot, n.size))  # the draws one at a time gave
-    bxs = np.maximum(fitted * (1.0 + rel_resid[draws]), 1e-12)
-    from orchestrator.analysis.usl_batch import least_squares_batch
+    return n, np.maximum(fitted * (1.0 + rel_resid[draws]), 1e-12), p0
 
-    params, ok = least_squares_batch(n, bxs, p0)
+
+def _with_intervals(fit: UslFit, n: Any, params: Any, ok: Any) -> UslModel:
+    """The model of ``fit`` and its refits (``params``, those that converged: ``ok``)."""
+    np = _np()
+    params = params.copy()
     top = float(np.max(n))  # κ this small is κ = 0, as in _fit_arrays
     flat = params[:, 2] * top * (top - 1.0) < KAPPA_ZERO * (1.0 + params[:, 1] * (top - 1.0))
     params[:, 2] = np.where(flat, 0.0, params[:, 2])
@@ -749,8 +792,4 @@ def fit_usl_bootstrapped(
              "n_star": fit.n_star, "x_star": fit.x_star}
     widen = _small_sample_factor(n.size - 3)
     intervals = {k: _widen(iv, point[k], widen, log=k in _POSITIVE) for k, iv in intervals.items()}
-    return UslModel(
-        fit=fit,
-        boot=tuple(boot),
-        intervals=intervals,
-    )
+    return UslModel(fit=fit, boot=tuple(boot), intervals=intervals)

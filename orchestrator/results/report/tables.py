@@ -21,7 +21,7 @@ from orchestrator.analysis.model import (
     KNEE_GAIN,
     MIN_REPEATS_FOR_CI,
     UslModel,
-    fit_usl_with_intervals,
+    fit_usl_many,
 )
 from orchestrator.analysis.ranking import rank
 from orchestrator.formatting import (
@@ -82,7 +82,8 @@ def build_report(run: RunData) -> Report:
     headlines = _headlines(run, summary, knee_of, by_machine)
     tables = [] if summary.empty else [_results_table(summary, measure),
                                        _machine_table(summary, knee_of, measure)]
-    models = {} if summary.empty else {k: fit_usl_with_intervals(v) for k, v in by_machine.items()}
+    models = {} if summary.empty else dict(zip(by_machine, fit_usl_many(list(by_machine.values())),
+                                               strict=True))  # every machine's refits at once
     if not summary.empty:
         tables.append(_usl_table(models, measure))
     from orchestrator.results.report.jobs import job_tables
