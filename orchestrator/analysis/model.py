@@ -30,6 +30,7 @@ CLI's report path and must not slow ``cloudprof --help``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -106,13 +107,8 @@ class Spread:
         return "95% CI" if self.ci else "IQR"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "median": self.median,
-            "n": self.n,
-            "q1": self.q1,
-            "q3": self.q3,
-            "ci95": list(self.ci) if self.ci else None,
-        }
+        return {"median": self.median, "n": self.n, "q1": self.q1, "q3": self.q3,
+                "ci95": list(self.ci) if self.ci else None}
 
 
 def bootstrap_ci(
@@ -122,38 +118,66 @@ def bootstrap_ci(
     n_boot: int = 2000,
     seed: int = SEED,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``stat`` (default: the median) over ``values``.
-
-    The median of each resample is the middle of its sorted row (the mean of the two
-    middle values for an even count), as ``np.median`` gives to the last bit: sorting a
-    few repeats is several times faster than ``np.median``'s partition, and a report of
-    1,200 groups makes 1,200 of these intervals."""
+    """Percentile bootstrap interval of ``stat`` (default: the median) over ``values``."""
     np = _np()
     x = np.asarray(_finite(values), dtype=float)
     if x.size == 0:
         raise ValueError("bootstrap_ci needs at least one finite value")
-    rng = np.random.default_rng(seed)
-    draws = x[rng.integers(0, x.size, size=(n_boot, x.size))]
     if stat is None:
-        draws.sort(axis=1)
-        k = x.size // 2
-        stats = draws[:, k] if x.size % 2 else (draws[:, k - 1] + draws[:, k]) / 2
-    else:
-        stats = np.apply_along_axis(stat, 1, draws)
+        low, high = _median_cis(x[None, :], level, n_boot, seed)[:, 0]
+        return float(low), float(high)
+    rng = np.random.default_rng(seed)
+    stats = np.apply_along_axis(stat, 1, x[rng.integers(0, x.size, size=(n_boot, x.size))])
     alpha = (1.0 - level) / 2
     low, high = np.quantile(stats, [alpha, 1 - alpha])
     return float(low), float(high)
 
 
+def _median_cis(x: Any, level: float, n_boot: int, seed: int) -> Any:
+    """Bootstrap intervals of the median of each row of ``x`` (rows of one length).
+
+    Every row draws the same indices (one generator from ``seed``, as one row alone
+    would), so rows of a length share one draw. The median of each resample is the
+    middle of its sorted row (the mean of the two middle values for an even count), as
+    ``np.median`` gives to the last bit: sorting a few repeats is several times faster
+    than ``np.median``'s partition, and a report of 1,200 groups makes 1,200 of these."""
+    np = _np()
+    size = x.shape[1]
+    idx = np.random.default_rng(seed).integers(0, size, size=(n_boot, size))
+    alpha = (1.0 - level) / 2
+    out = []
+    for at in range(0, len(x), 64):  # 64 rows of 2,000 resamples at a time: ~8 MB
+        draws = x[at:at + 64][:, idx]
+        draws.sort(axis=2)
+        k = size // 2
+        stats = draws[:, :, k] if size % 2 else (draws[:, :, k - 1] + draws[:, :, k]) / 2
+        out.append(np.quantile(stats, [alpha, 1 - alpha], axis=1))
+    return np.concatenate(out, axis=1)
+
+
 def spread(values: Sequence[float], seed: int = SEED) -> Spread | None:
     """Median, IQR and (from MIN_REPEATS_FOR_CI repeats on) a bootstrap 95 % CI; None if empty."""
+    return spreads([values], seed)[0]
+
+
+def spreads(groups: Sequence[Sequence[float]], seed: int = SEED) -> list[Spread | None]:
+    """:func:`spread` of each group, those of one size at once (a report's 1,200 groups
+    made 1,200 calls of numpy's small-array overhead each)."""
     np = _np()
-    x = _finite(values)
-    if not x:
-        return None
-    q1, med, q3 = (float(v) for v in np.quantile(np.asarray(x), [0.25, 0.5, 0.75]))
-    ci = bootstrap_ci(x, seed=seed) if len(x) >= MIN_REPEATS_FOR_CI else None
-    return Spread(median=med, n=len(x), q1=q1, q3=q3, ci=ci)
+    finite = [_finite(v) for v in groups]
+    out: list[Spread | None] = [None] * len(finite)
+    by_size: dict[int, list[int]] = {}
+    for i in (i for i, x in enumerate(finite) if x):
+        by_size.setdefault(len(finite[i]), []).append(i)
+    for size, rows in by_size.items():
+        x = np.array([finite[i] for i in rows], dtype=float)
+        q1, med, q3 = np.quantile(x, [0.25, 0.5, 0.75], axis=1).tolist()
+        ci = (_median_cis(x, CONFIDENCE, 2000, seed).T.tolist()
+              if size >= MIN_REPEATS_FOR_CI else [None] * len(rows))
+        for j, i in enumerate(rows):
+            out[i] = Spread(median=med[j], n=size, q1=q1[j], q3=q3[j],
+                            ci=None if ci[j] is None else (ci[j][0], ci[j][1]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -493,20 +517,6 @@ def _fit_arrays(n: Any, x: Any, p0: tuple[float, float, float] | None = None) ->
     return lam, sigma, kappa
 
 
-def _stacked(parts: Sequence[tuple[Any, Any, Any]], width: int) -> tuple[Any, Any, Any, Any]:
-    """(counts, rows of rates, start) of several data sets as one ``least_squares_batch``
-    call's arrays: padded to ``width`` points, the padding weighted 0."""
-    np = _np()
-
-    def padded(rows: Any, fill: float) -> Any:
-        return np.pad(rows, ((0, 0), (0, width - rows.shape[1])), constant_values=fill)
-
-    return (np.concatenate([padded(np.broadcast_to(n, b.shape), 1.0) for n, b, _ in parts]),
-            np.concatenate([padded(b, 1.0) for _, b, _ in parts]),
-            np.concatenate([np.tile(p0, (len(b), 1)) for _, b, p0 in parts]),
-            np.concatenate([padded(np.ones(b.shape), 0.0) for _, b, _ in parts]))
-
-
 def _flatten(samples: Samples) -> tuple[Any, Any]:
     np = _np()
     data = _clean(samples)
@@ -561,18 +571,19 @@ def _make_fit(
     )
 
 
-def _quantiles(values: Sequence[float], level: float = CONFIDENCE) -> tuple[float, float]:
+def _quantiles(values: Any, level: float = CONFIDENCE) -> tuple[float, float]:
     """Nearest-rank percentile interval that tolerates inf (an N* with κ = 0)."""
-    s = sorted(values)
-    if not s:
+    s = _np().sort(_np().asarray(values, dtype=float))
+    if not s.size:
         return math.nan, math.nan
     alpha = (1.0 - level) / 2
-    return s[int(alpha * (len(s) - 1))], s[math.ceil((1 - alpha) * (len(s) - 1))]
+    return float(s[int(alpha * (s.size - 1))]), float(s[math.ceil((1 - alpha) * (s.size - 1))])
 
 
 _POSITIVE = ("lam", "n_star", "x_star")  # widened on a log scale; σ and κ may be 0
 
 
+@functools.cache
 def _small_sample_factor(dof: int) -> float:
     """t(0.975, dof) / z(0.975): how much wider a 95 % interval must be with dof residuals.
 
@@ -733,7 +744,7 @@ def fit_usl_many(
     every machine are stacked (padded to the longest, the padding weighted 0) and each
     row's steps are those it takes alone, so each model is the one its own call makes.
     """
-    from orchestrator.analysis.usl_batch import least_squares_batch
+    from orchestrator.analysis.usl_batch import least_squares_batch, stacked
 
     keys = [fit_key(s, n_boot, seed) for s in many]
     for log in _FIT_LOGS:
@@ -743,13 +754,10 @@ def fit_usl_many(
     _FITS.update({k: None for k, f in fits.items() if f is None})
     drawn = {k: (f, *_resamples(f, todo[k], n_boot, seed)) for k, f in fits.items() if f}
     if drawn:
-        params, ok = least_squares_batch(*_stacked(
-            [(n, b, p0) for _, n, b, p0 in drawn.values()],
-            max(n.size for _, n, _, _ in drawn.values())))
+        params, ok = least_squares_batch(*stacked([d[1:] for d in drawn.values()]))
         at = 0
         for key, (fit, n, bxs, _) in drawn.items():
-            rows = slice(at, at + len(bxs))
-            _FITS[key] = _with_intervals(fit, n, params[rows], ok[rows])
+            _FITS[key] = _with_intervals(fit, n, params[at:at + len(bxs)], ok[at:at + len(bxs)])
             at += len(bxs)
     return [_FITS[k] for k in keys]
 
@@ -776,20 +784,17 @@ def _with_intervals(fit: UslFit, n: Any, params: Any, ok: Any) -> UslModel:
     top = float(np.max(n))  # κ this small is κ = 0, as in _fit_arrays
     flat = params[:, 2] * top * (top - 1.0) < KAPPA_ZERO * (1.0 + params[:, 1] * (top - 1.0))
     params[:, 2] = np.where(flat, 0.0, params[:, 2])
-    boot = [(float(a), float(b), float(c)) for a, b, c in params[ok]]
-    cols = {
-        "lam": [b[0] for b in boot],
-        "sigma": [b[1] for b in boot],
-        "kappa": [b[2] for b in boot],
-        "n_star": [peak_workers(b[1], b[2]) for b in boot],
-    }
-    cols["x_star"] = [
-        float(usl(ns, *b)) if math.isfinite(ns) else (b[0] / b[1] if b[1] > 0 else math.inf)
-        for ns, b in zip(cols["n_star"], boot, strict=True)
-    ]
+    boot = params[ok]
+    lam, sigma, kappa = boot.T
+    with np.errstate(divide="ignore", invalid="ignore"):  # as peak_workers, for every row
+        n_star = np.where(kappa > 0, np.maximum(1.0, np.sqrt(np.maximum(0.0, 1.0 - sigma) / kappa)),
+                          math.inf)
+        x_star = np.where(np.isfinite(n_star), usl(n_star, lam, sigma, kappa),
+                          np.where(sigma > 0, lam / sigma, math.inf))
+    cols = {"lam": lam, "sigma": sigma, "kappa": kappa, "n_star": n_star, "x_star": x_star}
     intervals = {k: _quantiles(v) for k, v in cols.items()}
     point = {"lam": fit.lam, "sigma": fit.sigma, "kappa": fit.kappa,
              "n_star": fit.n_star, "x_star": fit.x_star}
     widen = _small_sample_factor(n.size - 3)
     intervals = {k: _widen(iv, point[k], widen, log=k in _POSITIVE) for k, iv in intervals.items()}
-    return UslModel(fit=fit, boot=tuple(boot), intervals=intervals)
+    return UslModel(fit, tuple(map(tuple, boot.tolist())), intervals)

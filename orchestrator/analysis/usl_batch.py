@@ -41,6 +41,22 @@ def least_squares_batch(n: Any, xs: Any, p0: Any, weights: Any = None) -> tuple[
     return np.concatenate([p for p, _ in parts]), np.concatenate([ok for _, ok in parts])
 
 
+def stacked(parts: Any) -> tuple[Any, Any, Any, Any]:
+    """(counts, rows of rates, start) of several data sets as one ``least_squares_batch``
+    call's arrays: padded to the longest, the padding weighted 0."""
+    import numpy as np
+
+    width = max(b.shape[1] for _, b, _ in parts)
+
+    def padded(rows: Any, fill: float) -> Any:
+        return np.pad(rows, ((0, 0), (0, width - rows.shape[1])), constant_values=fill)
+
+    return (np.concatenate([padded(np.broadcast_to(n, b.shape), 1.0) for n, b, _ in parts]),
+            np.concatenate([padded(b, 1.0) for _, b, _ in parts]),
+            np.concatenate([np.tile(p0, (len(b), 1)) for _, b, p0 in parts]),
+            np.concatenate([padded(np.ones(b.shape), 0.0) for _, b, _ in parts]))
+
+
 def _solve(n: Any, xs: Any, w: Any, start: Any) -> tuple[Any, Any]:
     """``least_squares_batch`` on one chunk of rows."""
     import numpy as np
