@@ -87,9 +87,10 @@ def build_report(run: RunData) -> Report:
     if not summary.empty:
         tables.append(_usl_table(models, measure))
     from orchestrator.results.report.jobs import job_tables
-    from orchestrator.results.report.memory import memory_table
+    from orchestrator.results.report.memory import memory_rows, memory_table
 
-    memory = memory_table(run.trials)  # peaks by phase, the memory request
+    memory_found = memory_rows(run.trials)  # the table's and the answer cards'
+    memory = memory_table(run.trials, memory_found)  # peaks by phase, the memory request
     if memory is not None:
         tables.append(memory)
     from orchestrator.results.limits import limit_table
@@ -117,7 +118,7 @@ def build_report(run: RunData) -> Report:
     return Report(
         title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary,
         usl_models=models, measure=measure,
-        answers=answer_cards(run, summary, knee_of, by_machine),
+        answers=answer_cards(run, summary, knee_of, by_machine, memory_found),
     )  # fmt: skip
 
 
