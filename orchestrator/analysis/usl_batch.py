@@ -67,7 +67,8 @@ def _solve(n: Any, xs: Any, w: Any, start: Any) -> tuple[Any, Any]:
     lo, hi = np.array([1e-12, 0.0, 0.0]) / scale, np.array([np.inf, 1.0, 1.0]) / scale
     q = np.clip(start / scale, lo, hi)
     out, done_all = q.copy(), np.zeros(batch, dtype=bool)
-    rows = np.arange(batch)  # the rows still moving: every array below holds those alone
+    rows = np.arange(batch)  # the rows every array below holds: those still moving, mostly
+    finished = np.zeros(batch, dtype=bool)
     mu = np.full(batch, 1e-3)
     eye = np.eye(3)
     data = (n * w / xs, n - 1.0, n * (n - 1.0), w)  # what every step reads of the points
@@ -78,8 +79,8 @@ def _solve(n: Any, xs: Any, w: Any, start: Any) -> tuple[Any, Any]:
             grad, hess = _normal_equations(q * scale, scale, r, d, *data)
             active = ((q <= lo + 1e-12) & (grad > 0)) | ((q >= hi - 1e-12) & (grad < 0))
             free = ~active
-            done = np.max(np.abs(np.where(free, grad, 0.0)), axis=1) < 1e-8 * np.maximum(
-                1.0, cost)
+            flat = np.max(np.abs(np.where(free, grad, 0.0)), axis=1) < 1e-8 * np.maximum(1.0, cost)
+            done = finished | flat
             mask = free[:, :, None] & free[:, None, :]
             a = np.where(mask, hess, 0.0) + eye * (active[:, :, None] + mu[:, None, None])
             step = -np.linalg.solve(a, np.where(free, grad, 0.0)[:, :, None])[:, :, 0]
@@ -90,19 +91,23 @@ def _solve(n: Any, xs: Any, w: Any, start: Any) -> tuple[Any, Any]:
             small = better & (cost - cost_new <= 1e-12 * cost) & (
                 np.max(np.abs(trial - q), axis=1) <= 1e-8 * (1.0 + np.max(np.abs(q), axis=1)))
             q = np.where(better[:, None], trial, q)
-            r = np.where(better[:, None], r_new, r)
-            d = np.where(better[:, None], d_new, d)
+            worse = ~better  # the steps refused keep their rows' residuals (few, past the start)
+            r_new[worse], d_new[worse] = r[worse], d[worse]
+            r, d = r_new, d_new
             cost = np.where(better, cost_new, cost)
             mu = np.where(better, np.maximum(mu / 3.0, 1e-12), np.minimum(mu * 4.0, 1e12))
-            done |= small
-            out[rows] = q
-            done_all[rows] = done
-            if done.all():
+            finished = done | small
+            if finished.all():
                 break
-            keep = ~done
+            if finished.sum() * 4 < len(finished):  # a quarter done: worth copying the rest
+                continue
+            out[rows], done_all[rows] = q, finished
+            keep = ~finished
+            finished = finished[keep]
             rows, q, r, d, cost, mu = rows[keep], q[keep], r[keep], d[keep], cost[keep], mu[keep]
             scale, lo, hi = scale[keep], lo[keep], hi[keep]
             data = tuple(a[keep] for a in data)
+    out[rows], done_all[rows] = q, finished
     params = out * full_scale
     return params, done_all & np.all(np.isfinite(params), axis=1)
 

@@ -323,7 +323,8 @@ def usl_curves(trials: pd.DataFrame, labels: set[str],
         found = {key: (min(data), max(data)) for key, data in by_machine.items() if data}
         fits = {key: _fit_of(key, by_machine[key], usl_models) for key in found}
     points = usl_points(len(found))
-    parts = []
+    drawn: list[str] = []
+    parts = []  # (workers, fit, low, high) rows: one frame at the end, not one per machine
     for key in sorted(found):
         label, model = rpt.machine_label(*key), fits[key]
         if label not in labels or model is None or model.fit.poor:
@@ -331,11 +332,13 @@ def usl_curves(trials: pd.DataFrame, labels: set[str],
         low, high = found[key]
         ns = np.geomspace(max(low, 1), high * 1.25, points)
         band = np.asarray(model.band(list(ns)), dtype=float).reshape(-1, 3) * scale
-        parts.append(pd.DataFrame({"label": label, "workers": ns, "fit": band[:, 0],
-                                   "low": band[:, 1], "high": band[:, 2]}))
+        drawn += [label] * len(ns)
+        parts.append(np.column_stack([ns, band]))
     if not parts:
         return pd.DataFrame(columns=["label", "workers", "fit", "low", "high"])
-    return pd.concat(parts, ignore_index=True)
+    rows = np.concatenate(parts)
+    return pd.DataFrame({"label": drawn, "workers": rows[:, 0], "fit": rows[:, 1],
+                         "low": rows[:, 2], "high": rows[:, 3]})
 
 
 def usl_points(curves: int) -> int:
