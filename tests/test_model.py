@@ -327,3 +327,59 @@ def test_a_fit_is_made_once_per_data_set_and_a_stored_one_is_read_back(tmp_path)
     assert again == first and again is not first
     moved = {w: [v * 1.01 for v in vals] for w, vals in samples.items()}
     assert model.fit_key(moved) != model.fit_key(samples)  # another trial: another fit
+
+
+def _spread_one_group_at_a_time(values, seed=SEED):
+    """``spread`` as it was, one group per call: what ``spreads`` must give to the last bit."""
+    x = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not x:
+        return None
+    q1, med, q3 = (float(v) for v in np.quantile(np.asarray(x), [0.25, 0.5, 0.75]))
+    ci = None
+    if len(x) >= MIN_REPEATS_FOR_CI:
+        draws = np.asarray(x)[np.random.default_rng(seed).integers(0, len(x), size=(2000, len(x)))]
+        medians = np.median(draws, axis=1)
+        low, high = np.quantile(medians, [0.025, 0.975])
+        ci = (float(low), float(high))
+    return (med, len(x), q1, q3, ci)
+
+
+def test_the_spreads_of_many_groups_are_each_groups_own_to_the_last_bit():
+    from orchestrator.analysis.model import spreads
+
+    rng = np.random.default_rng(7)
+    groups = [list(rng.normal(100, 15, size=n)) for n in (1, 2, 3, 4, 5, 6, 7, 8, 4, 5, 9)]
+    groups += [[], [math.nan, 3.0, math.inf, 4.0, 5.0, 6.0], [1.0, 1.0, 1.0, 1.0]]
+    groups += [list(rng.lognormal(5, 1, size=4)) for _ in range(70)]  # more than one chunk
+    got = spreads(groups)
+    assert len(got) == len(groups)
+    for sp, values in zip(got, groups, strict=True):
+        want = _spread_one_group_at_a_time(values)
+        assert (None if sp is None else (sp.median, sp.n, sp.q1, sp.q3, sp.ci)) == want
+        assert sp == spread(values)
+
+
+def test_many_machines_fitted_at_once_get_the_models_each_gets_alone():
+    """A report fits every machine's bootstrap in one padded batch; each machine's model
+    must be the one its own fit makes (the same steps; sums over padding may round apart)."""
+    from orchestrator.analysis import model
+
+    many = [surface(300.0, 0.05, 1e-3, noise=0.05, repeats=3, grid=GRID[:7], seed=1),
+            surface(120.0, 0.0, 0.0, noise=0.02, repeats=2, grid=GRID[:5], seed=2),
+            surface(80.0, 0.2, 1e-4, noise=0.15, repeats=5, grid=GRID[:8], seed=3),
+            {1: [10.0, 11.0], 4: [30.0]},  # two counts: no fit
+            surface(500.0, 0.01, 5e-3, noise=0.01, repeats=4, grid=GRID[:6], seed=4)]
+    model._FITS.clear()
+    together = model.fit_usl_many(many)
+    model._FITS.clear()
+    alone = [fit_usl_with_intervals(s) for s in many]
+    model._FITS.clear()
+    assert together[3] is None and alone[3] is None
+    for a, b in zip(together, alone, strict=True):
+        if a is None:
+            continue
+        assert a.fit == b.fit and len(a.boot) == len(b.boot) == model.N_BOOT
+        np.testing.assert_allclose(np.array(a.boot), np.array(b.boot), rtol=1e-8, atol=1e-12)
+        for key, (lo, hi) in a.intervals.items():
+            assert lo == pytest.approx(b.intervals[key][0], rel=1e-8)
+            assert hi == pytest.approx(b.intervals[key][1], rel=1e-8)

@@ -979,20 +979,18 @@ def test_a_report_fits_each_machines_usl_once_for_its_table_and_its_figure(
 ) -> None:
     from orchestrator.analysis import model
     from orchestrator.results import plots
-    from orchestrator.results.report import tables
 
     rates = {n: [model.usl(n, 100.0, 0.05, 0.002) * f for f in (0.98, 1.0, 1.02)]
              for n in (1, 2, 4, 8, 16)}  # fmt: skip
     run = write_store(tmp_path / "s", scaling_trials("n2-highcpu-8", 0.29, rates))
     fits: list[Any] = []
-    real = model.fit_usl_with_intervals
+    real = model._with_intervals  # a bootstrap fit made, whichever call asked for it
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         fits.append(real(*args, **kwargs))
         return fits[-1]
 
-    monkeypatch.setattr(model, "fit_usl_with_intervals", counting)
-    monkeypatch.setattr(tables, "fit_usl_with_intervals", counting)
+    monkeypatch.setattr(model, "_with_intervals", counting)
     drawn: list[pd.DataFrame] = []
     real_curves = plots.usl_curves
 

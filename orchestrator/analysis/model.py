@@ -19,9 +19,10 @@ Why these methods:
   of throughput against concurrency: σ is contention (serial fraction), κ is
   coherency (cross-talk that makes throughput *fall* past a peak at
   ``N* = √((1−σ)/κ)``). It is fitted by bounded nonlinear least squares
-  (``scipy.optimize.least_squares``, what ``curve_fit`` calls; σ, κ ∈ [0, 1],
-  λ > 0) on relative errors, since run-to-run noise is a fraction of the rate,
-  and bootstrapped for intervals.
+  (σ, κ ∈ [0, 1], λ > 0) on relative errors, since run-to-run noise is a
+  fraction of the rate (``scipy.optimize.least_squares``, what ``curve_fit``
+  calls), and bootstrapped for intervals: the refits of a whole report run as
+  one numpy batch (``usl_batch``).
 
 scipy and numpy are imported inside functions: this module is imported by the
 CLI's report path and must not slow ``cloudprof --help``.
@@ -29,6 +30,7 @@ CLI's report path and must not slow ``cloudprof --help``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,13 +107,8 @@ class Spread:
         return "95% CI" if self.ci else "IQR"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "median": self.median,
-            "n": self.n,
-            "q1": self.q1,
-            "q3": self.q3,
-            "ci95": list(self.ci) if self.ci else None,
-        }
+        return {"median": self.median, "n": self.n, "q1": self.q1, "q3": self.q3,
+                "ci95": list(self.ci) if self.ci else None}
 
 
 def bootstrap_ci(
@@ -121,38 +118,68 @@ def bootstrap_ci(
     n_boot: int = 2000,
     seed: int = SEED,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``stat`` (default: the median) over ``values``.
-
-    The median of each resample is the middle of its sorted row (the mean of the two
-    middle values for an even count), as ``np.median`` gives to the last bit: sorting a
-    few repeats is several times faster than ``np.median``'s partition, and a report of
-    1,200 groups makes 1,200 of these intervals."""
+    """Percentile bootstrap interval of ``stat`` (default: the median) over ``values``."""
     np = _np()
     x = np.asarray(_finite(values), dtype=float)
     if x.size == 0:
         raise ValueError("bootstrap_ci needs at least one finite value")
-    rng = np.random.default_rng(seed)
-    draws = x[rng.integers(0, x.size, size=(n_boot, x.size))]
     if stat is None:
-        draws.sort(axis=1)
-        k = x.size // 2
-        stats = draws[:, k] if x.size % 2 else (draws[:, k - 1] + draws[:, k]) / 2
-    else:
-        stats = np.apply_along_axis(stat, 1, draws)
+        low, high = _median_cis(x[None, :], level, n_boot, seed)[:, 0]
+        return float(low), float(high)
+    rng = np.random.default_rng(seed)
+    stats = np.apply_along_axis(stat, 1, x[rng.integers(0, x.size, size=(n_boot, x.size))])
     alpha = (1.0 - level) / 2
     low, high = np.quantile(stats, [alpha, 1 - alpha])
     return float(low), float(high)
 
 
+def _median_cis(x: Any, level: float, n_boot: int, seed: int) -> Any:
+    """Bootstrap intervals of the median of each row of ``x`` (rows of one length).
+
+    Every row draws the same indices (one generator from ``seed``, as one row alone
+    would), so rows of a length share one draw. The median of each resample is the
+    middle of its sorted row (``_row_medians``)."""
+    np = _np()
+    size = x.shape[1]
+    idx = np.random.default_rng(seed).integers(0, size, size=(n_boot, size))
+    alpha = (1.0 - level) / 2
+    return np.concatenate([  # 64 rows of 2,000 resamples at a time: ~8 MB
+        np.quantile(_row_medians(x[at:at + 64][:, idx]), [alpha, 1 - alpha], axis=1)
+        for at in range(0, len(x), 64)], axis=1)
+
+
+def _row_medians(draws: Any) -> Any:
+    """The median along the last axis, sorting ``draws`` in place: the middle value or the
+    mean of the two middle ones, as ``np.median`` gives to the last bit, several times
+    faster for a few values a row (its partition's overhead)."""
+    draws.sort(axis=-1)
+    k = draws.shape[-1] // 2
+    return draws[..., k] if draws.shape[-1] % 2 else (draws[..., k - 1] + draws[..., k]) / 2
+
+
 def spread(values: Sequence[float], seed: int = SEED) -> Spread | None:
     """Median, IQR and (from MIN_REPEATS_FOR_CI repeats on) a bootstrap 95 % CI; None if empty."""
+    return spreads([values], seed)[0]
+
+
+def spreads(groups: Sequence[Sequence[float]], seed: int = SEED) -> list[Spread | None]:
+    """:func:`spread` of each group, those of one size at once (a report's 1,200 groups
+    made 1,200 calls of numpy's small-array overhead each)."""
     np = _np()
-    x = _finite(values)
-    if not x:
-        return None
-    q1, med, q3 = (float(v) for v in np.quantile(np.asarray(x), [0.25, 0.5, 0.75]))
-    ci = bootstrap_ci(x, seed=seed) if len(x) >= MIN_REPEATS_FOR_CI else None
-    return Spread(median=med, n=len(x), q1=q1, q3=q3, ci=ci)
+    finite = [_finite(v) for v in groups]
+    out: list[Spread | None] = [None] * len(finite)
+    by_size: dict[int, list[int]] = {}
+    for i in (i for i, x in enumerate(finite) if x):
+        by_size.setdefault(len(finite[i]), []).append(i)
+    for size, rows in by_size.items():
+        x = np.array([finite[i] for i in rows], dtype=float)
+        q1, med, q3 = np.quantile(x, [0.25, 0.5, 0.75], axis=1).tolist()
+        ci = (_median_cis(x, CONFIDENCE, 2000, seed).T.tolist()
+              if size >= MIN_REPEATS_FOR_CI else [None] * len(rows))
+        for j, i in enumerate(rows):
+            out[i] = Spread(median=med[j], n=size, q1=q1[j], q3=q3[j],
+                            ci=None if ci[j] is None else (ci[j][0], ci[j][1]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -177,13 +204,8 @@ class Comparison:
         return f"{self.ratio:.2f}x [{self.low:.2f}–{self.high:.2f}] ({words})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ratio": self.ratio,
-            "ci95": [self.low, self.high],
-            "n_a": self.n_a,
-            "n_b": self.n_b,
-            "clear_difference": self.clear,
-        }
+        return {"ratio": self.ratio, "ci95": [self.low, self.high], "n_a": self.n_a,
+                "n_b": self.n_b, "clear_difference": self.clear}
 
 
 def compare_groups(
@@ -200,8 +222,8 @@ def compare_groups(
     if xa.size == 0 or xb.size == 0 or np.median(xa) <= 0:
         return None
     rng = np.random.default_rng(seed)
-    ma = np.median(xa[rng.integers(0, xa.size, size=(n_boot, xa.size))], axis=1)
-    mb = np.median(xb[rng.integers(0, xb.size, size=(n_boot, xb.size))], axis=1)
+    ma = _row_medians(xa[rng.integers(0, xa.size, size=(n_boot, xa.size))])
+    mb = _row_medians(xb[rng.integers(0, xb.size, size=(n_boot, xb.size))])
     ratios = mb / np.where(ma > 0, ma, np.nan)
     ratios = ratios[np.isfinite(ratios)]
     alpha = (1.0 - CONFIDENCE) / 2
@@ -293,8 +315,9 @@ def knee_range(
     if not found:
         return KneeRange(point, None, None, {})
     share: dict[int | None, float] = {}
+    step = 1.0 / max(1, len(found))
     for k in found:
-        share[k] = share.get(k, 0.0) + 1.0 / max(1, len(found))
+        share[k] = share.get(k, 0.0) + step
     # "Not reached" ranks above every count: scaling went on past the largest one tested.
     big = (max(ns) + 1) if ns else 1
     ranked = sorted((big if k is None else k) for k in found)
@@ -345,9 +368,8 @@ def _bootstrap_knees(
     # the largest median of the counts after each one (the last count has none to compare)
     after = np.maximum.accumulate(medians[:, :0:-1], axis=1)[:, ::-1]
     knee = after <= medians[:, :-1] * (1.0 + gain)
-    first = knee.argmax(axis=1)
-    return [ns[i] if ok else None for i, ok in zip(first.tolist(), knee.any(axis=1).tolist(),
-                                                      strict=True)]
+    labels = np.array([*ns, None], dtype=object)  # None: no count qualified
+    return labels[np.where(knee.any(axis=1), knee.argmax(axis=1), len(ns))].tolist()
 
 
 # ---------------------------------------------------------------- USL
@@ -546,18 +568,19 @@ def _make_fit(
     )
 
 
-def _quantiles(values: Sequence[float], level: float = CONFIDENCE) -> tuple[float, float]:
+def _quantiles(values: Any, level: float = CONFIDENCE) -> tuple[float, float]:
     """Nearest-rank percentile interval that tolerates inf (an N* with κ = 0)."""
-    s = sorted(values)
-    if not s:
+    s = _np().sort(_np().asarray(values, dtype=float))
+    if not s.size:
         return math.nan, math.nan
     alpha = (1.0 - level) / 2
-    return s[int(alpha * (len(s) - 1))], s[math.ceil((1 - alpha) * (len(s) - 1))]
+    return float(s[int(alpha * (s.size - 1))]), float(s[math.ceil((1 - alpha) * (s.size - 1))])
 
 
 _POSITIVE = ("lam", "n_star", "x_star")  # widened on a log scale; σ and κ may be 0
 
 
+@functools.cache
 def _small_sample_factor(dof: int) -> float:
     """t(0.975, dof) / z(0.975): how much wider a 95 % interval must be with dof residuals.
 
@@ -692,33 +715,55 @@ def fit_key(samples: Samples, n_boot: int = N_BOOT, seed: int = SEED) -> str:
 def fit_usl_with_intervals(
     samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
 ) -> UslModel | None:
-    """:func:`fit_usl_bootstrapped`, once per data set in this process (see ``_FITS``)."""
-    key = fit_key(samples, n_boot, seed)
-    for log in _FIT_LOGS:
-        log.add(key)
-    if key not in _FITS:
-        _FITS[key] = fit_usl_bootstrapped(samples, n_boot, seed)
-    return _FITS[key]
-
-
-def fit_usl_bootstrapped(
-    samples: Samples, n_boot: int = N_BOOT, seed: int = SEED
-) -> UslModel | None:
     """USL fit plus bootstrap 95 % intervals of λ, σ, κ, N* and X(N*); None if it cannot fit.
 
-    The bootstrap resamples the repeats' relative deviations from the fit (pooled
-    over all worker counts, scaled by √(n/(n−3)) for the three fitted parameters)
-    onto the fitted curve and refits. Resampling each count's own 2–3 repeats
-    instead was measured to under-cover badly (the true N* fell inside the "95 %"
-    interval in 72 % of noisy surfaces, against 88 % this way; tests/test_model.py
-    and benchmarks/bench_model.py check coverage), because a draw from three
-    values cannot be wider than those three values. Each refit starts from the
-    point fit, and all of them run as one batch (``usl_batch``).
+    Made once per data set in this process (see ``_FITS``). The bootstrap resamples
+    the repeats' relative deviations from the fit (pooled over all worker counts,
+    scaled by √(n/(n−3)) for the three fitted parameters) onto the fitted curve and
+    refits. Resampling each count's own 2–3 repeats instead was measured to
+    under-cover badly (the true N* fell inside the "95 %" interval in 72 % of noisy
+    surfaces, against 88 % this way; tests/test_model.py and benchmarks/bench_model.py
+    check coverage), because a draw from three values cannot be wider than those
+    three values. Each refit starts from the point fit, and all of them run as one
+    batch (``usl_batch``).
     """
+    return fit_usl_many([samples], n_boot, seed)[0]
+
+
+def fit_usl_many(
+    many: Sequence[Samples], n_boot: int = N_BOOT, seed: int = SEED
+) -> list[UslModel | None]:
+    """:func:`fit_usl_with_intervals` of many data sets (a report's machines), the same
+    models, with every bootstrap refit not yet made in one ``usl_batch`` call.
+
+    A report of 200 machines made 200 batches of 200 refits; numpy's per-call overhead
+    of those small batches was most of a first report's time. Here the resamples of
+    every machine are stacked (padded to the longest, the padding weighted 0) and each
+    row's steps are those it takes alone, so each model is the one its own call makes.
+    """
+    from orchestrator.analysis.usl_batch import least_squares_batch, stacked
+
+    keys = [fit_key(s, n_boot, seed) for s in many]
+    for log in _FIT_LOGS:
+        log.update(keys)
+    todo = {k: s for k, s in zip(keys, many, strict=True) if k not in _FITS}
+    fits = {k: fit_usl(s) for k, s in todo.items()}
+    _FITS.update({k: None for k, f in fits.items() if f is None})
+    drawn = {k: (f, *_resamples(f, todo[k], n_boot, seed)) for k, f in fits.items() if f}
+    if drawn:
+        params, ok = least_squares_batch(*stacked([d[1:] for d in drawn.values()]))
+        at = 0
+        for key, (fit, n, bxs, _) in drawn.items():
+            _FITS[key] = _with_intervals(fit, n, params[at:at + len(bxs)], ok[at:at + len(bxs)])
+            at += len(bxs)
+    return [_FITS[k] for k in keys]
+
+
+def _resamples(
+    fit: UslFit, samples: Samples, n_boot: int, seed: int
+) -> tuple[Any, Any, tuple[float, float, float]]:
+    """The worker counts, the ``n_boot`` resampled rates (one row each) and the refits' start."""
     np = _np()
-    fit = fit_usl(samples)
-    if fit is None:
-        return None
     n, x = _flatten(samples)
     rng = np.random.default_rng(seed)
     fitted = fit.predict(n)
@@ -726,31 +771,27 @@ def fit_usl_bootstrapped(
     rel_resid = (x / fitted - 1.0) * math.sqrt(n.size / dof)
     p0 = (fit.lam, min(fit.sigma, 0.99), max(fit.kappa, 1e-9))
     draws = rng.integers(0, n.size, size=(n_boot, n.size))  # the draws one at a time gave
-    bxs = np.maximum(fitted * (1.0 + rel_resid[draws]), 1e-12)
-    from orchestrator.analysis.usl_batch import least_squares_batch
+    return n, np.maximum(fitted * (1.0 + rel_resid[draws]), 1e-12), p0
 
-    params, ok = least_squares_batch(n, bxs, p0)
+
+def _with_intervals(fit: UslFit, n: Any, params: Any, ok: Any) -> UslModel:
+    """The model of ``fit`` and its refits (``params``, those that converged: ``ok``)."""
+    np = _np()
+    params = params.copy()
     top = float(np.max(n))  # κ this small is κ = 0, as in _fit_arrays
     flat = params[:, 2] * top * (top - 1.0) < KAPPA_ZERO * (1.0 + params[:, 1] * (top - 1.0))
     params[:, 2] = np.where(flat, 0.0, params[:, 2])
-    boot = [(float(a), float(b), float(c)) for a, b, c in params[ok]]
-    cols = {
-        "lam": [b[0] for b in boot],
-        "sigma": [b[1] for b in boot],
-        "kappa": [b[2] for b in boot],
-        "n_star": [peak_workers(b[1], b[2]) for b in boot],
-    }
-    cols["x_star"] = [
-        float(usl(ns, *b)) if math.isfinite(ns) else (b[0] / b[1] if b[1] > 0 else math.inf)
-        for ns, b in zip(cols["n_star"], boot, strict=True)
-    ]
+    boot = params[ok]
+    lam, sigma, kappa = boot.T
+    with np.errstate(divide="ignore", invalid="ignore"):  # as peak_workers, for every row
+        n_star = np.where(kappa > 0, np.maximum(1.0, np.sqrt(np.maximum(0.0, 1.0 - sigma) / kappa)),
+                          math.inf)
+        x_star = np.where(np.isfinite(n_star), usl(n_star, lam, sigma, kappa),
+                          np.where(sigma > 0, lam / sigma, math.inf))
+    cols = {"lam": lam, "sigma": sigma, "kappa": kappa, "n_star": n_star, "x_star": x_star}
     intervals = {k: _quantiles(v) for k, v in cols.items()}
     point = {"lam": fit.lam, "sigma": fit.sigma, "kappa": fit.kappa,
              "n_star": fit.n_star, "x_star": fit.x_star}
     widen = _small_sample_factor(n.size - 3)
     intervals = {k: _widen(iv, point[k], widen, log=k in _POSITIVE) for k, iv in intervals.items()}
-    return UslModel(
-        fit=fit,
-        boot=tuple(boot),
-        intervals=intervals,
-    )
+    return UslModel(fit, tuple(map(tuple, boot.tolist())), intervals)

@@ -17,7 +17,9 @@ so ``cloudprof --help`` and a sweep's start stay instant.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -321,7 +323,8 @@ def usl_curves(trials: pd.DataFrame, labels: set[str],
         found = {key: (min(data), max(data)) for key, data in by_machine.items() if data}
         fits = {key: _fit_of(key, by_machine[key], usl_models) for key in found}
     points = usl_points(len(found))
-    parts = []
+    drawn: list[str] = []
+    parts = []  # (workers, fit, low, high) rows: one frame at the end, not one per machine
     for key in sorted(found):
         label, model = rpt.machine_label(*key), fits[key]
         if label not in labels or model is None or model.fit.poor:
@@ -329,11 +332,13 @@ def usl_curves(trials: pd.DataFrame, labels: set[str],
         low, high = found[key]
         ns = np.geomspace(max(low, 1), high * 1.25, points)
         band = np.asarray(model.band(list(ns)), dtype=float).reshape(-1, 3) * scale
-        parts.append(pd.DataFrame({"label": label, "workers": ns, "fit": band[:, 0],
-                                   "low": band[:, 1], "high": band[:, 2]}))
+        drawn += [label] * len(ns)
+        parts.append(np.column_stack([ns, band]))
     if not parts:
         return pd.DataFrame(columns=["label", "workers", "fit", "low", "high"])
-    return pd.concat(parts, ignore_index=True)
+    rows = np.concatenate(parts)
+    return pd.DataFrame({"label": drawn, "workers": rows[:, 0], "fit": rows[:, 1],
+                         "low": rows[:, 2], "high": rows[:, 3]})
 
 
 def usl_points(curves: int) -> int:
@@ -754,25 +759,25 @@ def javascript() -> str:
     return bundle
 
 
-def write_figures(figures: list[Drawn], out_dir: Path, run_dir: Path
-                  ) -> list[tuple[str, str]]:
-    """Write each named figure as ``out_dir/<name>`` (SVG); (path relative to the store,
-    caption) pairs, as report.md links them."""
+@contextlib.contextmanager
+def figures_written(figures: list[Drawn], out_dir: Path, run_dir: Path
+                    ) -> Iterator[list[tuple[str, str]]]:
+    """Each named figure written as ``out_dir/<name>`` (SVG) by the end of the block; the
+    block gets the (path relative to the store, caption) pairs, as report.md links them.
+
+    vl-convert renders outside the GIL, in up to four threads: each figure is handed to
+    them as soon as its spec is made (the largest, throughput, first), and the block (the
+    pages, rendered in Python) runs while they draw, so on a second core the drawing costs
+    no time of its own. The files are written once all are drawn."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from orchestrator.atomic import atomic_write_bytes
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rel = out_dir.relative_to(run_dir) if out_dir.is_relative_to(run_dir) else out_dir
     named = [drawn for drawn in figures if drawn.name]
-    for drawn, svg in zip(named, _svgs([drawn.spec() for drawn in named]), strict=True):
-        atomic_write_bytes(out_dir / drawn.name, svg.encode())
-    return [((rel / drawn.name).as_posix(), drawn.caption) for drawn in named]
-
-
-def _svgs(specs: list[dict[str, Any]]) -> list[str]:
-    """The specs as SVG, converted side by side: vl-convert renders outside the GIL."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    if len(specs) < 2:
-        return [to_svg(s) for s in specs]
-    with ThreadPoolExecutor(max_workers=min(4, len(specs))) as pool:
-        return list(pool.map(to_svg, specs))
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(named)))) as pool:
+        drawing = [pool.submit(to_svg, drawn.spec()) for drawn in named]
+        yield [((rel / drawn.name).as_posix(), drawn.caption) for drawn in named]
+        for drawn, svg in zip(named, drawing, strict=True):
+            atomic_write_bytes(out_dir / drawn.name, svg.result().encode())

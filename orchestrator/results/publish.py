@@ -72,10 +72,12 @@ def write_files(run: RunData, report: Report) -> Path:
     from orchestrator.results import plots
 
     page, per_machine = plots.report_figures(run, report.summary, usl_models=report.usl_models)
-    report.plots = plots.write_figures(page + per_machine, run.run_dir / PLOTS_DIR, run.run_dir)
-    atomic_write_bytes(run.run_dir / REPORT_MD, render_markdown(report).encode())
-    charts = [(drawn.caption, drawn.spec()) for drawn in page]
-    html = render_html(report, charts=charts, script=plots.javascript() if charts else None)
+    with plots.figures_written(page + per_machine, run.run_dir / PLOTS_DIR,
+                               run.run_dir) as report.plots:  # both pages render as they draw
+        markdown = render_markdown(report)
+        charts = [(drawn.caption, drawn.spec()) for drawn in page]
+        html = render_html(report, charts=charts, script=plots.javascript() if charts else None)
+    atomic_write_bytes(run.run_dir / REPORT_MD, markdown.encode())
     html_path = run.run_dir / REPORT_HTML
     atomic_write_bytes(html_path, html.encode())
     return html_path

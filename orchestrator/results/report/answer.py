@@ -210,11 +210,13 @@ def answer_cards(
     summary: pd.DataFrame | None = None,
     knee_of: dict[tuple[str, str], Knee] | None = None,
     by_machine: dict[tuple[str, str], dict[int, list[float]]] | None = None,
+    memory_found: list[dict[str, Any]] | None = None,
 ) -> list[AnswerCard]:
     """One card per (machine, ran_on) with an ok trial, in the summary's order.
 
-    ``summary``, ``knee_of`` and ``by_machine`` are ``summarise``, ``knees`` and
-    ``samples`` of ``run.trials``; a caller that has them passes them.
+    ``summary``, ``knee_of``, ``by_machine`` and ``memory_found`` are ``summarise``,
+    ``knees``, ``samples`` and ``memory_rows`` of ``run.trials``; a caller that has them
+    passes them.
     """
     from orchestrator.results.profiles import load_profiles
     from orchestrator.results.report.memory import memory_rows
@@ -226,7 +228,7 @@ def answer_cards(
     by_machine = samples(trials) if by_machine is None else by_machine
     knee_of = knees(summary, by_machine) if knee_of is None else knee_of
     memory = {(str(r["machine"]), str(r["ran_on"]), int(r["workers"])): r
-              for r in memory_rows(trials)}
+              for r in (memory_rows(trials) if memory_found is None else memory_found)}
     profiles = load_profiles(run.run_dir)
     ok = trials.loc[trials["status"] == OK, trials.columns.intersection(_CARD_COLUMNS)]
     # one grouping, not a scan per machine

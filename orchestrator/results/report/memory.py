@@ -215,12 +215,14 @@ def _spikes_cell(spikes: list[dict[str, Any]]) -> str:
     return f"{len(spikes)}: {fmt_bytes(top.get('rss_bytes'))} {where}"
 
 
-def memory_table(trials: pd.DataFrame) -> Table | None:
-    """The report's table: headline peak, its phase, the phases' peaks and the request."""
+def memory_table(trials: pd.DataFrame, found: list[dict[str, Any]] | None = None
+                 ) -> Table | None:
+    """The report's table: headline peak, its phase, the phases' peaks and the request.
+    ``found``: ``memory_rows(trials)``, where the caller has them."""
     from orchestrator.results.report.model import machine_label
     from orchestrator.results.report.table import Row, Table
 
-    found = memory_rows(trials)
+    found = memory_rows(trials) if found is None else found
     if not found:
         return None
     rows = []

@@ -21,7 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.analysis.model import KNEE_GAIN, KneeRange, knee_point, knee_range, spread
+from orchestrator.analysis.model import KNEE_GAIN, KneeRange, knee_point, knee_range
+from orchestrator.analysis.model import spreads as spreads_of
 from orchestrator.errors import CloudprofError, UsageError
 from orchestrator.formatting import DASH, n_workers
 from orchestrator.results.report.measure import (
@@ -258,6 +259,18 @@ def _present(frame: pd.DataFrame, column: str) -> list[Any]:
     return frame[column].dropna().tolist() if column in frame.columns else []
 
 
+def _lists(by: Any, column: str) -> list[list[Any]]:
+    """Each group's values of ``column``, in the groups' order and each in the rows' order:
+    ``by[column].agg(list)`` without a Python call per group (1,200 in a report of 200
+    machines)."""
+    import numpy as np
+
+    ids = by.ngroup().to_numpy()
+    order = np.argsort(ids, kind="stable")
+    values = by.obj[column].to_numpy()[order]
+    return [part.tolist() for part in np.split(values, np.cumsum(np.bincount(ids))[:-1])]
+
+
 def summarise(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per (machine, ran_on, workers): medians over the repeats that finished ok.
 
@@ -294,7 +307,7 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
     ups = by["units_per_s"]
     vcpus = by["vcpus"].first()  # first non-null, like every per-host fact
     price = by["price_per_hour"].first()
-    spreads = [spread(v) for v in ups.agg(list)]
+    spreads = spreads_of(_lists(by, "units_per_s"))
     fixed = by["fixed"].all() & measure_of(trials).fixed_work  # rate: 1 / median time
     per_run = by["seconds"].median().where(fixed)
     rate = ups.median().where(~fixed, 1.0 / per_run.where(per_run > 0))
@@ -318,7 +331,7 @@ def summarise(trials: pd.DataFrame) -> pd.DataFrame:
         "seconds_per_run": per_run.to_numpy(),
         "peak_rss_bytes": by["peak_rss_bytes"].max().to_numpy(),
         "cpu_utilisation": by["cpu_utilisation"].median().to_numpy(),
-        "leak_verdict": by["leak_verdict"].agg(lambda v: _leak_summary(list(v))).to_numpy(),
+        "leak_verdict": [_leak_summary(v) for v in _lists(by, "leak_verdict")],
         "leak_probability": by["leak_probability"].max().to_numpy(),
         "leak_ramp": by["leak_ramp"].any().to_numpy(),
         "price_per_hour": price.to_numpy(),

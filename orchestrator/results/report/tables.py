@@ -21,7 +21,7 @@ from orchestrator.analysis.model import (
     KNEE_GAIN,
     MIN_REPEATS_FOR_CI,
     UslModel,
-    fit_usl_with_intervals,
+    fit_usl_many,
 )
 from orchestrator.analysis.ranking import rank
 from orchestrator.formatting import (
@@ -82,13 +82,15 @@ def build_report(run: RunData) -> Report:
     headlines = _headlines(run, summary, knee_of, by_machine)
     tables = [] if summary.empty else [_results_table(summary, measure),
                                        _machine_table(summary, knee_of, measure)]
-    models = {} if summary.empty else {k: fit_usl_with_intervals(v) for k, v in by_machine.items()}
+    models = {} if summary.empty else dict(zip(by_machine, fit_usl_many(list(by_machine.values())),
+                                               strict=True))  # every machine's refits at once
     if not summary.empty:
         tables.append(_usl_table(models, measure))
     from orchestrator.results.report.jobs import job_tables
-    from orchestrator.results.report.memory import memory_table
+    from orchestrator.results.report.memory import memory_rows, memory_table
 
-    memory = memory_table(run.trials)  # peaks by phase, the memory request
+    memory_found = memory_rows(run.trials)  # the table's and the answer cards'
+    memory = memory_table(run.trials, memory_found)  # peaks by phase, the memory request
     if memory is not None:
         tables.append(memory)
     from orchestrator.results.limits import limit_table
@@ -116,7 +118,7 @@ def build_report(run: RunData) -> Report:
     return Report(
         title=f"cloudprof report — {run.name}", headlines=headlines, tables=tables, summary=summary,
         usl_models=models, measure=measure,
-        answers=answer_cards(run, summary, knee_of, by_machine),
+        answers=answer_cards(run, summary, knee_of, by_machine, memory_found),
     )  # fmt: skip
 
 
