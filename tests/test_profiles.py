@@ -460,3 +460,24 @@ def test_a_jobs_python_is_found_for_memray_on_the_jobs_path_not_the_runners(tmp_
     prof = summary(out)["profile"]
     assert prof["status"] == "ok", prof
     assert prof["top_sites"][0]["site"] == "job.py:2"
+
+
+def test_the_driver_thread_is_left_out_of_a_profile_by_its_id_not_only_its_name():
+    """On a busy host py-spy may write a thread without its name: the driver thread, which
+    only waits on the workers, would then count as an idle thread of the job."""
+    import threading
+
+    from tests.fixtures.profile_workloads import Spin
+    from workloads import run as runner
+
+    seen: list[int] = []
+
+    class Watched(Spin):
+        def run(self, workers, stop, counter):
+            seen.append(threading.get_native_id())
+            stop.set()
+
+    own: set[int] = set()
+    runner._drive(Watched(), 1, 5.0, None, runner._Signals(threading.Event()), None, None,
+                  own_tids=own)  # fmt: skip
+    assert own == set(seen) and threading.get_native_id() not in own

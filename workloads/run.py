@@ -267,7 +267,7 @@ def _run_workload(args: argparse.Namespace, summary: dict[str, Any], sig: _Signa
     try:
         seconds = _drive(
             workload, args.workers, params["duration_s"], params["units_target"], sig, agent,
-            progress, stop=stop, counter=counter,
+            progress, stop=stop, counter=counter, own_tids=own_tids,
         )  # fmt: skip
     except Exception as exc:  # still record what was measured up to the failure
         failure, seconds = exc, time.perf_counter() - start
@@ -302,8 +302,13 @@ def _drive(
     *,
     stop: threading.Event | None = None,
     counter: UnitCounter | None = None,
+    own_tids: set[int] | None = None,
 ) -> float:
-    """Run the workload in a thread until the duration/units are reached; returns seconds."""
+    """Run the workload in a thread until the duration/units are reached; returns seconds.
+
+    The driver thread's id joins ``own_tids`` (a profile's exclusions): py-spy does not
+    always read a thread's name on a busy host, and this thread only waits on the workers.
+    """
     stop = stop or threading.Event()
     counter = counter or UnitCounter()
     error: list[BaseException] = []
@@ -320,6 +325,8 @@ def _drive(
     start = time.perf_counter()
     thread = threading.Thread(target=target, name="workload", daemon=True)
     thread.start()
+    if own_tids is not None and thread.native_id is not None:
+        own_tids.add(thread.native_id)
     end_at = start + duration if duration is not None else None
     while thread.is_alive():
         now = time.perf_counter()
