@@ -21,7 +21,7 @@ from orchestrator.plan.planner import slug
 from orchestrator.providers.gcp import cluster_firewall_name
 from tests.fixtures import sweeps
 from tests.fixtures.fake_gce import PERMISSION
-from tests.fixtures.sweeps import MACHINE, TINY, CloudSweep, wait_for
+from tests.fixtures.sweeps import IDLE, MACHINE, CloudSweep, wait_for
 
 cloud_sweep = sweeps.cloud_sweep
 
@@ -37,9 +37,7 @@ NODES = "2"
 
 def _argv(sweep: CloudSweep, duration: str = "1") -> list[str]:
     """``sweep.argv`` for the sleep workload (whose per-node rate is fixed), on 2 nodes."""
-    argv = sweep.argv("1", duration, "--nodes", NODES, "--workload", "sleep")
-    start = argv.index(TINY[0])  # the cube's sizes: not parameters of this workload
-    return argv[:start] + argv[start + len(TINY):]
+    return sweep.argv("1", duration, "--nodes", NODES, job=IDLE)
 
 
 def _inter_node_rules(sweep: CloudSweep) -> list[str]:

@@ -26,7 +26,7 @@ from orchestrator.errors import EXIT_INTERRUPTED
 from orchestrator.plan.planner import slug
 from orchestrator.providers import open_bucket
 from tests.fixtures import sweeps
-from tests.fixtures.sweeps import CloudSweep, processes_with, trials_of, wait_for
+from tests.fixtures.sweeps import IDLE, CloudSweep, processes_with, trials_of, wait_for
 
 # The fixtures of tests/fixtures/sweeps.py, for this module.
 cloud_sweep = sweeps.cloud_sweep
@@ -92,7 +92,7 @@ def test_signal_at_each_phase_tears_everything_down_and_keeps_finished_trials(
     if phase == "bootstrap":  # a fresh VM: the venv has to be built
         sweep.workdir = tmp_path / "fresh-vm"
         sweep.env["CLOUDPROF_SSH_WORKDIR"] = str(sweep.workdir)
-    proc = sweep.start(sweep.argv("1,2,3", "1.5"))
+    proc = sweep.start(sweep.argv("1,2,3", "1.5", job=IDLE))
     _reach(sweep, phase, proc)
     done_before = sweep.trials_done()
     proc.send_signal(sig)
@@ -124,7 +124,7 @@ def test_sshd_killed_during_a_trial_is_retried_and_the_vm_still_torn_down(
     cloud_sweep: CloudSweep,
 ) -> None:
     sweep = cloud_sweep
-    proc = sweep.start(sweep.argv("1", "3"))
+    proc = sweep.start(sweep.argv("1", "3", job=IDLE))
     wait_for("the trial to run", sweep.runners, proc)
     sweep.sshd.stop()  # the daemon and every session die, the VM stays
     wait_for("the engine to notice and reconnect",  # to the trial, which runs on detached
@@ -160,7 +160,7 @@ def test_a_vm_unreachable_for_good_still_gives_the_result_its_runner_put(
     # the reconnect budget: the 3 s trial ends well within twice 10 s (+ a 2 s backoff),
     # also on a loaded host (with 6 s, a run beside a CPU hog found no result yet)
     sweep.env["CLOUDPROF_SSH_BOOT_TIMEOUT"] = "10"
-    proc = sweep.start(sweep.argv("1", "3", "--trial-timeout", "20"))
+    proc = sweep.start(sweep.argv("1", "3", "--trial-timeout", "20", job=IDLE))
     wait_for("the runner itself to run (not the shell starting it)",
              lambda: [p for p in sweep.runners() if "python" in p.split()[0]], proc)
     sweep.sshd.stop()  # for good: the daemon and every session die, the VM stays
@@ -187,7 +187,7 @@ def test_sigkill_then_resume_runs_each_missing_trial_once_and_no_trial_twice(
 ) -> None:
     sweep = cloud_sweep
     before = set(sweep.workdir.glob("trials/*"))
-    proc = sweep.start(sweep.argv("1,2,3", "1"))
+    proc = sweep.start(sweep.argv("1,2,3", "1", job=IDLE))
     wait_for("a finished trial and a running one",
              lambda: sweep.trials_done() >= 1 and sweep.runners(), proc)
     proc.kill()  # the laptop dies: no teardown at all
@@ -450,7 +450,7 @@ def test_a_second_ctrl_c_while_tearing_down_does_not_stop_the_teardown(
 ) -> None:
     """The impatient user presses Ctrl-C again as soon as 'tearing down' shows."""
     sweep = cloud_sweep
-    proc = sweep.start(sweep.argv("1,2", "1.5"))
+    proc = sweep.start(sweep.argv("1,2", "1.5", job=IDLE))
     _reach(sweep, "trial", proc)
     proc.send_signal(signal.SIGINT)
     wait_for("the teardown message", lambda: "tearing down" in sweep.output(), proc, 60)

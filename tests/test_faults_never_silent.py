@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.errors import EXIT_TEARDOWN
 from tests.fixtures import sweeps
-from tests.fixtures.sweeps import CloudSweep, trials_of, wait_for
+from tests.fixtures.sweeps import IDLE, CloudSweep, trials_of, wait_for
 
 cloud_sweep = sweeps.cloud_sweep
 bootstrapped_workdir = sweeps.bootstrapped_workdir
@@ -261,7 +261,7 @@ def test_a_host_that_stays_unreachable_is_waited_on_once_then_its_trials_fail_at
 
     sweep = cloud_sweep
     sweep.env["CLOUDPROF_SSH_BOOT_TIMEOUT"] = "4"  # the reconnect budget
-    proc = sweep.start(sweep.argv("1,2,3", "3"))
+    proc = sweep.start(sweep.argv("1,2,3", "3", job=IDLE))
     wait_for("the first trial to run", sweep.runners, proc)
     sweep.sshd.stop()  # sshd dies for good; the VM stays
     out, err = sweep.finish(proc)
@@ -306,7 +306,7 @@ def test_a_results_dir_that_stops_taking_writes_keeps_the_bucket_copy_and_resume
     sweep = cloud_sweep
     before = set(sweep.workdir.glob("trials/*"))
     # Pipes, not files: the limit would stop the sweep writing its own log files too.
-    proc = subprocess.Popen(sweep.argv("1,2,3", "3"), cwd=sweep.tmp, env=sweep.env,
+    proc = subprocess.Popen(sweep.argv("1,2,3", "3", job=IDLE), cwd=sweep.tmp, env=sweep.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sweep.procs.append(proc)
     streams: dict[str, str] = {}
@@ -381,7 +381,7 @@ def test_signals_all_through_the_teardown_still_end_at_130_with_status_interrupt
     from orchestrator.providers import open_bucket
 
     sweep = cloud_sweep
-    proc = sweep.start(sweep.argv("1,2", "1.5"))
+    proc = sweep.start(sweep.argv("1,2", "1.5", job=IDLE))
     wait_for("a finished trial and a running one",
              lambda: sweep.trials_done() >= 1 and sweep.runners(), proc)
     assert _barrage(proc) > 10
