@@ -10,6 +10,7 @@ import re
 import shlex
 import stat
 import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -35,6 +36,8 @@ from orchestrator.providers.remote import (
     open_ssh,
 )
 from tests.fixtures.sshd import free_port, sshd_env
+
+REPO = Path(__file__).resolve().parents[1]
 
 HOSTILE = ["$(touch {d}/pwned1)", "; touch {d}/pwned2", "`touch {d}/pwned3`", "a'b\"c", "*", "~"]
 
@@ -223,6 +226,42 @@ def test_closed_port_is_unreachable_within_the_timeout(sshd, tmp_path, monkeypat
     assert "\n" not in message
     assert re.match(r"cannot reach cloudprof@127\.0\.0\.1:\d+ over SSH after 2s: connection "
                     r"refused$", message), message
+
+
+_RESETTING_HOST = """
+import socket, struct, sys, threading
+from orchestrator.errors import UnreachableError
+from orchestrator.providers import remote
+
+server = socket.create_server(("127.0.0.1", 0))
+
+def reset_each() -> None:  # an sshd going away: each connection reset before its banner
+    while True:
+        conn, _ = server.accept()
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+threading.Thread(target=reset_each, daemon=True).start()
+target = remote.SshTarget(host="127.0.0.1", port=server.getsockname()[1], user="u",
+                          key_file=None, known_keys=[])
+try:
+    remote.open_ssh(target, timeout=1.5)
+except UnreachableError as exc:
+    print(exc)
+"""
+
+
+def test_a_connection_reset_mid_handshake_is_one_line_without_paramikos_traceback():
+    """paramiko's transport thread logs a failed handshake with a traceback through
+    logging's last resort (stderr): a user saw one when a VM's sshd went away. In a
+    process of its own, as a user's sweep has no log handler (pytest's would catch it)."""
+    proc = subprocess.run([sys.executable, "-c", _RESETTING_HOST], capture_output=True,
+                          text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout
+    assert re.match(r"cannot reach u@127\.0\.0\.1:\d+ over SSH after \S+: ", said), said
+    assert said.count("\n") == 1
+    assert "Traceback" not in proc.stderr and proc.stderr == "", proc.stderr
 
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-5", "inf"])

@@ -91,6 +91,10 @@ if TYPE_CHECKING:
     from orchestrator.providers.wheelhouse import WheelSource
 
 log = logging.getLogger("cloudprof.remote")
+# paramiko's transport thread logs a failed handshake (a VM's sshd going away mid-banner)
+# with its traceback, which logging's last resort printed on the user's terminal; the
+# same error reaches the caller as an exception, which the sweep reports in one line.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 ENV_ENDPOINT = "CLOUDPROF_SSH_ENDPOINT"
 ENV_USER = "CLOUDPROF_SSH_USER"
