@@ -51,8 +51,11 @@ time.sleep(steps * {"linear": 1.5e-4, "nlogn": 1.5e-5, "quadratic": 4e-9}[growth
 def _sweep(tmp_path: Path, out: str, sizes: str, growths: str,
            repeats: str = "1", *extra: str) -> subprocess.Popen[str]:
     project = tmp_path / "job"
-    project.mkdir(exist_ok=True)
-    (project / "grow.py").write_text(JOB)
+    # Written once: rewritten while an earlier sweep staged or ran it, it could hand that
+    # sweep an empty job (seen beside a CPU hog: every size took ~0.05 s, fitted flat).
+    if not project.exists():
+        project.mkdir()
+        (project / "grow.py").write_text(JOB)
     env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
            "COLUMNS": "1000"}
     return subprocess.Popen(
