@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
+from tests.fixtures.processes import samplers
 from workloads import procfs
 from workloads.agent import Agent
 from workloads.base import UnitCounter
@@ -304,21 +305,15 @@ def test_rate_outside_range_is_refused(hz):
         Agent(sample_hz=hz)
 
 
-def _samplers() -> list[psutil.Process]:
-    return [
-        p for p in psutil.Process().children()
-        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-        and "workloads.sampler" in " ".join(p.cmdline())
-    ]  # fmt: skip
 
 
 def test_sampling_runs_in_its_own_process_which_is_not_counted_as_a_child():
     # the test process's own children (a session's sshd, started by an earlier test of
     # this worker): counted before and after, they must be all the agent counts
     own = {p.pid for p in psutil.Process().children(recursive=True)}
-    before = _samplers()
+    before = samplers()
     agent = Agent(sample_hz=50).start()
-    during = _samplers()
+    during = samplers()
     time.sleep(1.2)  # past one slow tick, which records the child count
     report = agent.stop()
     assert own == {p.pid for p in psutil.Process().children(recursive=True)}  # none came, none went

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.fixtures.processes import samplers
 from workloads import protocol
 
 MIB = 1024 * 1024
@@ -546,8 +547,6 @@ def test_the_load_peak_is_the_runners_own_not_its_parents(tmp_path):
 
 def test_a_trial_whose_sampler_got_no_core_says_so_on_stderr_and_in_the_summary(tmp_path):
     # SIGSTOP on the runner's sampler process stands for a host too busy to run it.
-    import psutil
-
     proc = subprocess.Popen(
         [sys.executable, "-m", "workloads.run", "--out", str(tmp_path), "--workload",
          "memory-steady", "--param", "mb=16", "--duration", "2.5", "--sample-hz", "50"],
@@ -557,9 +556,7 @@ def test_a_trial_whose_sampler_got_no_core_says_so_on_stderr_and_in_the_summary(
         deadline = time.monotonic() + 30
         sampler = None
         while sampler is None and time.monotonic() < deadline:
-            kids = psutil.Process(proc.pid).children()
-            sampler = next((k for k in kids if "workloads.sampler" in " ".join(k.cmdline())),
-                           None)  # fmt: skip
+            sampler = next(iter(samplers(proc.pid)), None)
             time.sleep(0.05)
         assert sampler is not None
         # It lowers its priority on "go", as the trial begins: then it is in its loop.
