@@ -45,6 +45,33 @@ def test_a_census_counts_objects_the_collector_does_not_track():
     assert len(keep) == 50_000
 
 
+def test_a_census_of_an_emptied_heap_at_a_later_high_does_not_replace_the_fuller_one(
+        monkeypatch):
+    """Resident memory can go on rising after a job frees its objects (the allocator keeps
+    the pages, memray's buffers grow): the census there found less heap and is not kept.
+    One beside a CPU hog replaced the census that saw the test job's 4,000 bytearrays."""
+    mib = 1 << 20
+    rss = [100 * mib]
+    heaps = iter([{"bytes": 50 * mib, "objects": 9, "top_types": []},
+                  {"bytes": 10 * mib, "objects": 1, "top_types": []},
+                  {"bytes": 60 * mib, "objects": 12, "top_types": []}])
+    monkeypatch.setattr(cloudprof_heap, "resident_bytes", lambda: rss[0])
+    monkeypatch.setattr(cloudprof_heap, "census", lambda top=10: next(heaps))
+    watch = cloudprof_heap.HeapWatch()
+    watch.started -= 10  # past the first second's settling
+    watch.look()
+    watch.look()  # the first high, growth paused: a census
+    rss[0] = 120 * mib
+    watch.look()
+    watch.look()  # a later high, growth paused: a census, of less heap
+    assert watch.censuses == 2 and watch.result()["bytes"] == 50 * mib
+    assert watch.result()["peak_rss_bytes"] == 120 * mib
+    rss[0] = 160 * mib
+    watch.look(force=True)  # a census that finds more heap replaces it
+    assert watch.censuses == 3 and watch.result()["bytes"] == 60 * mib
+    assert watch.result()["rss_bytes"] == 160 * mib
+
+
 def test_an_in_process_watch_keeps_the_census_at_the_highest_resident_memory():
     # in a process of its own: a census walks the whole heap, and a long-lived test
     # process's (thousands of tests' objects) would make this test about its size

@@ -7,8 +7,11 @@ resident memory and, each time it has passed the last census's by 5 % or 1 MiB
 and stopped rising for a moment, counts
 the objects the garbage collector tracks plus the objects those refer to
 (strings, bytes, arrays, which the collector does not track), by type, with
-``sys.getsizeof`` (an array that owns its buffer counts it). The
-census taken at the highest resident memory is the one kept.
+``sys.getsizeof`` (an array that owns its buffer counts it). Of the censuses
+taken at new resident-memory highs, the one that found the most Python heap is
+kept: resident memory can go on rising after the job freed its objects (the
+allocator keeps freed pages, memray's own buffers grow), and a census there, of
+an emptied heap, once replaced the one that saw the job's 32 MiB of objects.
 
 Standard library only: this file runs inside a user's ``--command`` Python
 (loaded by ``sitecustomize`` from this folder, first on its PYTHONPATH), which
@@ -93,7 +96,8 @@ def _type_name(kind):
 
 
 class HeapWatch:
-    """Census at each new resident-memory high; ``result()`` is the one at the highest."""
+    """Census at each new resident-memory high; ``result()`` is the one of them that found
+    the most Python heap (see the module)."""
 
     def __init__(self, poll_s=POLL_S):
         self.poll_s = poll_s
@@ -108,6 +112,7 @@ class HeapWatch:
         self.last_census = -MIN_GAP_S
         self.last_census_s = 0.0
         self.last_rss = 0
+        self.census_rss = 0  # resident bytes at the last census: the next one's threshold
 
     def start(self):
         self.thread.start()
@@ -125,7 +130,7 @@ class HeapWatch:
         with self.lock:
             rising, self.last_rss = rss > self.last_rss * PLATEAU, rss
             self.peak_rss = max(self.peak_rss, rss)
-            last = self.best[0] if self.best else 0
+            last = self.census_rss
             gap = max(MIN_GAP_S, GAP_PER_CENSUS_S * self.last_census_s)
             step = min(last * CENSUS_GROWTH, last + CENSUS_STEP)
             soon = now - self.last_census < gap and rss < last * BIG_GROWTH
@@ -140,7 +145,9 @@ class HeapWatch:
             self.census_s += self.last_census_s
             self.censuses += 1
             self.last_census = now
-            self.best = (rss, found, now - self.started)
+            self.census_rss = rss
+            if self.best is None or found["bytes"] >= self.best[1]["bytes"]:
+                self.best = (rss, found, now - self.started)
 
     def stop(self):
         self.done.set()
