@@ -44,9 +44,9 @@ lint:
 	$(PY) -m ruff check .
 
 # three test workers on two cores: with two, a quarter of the cores sat idle (tests that
-# wait on SSH, sleeps, a trial's fixed duration); three keep them busy (653 s against
-# 831 s for the same CPU). The tests that failed with three beside a CPU hog were set-up
-# races, fixed; the suite is run three times beside a hog before this changes.
+# wait on SSH, sleeps, a trial's fixed duration); with three the suite took 623 s in a
+# fresh clone against 814-831 s with two, for the same CPU-seconds. Change the count only
+# after the suite has passed beside a CPU hog with it (python3 -c "while True: pass").
 unit:
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist worksteal
 

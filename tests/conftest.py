@@ -66,7 +66,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the tests marked slow (and the box tests) first; the box tests last instead
     while their images are still to be built.
 
-    With ``-n 2`` the workers take tests in this order; a minutes-long test
+    With ``-n 3`` the workers take tests in this order; a minutes-long test
     picked up last would leave a core idle while it finishes alone. On a machine
     without the box images (a fresh CI machine) the first box test would wait minutes
     on debootstrap: they are built in the background from the start
