@@ -138,8 +138,16 @@ def _colour(colours: dict[str, str]) -> Any:
                      legend=alt.Legend(orient="bottom", columns=2, labelLimit=320))
 
 
-def _faded(pick: Any) -> Any:
-    return alt.condition(pick, alt.value(1.0), alt.value(FADED))
+def _faded(pick: Any, shown: float = 1.0, faded: float = FADED) -> Any:
+    return _opacity(alt.condition(pick, alt.value(shown), alt.value(faded)))
+
+
+def _opacity(condition: dict[str, Any]) -> Any:
+    """``alt.condition``'s dict as the opacity channel's own class. Every channel here is
+    given as its class, never as a string or dict: Altair turns those into classes with
+    ``from_dict``, which hashes all of Vega-Lite's schema on each call (~12 ms, 0.5 s of
+    CPU in a report's ~70 channels, more than the Python side of its figures' specs)."""
+    return alt.OpacityValue(**condition)
 
 
 def _workers_x(workers: Any) -> Any:
@@ -186,7 +194,7 @@ def _lines(data: pd.DataFrame, colours: dict[str, str], x: Any, y: Any, pick: An
     """Median lines with their points (hollow where oversubscribed), coloured per machine."""
     base = alt.Chart(data, description="median").encode(
         x=x, y=y, color=_colour(colours), opacity=_faded(pick), tooltip=tooltip,
-        detail="split:N")
+        detail=alt.Detail("split:N"))
     if split:
         base = base.encode(strokeDash=alt.StrokeDash("split:N", title=None))
     line = base.mark_line(point=alt.OverlayMarkDef(filled=True, size=45)).add_params(pick)
@@ -241,7 +249,8 @@ def throughput_figure(
     spread = data.dropna(subset=["low", "high"])
     if len(spread):
         layers.append(alt.Chart(spread, description="interval").mark_rule(strokeWidth=1.5).encode(
-            x=x, y="low:Q", y2="high:Q", color=_colour(colours), opacity=_faded(pick),
+            x=x, y=alt.Y("low:Q"), y2=alt.Y2("high:Q"), color=_colour(colours),
+            opacity=_faded(pick),
             tooltip=tooltip))
     dots: list[Any] = []
     if trials is not None:
@@ -255,15 +264,16 @@ def throughput_figure(
         layers.append(alt.Chart(knees, description="knee").mark_point(
             shape="M0,-1L0.29,-0.4L0.95,-0.31L0.48,0.15L0.59,0.81L0,0.5L-0.59,0.81L-0.48,0.15"
                   "L-0.95,-0.31L-0.29,-0.4Z", filled=True, size=420).encode(
-            x=x, y="value:Q", color=_colour(colours), opacity=_faded(pick),
+            x=x, y=alt.Y("value:Q"), color=_colour(colours), opacity=_faded(pick),
             tooltip=[alt.Tooltip("label:N", title="machine"),
                      alt.Tooltip("workers:Q", title="knee at workers")]))
     if references is not None and len(references):
         layers.append(alt.Chart(references, description="references").mark_point(
             color="black", filled=True, size=90).encode(
-            x=x, y="value:Q", shape=alt.Shape("label:N", title=None, legend=alt.Legend(
+            x=x, y=alt.Y("value:Q"), shape=alt.Shape("label:N", title=None, legend=alt.Legend(
                 orient="bottom", direction="vertical", labelLimit=480)),
-            tooltip=["label:N", "workers:Q", alt.Tooltip("value:Q", format=",.4~g")]))
+            tooltip=[alt.Tooltip("label:N"), alt.Tooltip("workers:Q"),
+                     alt.Tooltip("value:Q", format=",.4~g")]))
     shown = "median, interval, repeats" if dots or trials is None else (
         f"median, interval (repeats not drawn past {MAX_REPEAT_DOTS:,})")
     return _sized(_zoomable(*layers), "Throughput vs workers",
@@ -295,9 +305,9 @@ def _repeat_dots(trials: pd.DataFrame, summary: pd.DataFrame,
     if not len(dots):
         return []
     return [alt.Chart(dots, description="repeats").mark_circle(size=22).encode(
-        x=x, y="value:Q", color=_colour(colours),
-        opacity=alt.condition(pick, alt.value(0.4), alt.value(FADED / 2)),
-        tooltip=[alt.Tooltip("label:N", title="machine"), "workers:Q", "repeat:Q",
+        x=x, y=alt.Y("value:Q"), color=_colour(colours), opacity=_faded(pick, 0.4, FADED / 2),
+        tooltip=[alt.Tooltip("label:N", title="machine"), alt.Tooltip("workers:Q"),
+                 alt.Tooltip("repeat:Q"),
                  alt.Tooltip("value:Q", title=measure.name, format=",.4~g")])]
 
 
@@ -367,10 +377,10 @@ def _usl_layers(trials: pd.DataFrame, medians: pd.DataFrame,
     if not len(curves):
         return []
     band = alt.Chart(curves, description="usl_band").mark_area(opacity=0.15).encode(
-        x=x, y="low:Q", y2="high:Q", color=_colour(colours),
-        opacity=alt.condition(pick, alt.value(0.15), alt.value(0.0)))
+        x=x, y=alt.Y("low:Q"), y2=alt.Y2("high:Q"), color=_colour(colours),
+        opacity=_faded(pick, 0.15, 0.0))
     line = alt.Chart(curves, description="usl").mark_line(strokeDash=[6, 4], strokeWidth=1).encode(
-        x=x, y="fit:Q", color=_colour(colours), opacity=_faded(pick),
+        x=x, y=alt.Y("fit:Q"), color=_colour(colours), opacity=_faded(pick),
         tooltip=[alt.Tooltip("label:N", title="machine"),
                  alt.Tooltip("workers:Q", format=".3~g"),
                  alt.Tooltip("fit:Q", title="USL fit", format=",.4~g"),
@@ -387,9 +397,9 @@ def _per_worker_figure(table: pd.DataFrame, colours: dict[str, str] | None, colu
     data = _medians(table, column)
     pick = _legend_pick()
     y = alt.Y("value:Q", title=axis, scale=alt.Scale(zero=True))
-    tooltip = [alt.Tooltip("label:N", title="machine"), "workers:Q",
-               alt.Tooltip("value:Q", title=name, format=fmt), "repeats:Q",
-               "oversubscribed:N"]
+    tooltip = [alt.Tooltip("label:N", title="machine"), alt.Tooltip("workers:Q"),
+               alt.Tooltip("value:Q", title=name, format=fmt), alt.Tooltip("repeats:Q"),
+               alt.Tooltip("oversubscribed:N")]
     return pick, _lines(data, colours, _workers_x(table["workers"]), y, pick, tooltip,
                         False), data
 
@@ -401,7 +411,7 @@ def efficiency_figure(
     _, layers, data = _per_worker_figure(_labelled(frame(summary)), colours, "efficiency",
                                          "efficiency (median)", "efficiency", ".2f")
     layers.append(alt.Chart(pd.DataFrame({"value": [1.0]}), description="linear").mark_rule(
-        color="#888", strokeDash=[2, 3]).encode(y="value:Q"))
+        color="#888", strokeDash=[2, 3]).encode(y=alt.Y("value:Q")))
     note = None if len(data) else "no 1-worker baseline: efficiency unknown"
     return _sized(_zoomable(*layers), "Scaling efficiency vs workers",
                   note or "1.0 = perfectly linear from 1 worker")
@@ -438,7 +448,7 @@ def cost_figure(
     x = alt.X("rate:Q", title=f"{measure.name} (median)", scale=alt.Scale(zero=True))
     y = alt.Y("cost:Q", title=f"USD {measure.cost_per}" + (" (estimate)" if estimated else ""),
               scale=alt.Scale(zero=True))
-    tooltip = [alt.Tooltip("label:N", title="machine"), "workers:Q",
+    tooltip = [alt.Tooltip("label:N", title="machine"), alt.Tooltip("workers:Q"),
                alt.Tooltip("rate:Q", title=measure.name, format=",.4~g"),
                alt.Tooltip("cost:Q", title=f"USD {measure.cost_per}", format="$,.4~g"),
                alt.Tooltip("pareto:N", title="on the Pareto front"),
@@ -447,7 +457,7 @@ def cost_figure(
         x=x, y=y, color=_colour(colours), opacity=_faded(pick), tooltip=tooltip
     ).add_params(pick)
     labels = alt.Chart(data, description="workers").mark_text(dx=7, dy=-7, fontSize=10).encode(
-        x=x, y=y, text="workers:Q", opacity=_faded(pick))
+        x=x, y=y, text=alt.Text("workers:Q"), opacity=_faded(pick))
     front = data[data["pareto"]].sort_values("rate", kind="stable")
     layers = [points, labels]
     if len(front):
@@ -510,23 +520,25 @@ def timeseries_figure(
 def _panel_layers(panel: str, colour: str) -> list[Any]:
     x = alt.X("t:Q", title="seconds since the trial started")
     tooltip = [alt.Tooltip("t:Q", title="t (s)", format=".2f"),
-               alt.Tooltip("value:Q", title=panel, format=",.1f"), "workers:Q", "repeat:Q",
-               "status:N"]
-    ok = alt.condition(alt.datum.status == rpt.OK, alt.value(1.0), alt.value(0.45))
+               alt.Tooltip("value:Q", title=panel, format=",.1f"), alt.Tooltip("workers:Q"),
+               alt.Tooltip("repeat:Q"), alt.Tooltip("status:N")]
+    ok = _opacity(alt.condition(alt.datum.status == rpt.OK, alt.value(1.0), alt.value(0.45)))
     samples = alt.Chart(description="samples").mark_line(color=colour, strokeWidth=1.2).encode(
-        x=x, y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=True)), detail="trial:N",
+        x=x, y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=True)),
+        detail=alt.Detail("trial:N"),
         strokeDash=alt.StrokeDash("repeat:N", title="repeat"), opacity=ok, tooltip=tooltip,
     ).transform_filter(alt.datum.kind == "sample")
     load = alt.Chart(description="load").mark_rect(color=colour, opacity=0.12).encode(
-        x="t:Q", x2="t_end:Q").transform_filter(alt.datum.kind == "load")
+        x=alt.X("t:Q"), x2=alt.X2("t_end:Q")).transform_filter(alt.datum.kind == "load")
     layers = [load, samples]
     if panel == "RSS (MiB)":
         layers.append(alt.Chart(description="peak").mark_point(
             shape="triangle-down", filled=True, size=50, color=colour).encode(
-            x="t:Q", y="value:Q", tooltip=tooltip).transform_filter(alt.datum.kind == "peak"))
+            x=alt.X("t:Q"), y=alt.Y("value:Q"), tooltip=tooltip,
+        ).transform_filter(alt.datum.kind == "peak"))
         layers.append(alt.Chart(description="before").mark_rule(
             color=colour, strokeDash=[2, 2]).encode(
-            x="t:Q", x2="t_end:Q", y="value:Q",
+            x=alt.X("t:Q"), x2=alt.X2("t_end:Q"), y=alt.Y("value:Q"),
             tooltip=[alt.Tooltip("value:Q", title="peak RSS before t=0 (MiB)", format=",.1f")],
         ).transform_filter(alt.datum.kind == "before"))
     return layers
@@ -558,10 +570,11 @@ def memory_timeline(data: pd.DataFrame) -> Any | None:
                         legend=alt.Legend(orient="bottom", columns=8)),
         strokeDash=alt.StrokeDash("repeat:N", title="repeat",
                                   legend=alt.Legend(orient="bottom")),
-        detail="trial:N", opacity=_faded(pick),
-        tooltip=[alt.Tooltip("label:N", title="machine"), "workers:Q", "repeat:Q",
-                 alt.Tooltip("t:Q", title="t (s)", format=".2f"),
-                 alt.Tooltip("value:Q", title="RSS (MiB)", format=",.1f"), "status:N"],
+        detail=alt.Detail("trial:N"), opacity=_faded(pick),
+        tooltip=[alt.Tooltip("label:N", title="machine"), alt.Tooltip("workers:Q"),
+                 alt.Tooltip("repeat:Q"), alt.Tooltip("t:Q", title="t (s)", format=".2f"),
+                 alt.Tooltip("value:Q", title="RSS (MiB)", format=",.1f"),
+                 alt.Tooltip("status:N")],
     ).transform_filter(alt.datum.label == machine).add_params(
         machine, pick, alt.selection_interval(bind="scales", name="zoom"))
     return _sized(chart, "Memory over time",
@@ -593,7 +606,8 @@ def shares_figure(records: list[dict[str, Any]], machine: str) -> Any | None:
             domain=labels, range=list(TAB10[:len(labels)])),
             legend=alt.Legend(orient="bottom")),
         order=alt.Order("order:Q"), opacity=_faded(pick),
-        tooltip=["workers:N", "share:N", alt.Tooltip("percent:Q", format=".1f")],
+        tooltip=[alt.Tooltip("workers:N"), alt.Tooltip("share:N"),
+                 alt.Tooltip("percent:Q", format=".1f")],
     ).add_params(pick)
     return chart.properties(width=WIDTH * 3 // 4, height=HEIGHT * 3 // 4,
                             title=alt.TitleParams(f"Why scaling stops — {machine}",
