@@ -202,6 +202,15 @@ def _cluster_processes(temp_dir: str) -> list[int]:
     return out
 
 
+def _ray_temp_dirs() -> list[str]:
+    """The cloudprof Ray temp dirs that running processes name (another test's too)."""
+    found = set()
+    for proc in psutil.process_iter(["cmdline"]):
+        for part in proc.info["cmdline"] or []:
+            found.update(re.findall(r"/tmp/cpray-[0-9a-f]+", part))
+    return sorted(found)
+
+
 HOLD_MIB = 800  # what node 1 (only) holds in the shared sweep: an unbalanced cluster
 HOLDING = "tests.fixtures.ray_workloads:SleepHoldingOnOneNode"
 
@@ -381,9 +390,13 @@ def test_ctrl_c_while_the_cluster_starts_leaves_no_ray_process_behind(tmp_path: 
         assert temp_dir is not None, "the second node never became ready"
         # until `ray start` runs on the head, the cluster's first process (a fixed 3 s
         # wait could end before it, or after it, on a loaded machine)
-        while not _cluster_processes(temp_dir) and time.monotonic() < deadline:
+        while not _cluster_processes(temp_dir) and proc.poll() is None \
+                and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _cluster_processes(temp_dir), "ray start never ran"
+        if not _cluster_processes(temp_dir):  # why, rather than a wait to the deadline
+            proc.kill()
+            pytest.fail(f"ray start never ran under {temp_dir} (Ray's temp dirs running: "
+                        f"{_ray_temp_dirs()}); the sweep said:\n{proc.communicate()[1][-3000:]}")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
     finally:
