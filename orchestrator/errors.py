@@ -182,7 +182,16 @@ def interrupt_again(signum: int = signal.SIGINT, delay_s: float = 0.05) -> None:
     For a Ctrl-C that landed in a finalizer or ``__del__`` (garbage collection ran just
     then), which Python can only print as "Exception ignored" and drop: the CLI's and the
     sweep's ``sys.unraisablehook`` call this. Sent from the hook itself, the handler would
-    run inside the hook and be swallowed again."""
-    again = threading.Timer(delay_s, os.kill, (os.getpid(), signum))
-    again.daemon = True
-    again.start()
+    run inside the hook and be swallowed again.
+
+    Another signal can land while the timer's thread starts (a barrage as a sweep ends):
+    its interrupt would escape the hook, which Python prints as a traceback. That newest
+    signal is sent instead (twice at worst, which the handlers take as a repeat)."""
+    while True:
+        try:
+            again = threading.Timer(delay_s, os.kill, (os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
+        except KeyboardInterrupt as landed:  # a Terminated carries its signal
+            signum = getattr(landed, "signum", signal.SIGINT)

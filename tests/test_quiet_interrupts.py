@@ -58,3 +58,31 @@ def test_sigint_twice_while_importing_ends_quietly(program: str, tmp_path: Path)
                             if not line.startswith("import time:"))
     assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
     assert proc.returncode in (-signal.SIGINT, 130), said
+
+
+def test_a_signal_landing_while_an_interrupt_is_sent_again_is_sent_instead(monkeypatch) -> None:
+    """A barrage of signals as a sweep ends: one landed in the unraisable hook while its
+    timer's thread started, and escaped the hook as a traceback. The hook goes on quietly
+    and sends that newest signal."""
+    from orchestrator import errors
+    from orchestrator.engine.signals import Terminated
+
+    started: list[tuple] = []
+    landing = [Terminated(signal.SIGTERM)]  # what the handler raises, once
+
+    class Timer:
+        def __init__(self, delay: float, function, args) -> None:
+            self.args = args
+            self.daemon = False
+
+        def start(self) -> None:
+            if landing:
+                raise landing.pop()
+            started.append(self.args)
+
+    monkeypatch.setattr(errors.threading, "Timer", Timer)
+    try:
+        errors.interrupt_again(signal.SIGINT)
+    except KeyboardInterrupt as escaped:  # as a failure, not pytest's own Ctrl-C
+        pytest.fail(f"the interrupt escaped: {escaped!r}")
+    assert started == [(os.getpid(), signal.SIGTERM)]
