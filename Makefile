@@ -19,7 +19,7 @@ TEST_EXTRAS := .[dev,docs]
 # Where uv cannot be had or cannot reach the index (it reads no pip.conf), pip installs.
 define install
 	{ [ -x $(VENV)/bin/uv ] && $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) $(1); } || \
-	{ echo "uv could not install $(1); pip installs it"; \
+	{ echo "uv could not install it: pip does"; \
 	  $(PY) -m pip install -q --disable-pip-version-check $(1); }
 endef
 
