@@ -79,7 +79,11 @@ def spec(chart: Any, validate: bool = True) -> dict[str, Any]:
     series, one row per point), so the guard is lifted for this call only. ``validate``:
     check the spec against Vega-Lite's JSON schema (a second or more for a large one; a
     report's figures, checked by the tests, skip it)."""
-    with alt.data_transformers.disable_max_rows():
+    from altair.utils.schemapi import debug_mode
+
+    # debug mode off: with it on, each object that to_dict makes on its way is checked
+    # against the schema again (a tenth of a report's CPU); ``validate`` checks the result
+    with alt.data_transformers.disable_max_rows(), debug_mode(False):
         return chart.to_dict(validate=validate)
 
 
@@ -165,9 +169,8 @@ def _workers_x(workers: Any) -> Any:
                  axis=alt.Axis(values=counts, format="d", grid=False))
 
 
-def _sized(chart: Any, title: str, subtitle: str | None = None) -> Any:
-    head = alt.TitleParams(title, subtitle=subtitle or "", anchor="start")
-    return chart.properties(width=WIDTH, height=HEIGHT, title=head)
+def _title(title: str, subtitle: str | None = None) -> Any:
+    return alt.TitleParams(title, subtitle=subtitle or "", anchor="start")
 
 
 # ---------------------------------------------------------------- against workers
@@ -207,10 +210,17 @@ def _lines(data: pd.DataFrame, colours: dict[str, str], x: Any, y: Any, pick: An
     return layers
 
 
-def _zoomable(*layers: Any) -> Any:
-    """The layers as one chart that zooms (scroll) and pans (drag); double-click resets."""
-    return alt.layer(*layers).add_params(
-        alt.selection_interval(bind="scales", name="zoom")).resolve_scale(color="shared")
+def _zoomable(layers: list[Any], title: str, subtitle: str | None = None) -> Any:
+    """The layers as one chart that zooms (scroll) and pans (drag); double-click resets.
+
+    Made in one call: each of Altair's methods on a layered chart (``properties``,
+    ``add_params``, ``resolve_scale``) builds it anew, deep-copying every layer, and
+    ``properties`` checks its values against the schema: a third of a report's CPU."""
+    zoom = alt.selection_interval(bind="scales", name="zoom")
+    first = layers[0].add_params(zoom)  # where LayerChart.add_params puts it (then lifts it)
+    return alt.layer(first, *layers[1:],
+                     resolve=alt.Resolve(scale=alt.ScaleResolveMap(color="shared")),
+                     width=WIDTH, height=HEIGHT, title=_title(title, subtitle))
 
 
 def throughput_figure(
@@ -276,8 +286,7 @@ def throughput_figure(
                      alt.Tooltip("value:Q", format=",.4~g")]))
     shown = "median, interval, repeats" if dots or trials is None else (
         f"median, interval (repeats not drawn past {MAX_REPEAT_DOTS:,})")
-    return _sized(_zoomable(*layers), "Throughput vs workers",
-                  f"{shown}; ★ knee; dashed: USL fit")
+    return _zoomable(layers, "Throughput vs workers", f"{shown}; ★ knee; dashed: USL fit")
 
 
 def _knees(data: pd.DataFrame) -> pd.DataFrame:
@@ -413,8 +422,8 @@ def efficiency_figure(
     layers.append(alt.Chart(pd.DataFrame({"value": [1.0]}), description="linear").mark_rule(
         color="#888", strokeDash=[2, 3]).encode(y=alt.Y("value:Q")))
     note = None if len(data) else "no 1-worker baseline: efficiency unknown"
-    return _sized(_zoomable(*layers), "Scaling efficiency vs workers",
-                  note or "1.0 = perfectly linear from 1 worker")
+    return _zoomable(layers, "Scaling efficiency vs workers",
+                     note or "1.0 = perfectly linear from 1 worker")
 
 
 def memory_figure(
@@ -426,7 +435,7 @@ def memory_figure(
     _, layers, _ = _per_worker_figure(table, colours, "peak_mib",
                                       "peak RSS (MiB, max over repeats)", "peak RSS (MiB)",
                                       ",.1f")
-    return _sized(_zoomable(*layers), "Peak memory vs workers")
+    return _zoomable(layers, "Peak memory vs workers")
 
 
 def cost_figure(
@@ -468,7 +477,7 @@ def cost_figure(
     note = "no price known: cost unavailable" if not len(data) else (
         "numbers: workers; black: the Pareto front" + (" (costs are estimates)" if estimated
                                                         else ""))
-    return _sized(_zoomable(*layers), "Cost vs throughput", note)
+    return _zoomable(layers, "Cost vs throughput", note)
 
 
 # ---------------------------------------------------------------- over time
@@ -507,14 +516,17 @@ def timeseries_figure(
                   header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
                                     labelExpr="datum.value == 1 ? '1 worker' "
                                               ": datum.value + ' workers'"))
-    panels = [alt.layer(*_panel_layers(panel, colour), data=data[data["panel"] == panel])
-              .properties(width=260, height=120, title=titles[panel]).facet(row=row)
+    # each chart made in one call, as _zoomable's are (a third of the CPU otherwise)
+    panels = [alt.FacetChart(data=data[data["panel"] == panel], facet=alt.FacetMapping(row=row),
+                             spec=alt.layer(*_panel_layers(panel, colour), width=260,
+                                            height=120, title=titles[panel]))
               for panel in PANELS]
     title = alt.TitleParams(f"Memory, CPU and throughput over time: {label}",
                             subtitle="seconds since the trial started; ▼ each trial's peak; "
                             "shaded: the load phase before 0 (not sampled); dotted: its peak RSS",
                             anchor="start")
-    return alt.hconcat(*panels, title=title).resolve_scale(x="shared")
+    return alt.hconcat(*panels, title=title,
+                       resolve=alt.Resolve(scale=alt.ScaleResolveMap(x="shared")))
 
 
 def _panel_layers(panel: str, colour: str) -> list[Any]:
@@ -563,7 +575,10 @@ def memory_timeline(data: pd.DataFrame) -> Any | None:
     machine = alt.param(name="machine", value=labels[0], bind=alt.binding_select(
         options=labels, name="machine "))
     pick = alt.selection_point(fields=["workers"], bind="legend", name="pick_workers")
-    chart = alt.Chart(data, description="rss").mark_line(strokeWidth=1.3).encode(
+    head = _title("Memory over time", f"every trial's RSS, one machine at a time "
+                  f"({len(labels)} machines: pick one below the chart)")
+    return alt.Chart(data, description="rss", width=WIDTH, height=HEIGHT, title=head).mark_line(
+        strokeWidth=1.3).encode(
         x=alt.X("t:Q", title="seconds since the trial started"),
         y=alt.Y("value:Q", title="RSS (MiB)", scale=alt.Scale(zero=True)),
         color=alt.Color("workers:O", title="workers", scale=alt.Scale(scheme="viridis"),
@@ -577,9 +592,6 @@ def memory_timeline(data: pd.DataFrame) -> Any | None:
                  alt.Tooltip("status:N")],
     ).transform_filter(alt.datum.label == machine).add_params(
         machine, pick, alt.selection_interval(bind="scales", name="zoom"))
-    return _sized(chart, "Memory over time",
-                  f"every trial's RSS, one machine at a time ({len(labels)} machines: "
-                  "pick one below the chart)")
 
 
 # ---------------------------------------------------------------- profiles
@@ -599,7 +611,9 @@ def shares_figure(records: list[dict[str, Any]], machine: str) -> Any | None:
         for r in mine for i, (key, label) in enumerate(SHARE_LABELS.items())])
     labels = list(SHARE_LABELS.values())
     pick = alt.selection_point(fields=["share"], bind="legend", name="pick")
-    chart = alt.Chart(data, description="shares").mark_bar().encode(
+    head = alt.TitleParams(f"Why scaling stops — {machine}", anchor="start")
+    return alt.Chart(data, description="shares", width=WIDTH * 3 // 4, height=HEIGHT * 3 // 4,
+                     title=head).mark_bar().encode(
         x=alt.X("workers:O", title="workers", sort=[str(r["workers"]) for r in mine]),
         y=alt.Y("percent:Q", title="% of thread samples (py-spy)", stack="zero"),
         color=alt.Color("share:N", title=None, sort=labels, scale=alt.Scale(
@@ -609,9 +623,6 @@ def shares_figure(records: list[dict[str, Any]], machine: str) -> Any | None:
         tooltip=[alt.Tooltip("workers:N"), alt.Tooltip("share:N"),
                  alt.Tooltip("percent:Q", format=".1f")],
     ).add_params(pick)
-    return chart.properties(width=WIDTH * 3 // 4, height=HEIGHT * 3 // 4,
-                            title=alt.TitleParams(f"Why scaling stops — {machine}",
-                                                  anchor="start"))
 
 
 def profile_figures(run_dir: Path) -> list[Drawn]:
