@@ -31,6 +31,7 @@ import pytest
 
 from orchestrator.results import whole_job
 from orchestrator.results.report.model import load_run
+from tests.fixtures.once import built_once
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = (1000, 2000, 3000, 4000, 6000, 8000, 10000)
@@ -66,11 +67,15 @@ def _sweep(tmp_path: Path, out: str, sizes: str, growths: str,
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _done(tmp_path: Path, out: str, proc: subprocess.Popen[str]) -> tuple[Path, str]:
+def _done(tmp_path: Path, out: str, proc: subprocess.Popen[str]) -> None:
     stdout, err = proc.communicate(timeout=280)
     assert proc.returncode == 0, err[-2000:]
+    (tmp_path / f"{out}.stdout").write_text(stdout)
+
+
+def _read(tmp_path: Path, out: str) -> tuple[Path, str]:
     (run,) = list((tmp_path / out).iterdir())
-    return run, stdout
+    return run, (tmp_path / f"{out}.stdout").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +84,17 @@ def swept_and_truth(
     """Per growth law: the swept run, the trial at the target size, and what the swept
     sweep printed (asked for the forecast with --target). Each is a sweep of its own and
     all six run side by side (a second apart: a sweep's id is its start time), since the
-    jobs wait more than they compute."""
-    tmp = tmp_path_factory.mktemp("forecast")
+    jobs wait more than they compute. Once per session, whichever workers the tests
+    land on."""
+    with built_once(tmp_path_factory, "forecast") as (tmp, build):
+        if build:
+            _sweep_all(tmp)
+    runs = {(g, kind): _read(tmp, f"{kind}-{g}") for g in GROWTHS for kind in ("swept", "truth")}
+    return {g: (runs[(g, "swept")][0], load_run(runs[(g, "truth")][0]).trials.iloc[0],
+                runs[(g, "swept")][1]) for g in GROWTHS}
+
+
+def _sweep_all(tmp: Path) -> None:
     procs = {}
     # the longest first: the n² run at the target (40 s), then the 35 trials of each sweep
     order = [("quadratic", "truth"), *((g, "swept") for g in GROWTHS),
@@ -92,14 +106,13 @@ def swept_and_truth(
             else _sweep(tmp, f"truth-{growth}", str(TARGET), growth))
         time.sleep(1.1)
     try:
-        runs = {key: _done(tmp, f"{key[1]}-{key[0]}", proc) for key, proc in procs.items()}
+        for (growth, kind), proc in procs.items():
+            _done(tmp, f"{kind}-{growth}", proc)
     finally:  # one that failed leaves no sweep running on after the tests
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return {g: (runs[(g, "swept")][0], load_run(runs[(g, "truth")][0]).trials.iloc[0],
-                runs[(g, "swept")][1]) for g in GROWTHS}
 
 
 @pytest.mark.slow

@@ -9,10 +9,8 @@ an empty directory, with nothing pointing back at the checkout.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -20,6 +18,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.once import built_once
 
 ROOT = Path(__file__).resolve().parents[1]
 # Variables that would let the installed command read the checkout instead of its package.
@@ -35,38 +35,37 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
-    """(venv, dist directory, environment): the built wheel installed with its dependencies.
-
-    Built once per session: under xdist the two tests may land on different workers,
-    which share the session's base directory, and the first one builds for both
-    (building and installing is ~30 s of CPU)."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the session's, above each worker's own
-    root = shared / "wheel"
+    """(venv, dist directory, environment): the built wheel installed with its dependencies,
+    once per session (building and installing is ~30 s of CPU)."""
     env = {k: v for k, v in os.environ.items() if k not in CHECKOUT_POINTERS}
     env["COLUMNS"] = "200"
-    dist, venv = root / "dist", root / "venv"
-    with (shared / "wheel.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "installed").is_file():
-            shutil.rmtree(root, ignore_errors=True)  # a build that failed part-way
-            root.mkdir()
+    with built_once(tmp_path_factory, "wheel") as (root, build):
+        dist, venv = root / "dist", root / "venv"
+        if build:
             _build_and_install(root, dist, venv, env)
-            (root / "installed").touch()
     return venv, dist, env
 
 
 def _build_and_install(root: Path, dist: Path, venv: Path, env: dict[str, str]) -> None:
-    # The default build: the sdist, then the wheel built from that sdist, so a file the
-    # sdist lacks is missing from the wheel too.
-    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], root, env, 400)
+    """The default build (the sdist, then the wheel built from that sdist, so a file the
+    sdist lacks is missing from the wheel too), then the wheel into a venv of its own.
+
+    Both with uv where ``make test`` put it beside this interpreter, as it installs the
+    test extras (16 CPU-s with pip, 3 with uv, the same versions), else with pip. The
+    installer is not what this checks: the wheel is."""
+    uv = Path(sys.executable).with_name("uv")
+    installer = ["--installer", "uv"] if uv.is_file() else []
+    _run([sys.executable, "-m", "build", *installer, "--outdir", str(dist), str(ROOT)], root,
+         env, 400)
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], root, env)
     (wheel,) = dist.glob("cloudprof-*.whl")
-    # This interpreter's pip installs into the venv (no pip of its own to bootstrap);
-    # --no-compile: the dependencies' bytecode is written when they are imported instead.
-    _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-          "--quiet", "--no-compile", str(wheel)], root, env, 400)
+    python = str(venv / "bin" / "python")
+    if uv.is_file():  # --no-cache: a temporary one (the session's $HOME has none to reuse)
+        _run([str(uv), "pip", "install", "--quiet", "--no-cache", "--python", python,
+              str(wheel)], root, env, 400)
+    else:  # this interpreter's pip (the venv has none); --no-compile, as uv does not compile
+        _run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet",
+              "--no-compile", str(wheel)], root, env, 400)
 
 
 @pytest.mark.slow
