@@ -218,7 +218,7 @@ class BootingProvider(LocalProvider):
 
 
 def spec_for(out: Path, **kw: object) -> SweepSpec:
-    values: dict = {"machines": ["n2-highcpu-8"], "workers": [1, 2], "duration_s": 1.0,
+    values: dict = {"machines": ["n2-highcpu-8"], "workers": [1, 2], "duration_s": 0.5,
                     "repeats": 1, "workload_params": dict(SMALL), "out": out, "dry_run": True,
                     "provider": "gcp", "sample_hz": 20.0}
     values.update(kw)
