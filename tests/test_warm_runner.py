@@ -515,3 +515,70 @@ def test_a_client_command_line_is_recognised_only_as_the_client_starts_it():
     assert warm_client.client_args([sys.executable, "-m", "workloads.warm", "serve", "a"]) is None
     assert warm_client.client_args([sys.executable, "-m", "workloads.run", "--out", "x"]) is None
     assert warm_client.client_args(["sh", "-c", warm_client.CLIENT]) is None
+
+
+# -- the time series' writer (workloads.warm_writer) --------------------------------------
+
+
+_WRITER_HOLDER = """
+import sys, time
+from workloads import warm_writer
+print(warm_writer.start(sys.argv[1]), flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_writer_writes_the_bytes_a_runner_would_and_dies_with_its_server(tmp_path):
+    """Rows with gaps (None) and floats that print long: the writer's file and the runner's
+    own are the same bytes. Its server gone, the writer is gone and a runner is told so."""
+    import psutil
+
+    from workloads.trial_results import write_rows
+    from workloads.warm_writer import write
+
+    name = secrets.token_hex(6)
+    holder = subprocess.Popen([sys.executable, "-c", _WRITER_HOLDER, name],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        writer = psutil.Process(int(holder.stdout.readline()))
+        width = len(protocol.TIMESERIES_COLUMNS)
+        rows = [tuple(None if (i + j) % 5 == 0 else (i * 0.1 + j / 3 if j % 2 else i * j)
+                      for j in range(width)) for i in range(50)]
+        assert write(name, tmp_path / "written.parquet", rows)
+        write_rows(tmp_path / "own.parquet", rows)
+        written, own = tmp_path / "written.parquet", tmp_path / "own.parquet"
+        assert written.read_bytes() == own.read_bytes()
+    finally:
+        holder.kill()
+        holder.wait()
+    writer.wait(timeout=10)  # PR_SET_PDEATHSIG: it went with its server
+    assert not write(name, tmp_path / "late.parquet", rows)
+    assert not (tmp_path / "late.parquet").exists()
+
+
+def test_a_commands_forked_trial_hands_its_time_series_to_the_writer_or_writes_it_itself(
+        tmp_path, server):
+    """A server without pyarrow keeps a writer (no child of its: its trials are); a command's
+    forked trial gets its time series written there, and writes it itself once it is gone."""
+    import psutil
+    import pyarrow.parquet as pq
+
+    assert not psutil.Process(server.proc.pid).children()
+    (writer,) = [p for p in psutil.process_iter(["cmdline"]) if p.pid != server.proc.pid
+                 and server in " ".join(p.info["cmdline"] or [])]
+    for attempt in ("writer", "itself"):
+        wrote = writer.io_counters().write_chars if attempt == "writer" else 0
+        out = tmp_path / attempt
+        code, _, err = finished(trial(out, "--duration", "5", "--sample-hz", "50", "--command",
+                                      "--", sys.executable, "-c", "import time; time.sleep(0.3)",
+                                      via=server))  # fmt: skip
+        assert code == 0, err
+        series = out / protocol.TIMESERIES_FILE
+        table = pq.read_table(series)
+        assert table.column_names == list(protocol.TIMESERIES_COLUMNS) and table.num_rows > 3
+        assert not list(out.glob(".timeseries*"))  # no temporary file left beside it
+        if attempt == "writer":  # it wrote the file (its bytes at least), then it is gone
+            assert writer.io_counters().write_chars - wrote >= series.stat().st_size
+            writer.kill()
+            writer.wait(timeout=10)

@@ -8,8 +8,10 @@ Every file is written by rename once synced (``_atomic_write``), and the runner'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +65,36 @@ def _timeseries_table(report: AgentReport) -> Any:
     return pa.Table.from_arrays(arrays, schema=pa.schema([(c, types[c]) for c in cols]))
 
 
+WRITER: Callable[[Path, Sequence[tuple]], bool] | None = None
+"""In a runner forked from a warm runner without pyarrow: its writer process
+(``workloads.warm_writer``), which writes the time series' rows to a path."""
+
+
 def write_timeseries(out: Path, report: AgentReport) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    if WRITER is not None:
+        writer = WRITER
+
+        def handed_over(tmp: Path) -> None:
+            if not writer(tmp, report.rows):
+                raise OSError("the warm runner's writer did not write it")
+
+        with contextlib.suppress(OSError):
+            _atomic_write(out / protocol.TIMESERIES_FILE, handed_over)
+            return
+    write_rows(out / protocol.TIMESERIES_FILE, report.rows, atomic=True)
+
+
+def write_rows(path: Path, rows: Sequence[tuple], atomic: bool = False) -> None:
+    """The time series of ``rows`` (``TIMESERIES_COLUMNS`` order) as Parquet at ``path``;
+    ``atomic``: through a synced temporary file (the writer's path already is one)."""
     import pyarrow.parquet as pq
 
-    table = _timeseries_table(report)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / protocol.TIMESERIES_FILE, lambda tmp: pq.write_table(table, tmp))
+    table = _timeseries_table(AgentReport(rows=list(rows)))
+    if atomic:
+        _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+    else:
+        pq.write_table(table, path)
 
 
 def _warm_result_writer() -> None:

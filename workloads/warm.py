@@ -60,6 +60,7 @@ import sys
 import time
 from typing import Any
 
+from workloads import warm_writer
 from workloads.warm_client import address, connect, kill_group, receive, send
 from workloads.warm_client import main as client_main
 
@@ -172,6 +173,7 @@ class Server:
         self.pages: list[tuple[int, int]] = []
         self.populate: Any = None  # madvise, where it maps pages (see touch_pages)
         self.imports_peak = 0
+        self.writer: int | None = None  # the time series' writer (workloads.warm_writer)
 
     def warm_up(self) -> None:
         """The runner's imports (and the workload's module), then what children inherit."""
@@ -197,6 +199,8 @@ class Server:
         self.populate = page_populator()
         self.pages = resident_file_pages()
         self.imports_peak = procfs.read_hwm("self") or 0
+        if "pyarrow" not in sys.modules:  # a runner would import it for its time series alone
+            self.writer = warm_writer.start(self.name)
 
     def serve(self) -> int:
         try:
@@ -388,6 +392,10 @@ def _child(request: dict[str, Any], fds: list[int], conn: socket.socket, server:
 
         agent.IMPORTS_PEAK_BYTES = server.imports_peak
         agent.SPAWN_SAMPLER = lambda config, fds: spawn_sampler(server.name, config, fds)
+        if server.writer is not None:
+            from workloads import trial_results
+
+            trial_results.WRITER = lambda path, rows: warm_writer.write(server.name, path, rows)
         run.STARTED_AS = "forked from a warm runner"
         run.FORKED_AT = forked_at
         sys.argv = [run.__file__, *request["argv"]]
