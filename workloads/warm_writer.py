@@ -53,27 +53,23 @@ def start(name: str) -> int | None:
     if pid:
         os.close(write_end)
         os.waitpid(pid, 0)  # the middle process exits once it has forked the writer
-        said = os.read(read_end, 32)
+        said = os.read(read_end, 32)  # once the writer listens (b"": it could not)
         os.close(read_end)
         return int(said) if said.strip().isdigit() else None
     code = 1  # pragma: no cover - the forked processes never return (os._exit)
     try:
         os.close(read_end)
         os.setsid()  # out of the server's group: a signal to it or a trial's never lands here
-        writer = os.fork()
-        if writer:
-            os.write(write_end, str(writer).encode())
-            code = 0
-        else:
-            os.close(write_end)
-            code = _serve(name, server)
+        code = 0 if os.fork() else _serve(name, server, write_end)  # the middle one: 0
     except BaseException:  # a writer that fails leaves the runners to write
         pass
     finally:
         os._exit(code)
 
 
-def _serve(name: str, server: int) -> int:
+def _serve(name: str, server: int, ready: int) -> int:
+    """Listen, say so on ``ready`` (the server waits for it: its first trial finds the
+    writer), then write what runners ask for until the server is gone."""
     import selectors
 
     try:
@@ -87,11 +83,15 @@ def _serve(name: str, server: int) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # not the sweep's output: its end closing is how the server stops
         os.dup2(devnull, fd)
-    os.closerange(3, gone)  # the server's listener, its wake-up pipe, its trials' sockets
-    os.closerange(gone + 1, os.sysconf("SC_OPEN_MAX"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address(name + SUFFIX))  # before the import: a runner's request waits
     listener.listen(8)
+    os.write(ready, str(os.getpid()).encode())
+    low = 3  # close the rest: the server's listener, its wake-up pipe, its trials' sockets
+    for keep in sorted((gone, listener.fileno())):
+        os.closerange(low, keep)
+        low = keep + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
     import pyarrow.parquet  # noqa: F401 - what this process is for
 
     from workloads.trial_results import write_rows
