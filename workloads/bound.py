@@ -6,8 +6,10 @@ from frames resident in memory into a new array: whatever the strategy, it
 cannot beat copying that many bytes. This times ``numpy.copyto`` of one unit's
 bytes, read from a source several times the last-level cache so it comes from
 memory, in 1 thread and in one thread per core (numpy releases the GIL while
-it copies), once per host and unit size (cached beside the inputs), and
-models the bound at ``w`` workers as ``min(w × one thread's rate, all cores'
+it copies), once per host and unit size (cached beside the inputs), counted per
+second of each copying thread's own CPU time (what a core does while it copies:
+on a busy host the wall clock also counts the time a thread waited for a core),
+and models the bound at ``w`` workers as ``min(w × one thread's rate, all cores'
 rate)``: a roofline, one thread's copy speed rising to the memory bandwidth.
 """
 
@@ -35,6 +37,7 @@ def _copy_rate(unit_bytes: int, threads: int, seconds: float = SECONDS) -> float
     source = np.ones(max(SOURCE_BYTES // 8, 2 * n))
     slots = max(1, (source.size - n) // n)
     done = [0] * threads
+    busy = [0.0] * threads  # each thread's own CPU seconds while it copied
     start = threading.Barrier(threads + 1)
     stop = threading.Event()
 
@@ -42,22 +45,24 @@ def _copy_rate(unit_bytes: int, threads: int, seconds: float = SECONDS) -> float
         target = np.empty(n)
         i = k
         start.wait()
+        t0 = time.thread_time()
         while not stop.is_set():
             offset = (i % slots) * n
             np.copyto(target, source[offset:offset + n])
             done[k] += 1
             i += threads
+        busy[k] = time.thread_time() - t0
     pool = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(threads)]
     for t in pool:
         t.start()
     start.wait()
-    t0 = time.perf_counter()
     time.sleep(seconds)
     stop.set()
-    elapsed = time.perf_counter() - t0
     for t in pool:
         t.join()
-    return sum(done) / elapsed
+    # per CPU second, not per wall second: on a busy host a thread that waited for a core
+    # copied nothing meanwhile, and the wall clock would read that as a slower memory
+    return sum(d / b for d, b in zip(done, busy, strict=True) if d and b > 0)
 
 
 def measure(unit_bytes: int, cores: int | None = None) -> dict[str, Any]:
@@ -67,7 +72,8 @@ def measure(unit_bytes: int, cores: int | None = None) -> dict[str, Any]:
     every = _copy_rate(unit_bytes, cores) if cores > 1 else one
     return {"bytes_per_unit": unit_bytes, "units_per_s_1": one, "units_per_s_all": every,
             "threads_all": cores, "method": "numpy.copyto of one unit's bytes from a "
-            f"{SOURCE_BYTES >> 20} MiB source, {SECONDS:g} s per thread count"}
+            f"{SOURCE_BYTES >> 20} MiB source, {SECONDS:g} s per thread count, per second "
+            "of each thread's CPU time"}
 
 
 def default_cache_dir() -> Path:
