@@ -107,6 +107,9 @@ def host_bound(unit_bytes: int, cache_dir: Path | None = None) -> dict[str, Any]
 
 def bound_at(bound: dict[str, Any], workers: int) -> float:
     """Units/s the copy allows at ``workers`` workers: one thread's rate times the
-    workers, up to all cores' rate."""
+    workers, up to all cores' rate. Workers past the cores share them, so the bound is
+    flat there even when the all-cores rate, timed per thread's CPU second, came out
+    above the cores times one thread's rate."""
     one, every = float(bound["units_per_s_1"]), float(bound["units_per_s_all"])
-    return min(workers * one, max(every, one))
+    threads = int(bound.get("threads_all") or workers)
+    return min(min(workers, threads) * one, max(every, one))
