@@ -36,6 +36,7 @@ from orchestrator.plan.planner import make_plan
 from orchestrator.providers.base import Instance
 from orchestrator.spec.config import build_spec
 from orchestrator.spec.spec import SweepSpec
+from tests.fixtures.once import built_once
 
 
 def quiet() -> Console:
@@ -218,16 +219,22 @@ HOLDING = "tests.fixtures.ray_workloads:SleepHoldingOnOneNode"
 @pytest.fixture(scope="module")
 def two_node_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One --dry-run sweep of a sleep-bound workload at 1 and 2 nodes (a real Ray cluster),
-    where node 1 alone holds HOLD_MIB MiB for the whole trial."""
-    out = tmp_path_factory.mktemp("ray")
-    spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2], workload=HOLDING,
-                     workload_params={"unit_ms": "10", "hold_mib": str(HOLD_MIB)},
-                     duration_s=3.0, repeats=1, dry_run=True, provider="local", out=out)
-    with pytest.MonkeyPatch.context() as env:
-        # A host where Ray has a token (anyone's who ran ray.init() on Ray >= 2.59): Ray's
-        # head alone would turn token auth on and refuse node 1.
-        env.setenv("RAY_AUTH_TOKEN", "a" * 64)
-        return run_sweep(spec, console=quiet())
+    where node 1 alone holds HOLD_MIB MiB for the whole trial. Built once for the session's
+    workers (its tests only read the store)."""
+    with built_once(tmp_path_factory, "ray-two-node-sweep") as (out, build):
+        if build:
+            spec = SweepSpec(machines=["n2-highcpu-4"], workers=[2], nodes=[1, 2],
+                             workload=HOLDING,
+                             workload_params={"unit_ms": "10", "hold_mib": str(HOLD_MIB)},
+                             duration_s=3.0, repeats=1, dry_run=True, provider="local",
+                             out=out)
+            with pytest.MonkeyPatch.context() as env:
+                # A host where Ray has a token (anyone's who ran ray.init() on Ray >= 2.59):
+                # Ray's head alone would turn token auth on and refuse node 1.
+                env.setenv("RAY_AUTH_TOKEN", "a" * 64)
+                run_sweep(spec, console=quiet())
+        (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+        return run_dir
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from orchestrator.engine.ray_cluster import node_address, plan_cluster, start_co
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from orchestrator.providers.base import Instance, ProviderOptions, VmRequest
 from orchestrator.providers.ssh import SshProvider, nodes_alike
+from tests.fixtures.once import built_once
 from tests.fixtures.sshd import FEWER_CORES_HOST, SECOND_HOST, Sshd
 
 SLEEP = ["--workload", "sleep", "--param", "unit_ms=10", "--workers", "2", "--repeats", "1"]
@@ -235,21 +236,24 @@ def ray_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def ssh_two_node_sweep(sshd: Sshd, ray_workdir: Path,
                        tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One sweep at 1 and 2 nodes of a sleep-bound workload on two loopback "hosts"."""
-    tmp = tmp_path_factory.mktemp("ssh-nodes")
-    hosts = _hosts_file(tmp / "hosts.toml", [
-        _loopback(sshd, "h1", "127.0.0.1", machine="pair", price_per_hour=0.5),
-        _loopback(sshd, "h2", SECOND_HOST, machine="pair", price_per_hour=0.5),
-    ])
-    out = tmp / "runs"
-    proc = subprocess.run(_sweep("--hosts", str(hosts), "--machine", "pair", "--nodes", "1,2",
-                                 *SLEEP, "--duration", "3", "--out", str(out)),
-                          capture_output=True, text=True, timeout=600, cwd=tmp,
-                          env=_env(ray_workdir))
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    assert "Traceback" not in proc.stderr
-    (run_dir,) = out.iterdir()
-    return run_dir
+    """One sweep at 1 and 2 nodes of a sleep-bound workload on two loopback "hosts",
+    built once for the session's workers (its tests only read the store)."""
+    with built_once(tmp_path_factory, "ssh-two-node-sweep") as (tmp, build):
+        out = tmp / "runs"
+        if build:
+            hosts = _hosts_file(tmp / "hosts.toml", [
+                _loopback(sshd, "h1", "127.0.0.1", machine="pair", price_per_hour=0.5),
+                _loopback(sshd, "h2", SECOND_HOST, machine="pair", price_per_hour=0.5),
+            ])
+            proc = subprocess.run(_sweep("--hosts", str(hosts), "--machine", "pair",
+                                         "--nodes", "1,2", *SLEEP, "--duration", "3",
+                                         "--out", str(out)),
+                                  capture_output=True, text=True, timeout=600, cwd=tmp,
+                                  env=_env(ray_workdir))
+            assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+            assert "Traceback" not in proc.stderr
+        (run_dir,) = out.iterdir()
+        return run_dir
 
 
 @pytest.mark.slow
