@@ -9,12 +9,14 @@ time from "start connecting" to "ready to run the first trial":
 1. *first sweep on the host*: ``ensure_workloads`` into an empty home — upload
    the ``workloads`` wheel, create ``env-<hash>``, pip-install it with numpy,
    pyarrow and psutil, either **from the package index** (each VM downloads
-   them itself, as before) or **from staged wheels** (the sweep's set, copied
-   to the host, installed with ``--no-index``);
+   them itself, as before), **from staged wheels** (the sweep's set, copied
+   to the host, installed with ``--no-index`` by pip run from its own staged
+   wheel into an env made without pip), or **from staged wheels by the env's
+   pip** (a set without pip's wheel: the env is made with ensurepip's pip);
 2. *a second sweep on the same host*: a new connection, the env is reused.
 
-The two variants alternate which goes first in each round (interleaved), and
-each figure is the median of the rounds with its min–max. Before timing, each
+The variants rotate which goes first in each round (interleaved), and each
+figure is the median of the rounds with its min–max. Before timing, each
 box gets python3-venv with apt (untimed), as a cloud VM's first-boot script
 does before cloudprof logs in. The wheel set itself is downloaded once, on
 this machine, before the rounds (its time is printed on its own: once per
@@ -33,6 +35,7 @@ from _common import machine_line, median, print_table, unavailable
 
 from orchestrator.providers.remote import SshTarget, open_ssh
 from orchestrator.providers.wheelhouse import PROBE, HostPlatform, SweepWheels, WheelSource
+from orchestrator.providers.wheels import requirements
 from tests.fixtures.box import Box, build_image, remove_box, run_box
 from tests.fixtures.box import unavailable as box_unavailable
 
@@ -82,28 +85,35 @@ def main() -> int:
             probe_box.stop()
             remove_box(probe_box)
         assert platform is not None
-        print("The wheel set, on this machine (once per sweep, then cached):")
-        for _ in range(2):  # two sweeps: the first downloads the set, the second reads it
-            wheels = SweepWheels(lambda line: print(f"  {line}"), 3600, "bench",
-                                 root=Path(tmp) / "wheel-cache")
-            wheels.wheel_set(platform)
+        print("The wheel sets, on this machine (once per sweep, then cached):")
+        sources: dict[str, WheelSource | None] = {"index": None}
+        for variant, reqs in (("staged", None), ("env-pip", requirements())):
+            for _ in range(2):  # two sweeps: the first downloads the set, the second reads it
+                wheels = SweepWheels(lambda line: print(f"  {line}"), 3600, "bench",
+                                     reqs=reqs, root=Path(tmp) / "wheel-cache")
+                wheels.wheel_set(platform)
+            sources[variant] = wheels.source(None)
+        variants = list(sources)
         for r in range(args.rounds):
-            order = ["index", "staged"] if r % 2 == 0 else ["staged", "index"]
+            order = variants[r % len(variants):] + variants[:r % len(variants)]
             for variant in order:
                 box = ready_box(image, Path(tmp), f"r{r}-{variant}")
                 try:
-                    source = wheels.source(None) if variant == "staged" else None
+                    source = sources[variant]
                     for sweep, expect in (("first", "installed"), ("reuse", "reused")):
                         seconds, did, came = one_sweep(box, source)
                         assert did == expect, (did, expect)
-                        assert sweep == "reuse" or came == variant, (came, variant)
+                        assert sweep == "reuse" or came == ("index" if variant == "index"
+                                                            else "staged"), (came, variant)
                         times.setdefault((variant, sweep), []).append(seconds)
                         print(f"  round {r + 1} {variant:6} {sweep:5}: {seconds:6.1f} s")
                 finally:
                     box.stop()
                     remove_box(box)
     rows = []
-    for variant, label in (("index", "from the package index"), ("staged", "from staged wheels")):
+    for variant, label in (("index", "from the package index"),
+                           ("staged", "from staged wheels, pip run from its staged wheel"),
+                           ("env-pip", "from staged wheels, by the env's own pip")):
         first, reuse = times[(variant, "first")], times[(variant, "reuse")]
         rows.append([label, median(first), spread(first), median(reuse), spread(reuse),
                      args.rounds])
@@ -111,7 +121,9 @@ def main() -> int:
                  "second sweep (s, median)", "min–max", "rounds"], rows,
                 title="Time until the first trial can start (connect + bootstrap)")
     index, staged = median(times[("index", "first")]), median(times[("staged", "first")])
-    print(f"\nstaged wheels: the first bootstrap takes {staged / index:.2f}x the index's time; "
+    env_pip = median(times[("env-pip", "first")])
+    print(f"\nstaged wheels: the first bootstrap takes {staged / index:.2f}x the index's time "
+          f"and {staged / env_pip:.2f}x the time of the env's own pip on the same set; "
           f"reuse is {staged / median(times[('staged', 'reuse')]):.0f}x faster than that")
     return 0
 

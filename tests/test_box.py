@@ -131,19 +131,21 @@ def _check_a_cube_sweep_from_staged_wheels(box: Box, tmp_path: Path, cache: Path
     assert (trials["units"] > 0).all()
     for trial_id in trials["trial_id"]:
         assert (run / "timeseries" / f"{trial_id}.parquet").stat().st_size > 0
-    # The bootstrap installed python3-venv with apt (sudo), then the wheel and its
-    # dependencies from the staged wheels into a venv in the login user's home.
+    # The bootstrap installed the wheel, its dependencies and pip from the staged wheels
+    # (pip run from its own staged wheel) into a venv in the login user's home: no apt,
+    # no python3-venv, no ensurepip.
     log = box.path(f"{WORKDIR}/bootstrap.log").read_text().splitlines()
-    assert any(" apt python3-venv" in line for line in log), log
+    assert not any(" apt " in line for line in log), log
     assert sum(" install " in line for line in log) == 1, log
     assert [line.split()[-1] for line in log if " install " in line] == ["staged"], log
     assert "installed from staged wheels" in result.stdout, result.stdout[-2000:]
     (staged,) = box.path(f"{WORKDIR}/wheelhouse").iterdir()
-    assert {p.name.split("-")[0] for p in staged.glob("*.whl")} == {"numpy", "pyarrow", "psutil"}
-    assert _installed(box, "python3-venv")
+    assert {p.name.split("-")[0] for p in staged.glob("*.whl")} == \
+        {"numpy", "pyarrow", "psutil", "pip"}
+    assert not _installed(box, "python3-venv")
     (env,) = box.path(WORKDIR).glob("env-*")
     site = next((env / "lib").glob("python3*/site-packages"))
-    for package in ("numpy", "pyarrow", "psutil"):
+    for package in ("numpy", "pyarrow", "psutil", "pip"):
         (info,) = site.glob(f"{package}-*.dist-info")
         assert (info / "INSTALLER").read_text().strip() == "pip"
         assert not (info / "direct_url.json").exists()  # found in --find-links, not named
@@ -217,15 +219,20 @@ def test_a_bare_box_bootstraps_from_staged_wheels_then_runs_a_users_job_as_its_l
 def test_a_staged_set_that_does_not_install_falls_back_to_the_index(
         venv_box: Box, tmp_path: Path) -> None:
     box = venv_box  # python3-venv comes with the image: the point here is pip's source
-    from orchestrator.providers.wheelhouse import LISTING, PROBE, HostPlatform, cache_key
-    from orchestrator.providers.wheels import requirements
+    from orchestrator.providers.wheelhouse import (
+        LISTING,
+        PROBE,
+        HostPlatform,
+        cache_key,
+        staged_requirements,
+    )
 
     # This machine's cache holds a broken set for the box's platform (a numpy wheel that
     # is no zip): the box's offline install fails, and it installs from the index.
     probe = box.exec("python3", "-c", PROBE).stdout.split(" ", 1)[1]
     platform = HostPlatform.parse(probe)
     assert platform is not None, probe
-    broken = tmp_path / "cache" / "wheels" / cache_key(requirements(), platform)
+    broken = tmp_path / "cache" / "wheels" / cache_key(staged_requirements(), platform)
     broken.mkdir(parents=True)
     name = f"numpy-2.0.0-cp{platform.python.replace('.', '')}-none-any.whl"
     (broken / name).write_bytes(b"not a wheel")

@@ -1,7 +1,24 @@
 set -e
 tmp="$2.tmp-$$"
-"$5" -m venv --system-site-packages --without-pip "$tmp" 2>/dev/null || true
-if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
+src=
+# $6: the sweep's staged wheels on this host (empty: none), pip's own wheel among them.
+# pip runs from that wheel, as ensurepip does, and installs the set and itself into an
+# env made without pip: no ensurepip run and no python3-venv from apt (a bare Debian
+# host's bootstrap in under half the time). A failure falls to the steps below.
+pip_wheel=
+[ -z "${6:-}" ] || pip_wheel=$(ls "$6"/pip-*.whl 2>/dev/null | head -n 1)
+if [ -n "$pip_wheel" ]; then
+    if "$5" -m venv --system-site-packages --without-pip "$tmp" >&2 &&
+            PYTHONPATH="$pip_wheel" "$tmp/bin/python" -m pip install --quiet \
+                --disable-pip-version-check --no-compile --no-input --no-index \
+                --find-links "$6" "$4" pip >&2; then
+        src=staged
+    else
+        rm -rf "$tmp"
+    fi
+fi
+[ -n "$src" ] || "$5" -m venv --system-site-packages --without-pip "$tmp" 2>/dev/null || true
+if [ -z "$src" ] && ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
     rm -rf "$tmp"
     if ! "$5" -m venv --system-site-packages "$tmp" >/dev/null 2>&1; then
         rm -rf "$tmp"
@@ -12,12 +29,14 @@ if ! "$tmp/bin/python" -m pip --version >/dev/null 2>&1; then
         }
     fi
 fi
-# $6: the sweep's staged wheels on this host (empty: none); the index when they fail.
-src=index
-if [ -n "${6:-}" ] && "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
+# Without pip's wheel: the env's pip installs the staged set, else from the index.
+if [ -n "$src" ]; then
+    :
+elif [ -n "${6:-}" ] && "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         --no-input --no-index --find-links "$6" "$4" >&2; then
     src=staged
 else
+    src=index
     [ -z "${6:-}" ] || echo "cloudprof: the staged wheels did not install; using the index" >&2
     "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         --no-input "$4" >&2

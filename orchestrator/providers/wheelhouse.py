@@ -39,6 +39,10 @@ from orchestrator.providers.wheels import WHEEL_DEPS, requirements
 if TYPE_CHECKING:
     from orchestrator.providers.base import Bucket, Executor
 
+# pip's own wheel, staged with the packages: the host runs pip from it to install the set
+# and pip itself into an env made without pip (infra/bootstrap/install.sh), instead of
+# ensurepip's run and apt's python3-venv.
+INSTALLERS = ("pip",)
 CACHE_ENV = "CLOUDPROF_CACHE"  # cloudprof's cache root (shared with the catalog, inputs)
 LISTING = "wheels.json"  # in a complete set's directory: what it holds and for what
 HOST_DONE = ".complete"  # on a host: the set's directory holds every file
@@ -181,6 +185,12 @@ def fetch(reqs: Sequence[str], platform: HostPlatform, root: Path | None = None)
     return WheelSet(key, final, files, False, time.monotonic() - start)
 
 
+def staged_requirements() -> list[str]:
+    """What a sweep stages for a host that lacks them: the data plane's packages and the
+    installers of ``INSTALLERS``."""
+    return [*requirements(), *INSTALLERS]
+
+
 def _name(requirement: str) -> str:
     """``numpy`` of ``numpy>=1.24``."""
     return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
@@ -200,7 +210,7 @@ class SweepWheels:
     def __init__(self, log: Callable[[str], None], url_lifetime_s: int, sweep: str,
                  reqs: Sequence[str] | None = None, root: Path | None = None) -> None:
         self.log, self.url_lifetime_s, self.sweep = log, url_lifetime_s, sweep
-        self.reqs = list(reqs) if reqs is not None else requirements()
+        self.reqs = list(reqs) if reqs is not None else staged_requirements()
         self.root = root
         self._lock = threading.Lock()
         self._locks: dict[Any, threading.Lock] = {}
