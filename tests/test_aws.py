@@ -758,7 +758,8 @@ def test_iam_policy_covers_every_call_cloudprof_makes(
 
 def _sweep_argv(bucket: str, out: Path) -> list[str]:
     return [
-        sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1", "--provider", "aws",
+        sys.executable, "-m", "orchestrator", "sweep", "--no-report", "--repeats", "1",
+        "--provider", "aws",
         "--machine", "c6i.large", "--workers", "1,2", "--duration", "1",
         "--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10",
         "--bucket", f"s3://{bucket}", "--out", str(out),

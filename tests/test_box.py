@@ -56,7 +56,8 @@ def _sweep(tmp_path: Path, box: Box, *args: str, out: str = "runs",
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROF_SSH_")}
     env.update(env_extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", "--provider", "ssh",
+        [sys.executable, "-m", "orchestrator.cli", "sweep", "--no-report", "--repeats", "1",
+         "--provider", "ssh",
          "--hosts", str(_hosts_file(tmp_path, box)), "--machine", "box", *args,
          "--out", str(tmp_path / out)],
         env=env, capture_output=True, text=True, timeout=1000,
@@ -268,7 +269,8 @@ def _cloud_sweep(box: Box, tmp_path: Path, *args: str,
     env.update(env_extra or {})
     env["CLOUDPROF_SSH_ENDPOINT"] = f"{box.host}:{box.port}"  # the VM's address is the box
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1", *args, *TINY,
+        [sys.executable, "-m", "orchestrator.cli", "sweep", "--no-report", "--repeats", "1", *args,
+         *TINY,
          "--out", str(tmp_path / "runs")],
         env=env, capture_output=True, text=True, timeout=1000,
     )  # fmt: skip
@@ -441,7 +443,7 @@ def _check_a_ray_cluster_on(pair: list[Box], tmp_path: Path, cache: Path) -> Non
     env["CLOUDPROF_CACHE"] = str(cache)
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "sweep", "--provider", "ssh",
+        [sys.executable, "-m", "orchestrator.cli", "sweep", "--no-report", "--provider", "ssh",
          "--hosts", str(hosts), "--machine", "pair", "--nodes", "1,2", "--workload",
          "sleep", "--param", "unit_ms=10", "--workers", "2", "--repeats", "1",
          "--duration", "3", "--out", str(tmp_path / "runs")],

@@ -487,6 +487,24 @@ def test_dry_run_sweep_then_report_compare_resume_and_the_memory_gate(tmp_path: 
     assert len(pd.read_parquet(run1 / "trials.parquet")) == 2  # nothing ran twice
 
 
+def test_no_report_prints_the_summary_and_leaves_the_files_to_the_report_command(
+        tmp_path: Path) -> None:
+    tiny = ["--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10", "--duration", "0.5",
+            "--repeats", "1", "--workers", "1"]
+    out = tmp_path / "runs"
+    proc = in_process("sweep", "-m", "n2-highcpu-80", "--dry-run", *tiny, "--no-report",
+                      "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = out.iterdir()
+    assert "Best by throughput" in proc.stdout  # the summary and the answer, as ever
+    assert f"--no-report: `cloudprof report {run}` writes" in " ".join(proc.stdout.split())
+    assert not [p.name for p in run.iterdir() if p.name.startswith(("report.", "plots"))]
+    proc = in_process("report", str(run), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run / "report.html").is_file() and (run / "report.md").is_file()
+    assert list((run / "plots").glob("*.svg"))
+
+
 def _imports_pandas(argv: list[str], cwd: Path) -> tuple[bool, subprocess.CompletedProcess[str]]:
     """Run ``cloudprof ARGV`` through the console entry point in a fresh interpreter and say
     whether pandas was imported by the time it returned."""

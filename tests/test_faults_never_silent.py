@@ -58,7 +58,7 @@ def test_a_vm_that_cannot_be_deleted_exits_7_naming_each_resource_and_the_cleanu
 ) -> None:
     sweep = cloud_sweep
     _fail_vm_deletion(sweep, request)
-    code, out, err = sweep.run(sweep.argv("1", "1"))
+    code, out, err = sweep.run(sweep.argv("1", "1", report=True))
 
     assert code == EXIT_TEARDOWN, (out[-2000:], err[-2000:])
     assert "Traceback" not in out + err
@@ -408,7 +408,7 @@ def test_signals_as_the_sweep_ends_never_kill_it_by_signal_nor_leave_it_running(
     from orchestrator.errors import EXIT_INTERRUPTED
 
     sweep = cloud_sweep
-    proc = sweep.start(sweep.argv("1", "1"))
+    proc = sweep.start(sweep.argv("1", "1", report=True))
     wait_for("the end of the sweep", lambda: "(report.md beside it)" in sweep.output(), proc,
              timeout=150)
     _barrage(proc)

@@ -60,7 +60,7 @@ def _sweep(tmp_path: Path, out: str, sizes: str, growths: str,
     env = {**os.environ, "PYTHONPATH": str(REPO), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
            "COLUMNS": "1000"}
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "sweep", "--machine", "n2-highcpu-2",
+        [sys.executable, "-m", "orchestrator", "sweep", "--no-report", "--machine", "n2-highcpu-2",
          "--dry-run", "--workers", "1", "--repeats", repeats, "--workdir", str(project),
          "--command", "python -I -S grow.py {n} {growth}", "--grid", f"n={sizes}",
          "--grid", f"growth={growths}", "--out", str(tmp_path / out), *extra],

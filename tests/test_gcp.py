@@ -512,7 +512,8 @@ def test_bucket_permission_error_is_one_line() -> None:
 
 
 def _sweep_argv(bucket: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "orchestrator", "sweep", "--repeats", "1", "--provider", "gcp",
+    return [sys.executable, "-m", "orchestrator", "sweep", "--no-report", "--repeats", "1",
+            "--provider", "gcp",
             "--machine", "n2-highcpu-2", "--workers", "1,2", "--duration", "1",
             "--frames", "4", "--rows", "40", "--cols", "50", "--dim", "10",
             "--bucket", f"gs://{bucket}", "--project", "proj", "--zone", ZONE, "--out", str(out)]

@@ -111,7 +111,7 @@ def _job_sweep(tmp_path: Path, name: str, text: str, *args: str) -> Path:
     env = {**os.environ, "PYTHONPATH": str(repo), "CLOUDPROF_CACHE": str(tmp_path / "cache"),
            "COLUMNS": "1000"}
     result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "sweep", "--machine", "n2-highcpu-2",
+        [sys.executable, "-m", "orchestrator", "sweep", "--no-report", "--machine", "n2-highcpu-2",
          "--dry-run", "--workers", "1", "--repeats", "1", "--workdir", str(tmp_path / "job"),
          "--command", " ".join(["python", name, *args]), "--out", str(tmp_path / "runs")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)

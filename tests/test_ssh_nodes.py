@@ -61,7 +61,8 @@ def _env(workdir: Path) -> dict[str, str]:
 
 
 def _sweep(*args: str) -> list[str]:
-    return [sys.executable, "-m", "orchestrator", "sweep", "--provider", "ssh", *args]
+    return [sys.executable, "-m", "orchestrator", "sweep", "--no-report", "--provider", "ssh",
+            *args]
 
 
 def _cluster_processes(word: str) -> list[int]:

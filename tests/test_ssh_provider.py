@@ -280,7 +280,7 @@ def test_sweep_survives_a_dropped_ssh_session(private_sshd, tmp_path, tmp_path_f
     env = {**os.environ, "CLOUDPROF_SSH_WORKDIR": str(workdir)}
     for key in ("CLOUDPROF_SSH_ENDPOINT", "CLOUDPROF_SSH_KEY", "CLOUDPROF_SSH_HOST_KEY"):
         env.pop(key, None)
-    args = [sys.executable, "-m", "orchestrator.cli", "sweep", "--repeats", "1",
+    args = [sys.executable, "-m", "orchestrator.cli", "sweep", "--no-report", "--repeats", "1",
             "--provider", "ssh", "--hosts",
             str(hosts), "--machine", "box", "--workers", "1", "--duration", "4", "--frames",
             "4", "--rows", "40", "--cols", "50", "--dim", "10", "--out", str(tmp_path / "runs")]

@@ -137,7 +137,7 @@ def finish(spec: SweepSpec, plan: Plan, store: RunStore, console: Console) -> Pa
     failed_machines, bad, missing = _shortfall(plan, store, rows)
     partial = bool(failed_machines or len(bad) or missing)
     store.set_status("partial" if partial else "done", finished_at=now_iso())
-    _report(run_dir, console, spec.total)
+    _report(run_dir, console, spec.total, files=spec.report)
     gate = memory_gate(spec, rows, run_dir)
     if gate is not None:
         raise gate
@@ -164,15 +164,21 @@ def _shortfall(plan: Plan, store: RunStore, rows: list[dict[str, Any]],
     return failed_machines, bad, missing
 
 
-def _report(run_dir: Path, console: Console, total: float | None = None) -> None:
+def _report(run_dir: Path, console: Console, total: float | None = None, *,
+            files: bool = True) -> None:
     """The report, with ``--total``'s whole job on each card where ``cloudprof report RUN
-    --total N`` puts it (the command prints every configuration's figures after it)."""
+    --total N`` puts it (the command prints every configuration's figures after it);
+    its files unless ``files`` is False (--no-report)."""
     try:
         from orchestrator.results.publish import report_run
         from orchestrator.results.whole_job import question
 
         asked = question(None, None, total) if total is not None else None
-        html = report_run(run_dir, console, asked, follow_up=False)
+        html = report_run(run_dir, console, asked, follow_up=False, files=files)
+        if html is None:
+            console.print(f"Results store: {run_dir} (--no-report: `cloudprof report "
+                          f"{run_dir}` writes report.html and report.md)", soft_wrap=True)
+            return
         # one last line: the report to open; the results store is the folder it is in
         console.print(f"Report: {html} (report.md beside it)", soft_wrap=True)
     except CloudprofError as exc:

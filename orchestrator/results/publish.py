@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def report_run(run_dir: str | Path, console: Console, question: Any = None, *,
-               follow_up: bool = True) -> Path:
+               follow_up: bool = True, files: bool = True) -> Path | None:
     """Print the terminal summary, then write the report files; returns report.html's path.
 
     What ``cloudprof report`` and the end of a sweep do. The store is read and the report
@@ -40,7 +40,8 @@ def report_run(run_dir: str | Path, console: Console, question: Any = None, *,
     user reads the results while they are drawn. ``question``: the user's --target/--total
     (``whole_job.Question``): its whole-job figure on each machine's card, and (unless
     ``follow_up`` is False: the sweep command prints them itself, after its last line) the
-    forecast and every configuration's whole job after the summary.
+    forecast and every configuration's whole job after the summary. ``files`` False
+    (``sweep --no-report``): the summary alone, no files, and None.
     """
     run = with_question(load_run(run_dir), question)
     with stored_fits(run_dir):  # each machine's USL fit, kept in the store (fits.json)
@@ -52,7 +53,7 @@ def report_run(run_dir: str | Path, console: Console, question: Any = None, *,
         for line in render_lines(run, question):
             console.print(line, highlight=False, markup=False,
                           style="bold red" if line.startswith("WARNING") else None)
-    return write_files(run, report)
+    return write_files(run, report) if files else None
 
 
 def write_report(run_dir: str | Path) -> Path:

@@ -327,6 +327,13 @@ SWEEP_OPTIONS: tuple[SweepOption, ...] = (
          "half its peak and the request, to 3 % or 5 more trials per worker count); the "
          "table shows it, the largest limit that killed it and how far the request is above "
          "it"),
+    _opt("report", "Write report.html, report.md and their figures into the results "
+         "store at the end (default); --no-report prints the summary alone and leaves "
+         "them to `cloudprof report RUN`.", LIMITS, kind="flag", convert=v.boolean,
+         doc="write `report.html`, `report.md` and their figures into the results store "
+         "when the sweep ends (the default); `--no-report` prints the summary and the "
+         "answer alone, and `cloudprof report RUN` writes the files later (the figures "
+         "cost about 1.5 s of CPU)"),
     _opt("out", f"Results directory (default: {_DEFAULTS.out}).", LIMITS, kind="path",
          metavar="DIR", convert=v.path_text,
          doc="results directory (default `runs/`); it must be creatable and writable; a "

@@ -65,6 +65,9 @@ class SweepSpec:
     prove_limit: bool = False
     find_limit: bool = False
     out: Path = Path("runs")
+    # report.html, report.md and their figures written at the end (False: the summary is
+    # printed, the files are left to `cloudprof report`)
+    report: bool = True
     dry_run: bool = False
     hosts_file: Path | None = None
     hosts: list[str] = field(default_factory=list)
