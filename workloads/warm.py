@@ -61,7 +61,7 @@ import time
 from typing import Any
 
 from workloads import warm_writer
-from workloads.warm_client import address, connect, kill_group, receive, send
+from workloads.warm_client import address, connect, from_own_user, kill_group, receive, send
 from workloads.warm_client import main as client_main
 
 IDLE_EXIT_S = 900.0  # a server nobody uses (its sweep died without `stop`) goes away
@@ -251,10 +251,7 @@ class Server:
     def _accept(self, listener: socket.socket, sel: selectors.BaseSelector) -> None:
         conn, _ = listener.accept()
         try:
-            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                    struct.calcsize("3i"))  # fmt: skip
-            _pid, uid, _gid = struct.unpack("3i", creds)
-            if uid != os.getuid():
+            if not from_own_user(conn):
                 conn.close()
                 return
             request, fds = receive(conn)

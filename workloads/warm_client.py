@@ -57,6 +57,13 @@ def send(sock: _socket.socket, request: dict[str, object], fds: list[int]) -> No
     sock.sendmsg([HEADER.pack(len(body)) + body], ancillary)
 
 
+def from_own_user(conn: _socket.socket) -> bool:
+    """Whether the peer of an accepted ``conn`` runs as this process's user (SO_PEERCRED):
+    the server and its writer serve no one else."""
+    creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1] == os.getuid()
+
+
 def receive(conn: _socket.socket) -> tuple[dict[str, object], list[int]]:
     """The server's side of ``send``: the request and the descriptors that came with it."""
     import socket

@@ -27,11 +27,10 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from workloads.warm_client import address, receive, send
+from workloads.warm_client import address, from_own_user, receive, send
 
 SUFFIX = ".writer"  # after the server's name: the writer's socket
 
@@ -111,8 +110,7 @@ def _serve(name: str, server: int, ready: int) -> int:
 def _answer(conn: socket.socket, write_rows: Callable[[Path, Sequence[tuple]], None]) -> None:
     try:
         conn.settimeout(60)
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        if struct.unpack("3i", creds)[1] != os.getuid():
+        if not from_own_user(conn):
             return
         request, _fds = receive(conn)
         write_rows(Path(str(request["path"])), request["rows"])  # type: ignore[arg-type]
