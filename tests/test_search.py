@@ -87,3 +87,32 @@ def test_where_an_adaptive_search_stops_its_95_percent_interval_holds_the_true_p
         lo, hi = model.intervals["n_star"]
         held += lo <= peak_workers(sigma, kappa) <= hi
     assert held >= 0.9 * replays
+
+
+def test_a_refit_without_any_scaling_is_far_out_not_nan():
+    """A bootstrap refit at σ = 1, κ = 0 (no gain from a second worker, no retrograde term)
+    is 0/0 in N*'s formula: it counts as "far out", as κ = 0 does everywhere, so the
+    information criterion still proposes a count; NaN in one refit made every candidate's
+    score NaN and the planner propose nothing."""
+    import dataclasses
+    import warnings
+
+    from orchestrator.analysis.model import peak_workers_each
+    from orchestrator.analysis.search import _most_informative
+
+    sigma = np.array([0.02, 1.0, 0.5, 1.0])
+    kappa = np.array([0.0004, 0.0, 0.0, 0.01])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        each = peak_workers_each(sigma, kappa)
+    assert list(each) == [peak_workers(s, k) for s, k in zip(sigma, kappa, strict=True)]
+    rng = np.random.default_rng(3)
+    measured = {n: [float(usl(n, 1000.0, 0.02, 0.0004)) * (1 + 0.03 * rng.standard_normal())
+                    for _ in range(2)] for n in (1, 4, 16, 32)}
+    model = fit_usl_with_intervals(measured, n_boot=100)
+    assert model is not None
+    flat = dataclasses.replace(model, boot=((1000.0, 1.0, 0.0), *model.boot[1:]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        picked = _most_informative(flat, 64, exclude=[1, 4, 16, 32])
+    assert picked is not None and 1 <= picked <= 64

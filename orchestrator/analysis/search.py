@@ -35,7 +35,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.analysis.model import SEED, Samples, UslModel, fit_usl_with_intervals, usl
+from orchestrator.analysis.model import (
+    SEED,
+    Samples,
+    UslModel,
+    fit_usl_with_intervals,
+    peak_workers_each,
+    usl,
+)
 
 TARGET = 0.10  # stop when N*'s 95 % interval is within ±10 % of N*
 PAST_PEAK = 1.5  # "one past the peak": this far beyond N*, so the drop is measured, not assumed
@@ -123,8 +130,7 @@ def _most_informative(model: UslModel, cap: int, exclude: Sequence[int]) -> int 
         return None
     params = np.array(model.boot)
     lam, sigma, kappa = params[:, 0:1], params[:, 1:2], params[:, 2:3]
-    with np.errstate(divide="ignore"):
-        n_star = np.maximum(1.0, np.sqrt(np.clip(1.0 - sigma[:, 0], 0.0, None) / kappa[:, 0]))
+    n_star = peak_workers_each(sigma[:, 0], kappa[:, 0])
     y = np.log(np.minimum(n_star, 10.0 * cap))  # κ = 0 refits: "far out", not inf
     cand = np.arange(1, cap + 1, dtype=float)
     logx = np.log(usl(cand[None, :], lam, sigma, kappa))
