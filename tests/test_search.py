@@ -97,8 +97,8 @@ def test_a_refit_without_any_scaling_is_far_out_not_nan():
     import dataclasses
     import warnings
 
-    from orchestrator.analysis.model import peak_workers_each
     from orchestrator.analysis.search import _most_informative
+    from orchestrator.analysis.usl_batch import peak_workers_each
 
     sigma = np.array([0.02, 1.0, 0.5, 1.0])
     kappa = np.array([0.0004, 0.0, 0.0, 0.01])

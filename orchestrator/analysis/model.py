@@ -391,15 +391,6 @@ def peak_workers(sigma: float, kappa: float) -> float:
     return max(1.0, math.sqrt(max(0.0, 1.0 - sigma) / kappa))
 
 
-def peak_workers_each(sigma: Any, kappa: Any) -> Any:
-    """:func:`peak_workers` of each (σ, κ) of two arrays (bootstrap refits): inf where κ = 0,
-    whatever σ (σ = 1 with κ = 0 is 0/0 in the formula)."""
-    np = _np()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(kappa > 0, np.maximum(1.0, np.sqrt(np.maximum(0.0, 1.0 - sigma) / kappa)),
-                        math.inf)
-
-
 @dataclass(frozen=True)
 class UslFit:
     """One least-squares USL fit: parameters, the predicted peak and how well it fits."""
@@ -792,6 +783,8 @@ def _with_intervals(fit: UslFit, n: Any, params: Any, ok: Any) -> UslModel:
     params[:, 2] = np.where(flat, 0.0, params[:, 2])
     boot = params[ok]
     lam, sigma, kappa = boot.T
+    from orchestrator.analysis.usl_batch import peak_workers_each
+
     n_star = peak_workers_each(sigma, kappa)
     with np.errstate(divide="ignore", invalid="ignore"):
         x_star = np.where(np.isfinite(n_star), usl(n_star, lam, sigma, kappa),

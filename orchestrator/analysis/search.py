@@ -35,14 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.analysis.model import (
-    SEED,
-    Samples,
-    UslModel,
-    fit_usl_with_intervals,
-    peak_workers_each,
-    usl,
-)
+from orchestrator.analysis.model import SEED, Samples, UslModel, fit_usl_with_intervals, usl
+from orchestrator.analysis.usl_batch import peak_workers_each
 
 TARGET = 0.10  # stop when N*'s 95 % interval is within ±10 % of N*
 PAST_PEAK = 1.5  # "one past the peak": this far beyond N*, so the drop is measured, not assumed

@@ -142,3 +142,13 @@ def _normal_equations(p: Any, scale: Any, r: Any, d: Any, nix: Any, n1: Any, nn1
             dots[:, i, j] = dots[:, j, i] = np.einsum("bm,bm->b", shapes[i], shapes[j])
     grad = factor * np.stack([np.einsum("bm,bm->b", s, r) for s in shapes], axis=1)
     return grad, factor[:, :, None] * factor[:, None, :] * dots
+
+
+def peak_workers_each(sigma: Any, kappa: Any) -> Any:
+    """``model.peak_workers`` of each refit's (σ, κ), as arrays: inf where κ = 0, whatever
+    σ (σ = 1 with κ = 0 is 0/0 in the formula, and one NaN refit spoils a batch's sums)."""
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(kappa > 0, np.maximum(1.0, np.sqrt(np.maximum(0.0, 1.0 - sigma) / kappa)),
+                        np.inf)
