@@ -23,7 +23,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.errors import CloudprofError, UsageError
-from orchestrator.results import publish, report, series
+from orchestrator.results import publish, rendering, report, series
 from orchestrator.results.store import (
     SWEEP_FILE,
     TIMESERIES_DIR,
@@ -849,8 +849,6 @@ def _series(run_dir: Path, machine: str) -> pd.DataFrame:
 
 
 def test_every_plot_gives_a_machine_the_same_colour(wide_sweep: Path) -> None:
-    from orchestrator.results import plots
-
     figures = _figures(wide_sweep)
     colours = figures.pop("colours")
     assert len(set(colours.values())) == len(colours) == 2
@@ -866,7 +864,7 @@ def test_every_plot_gives_a_machine_the_same_colour(wide_sweep: Path) -> None:
         marks = [layer["mark"] for panel in fig.to_dict()["hconcat"]
                  for layer in panel["spec"]["layer"]]
         assert marks and {m["color"] for m in marks} == {colour}
-        assert f'stroke="{colour}"' in plots.to_svg(fig)  # and that is the colour drawn
+        assert f'stroke="{colour}"' in rendering.to_svg(fig)  # and that is the colour drawn
 
 
 def test_time_series_shows_every_worker_count_and_repeat_and_marks_each_peak(
@@ -924,7 +922,6 @@ def test_time_series_rates_come_from_the_samples_with_units_and_a_bad_series_is_
 
 
 def test_a_long_series_is_thinned_and_keeps_its_peak() -> None:
-
     keep = series.thinned(10_000, 4_321, 300)
     assert len(keep) <= 301 and 4_321 in keep and keep[0] == 0 and keep[-1] == 9_999
     assert list(series.thinned(50, 7, 300)) == list(range(50))
@@ -936,7 +933,6 @@ def test_cpu_percent_never_exceeds_100_times_the_cores(wide_sweep: Path) -> None
 
 
 def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep: Path) -> None:
-
     figures = _figures(wide_sweep)
     median = _encoding(figures["throughput"], "median")
     assert median["y"]["scale"]["zero"] is True
@@ -952,7 +948,6 @@ def test_throughput_axes_start_at_zero_and_units_are_shown_over_time(wide_sweep:
 
 def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_path: Path) -> None:
     from orchestrator.analysis.model import usl
-    from orchestrator.results import plots
 
     rng = np.random.default_rng(5)
     rates = {
@@ -969,7 +964,7 @@ def test_throughput_plot_has_error_bars_and_the_fitted_usl_with_its_band(tmp_pat
     assert curve["workers"].max() > 32  # drawn a little past the largest tested count
     band = _layer(fig, "usl_band")  # the 95 % band
     assert (band["low"] <= band["fit"]).all() and (band["fit"] <= band["high"]).all()
-    svg = ElementTree.fromstring(plots.to_svg(fig))
+    svg = ElementTree.fromstring(rendering.to_svg(fig))
     assert len(svg.findall(f".//{SVG}path")) >= 3  # drawn
     assert {c.description for c in fig.layer} >= {"median", "repeats", "interval", "usl"}
 
@@ -1007,8 +1002,6 @@ def test_a_report_fits_each_machines_usl_once_for_its_table_and_its_figure(
 
 
 def test_legends_sit_below_the_plot_and_every_figure_renders(wide_sweep: Path) -> None:
-    from orchestrator.results import plots
-
     figures = _figures(wide_sweep)
     del figures["colours"]
     for name, fig in figures.items():
@@ -1017,7 +1010,7 @@ def test_legends_sit_below_the_plot_and_every_figure_renders(wide_sweep: Path) -
                    for enc in layer.get("encoding", {}).values()
                    if isinstance(enc, dict) and enc.get("legend")]
         assert all(legend["orient"] == "bottom" for legend in legends), name  # never on data
-        root = ElementTree.fromstring(plots.to_svg(fig))
+        root = ElementTree.fromstring(rendering.to_svg(fig))
         assert root.tag == SVG + "svg" and float(root.get("width", 0)) > 0, name
 
 

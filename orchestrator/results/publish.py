@@ -70,14 +70,15 @@ def write_report(run_dir: str | Path) -> Path:
 
 def write_files(run: RunData, report: Report) -> Path:
     """The figures (SVG files for report.md, specs for report.html), then both pages."""
-    from orchestrator.results import plots
+    from orchestrator.results import plots, rendering
 
     page, per_machine = plots.report_figures(run, report.summary, usl_models=report.usl_models)
-    with plots.figures_written(page + per_machine, run.run_dir / PLOTS_DIR,
-                               run.run_dir) as report.plots:  # both pages render as they draw
+    with rendering.figures_written(page + per_machine, run.run_dir / PLOTS_DIR,
+                                   run.run_dir) as report.plots:  # both pages render as they draw
         markdown = render_markdown(report)
         charts = [(drawn.caption, drawn.spec()) for drawn in page]
-        html = render_html(report, charts=charts, script=plots.javascript() if charts else None)
+        html = render_html(report, charts=charts,
+                           script=rendering.javascript() if charts else None)
     atomic_write_bytes(run.run_dir / REPORT_MD, markdown.encode())
     html_path = run.run_dir / REPORT_HTML
     atomic_write_bytes(html_path, html.encode())

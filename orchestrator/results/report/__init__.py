@@ -3,8 +3,8 @@
 One model over the results store (``model``: medians, knees, Pareto front;
 ``tables``: the same as headlines and tables of strings) and one renderer per
 format (``terminal``, ``markdown``, ``html``), like memray's reporters; the figures and
-the files are drawn and written by ``orchestrator.results.plots`` and ``publish``, which
-import this package (never the reverse). This
+the files are drawn and written by ``orchestrator.results.plots``, ``rendering`` and
+``publish``, which import this package (never the reverse). This
 module holds the entry points and re-exports the names callers use, so
 ``from orchestrator.results import report; report.summarise(...)`` keeps working.
 """
