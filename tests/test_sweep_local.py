@@ -246,7 +246,10 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def first_run(cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     console = Console(file=io.StringIO(), width=200)
-    run_dir = run_sweep(spec_for(tmp_path_factory.mktemp("out")), console=console)
+    # 1 s trials, not 0.5: its tests assert that each trial did units, and a 0.5 s window
+    # beside a CPU hog can pass before a starved worker thread finishes its first
+    run_dir = run_sweep(spec_for(tmp_path_factory.mktemp("out"), duration_s=1.0),
+                        console=console)
     return run_dir, console.file.getvalue()  # type: ignore[attr-defined]
 
 
@@ -708,8 +711,10 @@ def test_users_own_inputs_directory_is_staged_and_used(cache: Path, tmp_path: Pa
     from workloads.inputs import InputSpec, generate
 
     own = generate(InputSpec(frames=3, rows=30, cols=30, seed=7), tmp_path / "my-frames")
-    spec = spec_for(tmp_path / "runs", workers=[1], workload_params={"inputs": str(own),
-                                                                     "dim": "8"})
+    # 1.5 s: a 0.5 s trial beside a CPU hog once ended "ok" with 0 units (its one worker
+    # thread starved for the whole window), and this test asserts units
+    spec = spec_for(tmp_path / "runs", workers=[1], duration_s=1.5,
+                    workload_params={"inputs": str(own), "dim": "8"})
     run_dir = run_sweep(spec, console=quiet())
     row = trials_of(run_dir).iloc[0]
     assert row["status"] == "ok" and row["units"] > 0
