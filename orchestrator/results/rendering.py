@@ -1,4 +1,4 @@
-"""The report's figures as files and scripts: SVG and PNG drawn by vl-convert (no browser,
+"""The report's figures as files and scripts: SVG drawn by vl-convert (no browser,
 no network), and Vega's scripts to inline in report.html. ``plots`` makes the charts,
 ``publish`` the pages; what turns a chart into bytes is here, and only here imports
 vl-convert (0.6 s), so code that makes specs alone never pays for it."""
@@ -22,13 +22,6 @@ def to_svg(chart: Any) -> str:
 
     return vlc.vegalite_to_svg(chart if isinstance(chart, dict) else spec(chart),
                                vl_version=_vl_version())
-
-
-def to_png(chart: Any, scale: float = 2.0) -> bytes:
-    """The chart as a PNG (vl-convert), for pages that want pixels."""
-    import vl_convert as vlc
-
-    return vlc.vegalite_to_png(spec(chart), vl_version=_vl_version(), scale=scale)
 
 
 def _vl_version() -> str:
