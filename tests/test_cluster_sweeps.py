@@ -43,9 +43,7 @@ def _argv(sweep: CloudSweep, duration: str = "1") -> list[str]:
 def _inter_node_rules(sweep: CloudSweep) -> list[str]:
     """The sweep's inter-node rules as the cloud holds them now (quick: one region)."""
     if sweep.provider == "aws":
-        import boto3
-
-        ec2 = boto3.client("ec2")
+        ec2 = sweep.ec2()
         groups = [g["GroupId"] for g in ec2.describe_security_groups(
             Filters=[{"Name": "tag-key", "Values": ["cloudprof-sweep"]}])["SecurityGroups"]]
         if not groups:
