@@ -27,7 +27,7 @@ def test_adaptive_sweep_stays_within_the_grids_trials_with_unique_resumable_ids(
     spec = SweepSpec(
         machines=["n2-highcpu-8"], repeats=2, duration_s=0.5, workload="sleep",
         workload_params={"unit_ms": 20}, out=tmp_path / "runs", dry_run=True,
-        provider="gcp", sample_hz=10.0, adaptive=True,
+        provider="gcp", sample_hz=10.0, adaptive=True, report=False,
     )  # fmt: skip
     console = Console(file=io.StringIO(), width=200)
     run_dir = run_sweep(spec, console=console)

@@ -62,10 +62,11 @@ def test_the_answer_card_names_the_gap_to_the_copy_bound_and_to_linear_scaling(t
     from tests.fixtures.in_process import cloudprof
 
     # in this process: what the card prints and the report's JSON are the command's own
-    result = cloudprof("sweep", "--repeats", "1", "--machine", "n2-highcpu-2", "--dry-run",
-                       "--workers", "1,2", "--frames", "8", "--dim", "48", "--rows", "100",
-                       "--cols", "100", "--duration", "0.5", "--out", str(tmp_path / "runs"),
-                       cwd=tmp_path, env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
+    result = cloudprof("sweep", "--no-report", "--repeats", "1", "--machine", "n2-highcpu-2",
+                       "--dry-run", "--workers", "1,2", "--frames", "8", "--dim", "48",
+                       "--rows", "100", "--cols", "100", "--duration", "0.5",
+                       "--out", str(tmp_path / "runs"), cwd=tmp_path,
+                       env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "│ Gap " in result.stdout  # the card's line, whatever the terminal's width
     (run,) = list((tmp_path / "runs").iterdir())

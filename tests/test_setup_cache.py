@@ -31,7 +31,8 @@ def _sweep(tmp_path: Path, project: Path, setup: str = SETUP) -> Path:
     out = tmp_path / "runs"
     before = set(out.iterdir()) if out.exists() else set()
     result = cloudprof(
-        "sweep", "--machine", "n2-highcpu-2", "--dry-run", "--workers", "1", "--repeats", "1",
+        "sweep", "--no-report", "--machine", "n2-highcpu-2", "--dry-run", "--workers", "1",
+        "--repeats", "1",
         "--workdir", str(project), "--setup", setup, "--command", "python userjob.py",
         "--out", str(out), cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]

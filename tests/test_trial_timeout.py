@@ -25,10 +25,11 @@ from workloads.protocol import TrialRequest
 def dry_run_sweep(tmp_path: Path, *args: str) -> Called:
     """``cloudprof sweep --dry-run`` of one n2-highcpu-2 worker and one repeat, in this
     process (tests/fixtures/in_process.py), from ``tmp_path`` into ``tmp_path/runs`` with
-    its own cache; ``args`` add to or override it."""
-    return cloudprof("sweep", "--repeats", "1", "--machine", "n2-highcpu-2", "--dry-run",
-                     "--workers", "1", *args, "--out", str(tmp_path / "runs"), cwd=tmp_path,
-                     env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
+    its own cache, without the report's files (nothing here reads them); ``args`` add to
+    or override it."""
+    return cloudprof("sweep", "--no-report", "--repeats", "1", "--machine", "n2-highcpu-2",
+                     "--dry-run", "--workers", "1", *args, "--out", str(tmp_path / "runs"),
+                     cwd=tmp_path, env={"CLOUDPROF_CACHE": str(tmp_path / "cache")})
 
 
 def _trial(workers: int, grid: dict[str, str] | None = None, profiled: bool = False,
@@ -196,7 +197,7 @@ def test_a_stuck_trial_on_an_ssh_host_is_failed_at_its_limit_and_the_machine_goe
     env = {"CLOUDPROF_SSH_WORKDIR": str(host_workdir), "CLOUDPROF_SSH_ENDPOINT": None,
            "CLOUDPROF_SSH_KEY": None, "CLOUDPROF_SSH_HOST_KEY": None}
     result = cloudprof(
-        "sweep", "--repeats", "1", "--provider", "ssh", "--hosts", str(hosts),
+        "sweep", "--no-report", "--repeats", "1", "--provider", "ssh", "--hosts", str(hosts),
         "--machine", "box", "--workers", "1", "--workdir", str(root),
         "--command", "python hang.py {case}", "--grid", "case=stuck,quick",
         "--trial-timeout", "8", "--out", str(tmp_path / "runs"),  # quick on a loaded host
