@@ -55,12 +55,14 @@ deps: venv system-deps
 lint:
 	$(PY) -m ruff check .
 
-# three test workers on two cores: with two, a quarter of the cores sat idle (tests that
-# wait on SSH, sleeps, a trial's fixed duration); with three the suite took 623 s in a
-# fresh clone against 814-831 s with two, for the same CPU-seconds. Change the count only
-# after the suite has passed beside a CPU hog with it (python3 -c "while True: pass").
+# four test workers on two cores: many tests wait (on SSH, sleeps, a trial's fixed
+# duration, a timeout under test), and the cores sat idle while every worker waited. With
+# two workers the suite took 814-831 s in a fresh clone; with three 623 s, until the test
+# processes' own CPU was cut (moto's images), when the cores sat 12 % idle: 604 s with
+# three, 549 s with four (3 % idle). Change the count only after the suite has passed
+# beside a CPU hog with it (python3 -c "while True: pass"), three runs in a row.
 unit:
-	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist worksteal
+	$(PY) -m pytest -q -p no:cacheprovider -n 4 --dist worksteal
 
 # the benchmarks page (docs/benchmarks.md, from benchmarks/results.json):
 #   make bench BENCH_ARGS=--quick   fewer rounds and shorter trials
