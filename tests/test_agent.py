@@ -396,6 +396,13 @@ def test_the_lean_and_the_general_sampling_loops_record_the_same_columns():
 
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
+        # Sampled from its first instant, a process still in exec has no resident pages
+        # yet (its RSS read 0 once beside a CPU hog): the columns are compared once it
+        # runs its loop, which Python's start alone (~30 ms of CPU) never reaches.
+        deadline = time.monotonic() + 60
+        while psutil.Process(busy.pid).cpu_times().user < 0.1:
+            assert time.monotonic() < deadline, "the busy loop never ran"
+            time.sleep(0.01)
         rows, read_at = {}, {}
         for lean in (True, False):
             sampler = Sampler(SamplerConfig(pid=busy.pid, relative=True, sample_hz=50,
